@@ -1,0 +1,111 @@
+# redlm: build, test and benchmark.
+#
+#   make deps        install the Debian packages the build and tests need
+#   make             build/redlm (with the CUDA backend when nvcc is found)
+#   make test        unit and integration tests (CPU; starts its own redis-server)
+#   make test-asan   the same tests built with ASan + UBSan
+#   make bench       CPU benchmarks
+#   make test-gpu / bench-gpu   on a machine with an NVIDIA GPU
+#
+# Sources are found by folder, so adding a file needs no edit here:
+# worker/ sched/ kernels/ kernels/cpu/ always; kernels/cuda/ when CUDA is on.
+# Every tests/test_*.c is a cmocka program linked against everything but main.
+
+BUILD    ?= build
+CC       ?= cc
+CUDA_HOME ?= /usr/local/cuda
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+CUDA     ?= $(if $(NVCC),1,0)
+CUDA_ARCH ?= sm_90
+SANITIZE ?= 0
+
+DEPS_DEB = build-essential pkg-config xz-utils libhiredis-dev libev-dev libmsgpack-dev \
+           libopenblas-dev libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev \
+           libcmocka-dev redis-server redis-tools clang libclang-rt-14-dev
+
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c17 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -MMD -MP \
+            -I/usr/include/x86_64-linux-gnu/openblas-pthread
+LDLIBS   = -lhiredis -lev -lmsgpackc -lopenblas -lpcre2-8 -lutf8proc -ljansson -lmicrohttpd \
+           -lm -lpthread -ldl
+
+ifeq ($(SANITIZE),1)
+  BUILD  := build-asan
+  CUDA   := 0
+  CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDFLAGS += -fsanitize=address,undefined
+endif
+
+SRC      = $(filter-out kernels/nocuda.c,$(wildcard worker/*.c sched/*.c kernels/*.c kernels/cpu/*.c))
+ifeq ($(CUDA),1)
+  SRC    += $(wildcard kernels/cuda/*.c)
+  CU     = $(wildcard kernels/cuda/*.cu)
+  CFLAGS += -DRL_HAVE_CUDA -I$(CUDA_HOME)/include
+  NVFLAGS = -O3 -std=c++17 -arch=$(CUDA_ARCH) -lineinfo -DRL_HAVE_CUDA \
+            -Xcompiler -Wall,-Wextra,-Werror,-fPIC --expt-relaxed-constexpr
+  CUDA_LIBDIRS = $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib
+  LDLIBS += $(addprefix -L,$(CUDA_LIBDIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(CUDA_LIBDIRS)) \
+            -lcublasLt -lcublas -lcudart -lnccl -lstdc++
+else
+  SRC    += kernels/nocuda.c
+endif
+comma := ,
+
+OBJ      = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(patsubst %.cu,$(BUILD)/%.o,$(CU))
+LIBOBJ   = $(filter-out $(BUILD)/worker/main.o,$(OBJ))
+TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+
+.PHONY: all deps test test-asan bench test-gpu bench-gpu demo fuzz clean fixtures
+all: $(BUILD)/redlm
+
+$(BUILD)/redlm: $(OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/lib.a: $(LIBOBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/lib.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/lib.a $(LDLIBS) -lcmocka
+
+# Large reference files are kept compressed; tests read them from $(BUILD)/fixtures.
+FIXTURES_XZ = $(wildcard tests/fixtures/*/*.xz)
+fixtures: $(patsubst tests/fixtures/%.xz,$(BUILD)/fixtures/%,$(FIXTURES_XZ))
+$(BUILD)/fixtures/%: tests/fixtures/%.xz
+	@mkdir -p $(dir $@)
+	xz -dc $< > $@
+
+test: $(BUILD)/redlm $(TESTS) fixtures
+	BUILD=$(BUILD) tests/run
+
+test-asan:
+	$(MAKE) SANITIZE=1 test
+
+bench: $(BUILD)/redlm fixtures
+	BUILD=$(BUILD) scripts/bench-cpu
+
+test-gpu: $(BUILD)/redlm $(TESTS) fixtures
+	BUILD=$(BUILD) RL_GPU=1 tests/run gpu
+
+bench-gpu: $(BUILD)/redlm fixtures
+	BUILD=$(BUILD) scripts/bench-gpu
+
+demo: $(BUILD)/redlm
+	scripts/demo
+
+deps:
+	@if dpkg -s $(DEPS_DEB) >/dev/null 2>&1; then echo "deps: all installed"; \
+	else apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEPS_DEB); fi
+
+clean:
+	rm -rf build build-asan
+
+-include $(OBJ:.o=.d)

@@ -1,0 +1,112 @@
+/* backend.h: the small interface the model's forward pass is written against.
+ *
+ * kernels/model.c reads as the Qwen2 math and calls these operations; a
+ * backend (cpu/ with OpenBLAS, cuda/ with CUDA kernels and cuBLAS) implements
+ * them on its own memory.  Buffers are opaque device pointers from alloc().
+ * Activations are in the backend's act_dtype (fp32 on CPU; bf16/fp16 on
+ * CUDA), accumulation always in fp32, logits always fp32.
+ *
+ * Compute operations are void and may run asynchronously (CUDA stream order);
+ * a backend records its first failure and reports it from sync(), which every
+ * step ends with.  One backend instance serves one rank and owns that rank's
+ * KV cache. */
+#ifndef RL_BACKEND_H
+#define RL_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "config.h"
+#include "error.h"
+
+/* The heads one rank computes, for RoPE, the KV write and attention. */
+typedef struct rlAttnShape {
+    int n_q;          /* local query heads */
+    int n_kv;         /* local KV heads */
+    int q_head0;      /* global index of local query head 0 */
+    int kv_head0;     /* global index of local KV head 0 */
+    int group;        /* query heads per KV head (global num_heads / num_kv_heads) */
+    int head_dim;
+    float rope_theta;
+} rlAttnShape;
+
+typedef struct rlBackend rlBackend;
+
+typedef struct rlBackendOps {
+    const char *name;
+
+    /* Memory.  alloc returns NULL and fills err on failure. */
+    void *(*alloc)(rlBackend *be, size_t bytes, rlError *err);
+    void (*free)(rlBackend *be, void *p);
+    /* n elements from host memory of src_dtype into device memory of dst_dtype. */
+    int (*upload)(rlBackend *be, void *dst, rlDtype dst_dtype, const void *src,
+                  rlDtype src_dtype, size_t n, rlError *err);
+    int (*download)(rlBackend *be, void *dst_host, const void *src, size_t bytes, rlError *err);
+    /* Uniform values in [-scale, scale), deterministic in seed (dummy weights). */
+    int (*fill_random)(rlBackend *be, void *dst, rlDtype dtype, size_t n, uint64_t seed,
+                       float scale, rlError *err);
+
+    /* KV cache for this rank: n_layers x n_blocks x block_size x n_kv x head_dim
+     * for K and for V, in act_dtype, laid out as the backend likes. */
+    int (*kv_init)(rlBackend *be, int n_layers, int n_blocks, int block_size, int n_kv,
+                   int head_dim, rlError *err);
+
+    /* Make the step's batch current (stage its arrays on the device). */
+    int (*begin_step)(rlBackend *be, const rlBatch *b, rlError *err);
+
+    /* Operations over the current step's n_tokens rows.
+     * embed: out[t] = table[tokens[t] - vocab0] for ids in [vocab0, vocab0 + n_vocab), else 0. */
+    void (*embed)(rlBackend *be, void *out, const void *table, int vocab0, int n_vocab, int dim);
+    /* out = rmsnorm(in) * w */
+    void (*rmsnorm)(rlBackend *be, void *out, const void *in, const void *w, int rows, int dim,
+                    float eps);
+    /* resid += x; out = rmsnorm(resid) * w */
+    void (*add_rmsnorm)(rlBackend *be, void *resid, const void *x, void *out, const void *w,
+                        int rows, int dim, float eps);
+    /* out[rows, n] = in[rows, k] . w[n, k]^T (+ bias[n]) */
+    void (*matmul)(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
+                   int rows, int n, int k);
+    /* Same with fp32 output (LM head). */
+    void (*matmul_f32)(rlBackend *be, float *out, const void *in, const void *w, int rows, int n,
+                       int k);
+    /* qkv rows hold [n_q | n_kv | n_kv] heads; rotate q and k in place at the
+     * batch positions, then write k and v into this layer's cache slots. */
+    void (*rope_kv_store)(rlBackend *be, void *qkv, int layer, const rlAttnShape *s);
+    /* Causal attention of each sequence's new queries over its cached keys
+     * (block tables, seq_len); out[rows, n_q * head_dim]. */
+    void (*attention)(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
+    /* out[rows, m] = silu(gu[:, :m]) * gu[:, m:] */
+    void (*swiglu)(rlBackend *be, void *out, const void *gate_up, int rows, int m);
+    /* out[r] = in[rows[r].token] for the batch's logit rows */
+    void (*gather_rows)(rlBackend *be, void *out, const void *in, int dim);
+    /* a += b over n elements (act dtype) */
+    void (*add)(rlBackend *be, void *a, const void *b, size_t n);
+
+    /* Turn logits[n_rows, vocab] (fp32, device) into results on the host:
+     * log-softmax, target logprob, top alternatives, sampling (rng.h). */
+    int (*sample)(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err);
+
+    /* Wait for queued work; report the first failure since the last sync. */
+    int (*sync)(rlBackend *be, rlError *err);
+    void (*destroy)(rlBackend *be);
+} rlBackendOps;
+
+struct rlBackend {
+    const rlBackendOps *ops;
+    rlDtype act_dtype;      /* activations and KV cache */
+    rlDtype weight_dtype;   /* weights as stored on the device */
+    void *impl;             /* backend-private state */
+};
+
+typedef struct rlBackendOptions {
+    int threads;            /* CPU: worker threads (0 = all cores) */
+    int device;             /* CUDA: device ordinal */
+    rlDtype dtype;          /* CUDA: weight/activation dtype */
+} rlBackendOptions;
+
+rlBackend *rl_backend_cpu_create(const rlBackendOptions *opt, rlError *err);
+/* NULL with a clear error when built without CUDA or no GPU is usable. */
+rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlError *err);
+
+#endif

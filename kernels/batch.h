@@ -1,0 +1,55 @@
+/* batch.h: one forward step's input, as the engine hands it to the model.
+ *
+ * A step is one flat batch of new tokens from many sequences at mixed
+ * positions: prompt chunks and single decode tokens together.  It is a plain
+ * struct of arrays so a device backend can stage it in one transfer and a
+ * captured CUDA graph can replay over the same buffers.  The scheduler owns
+ * block numbers; the backend owns the KV memory they index. */
+#ifndef RL_BATCH_H
+#define RL_BATCH_H
+
+#include <stdint.h>
+
+#define RL_MAX_TOP 20
+
+/* What to do with one row of logits (the output at one token of the batch). */
+typedef struct rlRowSpec {
+    int32_t token;        /* index into the flat batch whose logits these are */
+    int32_t target;       /* token id whose logprob to report (prompt scoring), or -1 */
+    int32_t n_top;        /* top alternatives wanted, 0..RL_MAX_TOP */
+    int32_t sample;       /* 1: draw a token from this row */
+    float temperature;    /* 0 = greedy */
+    float top_p;          /* (0, 1]; 1 = off */
+    float min_p;          /* [0, 1); 0 = off */
+    int32_t top_k;        /* 0 = off */
+    uint64_t seed;        /* counter-based RNG key ... */
+    uint32_t sample_index;/* ... with the sample (n > 1) index ... */
+    uint32_t step;        /* ... and the generated-token index */
+} rlRowSpec;
+
+/* The result for one row: logprobs are log-softmax of the raw logits
+ * (before temperature and filtering), as Hugging Face and vLLM report them. */
+typedef struct rlRowResult {
+    int32_t token;                  /* sampled token (rows with sample = 1) */
+    float token_logprob;            /* its logprob */
+    float target_logprob;           /* logprob of rlRowSpec.target */
+    int32_t n_top;
+    int32_t top_ids[RL_MAX_TOP];    /* highest logprobs first */
+    float top_logprobs[RL_MAX_TOP];
+} rlRowResult;
+
+typedef struct rlBatch {
+    int32_t n_seqs;
+    int32_t n_tokens;
+    const int32_t *tokens;        /* [n_tokens] token ids */
+    const int32_t *positions;     /* [n_tokens] absolute positions */
+    const int32_t *slots;         /* [n_tokens] KV slot: block * block_size + offset */
+    const int32_t *seq_start;     /* [n_seqs + 1] each sequence's first token in the batch */
+    const int32_t *seq_len;       /* [n_seqs] KV length after this step (cached + new) */
+    const int32_t *block_tables;  /* [n_seqs * max_blocks] */
+    int32_t max_blocks;
+    int32_t n_rows;               /* logit rows wanted */
+    const rlRowSpec *rows;        /* [n_rows] */
+} rlBatch;
+
+#endif

@@ -1,0 +1,11 @@
+/* config.c: names for dtypes, for messages and plans. */
+#include "config.h"
+
+const char *rl_dtype_name(rlDtype t) {
+    switch (t) {
+    case RL_F32: return "fp32";
+    case RL_F16: return "fp16";
+    case RL_BF16: return "bf16";
+    }
+    return "?";
+}

@@ -1,0 +1,75 @@
+/* model.h: a Qwen2 model (one rank's shard of it) on a backend.
+ *
+ * rl_model_init takes weights from a tensor source (a checkpoint) or makes
+ * random ones (dummy), slices this rank's shard, and uploads it; the forward
+ * runs one step over an rlBatch and returns the logit rows' results. */
+#ifndef RL_MODEL_H
+#define RL_MODEL_H
+
+#include "backend.h"
+#include "batch.h"
+#include "comm.h"
+#include "config.h"
+#include "shard.h"
+
+/* A read-only view of one stored tensor (row-major). */
+typedef struct rlTensorView {
+    rlDtype dtype;
+    int ndim;
+    int64_t shape[2];
+    const void *data;
+} rlTensorView;
+
+/* Looks a tensor up by its Hugging Face name. */
+typedef int (*rlTensorLookup)(void *ctx, const char *name, rlTensorView *out, rlError *err);
+
+/* Calls fn for every tensor a checkpoint of this config must hold, with its
+ * expected shape (ndim 1 or 2); the loader checks names and shapes with it. */
+typedef int (*rlTensorVisit)(void *ctx, const char *name, int ndim, const int64_t *shape);
+int rl_model_expected_tensors(const rlModelConfig *cfg, rlTensorVisit fn, void *ctx);
+
+typedef struct rlLayer {
+    void *ln1;     /* (hidden) input_layernorm */
+    void *wqkv;    /* ((n_q + 2 n_kv) head_dim, hidden) this rank's q, k, v rows */
+    void *bqkv;    /* ((n_q + 2 n_kv) head_dim) */
+    void *wo;      /* (hidden, n_q head_dim) o_proj columns of this rank's heads */
+    void *ln2;     /* (hidden) post_attention_layernorm */
+    void *wgu;     /* (2 n_mlp, hidden) gate rows then up rows */
+    void *wdown;   /* (hidden, n_mlp) down_proj columns */
+} rlLayer;
+
+typedef struct rlModel {
+    rlModelConfig cfg;
+    rlShard shard;
+    rlBackend *be;
+    rlComm *tp;          /* this rank's tensor-parallel group (NULL: alone) */
+    rlComm *pp;          /* the pipeline's stages for this TP rank (NULL: one stage) */
+    rlAttnShape attn;
+    void *embed;         /* (n_vocab, hidden) on the first stage (and the last when tied) */
+    void *lm_head;       /* (n_vocab, hidden) on the last stage; == embed when tied */
+    void *norm;          /* (hidden) final norm, last stage */
+    rlLayer *layers;     /* shard.n_layers */
+    int max_tokens, max_rows;
+    /* activations, sized for max_tokens / max_rows */
+    void *x, *resid, *qkv, *att, *gu, *mlp, *rows_x;
+    float *logits, *logits_full;
+} rlModel;
+
+/* Weights from src (NULL: random, --load-format dummy, seeded by dummy_seed).
+ * max_tokens: most new tokens in one step; max_rows: most logit rows. */
+int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rlBackend *be,
+                  rlComm *tp, rlComm *pp, rlTensorLookup src, void *src_ctx, uint64_t dummy_seed,
+                  int max_tokens, int max_rows, rlError *err);
+
+/* One step.  Non-first stages receive the hidden state from the previous
+ * stage, non-last stages send theirs on and return 0 results; the last stage
+ * fills out[0 .. b->n_rows). */
+int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *err);
+
+void rl_model_free(rlModel *m);
+
+/* Bytes of this shard's weights on the device, and of KV cache per token. */
+size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype);
+size_t rl_model_kv_bytes_per_token(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype);
+
+#endif

@@ -1,0 +1,12 @@
+/* nocuda.c: the CUDA backend's entry point in a build without nvcc,
+ * so `--backend cuda` explains itself instead of failing to link. */
+#include "backend.h"
+
+rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlError *err) {
+    (void)opt;
+    rl_error(err, RL_EDEVICE,
+             "this redlm was built without CUDA (no nvcc was found at build time). "
+             "Install the CUDA Toolkit, rebuild with `make clean && make`, and check that "
+             "`build/redlm doctor` lists your GPUs; or run with --backend cpu.");
+    return NULL;
+}

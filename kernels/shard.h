@@ -1,0 +1,34 @@
+/* shard.h: which part of the model one rank of a TP x PP layout owns.
+ *
+ * Tensor parallelism here never needs the head counts or the MLP width to
+ * divide by the TP size (Qwen2.5-7B: 28 heads / 4 KV heads / 18944 MLP on TP 3
+ * or 6).  Each rank takes a contiguous range of query heads, as even as
+ * possible, and stores every KV head its query heads read, so a KV head
+ * shared by two ranks is replicated on both.  The MLP is split in units that
+ * keep GEMMs efficient, the vocabulary in near-equal row ranges.  Pipeline
+ * stages take contiguous layer ranges.  A rank may own zero query heads
+ * (TP larger than the head count): it then only computes its MLP share. */
+#ifndef RL_SHARD_H
+#define RL_SHARD_H
+
+#include "config.h"
+#include "error.h"
+
+typedef struct rlShard {
+    int tp_rank, tp_size;
+    int pp_rank, pp_size;
+    int q_head0, n_q_heads;     /* query heads [q_head0, q_head0 + n_q_heads) */
+    int kv_head0, n_kv_heads;   /* KV heads stored: those the query heads read */
+    int mlp0, n_mlp;            /* intermediate columns [mlp0, mlp0 + n_mlp) */
+    int vocab0, n_vocab;        /* embedding / LM-head rows [vocab0, vocab0 + n_vocab) */
+    int layer0, n_layers;       /* this pipeline stage's layers */
+} rlShard;
+
+/* Plan every rank of a tp x pp layout into out[pp_rank * tp + tp_rank].
+ * partition: layers per stage (pp entries summing to num_layers) or NULL for
+ * a balanced split.  Fails when a layout cannot work (more stages than
+ * layers, a partition that does not add up). */
+int rl_shard_plan(const rlModelConfig *cfg, int tp, int pp, const int *partition,
+                  rlShard *out, rlError *err);
+
+#endif
