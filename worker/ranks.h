@@ -1,0 +1,41 @@
+/* ranks.h: the model spread over a TP x PP layout of ranks, behind one call.
+ *
+ * The engine sees one forward per step; this hides how many ranks compute it
+ * (threads of this process, one per CPU rank or GPU), how weights were
+ * sharded, and how the collectives and pipeline hand-offs are carried. */
+#ifndef RL_RANKS_H
+#define RL_RANKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kernels/batch.h"
+#include "../kernels/config.h"
+#include "../kernels/error.h"
+#include "../kernels/model.h"
+
+typedef struct rlRanksOptions {
+    rlModelConfig cfg;
+    const char *backend;        /* "cpu" or "cuda" */
+    rlDtype dtype;              /* device weight/activation dtype (CUDA); CPU computes in fp32 */
+    int threads;                /* CPU threads in all (split over CPU ranks) */
+    int tp, pp;
+    const int *pp_partition;    /* layers per stage or NULL */
+    const int *devices;         /* tp*pp CUDA ordinals or NULL for 0.. */
+    rlTensorLookup src;         /* NULL: dummy weights */
+    void *src_ctx;
+    uint64_t dummy_seed;
+    int block_size;
+    int n_blocks;               /* KV blocks per rank (every rank holds every block's slice) */
+    int max_tokens;             /* most new tokens in one step */
+    int max_rows;               /* most logit rows in one step */
+} rlRanksOptions;
+
+typedef struct rlRanks rlRanks;
+
+rlRanks *ranks_open(const rlRanksOptions *o, rlError *err);
+/* One step over all ranks; fills out[0 .. b->n_rows). */
+int ranks_forward(rlRanks *r, const rlBatch *b, rlRowResult *out, rlError *err);
+void ranks_close(rlRanks *r);
+
+#endif
