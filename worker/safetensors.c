@@ -199,15 +199,7 @@ int safetensors_open(rlSafetensors *st, const char *path, rlError *err) {
                         "was expected.", path);
     }
     size_t len = (size_t)sb.st_size;
-    if (len < 8) {
-        close(fd);
-        safetensors_close(st);
-        return rl_error(err, RL_EMODEL,
-                        "%s is truncated: it is %zu bytes long, too short even for a "
-                        "safetensors header. This is usually an interrupted download. "
-                        RL_ST_REDOWNLOAD, path, len);
-    }
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     int map_errno = errno;
     close(fd);
     if (map == MAP_FAILED) {
@@ -217,7 +209,18 @@ int safetensors_open(rlSafetensors *st, const char *path, rlError *err) {
     }
     st->map = map;
     st->map_len = len;
-    if (st_check_magic(map, len, path, err) || st_parse_header(st, map, len, err)) {
+    if (st_check_magic(map, len, path, err)) {
+        safetensors_close(st);
+        return -1;
+    }
+    if (len < 8) {
+        safetensors_close(st);
+        return rl_error(err, RL_EMODEL,
+                        "%s is truncated: it is %zu bytes long, too short even for a "
+                        "safetensors header. This is usually an interrupted download. "
+                        RL_ST_REDOWNLOAD, path, len);
+    }
+    if (st_parse_header(st, map, len, err)) {
         safetensors_close(st);
         return -1;
     }
