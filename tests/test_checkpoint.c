@@ -371,7 +371,15 @@ static void test_read_config_file(void **state) {
 
 static void test_directory_missing(void **state) {
     (void)state;
+    expect_open_error(tmp_path("no-such-model"), "model directory");
     expect_open_error(tmp_path("no-such-model"), "does not exist");
+    rlModelConfig cfg;
+    rlError err = {0};
+    assert_int_equal(checkpoint_read_config(tmp_path("no-such-model"), &cfg, &err), -1);
+    assert_non_null(strstr(err.msg, "model directory"));
+    assert_int_equal(checkpoint_read_config(tmp_path("no-such.json"), &cfg, &err), -1);
+    assert_int_equal(err.code, RL_EMODEL);
+    assert_non_null(strstr(err.msg, "no-such.json does not exist. Pass a model directory"));
 }
 
 static void test_config_missing(void **state) {
@@ -628,6 +636,8 @@ static void test_corrupt_header(void **state) {
     expect_raw_error("overlap", "{\"x\": {\"dtype\": \"F32\", \"shape\": [4], "
                      "\"data_offsets\": [0, 16]}, \"y\": {\"dtype\": \"F32\", \"shape\": [4], "
                      "\"data_offsets\": [8, 24]}}", 24, "byte ranges overlap");
+    expect_raw_error("misaligned", "{\"x\": {\"dtype\": \"F32\", \"shape\": [1], "
+                     "\"data_offsets\": [2, 6]}}", 8, "is not aligned to its 4-byte elements");
     expect_raw_error("dup", "{\"x\": {\"dtype\": \"F32\", \"shape\": [1], "
                      "\"data_offsets\": [0, 4]}, \"x\": {\"dtype\": \"F32\", \"shape\": [1], "
                      "\"data_offsets\": [4, 8]}}", 8, "not valid JSON");

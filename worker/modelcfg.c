@@ -310,6 +310,11 @@ int modelcfg_load(const char *path, rlModelConfig *cfg, rlError *err) {
                             "directory. Download the whole model repository (config.json, "
                             "generation_config.json, *.safetensors), e.g. `huggingface-cli "
                             "download Qwen/Qwen2.5-0.5B-Instruct --local-dir DIR`.", path);
+        if (missing)
+            return rl_error(err, RL_EMODEL,
+                            "%s does not exist. Pass a model directory, or a config.json for "
+                            "--load-format dummy (e.g. tests/fixtures/configs/qwen2.5-0.5b.json).",
+                            path);
         return -1;
     }
     int rc = modelcfg_parse(root, cfg_path, cfg, err);

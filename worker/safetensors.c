@@ -100,6 +100,14 @@ static int st_parse_entry(rlSafetensors *st, rlStTensor *t, const char *name, js
                         "data, but the file holds only %zu bytes of data. This is usually an "
                         "interrupted download. " RL_ST_REDOWNLOAD,
                         path, name, (unsigned long long)end, data_len);
+    /* The mapping is page-aligned; HF writers pad the header so every
+     * tensor is aligned too, which lets readers use typed pointers. */
+    if ((uintptr_t)(data + begin) % rl_dtype_size(t->dtype) != 0)
+        return rl_error(err, RL_EMODEL,
+                        "%s: tensor \"%s\" is not aligned to its %zu-byte elements in the file "
+                        "(an unpadded header, from a non-standard writer). Re-save the checkpoint "
+                        "with transformers' save_pretrained(OUT, safe_serialization=True).",
+                        path, name, rl_dtype_size(t->dtype));
     t->data = data + begin;
     t->nbytes = (size_t)(end - begin);
     t->name = strdup(name);
