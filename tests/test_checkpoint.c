@@ -364,6 +364,24 @@ static void test_read_config_file(void **state) {
     assert_int_equal(cfg.eos_ids[0], 151645);
     assert_int_equal(cfg.bos_id, 151643);
 
+    /* Every real Qwen2.5 shape reads, with the head size HF derives. */
+    snprintf(path, sizeof(path), "%s/configs", root ? root : "tests/fixtures");
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char file[2048];
+        snprintf(file, sizeof(file), "%s/%s", path, de->d_name);
+        if (checkpoint_read_config(file, &cfg, &err)) fail_msg("%s", err.msg);
+        assert_int_equal(cfg.head_dim * cfg.num_heads, cfg.hidden_size);
+        assert_int_equal(cfg.torch_dtype, RL_BF16);
+        n++;
+    }
+    closedir(d);
+    assert_int_equal(n, 7);
+
     if (checkpoint_read_config(fixture(GQA3), &cfg, &err)) fail_msg("%s", err.msg);
     assert_int_equal(cfg.num_heads, 6);
     assert_int_equal(cfg.eos_ids[0], 2002);
