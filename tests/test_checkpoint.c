@@ -765,6 +765,9 @@ static void test_unreadable(void **state) {
     const char *dir = copy_model(HD128, "unreadable-dir");
     assert_int_equal(chmod(dir, 0700), 0);
     expect_error_as_nobody(dir, "cannot be read: permission denied");
+    assert_int_equal(chmod(g_tmp, 0700), 0);
+    expect_error_as_nobody(dir, "cannot be reached: permission denied");
+    assert_int_equal(chmod(g_tmp, 0755), 0);
     dir = copy_model(HD128, "unreadable-file");
     char path[2048];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
@@ -848,6 +851,64 @@ static void test_config_variants(void **state) {
     assert_non_null(strstr(err.msg, "generation_config.json is not valid JSON"));
 }
 
+/* Random damage to a small file's header and length field: every open
+ * either succeeds or fails with RL_EMODEL, never reads out of bounds (run
+ * under ASan by `make test-asan`). */
+static void test_header_mutations(void **state) {
+    (void)state;
+    WModel *m = calloc(1, sizeof(*m));
+    read_fixture(GQA3, SHARD2, m);
+    WModel *small = calloc(1, sizeof(*small));
+    for (int i = 0; i < m->n && small->n < 6; i++)
+        if (m->t[i].ndim == 1) small->t[small->n++] = m->t[i];
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/mutant.safetensors", g_tmp);
+    write_tensors(path, small, 0, small->n);
+    free(small);
+    free_tensors(m);
+    free(m);
+
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static unsigned char good[16384], bad[16384];
+    size_t len = fread(good, 1, sizeof(good), f);
+    fclose(f);
+    assert_true(len > 64 && len < sizeof(good));
+    size_t hlen = good[0] | (size_t)good[1] << 8;
+
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    int opened = 0;
+    for (int iter = 0; iter < 1500; iter++) {
+        memcpy(bad, good, len);
+        size_t n = len;
+        int edits = 1 + iter % 4;
+        for (int e = 0; e < edits; e++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            size_t at = iter % 10 == 0 ? x % 8 : 8 + (x >> 8) % hlen;
+            bad[at] = (unsigned char)(x >> 40);
+        }
+        if (iter % 7 == 0) n = 8 + (x >> 20) % (len - 8);  /* also cut it short */
+        FILE *o = fopen(path, "wb");
+        assert_non_null(o);
+        assert_int_equal(fwrite(bad, 1, n, o), n);
+        assert_int_equal(fclose(o), 0);
+        rlSafetensors st;
+        rlError err = {0};
+        if (safetensors_open(&st, path, &err) == 0) {
+            for (int i = 0; i < st.n_tensors; i++) {
+                const unsigned char *p = st.tensors[i].data;
+                assert_true(p >= (const unsigned char *)st.map);
+                assert_true(p + st.tensors[i].nbytes <= (const unsigned char *)st.map + n);
+            }
+            safetensors_close(&st);
+            opened++;
+        } else {
+            assert_int_equal(err.code, RL_EMODEL);
+        }
+    }
+    assert_true(opened < 1500);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_tied_bf16),
@@ -868,6 +929,7 @@ int main(void) {
         cmocka_unit_test(test_mixed_dtypes),
         cmocka_unit_test(test_unsupported_dtype),
         cmocka_unit_test(test_corrupt_header),
+        cmocka_unit_test(test_header_mutations),
         cmocka_unit_test(test_gguf_given),
         cmocka_unit_test(test_pytorch_given),
         cmocka_unit_test(test_no_weights),
