@@ -435,7 +435,7 @@ static void test_truncated(void **state) {
     char path[2048];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     assert_int_equal(truncate(path, 2000000), 0);
-    expect_open_error(dir, "is truncated: its header places tensor");
+    expect_open_error(dir, "is truncated: it is 2000000 bytes long but its header describes 3415256");
     assert_int_equal(truncate(path, 1000), 0);
     expect_open_error(dir, "ends inside its own header");
     assert_int_equal(truncate(path, 5), 0);
