@@ -836,6 +836,15 @@ static void test_config_variants(void **state) {
     assert_int_equal(cfg.n_eos, 2);
     assert_int_equal(cfg.eos_ids[1], 2000);
 
+    /* transformers 5 spells the rope and dtype keys differently. */
+    edit_json(dir, "config.json", "rope_parameters",
+              json_pack("{s:s, s:f}", "rope_type", "default", "rope_theta", 500000.0));
+    edit_json(dir, "config.json", "torch_dtype", NULL);
+    edit_json(dir, "config.json", "dtype", json_string("float16"));
+    if (checkpoint_read_config(dir, &cfg, &err)) fail_msg("%s", err.msg);
+    assert_true(cfg.rope_theta == 500000.0);
+    assert_int_equal(cfg.torch_dtype, RL_F16);
+
     /* Without generation_config.json the config's own EOS id is used. */
     remove_file(dir, "generation_config.json");
     edit_json(dir, "config.json", "eos_token_id", json_integer(7));

@@ -170,8 +170,9 @@ static int modelcfg_check_features(json_t *root, const char *path, int num_layer
         if (json_is_object(rs) && (!t || strcmp(t, "default") == 0)) continue;
         return rl_error(err, RL_EMODEL,
                         "%s: %s of type \"%s\" is unsupported: redlm implements plain rotary "
-                        "embeddings only. Remove \"%s\" from config.json to run the model at its "
-                        "native context length (max_position_embeddings).",
+                        "embeddings only. Set its \"rope_type\" to \"default\" (or \"%s\" to "
+                        "null) in config.json to run the model at its native context length "
+                        "(max_position_embeddings).",
                         path, rope_keys[k], t ? t : "?", rope_keys[k]);
     }
 
