@@ -8,7 +8,7 @@
  * must be within 1e-3 of reference.json, greedy tokens equal to the
  * reference up to its first margin under 1e-2, and equal to the 1x1 run's
  * up to the first margin under 1e-3.  hd128 has two layers, so its three-stage
- * layouts must be refused with a reason instead.  The prompts are those of up to 300
+ * layouts must be refused with a reason instead.  The prompts are those of up to 100
  * tokens; RL_TEST_FULL=1 takes all of them. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -75,7 +75,7 @@ static int fix_setup(void **state, const char *name) {
     json_array_foreach(prompts, i, p) {
         json_t *ids = json_object_get(p, "ids");
         int n = (int)json_array_size(ids);
-        if ((!full && n > 300) || f->n == MAX_SEQS) continue;
+        if ((!full && n > 100) || f->n == MAX_SEQS) continue;
         tSeq *s = &f->seqs[f->n++];
         s->ref = p;
         s->n_prompt = n;
