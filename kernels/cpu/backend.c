@@ -191,21 +191,9 @@ static void cpu_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out
     }
 }
 
-/* One row is a matrix-vector product: gemv streams the weights once and is
- * what batch-1 decode lives on; larger batches go to sgemm. */
 static void cpu_matmul_f32(rlBackend *be, float *out, const void *in, const void *w, int rows,
                            int n, int k) {
-    (void)be;
-    if (rows <= 0 || n <= 0) return;
-    if (k <= 0) {
-        memset(out, 0, (size_t)rows * n * sizeof(float));
-        return;
-    }
-    if (rows == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, in, 1, 0.0f, out, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, in, k, w, k,
-                    0.0f, out, n);
+    cpu_matmul_rows(cpu_of(be), out, in, w, rows, n, k);
 }
 
 static void cpu_matmul(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
