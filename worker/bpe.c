@@ -26,26 +26,33 @@ struct bpeCache {
     uint32_t count;
 };
 
+/* MurmurHash3's finalizer: tables index by the low bits, so every input
+ * bit must reach them. */
+static uint64_t bpe_mix(uint64_t h) {
+    h ^= h >> 33;
+    h *= 0xFF51AFD7ED558CCDULL;
+    h ^= h >> 33;
+    h *= 0xC4CEB9FE1A85EC53ULL;
+    return h ^ (h >> 33);
+}
+
 static uint64_t bpe_hash(const void *p, size_t n) {
     const unsigned char *s = p;
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ n;
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, s, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
-        h ^= h >> 32;
+        h = bpe_mix(h ^ w);
         s += 8;
         n -= 8;
     }
     uint64_t w = 0;
     memcpy(&w, s, n);
-    h = (h ^ w) * 0xC4CEB9FE1A85EC53ULL;
-    return h ^ (h >> 29);
+    return bpe_mix(h ^ w);
 }
 
 static uint64_t bpe_pair_hash(uint64_t pair) {
-    pair *= 0x9E3779B97F4A7C15ULL;
-    return pair ^ (pair >> 31);
+    return bpe_mix(pair);
 }
 
 int bpe_ids_push(bpeIds *ids, int32_t id) {
@@ -118,11 +125,14 @@ int bpe_add_token(bpeModel *m, const char *s, size_t n, long long id, rlError *e
 
 int32_t bpe_lookup(const bpeModel *m, const char *s, size_t n) {
     if (!m->slots) return -1;
-    for (uint32_t i = (uint32_t)bpe_hash(s, n) & m->slot_mask;; i = (i + 1) & m->slot_mask) {
-        uint32_t v = m->slots[i];
-        if (!v) return -1;
-        uint32_t id = v - 1;
-        if (m->str_len[id] == n && !memcmp(m->strs.data + m->str_off[id], s, n)) return (int32_t)id;
+    uint64_t h = bpe_hash(s, n);
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint32_t i = (uint32_t)h & m->slot_mask;; i = (i + 1) & m->slot_mask) {
+        bpeSlot v = m->slots[i];
+        if (!v.id1) return -1;
+        uint32_t id = v.id1 - 1;
+        if (v.tag == tag && m->str_len[id] == n && !memcmp(m->strs.data + m->str_off[id], s, n))
+            return (int32_t)id;
     }
 }
 
@@ -132,6 +142,7 @@ int bpe_index(bpeModel *m, rlError *err) {
     m->slots = calloc(cap, sizeof(*m->slots));
     m->byte_off = calloc((size_t)m->n_ids + 1, sizeof(*m->byte_off));
     m->byte_len = calloc((size_t)m->n_ids + 1, sizeof(*m->byte_len));
+    if (bytebuf_reserve(&m->bytes, m->strs.len)) return rl_error(err, RL_EMEMORY, "out of memory");
     if (!m->slots || !m->byte_off || !m->byte_len) return rl_error(err, RL_EMEMORY, "out of memory");
     m->slot_mask = cap - 1;
     /* Later ids win a duplicated string, as in Hugging Face's vocab map. */
@@ -139,12 +150,13 @@ int bpe_index(bpeModel *m, rlError *err) {
         if (m->str_len[id] == UINT32_MAX) continue;
         const char *s = m->strs.data + m->str_off[id];
         size_t n = m->str_len[id];
-        uint32_t i = (uint32_t)bpe_hash(s, n) & m->slot_mask;
-        for (; m->slots[i]; i = (i + 1) & m->slot_mask) {
-            uint32_t o = m->slots[i] - 1;
+        uint64_t h = bpe_hash(s, n);
+        uint32_t i = (uint32_t)h & m->slot_mask;
+        for (; m->slots[i].id1; i = (i + 1) & m->slot_mask) {
+            uint32_t o = m->slots[i].id1 - 1;
             if (m->str_len[o] == n && !memcmp(m->strs.data + m->str_off[o], s, n)) break;
         }
-        m->slots[i] = (uint32_t)id + 1;
+        m->slots[i] = (bpeSlot){(uint32_t)id + 1, (uint32_t)(h >> 32)};
         m->byte_off[id] = (uint32_t)m->bytes.len;
         if (bytelevel_decode(s, n, &m->bytes) < 0) return rl_error(err, RL_EMEMORY, "out of memory");
         m->byte_len[id] = (uint32_t)(m->bytes.len - m->byte_off[id]);

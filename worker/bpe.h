@@ -31,11 +31,16 @@ typedef struct bpeMerge {
 
 typedef struct bpeCache bpeCache;
 
+typedef struct bpeSlot {
+    uint32_t id1;       /* id + 1; 0 = empty */
+    uint32_t tag;       /* high hash bits: most mismatches end here */
+} bpeSlot;
+
 typedef struct bpeModel {
     /* vocab: token strings as tokenizer.json spells them (byte-level) */
     bytebuf strs;
     uint32_t *str_off, *str_len;    /* by id; str_len = UINT32_MAX: no such id */
-    uint32_t *slots;                /* string hash: id + 1, 0 = empty */
+    bpeSlot *slots;                 /* string hash */
     uint32_t slot_mask;
     int n_ids;                      /* highest id + 1 */
     int ids_cap;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <utf8proc.h>
 
 #include "jscan.h"
@@ -20,24 +21,25 @@
 static int tok_read_file(const char *path, char **data, size_t *len, rlError *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return rl_error(err, RL_EIO, "cannot open %s: %m", path);
-    bytebuf b = {0};
-    char chunk[1 << 16];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-        if (bytebuf_append(&b, chunk, got)) {
-            fclose(f);
-            bytebuf_free(&b);
-            return rl_error(err, RL_EMEMORY, "out of memory reading %s", path);
-        }
+    struct stat st;
+    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return rl_error(err, RL_EIO, "%s is not a regular file", path);
     }
-    int bad = ferror(f);
+    *len = (size_t)st.st_size;
+    *data = malloc(*len + 1);
+    if (!*data) {
+        fclose(f);
+        return rl_error(err, RL_EMEMORY, "out of memory reading %s (%zu bytes)", path, *len);
+    }
+    size_t got = fread(*data, 1, *len, f);
     fclose(f);
-    if (bad) {
-        bytebuf_free(&b);
-        return rl_error(err, RL_EIO, "reading %s failed", path);
+    if (got != *len) {
+        free(*data);
+        return rl_error(err, RL_EIO, "reading %s failed (file changed while reading?)", path);
     }
-    *data = bytebuf_steal(&b, len);
-    return *data ? 0 : rl_error(err, RL_EMEMORY, "out of memory");
+    (*data)[*len] = 0;
+    return 0;
 }
 
 /* jansson view of a small value the scanner skipped over. */
@@ -211,6 +213,9 @@ static int tok_check_model_option(json_t *model, const char *key, rlError *err) 
 
 static int tok_vocab(rlTokenizer *t, jscan *j, rlError *err) {
     bytebuf key = {0};
+    /* The strings take about a quarter of the file: one allocation. */
+    if (bytebuf_reserve(&t->bpe.strs, (size_t)(j->end - j->p) / 4))
+        return rl_error(err, RL_EMEMORY, "out of memory");
     int first = 1, r;
     while ((r = jscan_object_next(j, &first, &key)) == 1) {
         long long id;
@@ -379,8 +384,8 @@ done:
 }
 
 rlTokenizer *tokenizer_load(const char *path, rlError *err) {
-    char *data;
-    size_t len, bad;
+    char *data = NULL;
+    size_t len = 0, bad;
     if (tok_read_file(path, &data, &len, err)) return NULL;
     rlTokenizer *t = calloc(1, sizeof(*t));
     if (!t) {
