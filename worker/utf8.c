@@ -71,6 +71,7 @@ int utf8_valid(const char *s, size_t n, size_t *bad_at) {
 }
 
 int utf8_lossy_append(bytebuf *out, const char *s, size_t n) {
+    if (n == 0) return 0;
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0, run = 0;   /* run: start of the valid bytes not yet copied */
     while (i < n) {
