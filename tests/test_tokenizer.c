@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../worker/pretok.h"
 #include "../worker/tokenizer.h"
 #include "../worker/utf8.h"
 
@@ -446,6 +447,36 @@ static void test_refused(void **state) {
     assert_int_equal(err.code, RL_EIO);
 }
 
+static int collect_piece(void *ctx, const char *s, size_t n, rlError *err) {
+    (void)err;
+    bytebuf *b = ctx;
+    bytebuf_append(b, s, n);
+    return bytebuf_putc(b, '|');
+}
+
+/* Oniguruma's \s (Hugging Face's engine) does not take U+180E, PCRE2's
+ * does: "\u180E\u180Ex" must split as punctuation then a letter. */
+static void test_pretok_oniguruma(void **state) {
+    (void)state;
+    const char *re = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    pretok p = {0};
+    rlError err = {0};
+    assert_int_equal(pretok_compile(&p, re, strlen(re), 1, &err), 0);
+    struct { const char *in, *want; } cases[] = {
+        {"\xE1\xA0\x8E\xE1\xA0\x8Ex", "\xE1\xA0\x8E\xE1\xA0\x8E|x|"},
+        {"a  b\u3000\u3000c\n\n", "a| | b|\u3000|\u3000c|\n\n|"},
+        {"it's I'LL x\xC5\xBF", "it|'s| I|'LL| x\xC5\xBF|"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bytebuf b = {0};
+        assert_int_equal(pretok_split(&p, cases[i].in, strlen(cases[i].in), collect_piece, &b, &err), 0);
+        assert_string_equal(b.data, cases[i].want);
+        bytebuf_free(&b);
+    }
+    pretok_free(&p);
+}
+
 static void test_chat(void **state) {
     (void)state;
     rlMessage m[] = {{"user", "Hi!"}, {"assistant", "Hello."}, {"user", "2+2?"}};
@@ -485,6 +516,7 @@ int main(void) {
         cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_long_inputs),
         cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_lossy),
         cmocka_unit_test(test_refused),      cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_pretok_oniguruma),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
