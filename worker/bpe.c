@@ -170,9 +170,10 @@ int bpe_index(bpeModel *m, rlError *err) {
         m->byte_id[b] = bpe_lookup(m, one.data, one.len);
         bytebuf_free(&one);
     }
-    /* A merge table as large as the vocab keeps probes short. */
+    /* Merges number about as many as tokens: a table at most 2/3 full
+     * keeps linear probes short. */
     uint64_t mcap = 1024;
-    while (mcap < (uint64_t)m->n_tokens * 2) mcap *= 2;
+    while (mcap * 2 < (uint64_t)m->n_tokens * 3) mcap *= 2;
     m->merges = malloc(mcap * sizeof(*m->merges));
     if (!m->merges) return rl_error(err, RL_EMEMORY, "out of memory");
     for (uint64_t i = 0; i < mcap; i++) m->merges[i] = (bpeMerge){0, 0, -1};
@@ -221,7 +222,7 @@ int bpe_add_merge(bpeModel *m, const char *a, size_t an, const char *b, size_t b
     if (inew < 0)
         return rl_error(err, RL_EMODEL, "model.merges[%d]: \"%.*s%.*s\" (the merged pair) is not in the vocab",
                         m->n_merges, (int)an, a, (int)bn, b);
-    if ((uint64_t)(m->n_merges + 1) * 2 > m->merge_mask + 1 && bpe_grow_merges(m))
+    if ((uint64_t)(m->n_merges + 1) * 3 > (m->merge_mask + 1) * 2 && bpe_grow_merges(m))
         return rl_error(err, RL_EMEMORY, "out of memory");
     /* A repeated pair takes its last rank, as Hugging Face's map does. */
     uint64_t pair = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib;

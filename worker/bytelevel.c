@@ -26,29 +26,32 @@ unsigned bytelevel_char(unsigned char b) {
     return bytelevel_chars[b];
 }
 
-static int bytelevel_byte(unsigned cp) {
-    pthread_once(&bytelevel_once, bytelevel_init);
-    return cp < 0x144 ? bytelevel_bytes[cp] : -1;
-}
-
 int bytelevel_decode(const char *s, size_t n, bytebuf *out) {
-    size_t start = out->len;
+    pthread_once(&bytelevel_once, bytelevel_init);
+    if (bytebuf_reserve(out, n)) return -1;
     const unsigned char *p = (const unsigned char *)s;
+    char *dst = out->data + out->len;   /* never longer than the input */
+    size_t k = 0;
     for (size_t i = 0; i < n;) {
         unsigned cp;
         size_t len;
-        if (utf8_next(p + i, n - i, &len) != UTF8_CHAR) goto foreign;
-        if (len == 1) cp = p[i];
-        else if (len == 2) cp = (unsigned)(p[i] & 0x1F) << 6 | (p[i + 1] & 0x3F);
-        else goto foreign;
-        int b = bytelevel_byte(cp);
+        if (p[i] < 0x80) {
+            cp = p[i];
+            len = 1;
+        } else if (utf8_next(p + i, n - i, &len) == UTF8_CHAR && len == 2) {
+            cp = (unsigned)(p[i] & 0x1F) << 6 | (p[i + 1] & 0x3F);
+        } else {
+            goto foreign;
+        }
+        int b = cp < 0x144 ? bytelevel_bytes[cp] : -1;
         if (b < 0) goto foreign;
-        if (bytebuf_putc(out, (char)b)) return -1;
+        dst[k++] = (char)b;
         i += len;
     }
+    out->len += k;
+    out->data[out->len] = 0;
     return 1;
 foreign:
-    out->len = start;
     return bytebuf_append(out, s, n) ? -1 : 0;
 }
 

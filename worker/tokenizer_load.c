@@ -213,8 +213,8 @@ static int tok_check_model_option(json_t *model, const char *key, rlError *err) 
 
 static int tok_vocab(rlTokenizer *t, jscan *j, rlError *err) {
     bytebuf key = {0};
-    /* The strings take about a quarter of the file: one allocation. */
-    if (bytebuf_reserve(&t->bpe.strs, (size_t)(j->end - j->p) / 4))
+    /* The strings take about a tenth of the file: mostly one allocation. */
+    if (bytebuf_reserve(&t->bpe.strs, (size_t)(j->end - j->p) / 10))
         return rl_error(err, RL_EMEMORY, "out of memory");
     int first = 1, r;
     while ((r = jscan_object_next(j, &first, &key)) == 1) {

@@ -60,6 +60,11 @@ int utf8_valid(const char *s, size_t n, size_t *bad_at) {
             i++;
             continue;
         }
+        /* two-byte characters (Latin, Cyrillic, byte-level vocab) inline */
+        if (p[i] >= 0xC2 && p[i] <= 0xDF && i + 1 < n && (p[i + 1] & 0xC0) == 0x80) {
+            i += 2;
+            continue;
+        }
         size_t len;
         if (utf8_next(p + i, n - i, &len) != UTF8_CHAR) {
             if (bad_at) *bad_at = i;
