@@ -119,7 +119,7 @@ fuzz: build-fuzz/fuzz_tokenizer
 	@mkdir -p build-fuzz/corpus
 	build-fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=2048 \
 	    -artifact_prefix=build-fuzz/ \
-	    build-fuzz/corpus tests/fixtures/tokenizer-small/fuzz-seed
+	    build-fuzz/corpus tests/fuzz_tokenizer_seeds
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,6 +448,48 @@ static void test_refused(void **state) {
     assert_int_equal(err.code, RL_EIO);
 }
 
+/* Two threads encoding the fixture at once share one tokenizer (and its
+ * cache): each must still get Hugging Face's ids. */
+typedef struct threadJob {
+    const rlTokenizer *t;
+    json_t *all;
+    int bad;
+} threadJob;
+
+static void *encode_all(void *arg) {
+    threadJob *job = arg;
+    size_t i;
+    json_t *o;
+    json_array_foreach(job->all, i, o) {
+        json_t *text = json_object_get(o, "text"), *want = json_object_get(o, "ids");
+        int32_t *ids;
+        int n;
+        rlError err = {0};
+        if (tokenizer_encode(job->t, json_string_value(text), json_string_length(text), &ids, &n, &err)) {
+            job->bad++;
+            continue;
+        }
+        int ok = (size_t)n == json_array_size(want);
+        for (int k = 0; ok && k < n; k++) ok = ids[k] == json_integer_value(json_array_get(want, (size_t)k));
+        job->bad += !ok;
+        free(ids);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    rlTokenizer *t = load_or_fail(QWEN("tokenizer.json"));
+    json_t *all = read_jsonl(QWEN("encode.jsonl"));
+    threadJob jobs[2] = {{t, all, 0}, {t, all, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, encode_all, &jobs[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    assert_int_equal(jobs[0].bad + jobs[1].bad, 0);
+    json_decref(all);
+    tokenizer_free(t);
+}
+
 static int collect_piece(void *ctx, const char *s, size_t n, rlError *err) {
     (void)err;
     bytebuf *b = ctx;
@@ -516,7 +559,7 @@ int main(void) {
         cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_long_inputs),
         cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_lossy),
         cmocka_unit_test(test_refused),      cmocka_unit_test(test_chat),
-        cmocka_unit_test(test_pretok_oniguruma),
+        cmocka_unit_test(test_pretok_oniguruma), cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
