@@ -520,6 +520,38 @@ static void test_pretok_oniguruma(void **state) {
     pretok_free(&p);
 }
 
+static void test_prompt_ids(void **state) {
+    (void)state;
+    rlTokenizer *t = load_or_fail(SMALL("tokenizer.json"));
+    rlError err = {0};
+    rlRequest r;
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(tokenizer_prompt_ids(t, &r, &err), -1);
+    assert_int_equal(err.code, RL_EINPUT);
+    r.prompt = "<|im_start|>hi";
+    assert_int_equal(tokenizer_prompt_ids(t, &r, &err), 0);
+    assert_true(r.n_prompt_ids >= 2);
+    assert_int_equal(r.prompt_ids[0], 2001);
+    free(r.prompt_ids);
+    memset(&r, 0, sizeof(r));
+    rlMessage m[] = {{"user", "hi"}};
+    r.messages = m;
+    r.n_messages = 1;
+    assert_int_equal(tokenizer_prompt_ids(t, &r, &err), 0);
+    char *text;
+    size_t len;
+    assert_int_equal(tokenizer_decode(t, r.prompt_ids, r.n_prompt_ids, &text, &len, &err), 0);
+    assert_string_equal(text, "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+                              "assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    free(text);
+    free(r.prompt_ids);
+    memset(&r, 0, sizeof(r));
+    r.prompt = "bad \xff";
+    assert_int_equal(tokenizer_prompt_ids(t, &r, &err), -1);
+    assert_non_null(strstr(err.msg, "invalid_utf8:"));
+    tokenizer_free(t);
+}
+
 static void test_chat(void **state) {
     (void)state;
     rlMessage m[] = {{"user", "Hi!"}, {"assistant", "Hello."}, {"user", "2+2?"}};
@@ -560,6 +592,7 @@ int main(void) {
         cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_lossy),
         cmocka_unit_test(test_refused),      cmocka_unit_test(test_chat),
         cmocka_unit_test(test_pretok_oniguruma), cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_prompt_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
