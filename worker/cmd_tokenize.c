@@ -123,45 +123,67 @@ static int tok_close_io(tokIO *io, rlError *err) {
     return bad ? -1 : 0;
 }
 
-/* One JSONL line as an object; NULL for a blank line (*err untouched) or
+/* One JSONL line as an object; NULL for a blank line (err untouched) or
  * a bad one (err set). */
-static json_t *tok_line_object(const char *line, size_t len, long lineno, const char *name, rlError *err) {
+static json_t *tok_line_object(const char *line, size_t len, rlError *err) {
     size_t i = 0;
     while (i < len && strchr(" \t\r\n", line[i])) i++;
     if (i == len) return NULL;
     json_error_t je;
     json_t *o = json_loadb(line, len, JSON_ALLOW_NUL, &je);
-    if (!o) rl_error(err, RL_EINPUT, "%s line %ld: not a JSON object: %s", name, lineno, je.text);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        rl_error(err, RL_EINPUT, "not a JSON object: %s", o ? "another JSON value" : je.text);
+        return NULL;
+    }
     return o;
 }
 
-/* Read the whole input as a list of objects, so --bench and errors need no
- * second pass over the file. */
-static json_t *tok_read_lines(tokIO *io, rlError *err) {
-    json_t *all = json_array();
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    long lineno = 0;
-    while ((n = getline(&line, &cap, io->in)) >= 0) {
-        lineno++;
-        err->code = RL_OK;
-        json_t *o = tok_line_object(line, (size_t)n, lineno, io->in_name, err);
-        if (!o && err->code != RL_OK) goto fail;
-        if (!o) continue;
-        json_object_set_new(o, "_line", json_integer(lineno));
-        json_array_append_new(all, o);
+/* {"text"} -> {"ids"}, appended to out. */
+static int tok_encode_line(const rlTokenizer *t, json_t *o, bytebuf *out, rlError *err) {
+    json_t *s = json_object_get(o, "text");
+    if (!json_is_string(s)) return rl_error(err, RL_EINPUT, "needs \"text\": a string");
+    int32_t *ids;
+    int n_ids;
+    if (tokenizer_encode(t, json_string_value(s), json_string_length(s), &ids, &n_ids, err)) return -1;
+    int bad = bytebuf_append(out, "{\"ids\": [", 9);
+    for (int k = 0; k < n_ids && !bad; k++) {
+        char num[16];
+        int w = snprintf(num, sizeof(num), k ? ", %d" : "%d", ids[k]);
+        bad = bytebuf_append(out, num, (size_t)w);
     }
-    if (ferror(io->in)) {
-        rl_error(err, RL_EIO, "reading %s failed", io->in_name);
-        goto fail;
+    free(ids);
+    if (bad || bytebuf_append(out, "]}\n", 3)) return rl_error(err, RL_EMEMORY, "out of memory");
+    return 0;
+}
+
+/* {"ids"} -> {"text"}, appended to out. */
+static int tok_decode_line(const rlTokenizer *t, json_t *o, bytebuf *out, rlError *err) {
+    json_t *ids = json_object_get(o, "ids"), *v;
+    if (!json_is_array(ids)) return rl_error(err, RL_EINPUT, "needs \"ids\": an array of token ids");
+    size_t k, n = json_array_size(ids);
+    int32_t *buf = malloc((n ? n : 1) * sizeof(*buf));
+    if (!buf) return rl_error(err, RL_EMEMORY, "out of memory");
+    json_array_foreach(ids, k, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+            free(buf);
+            return rl_error(err, RL_EINPUT, "ids[%zu] is not a token id (an integer 0..%d)", k, INT32_MAX);
+        }
+        buf[k] = (int32_t)json_integer_value(v);
     }
-    free(line);
-    return all;
-fail:
-    free(line);
-    json_decref(all);
-    return NULL;
+    char *text = NULL;
+    size_t len;
+    int rc = tokenizer_decode(t, buf, (int)n, &text, &len, err);
+    free(buf);
+    if (rc) return -1;
+    json_t *js = json_stringn_nocheck(text, len);
+    char *dump = js ? json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    free(text);
+    json_decref(js);
+    rc = !dump || bytebuf_append(out, "{\"text\": ", 9) || bytebuf_append(out, dump, strlen(dump)) ||
+         bytebuf_append(out, "}\n", 2);
+    free(dump);
+    return rc ? rl_error(err, RL_EMEMORY, "out of memory") : 0;
 }
 
 static int tok_bench(const rlTokenizer *t, json_t *texts, int repeat, double load_s, FILE *out,
@@ -196,87 +218,44 @@ static int tok_run(int argc, char **argv, int detok) {
     if (rc >= 0) return rc;
     rlError err = {0};
     tokIO io = {0};
-    json_t *lines = NULL, *texts = json_array();
+    json_t *texts = json_array();   /* --bench: every text, kept for the timed passes */
     bytebuf out = {0};
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0;
     double t0 = tok_now();
     rlTokenizer *t = tok_open(&a, &err);
     double load_s = tok_now() - t0;
-    if (!t || tok_open_io(&a, &io, &err) || !(lines = tok_read_lines(&io, &err))) goto done;
-    size_t i;
-    json_t *o;
-    json_array_foreach(lines, i, o) {
-        long lineno = (long)json_integer_value(json_object_get(o, "_line"));
-        char *text = NULL;
-        size_t len = 0;
+    if (!t || tok_open_io(&a, &io, &err)) goto done;
+    /* Line by line, so any size of input runs in constant memory. */
+    while ((n = getline(&line, &cap, io.in)) >= 0) {
+        lineno++;
+        json_t *o = tok_line_object(line, (size_t)n, &err);
+        if (!o && err.code == RL_OK) continue;
         bytebuf_clear(&out);
-        if (detok) {
-            json_t *ids = json_object_get(o, "ids"), *v;
-            size_t k, n = json_array_size(ids);
-            int32_t *buf = malloc((n ? n : 1) * sizeof(*buf));
-            if (!json_is_array(ids) || !buf) {
-                free(buf);
-                rl_error(&err, RL_EINPUT, "%s line %ld: needs \"ids\": an array of token ids", io.in_name, lineno);
-                goto done;
-            }
-            json_array_foreach(ids, k, v) {
-                if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
-                    free(buf);
-                    rl_error(&err, RL_EINPUT, "%s line %ld: ids[%zu] is not a token id (an integer 0..%d)",
-                             io.in_name, lineno, k, INT32_MAX);
-                    goto done;
-                }
-                buf[k] = (int32_t)json_integer_value(v);
-            }
-            rc = tokenizer_decode(t, buf, (int)n, &text, &len, &err);
-            free(buf);
-            if (rc) goto line_error;
-            json_t *s = json_stringn_nocheck(text, len);
-            char *js = s ? json_dumps(s, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-            free(text);
-            json_decref(s);
-            if (!js) {
-                rl_error(&err, RL_EMEMORY, "out of memory");
-                goto done;
-            }
-            fprintf(io.out, "{\"text\": %s}\n", js);
-            free(js);
-            continue;
+        if (o && a.bench) {
+            json_t *s = json_object_get(o, "text");
+            rc = json_is_string(s) ? json_array_append(texts, s) : rl_error(&err, RL_EINPUT, "needs \"text\": a string");
+        } else if (o) {
+            rc = detok ? tok_decode_line(t, o, &out, &err) : tok_encode_line(t, o, &out, &err);
         }
-        json_t *s = json_object_get(o, "text");
-        if (!json_is_string(s)) {
-            rl_error(&err, RL_EINPUT, "%s line %ld: needs \"text\": a string", io.in_name, lineno);
+        json_decref(o);
+        if (!o || rc) {
+            rl_error_wrap(&err, "%s line %ld", io.in_name, lineno);
             goto done;
         }
-        if (a.bench) {
-            json_array_append(texts, s);
-            continue;
-        }
-        int32_t *ids;
-        int n_ids;
-        if (tokenizer_encode(t, json_string_value(s), json_string_length(s), &ids, &n_ids, &err))
-            goto line_error;
-        int bad = bytebuf_append(&out, "{\"ids\": [", 9);
-        for (int k = 0; k < n_ids && !bad; k++) {
-            char num[16];
-            int w = snprintf(num, sizeof(num), k ? ", %d" : "%d", ids[k]);
-            bad = bytebuf_append(&out, num, (size_t)w);
-        }
-        free(ids);
-        if (bad || bytebuf_append(&out, "]}\n", 3)) {
-            rl_error(&err, RL_EMEMORY, "out of memory");
-            goto done;
-        }
-        fwrite(out.data, 1, out.len, io.out);
-        continue;
-    line_error:
-        rl_error_wrap(&err, "%s line %ld", io.in_name, lineno);
+        fwrite(out.data ? out.data : "", 1, out.len, io.out);
+    }
+    if (ferror(io.in)) {
+        rl_error(&err, RL_EIO, "reading %s failed", io.in_name);
         goto done;
     }
     if (a.bench) tok_bench(t, texts, a.bench, load_s, io.out, &err);
 done:
     tok_close_io(&io, &err);
+    free(line);
     bytebuf_free(&out);
-    json_decref(lines);
     json_decref(texts);
     tokenizer_free(t);
     if (err.code != RL_OK) {
