@@ -552,6 +552,42 @@ static void test_prompt_ids(void **state) {
     tokenizer_free(t);
 }
 
+/* A damaged tokenizer.json (cut short anywhere, or a byte changed) is an
+ * error or, rarely, still a valid file: never a crash. */
+static void test_damaged_files(void **state) {
+    (void)state;
+    FILE *f = fopen(SMALL("tokenizer.json"), "rb");
+    assert_non_null(f);
+    static char data[1 << 17];
+    size_t len = fread(data, 1, sizeof(data), f);
+    fclose(f);
+    char path[] = "/tmp/redlm-tokjson-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    srand(11);
+    for (int k = 0; k < 120; k++) {
+        size_t cut = k < 60 ? (size_t)rand() % len : len, at = (size_t)rand() % len;
+        char saved = data[at];
+        if (k >= 60) data[at] = "{}[]\",:0a\x80 "[rand() % 12];
+        f = fopen(path, "wb");
+        fwrite(data, 1, cut, f);
+        fclose(f);
+        data[at] = saved;
+        rlError err = {0};
+        rlTokenizer *t = tokenizer_load(path, &err);
+        if (t) {
+            int32_t *ids;
+            int n;
+            if (tokenizer_encode(t, "Hello, world! <|im_end|>", 24, &ids, &n, &err) == 0) free(ids);
+            tokenizer_free(t);
+        } else {
+            assert_true(err.msg[0] != 0);
+        }
+    }
+    unlink(path);
+}
+
 static void test_chat(void **state) {
     (void)state;
     rlMessage m[] = {{"user", "Hi!"}, {"assistant", "Hello."}, {"user", "2+2?"}};
@@ -592,7 +628,7 @@ int main(void) {
         cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_lossy),
         cmocka_unit_test(test_refused),      cmocka_unit_test(test_chat),
         cmocka_unit_test(test_pretok_oniguruma), cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_prompt_ids),
+        cmocka_unit_test(test_prompt_ids),       cmocka_unit_test(test_damaged_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
