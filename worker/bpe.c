@@ -57,6 +57,7 @@ static uint64_t bpe_pair_hash(uint64_t pair) {
 
 int bpe_ids_push(bpeIds *ids, int32_t id) {
     if (ids->n == ids->cap) {
+        if (ids->cap > INT32_MAX / 2) return -1;
         int cap = ids->cap ? ids->cap * 2 : 256;
         int32_t *v = realloc(ids->v, (size_t)cap * sizeof(*v));
         if (!v) return -1;
@@ -163,7 +164,8 @@ int bpe_index(bpeModel *m, rlError *err) {
     }
     for (int b = 0; b < 256; b++) {
         bytebuf one = {0};
-        if (bytelevel_encode((const unsigned char *)&(unsigned char){(unsigned char)b}, 1, &one)) {
+        unsigned char byte = (unsigned char)b;
+        if (bytelevel_encode(&byte, 1, &one)) {
             bytebuf_free(&one);
             return rl_error(err, RL_EMEMORY, "out of memory");
         }

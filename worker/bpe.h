@@ -24,9 +24,9 @@ typedef struct bpeIds {
 int bpe_ids_push(bpeIds *ids, int32_t id);
 
 typedef struct bpeMerge {
-    uint64_t pair;      /* left id << 32 | right id; 0 marks an empty slot with new_id -1 */
+    uint64_t pair;      /* left id << 32 | right id */
     int32_t rank;
-    int32_t new_id;
+    int32_t new_id;     /* -1: an empty slot */
 } bpeMerge;
 
 typedef struct bpeCache bpeCache;
