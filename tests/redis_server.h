@@ -21,7 +21,7 @@ typedef struct rlRedisServer {
     char dir[64];
 } rlRedisServer;
 
-static int redis_server_free_port(void) {
+static inline int redis_server_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(a);
@@ -31,7 +31,7 @@ static int redis_server_free_port(void) {
     return ntohs(a.sin_port);
 }
 
-static redisContext *redis_server_connect(const rlRedisServer *s) {
+static inline redisContext *redis_server_connect(const rlRedisServer *s) {
     struct timeval tv = {2, 0};
     redisContext *c = redisConnectWithTimeout("127.0.0.1", s->port, tv);
     if (c && c->err) {
@@ -41,7 +41,7 @@ static redisContext *redis_server_connect(const rlRedisServer *s) {
     return c;
 }
 
-static int redis_server_start(rlRedisServer *s) {
+static inline int redis_server_start(rlRedisServer *s) {
     snprintf(s->dir, sizeof(s->dir), "/tmp/redlm-test-XXXXXX");
     if (!mkdtemp(s->dir) || (s->port = redis_server_free_port()) < 0) return -1;
     char port[16];
@@ -68,7 +68,7 @@ static int redis_server_start(rlRedisServer *s) {
     return -1;
 }
 
-static void redis_server_stop(rlRedisServer *s) {
+static inline void redis_server_stop(rlRedisServer *s) {
     if (s->pid > 0) {
         kill(s->pid, SIGKILL);
         waitpid(s->pid, NULL, 0);
