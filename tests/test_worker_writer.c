@@ -56,7 +56,7 @@ static double run_writer(harness *h, int n, int streams) {
         if (i >= n) {
             const char *argv[4] = {"XACK", "redlm:jobs", "redlm", "1-1"};
             size_t len[4] = {4, 10, 5, 3};
-            items_push(&items, item_create(RL_ITEM_ACK, job_create("1-1", NULL, 0, NULL, RL_ENC_JSON, 1),
+            items_push(&items, item_create(RL_ITEM_ACK, job_create("1-1", NULL, 0, NULL, RL_ENC_JSON, NULL, 0, 1),
                                            4, argv, len));
             continue;
         }
@@ -95,7 +95,7 @@ static void harness_open(harness *h) {
 }
 
 static void harness_close(harness *h) {
-    rconn_close(h->conn);
+    rconn_close(h->conn, 0);
     ev_run(h->loop, EVRUN_NOWAIT);
     writer_free(h->w);
     ev_loop_destroy(h->loop);

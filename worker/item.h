@@ -13,21 +13,38 @@
 
 #include "codec.h"
 
+struct json_t;
+
+/* The Redis names a worker uses (protocol.md's defaults are options). */
+typedef struct rlKeys {
+    const char *stream;      /* redlm:jobs */
+    const char *group;       /* redlm */
+    const char *consumer;    /* host:pid */
+    const char *dead;        /* redlm:dead */
+    const char *cancel;      /* redlm:cancel */
+} rlKeys;
+
 typedef struct rlJob {
     char entry[48];          /* stream entry id, e.g. 1700000000000-0 */
     char *id;                /* the job's id, or NULL when the entry has none */
     char *reply_to;          /* reply stream key (NULL without an id) */
     rlEncoding enc;
+    char *payload;           /* the entry's json/msgpack field, for dead letters */
+    size_t payload_len;
     int attempt;             /* delivery count */
     /* engine thread only, while the job runs */
     int seq;                 /* next event's seq */
     int samples_left;        /* done events still to come */
+    int n_samples;
+    struct json_t **pending; /* per sample: chunk text/tokens not yet sent */
     /* loop thread only: the list of jobs not yet acknowledged */
     struct rlJob *prev, *next;
 } rlJob;
 
+/* id may be NULL (an entry without one: no reply stream); reply_to NULL
+ * means redlm:reply:<id>; payload is copied. */
 rlJob *job_create(const char *entry, const char *id, size_t id_len, const char *reply_to,
-                  rlEncoding enc, int attempt);
+                  rlEncoding enc, const char *payload, size_t payload_len, int attempt);
 void job_free(rlJob *j);
 
 typedef enum rlItemKind {
@@ -56,6 +73,15 @@ typedef struct rlItemList {
     rlItem *head, *tail;
     size_t n;
 } rlItemList;
+
+/* The items that end a job: its error event (when it has an id), a
+ * dead-letter copy of the entry (fields: the entry's own field/value pairs)
+ * with the error, then XACK.  Returns -1 when out of memory. */
+int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, int n_fields, const char *const *fields,
+               const size_t *field_lens, const char *code, const char *message);
+/* A reply event (a JSON object) for the job, encoded as the job asked. */
+int items_event(rlItemList *out, rlJob *job, const struct json_t *event);
+int items_ack(rlItemList *out, const rlKeys *k, rlJob *job);
 
 void items_push(rlItemList *l, rlItem *it);
 void items_append(rlItemList *l, rlItemList *from); /* moves everything, from is left empty */

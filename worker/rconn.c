@@ -134,9 +134,11 @@ void rconn_reset(rlConn *c) {
     if (c->ac) redisAsyncDisconnect(c->ac);
 }
 
-void rconn_close(rlConn *c) {
+void rconn_close(rlConn *c, int now) {
     c->closing = 1;
     ev_timer_stop(c->loop, &c->retry);
-    if (c->ac) redisAsyncDisconnect(c->ac); /* frees c from the disconnect callback */
-    else free(c);
+    if (!c->ac) free(c);
+    else if (!c->up) redisAsyncFree(c->ac), free(c); /* still connecting: no callback will come */
+    else if (now) redisAsyncFree(c->ac); /* the disconnect callback frees c */
+    else redisAsyncDisconnect(c->ac);
 }

@@ -23,7 +23,8 @@ redisAsyncContext *rconn_ctx(rlConn *c);
 /* Drop the connection now and reconnect after the backoff (used when a
  * reply shows the connection is unusable, e.g. AUTH refused). */
 void rconn_reset(rlConn *c);
-/* Disconnect for good (pending replies still arrive first) and free. */
-void rconn_close(rlConn *c);
+/* Disconnect for good and free: gracefully (pending replies still arrive
+ * first) or now (pending commands get NULL replies, e.g. a blocked XREAD). */
+void rconn_close(rlConn *c, int now);
 
 #endif
