@@ -7,12 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-/* From worker/request.c: validate one request object field by field
- * (protocol.md); on failure *code is the protocol error code. */
-int rl_request_from_json(const json_t *obj, rlRequest *r, const char **code, rlError *err);
-#pragma weak rl_request_from_json
-#pragma weak rl_request_init
-#pragma weak rl_request_free
 
 /* Ids longer than this are not answered at all: the reply stream's name
  * would be the producer's bytes, and nobody waits on a megabyte key. */
@@ -116,10 +110,6 @@ rlRequest *intake_entry(const rlIntake *in, const redisReply *entry, int attempt
         snprintf(msg, sizeof(msg), "delivered %d times, more than --max-deliveries %d: the workers "
                  "that took it stopped before answering; it is not retried again", attempt, in->max_deliveries);
     }
-    if (!code && !rl_request_from_json) {
-        code = "internal";
-        snprintf(msg, sizeof(msg), "this build has no request validator (worker/request.c)");
-    }
     if (!code) {
         req = malloc(sizeof(*req));
         if (!req) {
@@ -127,7 +117,7 @@ rlRequest *intake_entry(const rlIntake *in, const redisReply *entry, int attempt
             snprintf(msg, sizeof(msg), "out of memory");
         } else {
             rl_request_init(req);
-            if (rl_request_from_json(obj, req, &code, &err)) {
+            if (rl_request_parse(req, obj, &code, &err)) {
                 if (!code) code = "invalid_request";
                 snprintf(msg, sizeof(msg), "%s", err.msg);
             } else if (req->deadline_ms && intake_now_ms() > req->deadline_ms) {

@@ -3,6 +3,8 @@
 
 #include <jansson.h>
 
+#include "output.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,8 +108,9 @@ int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, int n_fields, const
     json_t *err = json_pack("{s:s, s:s}", "code", code, "message", message);
     if (!err) return -1;
     if (job->id) {
-        json_t *ev = json_pack("{s:s, s:s, s:i, s:i, s:O}", "id", job->id, "event", "error", "seq", job->seq,
-                               "attempt", job->attempt, "error", err);
+        rlRequest req = {.id = job->id, .attempt = job->attempt};
+        rlOutput o = {.kind = RL_OUT_ERROR, .req = &req, .error_code = code, .error_message = message};
+        json_t *ev = rl_output_event(&o, job->seq);
         int bad = !ev || items_event(out, job, ev);
         json_decref(ev);
         if (bad) {

@@ -14,10 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-/* From worker/output.c: an engine output as a protocol event object
- * (id, event, index, token_ids, text, logprobs, finish_reason, usage ...). */
-json_t *rl_output_to_json(const rlOutput *out);
-#pragma weak rl_output_to_json
+#include "output.h"
+
 /* Until worker/engine.c is in the tree the worker links without it and
  * refuses to start (cmd_worker.c checks engine_open). */
 #pragma weak engine_add
@@ -26,7 +24,6 @@ json_t *rl_output_to_json(const rlOutput *out);
 #pragma weak engine_has_work
 #pragma weak engine_free_slots
 #pragma weak engine_stats
-#pragma weak rl_request_free
 
 typedef struct rlInbox {
     struct rlInbox *next;
@@ -98,7 +95,7 @@ static void runner_on_output(void *ctx, const rlOutput *out) {
         return;
     }
     if (out->index < 0 || out->index >= job->n_samples) return;
-    json_t *ev = rl_output_to_json(out);
+    json_t *ev = rl_output_event(out, 0); /* seq is set when it is sent */
     if (!ev) {
         runner_fail_job(r, job, "internal", "cannot build a reply event (out of memory)");
         job->samples_left = 0;
@@ -210,10 +207,6 @@ static void *runner_main(void *arg) {
 }
 
 rlRunner *runner_start(rlEngine *e, const rlRunnerOptions *o, rlError *err) {
-    if (!rl_output_to_json) {
-        rl_error(err, RL_EINTERNAL, "this build has no reply encoder (worker/output.c)");
-        return NULL;
-    }
     rlRunner *r = calloc(1, sizeof(*r));
     if (!r) {
         rl_error(err, RL_EMEMORY, "out of memory starting the engine thread");
