@@ -117,8 +117,9 @@ rlRequest *intake_entry(const rlIntake *in, const redisReply *entry, int attempt
             snprintf(msg, sizeof(msg), "out of memory");
         } else {
             rl_request_init(req);
-            if (rl_request_parse(req, obj, &code, &err)) {
-                if (!code) code = "invalid_request";
+            const char *pcode = NULL; /* set on success too: only read on failure */
+            if (rl_request_parse(req, obj, &pcode, &err)) {
+                code = pcode ? pcode : "invalid_request";
                 snprintf(msg, sizeof(msg), "%s", err.msg);
             } else if (req->deadline_ms && intake_now_ms() > req->deadline_ms) {
                 code = "deadline_exceeded";
