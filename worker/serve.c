@@ -255,7 +255,9 @@ static void serve_on_group(redisAsyncContext *ac, void *reply, void *priv) {
 
 static void serve_reader_ready(rlConn *c, void *ctx) {
     rlServe *s = ctx;
-    const char *argv[] = {"XGROUP", "CREATE", s->o.keys.stream, s->o.keys.group, "$", "MKSTREAM"};
+    /* From 0, not $: jobs queued before the first worker ever started are
+     * jobs too.  An existing group is left as it is (BUSYGROUP). */
+    const char *argv[] = {"XGROUP", "CREATE", s->o.keys.stream, s->o.keys.group, "0", "MKSTREAM"};
     s->reader_busy = 1;
     redisAsyncCommandArgv(rconn_ctx(c), serve_on_group, s, 6, argv, NULL);
 }
