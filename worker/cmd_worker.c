@@ -8,11 +8,6 @@
 #include "engine_flags.h"
 #include "serve.h"
 
-/* Until worker/engine.c is in the tree the binary links without it. */
-#pragma weak engine_open
-#pragma weak engine_close
-#pragma weak rl_engine_options_init
-
 static void worker_usage(FILE *f) {
     fprintf(f,
             "usage: redlm worker --model DIR --redis redis://[user:pass@]host:port[/db] [options]\n\n"
@@ -46,10 +41,6 @@ static int worker_int(const char *flag, const char *v, long lo, long hi, long *o
 }
 
 int cmd_worker(int argc, char **argv) {
-    if (!engine_open) {
-        fprintf(stderr, "redlm worker: this build has no engine (worker/engine.c)\n");
-        return RL_EINTERNAL;
-    }
     rlEngineOptions eo;
     rl_engine_options_init(&eo);
     rlServeOptions so;

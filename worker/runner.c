@@ -16,14 +16,6 @@
 
 #include "output.h"
 
-/* Until worker/engine.c is in the tree the worker links without it and
- * refuses to start (cmd_worker.c checks engine_open). */
-#pragma weak engine_add
-#pragma weak engine_abort
-#pragma weak engine_step
-#pragma weak engine_has_work
-#pragma weak engine_free_slots
-#pragma weak engine_stats
 
 typedef struct rlInbox {
     struct rlInbox *next;
