@@ -58,13 +58,14 @@ typedef struct rlBackendOps {
     /* Operations over the current step's n_tokens rows.
      * embed: out[t] = table[tokens[t] - vocab0] for ids in [vocab0, vocab0 + n_vocab), else 0. */
     void (*embed)(rlBackend *be, void *out, const void *table, int vocab0, int n_vocab, int dim);
-    /* out = rmsnorm(in) * w */
+    /* out = rmsnorm(in) * w (out may be in) */
     void (*rmsnorm)(rlBackend *be, void *out, const void *in, const void *w, int rows, int dim,
                     float eps);
     /* resid += x; out = rmsnorm(resid) * w */
     void (*add_rmsnorm)(rlBackend *be, void *resid, const void *x, void *out, const void *w,
                         int rows, int dim, float eps);
-    /* out[rows, n] = in[rows, k] . w[n, k]^T (+ bias[n]) */
+    /* out[rows, n] = in[rows, k] . w[n, k]^T (+ bias[n]); n = 0 does nothing,
+     * k = 0 gives zeros (+ bias): a rank that owns no heads or MLP columns. */
     void (*matmul)(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
                    int rows, int n, int k);
     /* Same with fp32 output (LM head). */
@@ -82,6 +83,11 @@ typedef struct rlBackendOps {
     void (*gather_rows)(rlBackend *be, void *out, const void *in, int dim);
     /* a += b over n elements (act dtype) */
     void (*add)(rlBackend *be, void *a, const void *b, size_t n);
+    /* rows rows of width bytes, from src (rows src_pitch bytes apart) to dst
+     * (dst_pitch apart), as cudaMemcpy2D: places each TP rank's vocabulary
+     * slice of the logits into the full rows. */
+    void (*copy2d)(rlBackend *be, void *dst, size_t dst_pitch, const void *src,
+                   size_t src_pitch, size_t width, int rows);
 
     /* Turn logits[n_rows, vocab] (fp32, device) into results on the host:
      * log-softmax, target logprob, top alternatives, sampling (rng.h). */

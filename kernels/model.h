@@ -52,7 +52,12 @@ typedef struct rlModel {
     int max_tokens, max_rows;
     /* activations, sized for max_tokens / max_rows */
     void *x, *resid, *qkv, *att, *gu, *mlp, *rows_x;
+    void *delta;         /* (max_tokens, hidden) o_proj / down_proj output before the residual add */
     float *logits, *logits_full;
+    /* TP > 1: every TP rank's vocabulary slice, gathered ([tp][max_rows * vocab_pad]) */
+    float *logits_gather;
+    int vocab_pad;       /* the largest slice; all_gather needs equal parts */
+    int *tp_vocab0, *tp_n_vocab;   /* [tp] each TP rank's vocabulary rows */
 } rlModel;
 
 /* Weights from src (NULL: random, --load-format dummy, seeded by dummy_seed).

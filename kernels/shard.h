@@ -11,6 +11,8 @@
 #ifndef RL_SHARD_H
 #define RL_SHARD_H
 
+#include <stdio.h>
+
 #include "config.h"
 #include "error.h"
 
@@ -30,5 +32,24 @@ typedef struct rlShard {
  * layers, a partition that does not add up). */
 int rl_shard_plan(const rlModelConfig *cfg, int tp, int pp, const int *partition,
                   rlShard *out, rlError *err);
+
+/* How even a plan is: max / mean over ranks (1.0 = perfectly even).
+ * Weight bytes set a decode step's time on each rank (every weight is read
+ * once per step), so their imbalance is the one that costs throughput. */
+typedef struct rlShardBalance {
+    double weights;             /* weight bytes over all tp x pp ranks */
+    double q_heads;             /* query heads over the TP ranks of a stage */
+    double mlp;                 /* MLP columns over the TP ranks of a stage */
+    double kv;                  /* KV bytes per token over all ranks */
+    size_t max_weight_bytes, max_kv_bytes_per_token;
+} rlShardBalance;
+
+void rl_shard_balance(const rlModelConfig *cfg, const rlShard *plan, int tp, int pp,
+                      rlDtype weight_dtype, rlDtype kv_dtype, rlShardBalance *out);
+
+/* Print the plan, one line per rank (heads, KV heads, MLP columns, vocab
+ * rows, layers, weight bytes, KV bytes per token), then the imbalance. */
+void rl_shard_print(FILE *f, const rlModelConfig *cfg, const rlShard *plan, int tp, int pp,
+                    rlDtype weight_dtype, rlDtype kv_dtype);
 
 #endif

@@ -1,0 +1,318 @@
+/* backend.c: the CPU backend: fp32 everywhere, GEMMs through OpenBLAS.
+ *
+ * Weights are converted to fp32 once at upload (bf16 and fp16 checkpoints
+ * alike), so every operation reads one dtype and the results match a float64
+ * reference to ~1e-5.  fp32 doubles the bytes a decode step reads compared
+ * with bf16, which makes batch-1 decode bandwidth-bound at twice the bf16
+ * floor; the simplicity is worth it for the reference backend.  Operations
+ * run synchronously on the caller's thread (OpenBLAS and the attention pool
+ * fan out below it); failures are recorded and reported from sync(). */
+#include "cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../half.h"
+#include "../rng.h"
+
+static cpuBackend *cpu_of(rlBackend *be) { return be->impl; }
+
+void cpu_fail(cpuBackend *c, rlErrorCode code, const char *fmt, ...) {
+    if (c->failed) return;
+    c->failed = 1;
+    c->err.code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err.msg, sizeof(c->err.msg), fmt, ap);
+    va_end(ap);
+}
+
+static void *cpu_alloc(rlBackend *be, size_t bytes, rlError *err) {
+    (void)be;
+    void *p = NULL;
+    /* 64-byte alignment for AVX-512 loads; at least one line so 0 works. */
+    size_t n = (bytes + 63) / 64 * 64;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0) {
+        rl_error(err, RL_EMEMORY,
+                 "out of host memory allocating %zu MiB for the CPU backend: use a smaller "
+                 "model, fewer KV blocks or a smaller --max-num-batched-tokens", bytes >> 20);
+        return NULL;
+    }
+    return p;
+}
+
+static void cpu_free(rlBackend *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static int cpu_upload(rlBackend *be, void *dst, rlDtype dst_dtype, const void *src,
+                      rlDtype src_dtype, size_t n, rlError *err) {
+    (void)be;
+    if (dst_dtype != RL_F32)
+        return rl_error(err, RL_EINTERNAL, "the CPU backend stores fp32 only, not %s",
+                        rl_dtype_name(dst_dtype));
+    float *d = dst;
+    const uint16_t *h = src;
+    switch (src_dtype) {
+    case RL_F32: memcpy(d, src, n * sizeof(float)); break;
+    case RL_BF16: for (size_t i = 0; i < n; i++) d[i] = rl_bf16_to_f32(h[i]); break;
+    case RL_F16: for (size_t i = 0; i < n; i++) d[i] = rl_f16_to_f32(h[i]); break;
+    }
+    return 0;
+}
+
+static int cpu_download(rlBackend *be, void *dst_host, const void *src, size_t bytes,
+                        rlError *err) {
+    (void)be, (void)err;
+    memcpy(dst_host, src, bytes);
+    return 0;
+}
+
+static int cpu_fill_random(rlBackend *be, void *dst, rlDtype dtype, size_t n, uint64_t seed,
+                           float scale, rlError *err) {
+    (void)be;
+    if (dtype != RL_F32)
+        return rl_error(err, RL_EINTERNAL, "the CPU backend stores fp32 only, not %s",
+                        rl_dtype_name(dtype));
+    float *d = dst;
+    uint64_t key = rl_mix64(seed);
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(rl_mix64(key + i) >> 11) * (1.0 / 9007199254740992.0);
+        d[i] = (float)((2.0 * u - 1.0) * scale);
+    }
+    return 0;
+}
+
+static int cpu_kv_init(rlBackend *be, int n_layers, int n_blocks, int block_size, int n_kv,
+                       int head_dim, rlError *err) {
+    cpuBackend *c = cpu_of(be);
+    if (n_layers < 0 || n_blocks < 1 || block_size < 1 || n_kv < 0 || head_dim < 1)
+        return rl_error(err, RL_EUSAGE,
+                        "invalid KV cache shape: %d layers, %d blocks of %d tokens, %d KV heads "
+                        "of %d; blocks and block size must be at least 1",
+                        n_layers, n_blocks, block_size, n_kv, head_dim);
+    size_t n = 2 * (size_t)n_layers * n_blocks * block_size * n_kv * head_dim;
+    float *kv = calloc(n ? n : 1, sizeof(float));
+    if (!kv)
+        return rl_error(err, RL_EMEMORY,
+                        "out of host memory for the KV cache (%zu MiB for %d blocks of %d "
+                        "tokens): lower --kv-cache-memory or --block-size",
+                        n * sizeof(float) >> 20, n_blocks, block_size);
+    free(c->kv);
+    c->kv = kv;
+    c->n_layers = n_layers, c->n_blocks = n_blocks, c->block_size = block_size;
+    c->n_kv = n_kv, c->head_dim = head_dim;
+    return 0;
+}
+
+/* The batch comes from the scheduler, but a bad block number here would write
+ * outside the cache, so it is checked once per step (O(tokens + blocks)). */
+static int cpu_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
+    cpuBackend *c = cpu_of(be);
+    if (!c->kv) return rl_error(err, RL_EINTERNAL, "begin_step before kv_init");
+    int capacity = c->n_blocks * c->block_size;
+    if (b->n_seqs < 0 || b->n_tokens < 0 || b->seq_start[0] != 0 ||
+        b->seq_start[b->n_seqs] != b->n_tokens)
+        return rl_error(err, RL_EINPUT, "invalid step: %d sequences, %d tokens, seq_start does "
+                        "not cover the tokens", b->n_seqs, b->n_tokens);
+    for (int s = 0; s < b->n_seqs; s++) {
+        int t0 = b->seq_start[s], t1 = b->seq_start[s + 1], len = b->seq_len[s];
+        if (t1 < t0 || len < t1 - t0 || (len + c->block_size - 1) / c->block_size > b->max_blocks)
+            return rl_error(err, RL_EINPUT, "invalid step: sequence %d has %d new tokens, KV "
+                            "length %d and %d blocks per table", s, t1 - t0, len, b->max_blocks);
+        const int32_t *bt = b->block_tables + (size_t)s * b->max_blocks;
+        for (int i = 0; i < (len + c->block_size - 1) / c->block_size; i++)
+            if (bt[i] < 0 || bt[i] >= c->n_blocks)
+                return rl_error(err, RL_EINPUT, "invalid step: sequence %d's block %d is %d, "
+                                "outside the cache's %d blocks", s, i, bt[i], c->n_blocks);
+        for (int t = t0; t < t1; t++) {
+            int pos = b->positions[t];
+            if (pos < 0 || pos >= len || b->slots[t] < 0 || b->slots[t] >= capacity ||
+                b->slots[t] != bt[pos / c->block_size] * c->block_size + pos % c->block_size)
+                return rl_error(err, RL_EINPUT, "invalid step: token %d of sequence %d at "
+                                "position %d has KV slot %d, not the one its block table "
+                                "gives", t, s, pos, b->slots[t]);
+        }
+    }
+    for (int r = 0; r < b->n_rows; r++)
+        if (b->rows[r].token < 0 || b->rows[r].token >= b->n_tokens)
+            return rl_error(err, RL_EINPUT, "invalid step: logit row %d reads token %d of a "
+                            "%d-token batch", r, b->rows[r].token, b->n_tokens);
+    c->b = b;
+    c->rope_ready = 0;
+    return 0;
+}
+
+static void cpu_embed(rlBackend *be, void *out, const void *table, int vocab0, int n_vocab,
+                      int dim) {
+    const rlBatch *b = cpu_of(be)->b;
+    float *o = out;
+    const float *tab = table;
+    for (int t = 0; t < b->n_tokens; t++) {
+        int id = b->tokens[t] - vocab0;
+        if (id >= 0 && id < n_vocab)
+            memcpy(o + (size_t)t * dim, tab + (size_t)id * dim, (size_t)dim * sizeof(float));
+        else
+            memset(o + (size_t)t * dim, 0, (size_t)dim * sizeof(float));
+    }
+}
+
+static void cpu_norm_row(float *out, const float *x, const float *w, int dim, float eps) {
+    double ss = 0;
+    for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
+    float inv = (float)(1.0 / sqrt(ss / dim + eps));
+    for (int i = 0; i < dim; i++) out[i] = x[i] * inv * w[i];
+}
+
+static void cpu_rmsnorm(rlBackend *be, void *out, const void *in, const void *w, int rows,
+                        int dim, float eps) {
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        cpu_norm_row((float *)out + (size_t)r * dim, (const float *)in + (size_t)r * dim, w, dim,
+                     eps);
+}
+
+static void cpu_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out, const void *w,
+                            int rows, int dim, float eps) {
+    (void)be;
+    float *h = resid;
+    const float *d = x;
+    for (int r = 0; r < rows; r++) {
+        float *hr = h + (size_t)r * dim;
+        const float *dr = d + (size_t)r * dim;
+        for (int i = 0; i < dim; i++) hr[i] += dr[i];
+        cpu_norm_row((float *)out + (size_t)r * dim, hr, w, dim, eps);
+    }
+}
+
+/* One row is a matrix-vector product: gemv streams the weights once and is
+ * what batch-1 decode lives on; larger batches go to sgemm. */
+static void cpu_matmul_f32(rlBackend *be, float *out, const void *in, const void *w, int rows,
+                           int n, int k) {
+    (void)be;
+    if (rows <= 0 || n <= 0) return;
+    if (k <= 0) {
+        memset(out, 0, (size_t)rows * n * sizeof(float));
+        return;
+    }
+    if (rows == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, in, 1, 0.0f, out, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, in, k, w, k,
+                    0.0f, out, n);
+}
+
+static void cpu_matmul(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
+                       int rows, int n, int k) {
+    cpu_matmul_f32(be, out, in, w, rows, n, k);
+    if (!bias || n <= 0) return;
+    float *o = out;
+    const float *bs = bias;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < n; i++) o[(size_t)r * n + i] += bs[i];
+}
+
+static void cpu_swiglu(rlBackend *be, void *out, const void *gate_up, int rows, int m) {
+    (void)be;
+    float *o = out;
+    const float *gu = gate_up;
+    for (int r = 0; r < rows; r++) {
+        const float *g = gu + (size_t)r * 2 * m, *u = g + m;
+        float *or = o + (size_t)r * m;
+        for (int i = 0; i < m; i++) or[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+static void cpu_gather_rows(rlBackend *be, void *out, const void *in, int dim) {
+    const rlBatch *b = cpu_of(be)->b;
+    for (int r = 0; r < b->n_rows; r++)
+        memcpy((float *)out + (size_t)r * dim, (const float *)in + (size_t)b->rows[r].token * dim,
+               (size_t)dim * sizeof(float));
+}
+
+static void cpu_add(rlBackend *be, void *a, const void *b, size_t n) {
+    (void)be;
+    float *x = a;
+    const float *y = b;
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void cpu_copy2d(rlBackend *be, void *dst, size_t dst_pitch, const void *src,
+                       size_t src_pitch, size_t width, int rows) {
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        memcpy((char *)dst + (size_t)r * dst_pitch, (const char *)src + (size_t)r * src_pitch,
+               width);
+}
+
+static int cpu_sync(rlBackend *be, rlError *err) {
+    cpuBackend *c = cpu_of(be);
+    if (!c->failed) return 0;
+    c->failed = 0;
+    if (err) *err = c->err;
+    return -1;
+}
+
+static void cpu_destroy(rlBackend *be) {
+    if (!be) return;
+    cpuBackend *c = cpu_of(be);
+    cpu_pool_destroy(c->pool);
+    free(c->kv);
+    free(c->rope_cos);
+    free(c->rope_sin);
+    free(c);
+}
+
+static const rlBackendOps cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .fill_random = cpu_fill_random,
+    .kv_init = cpu_kv_init,
+    .begin_step = cpu_begin_step,
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .add_rmsnorm = cpu_add_rmsnorm,
+    .matmul = cpu_matmul,
+    .matmul_f32 = cpu_matmul_f32,
+    .rope_kv_store = cpu_rope_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .gather_rows = cpu_gather_rows,
+    .add = cpu_add,
+    .copy2d = cpu_copy2d,
+    .sample = cpu_sample,
+    .sync = cpu_sync,
+    .destroy = cpu_destroy,
+};
+
+rlBackend *rl_backend_cpu_create(const rlBackendOptions *opt, rlError *err) {
+    int threads = opt && opt->threads > 0 ? opt->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads < 1) threads = 1;
+    cpuBackend *c = calloc(1, sizeof(*c));
+    if (!c) {
+        rl_error(err, RL_EMEMORY, "out of host memory creating the CPU backend");
+        return NULL;
+    }
+    c->pool = cpu_pool_create(threads, err);
+    if (!c->pool) {
+        free(c);
+        return NULL;
+    }
+    /* OpenBLAS's thread count is process-wide: CPU ranks sharing a process
+     * should pass --threads split between them. */
+    openblas_set_num_threads(threads);
+    c->base.ops = &cpu_ops;
+    c->base.act_dtype = RL_F32;
+    c->base.weight_dtype = RL_F32;
+    c->base.impl = c;
+    return &c->base;
+}

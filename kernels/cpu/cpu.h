@@ -1,0 +1,43 @@
+/* cpu.h: the CPU backend's state, shared by its files (not a public header).
+ *
+ * backend.c holds memory, the step and the element-wise operations;
+ * attention.c RoPE, the paged KV cache writes and attention; sample.c turns
+ * logits into results. */
+#ifndef RL_CPU_H
+#define RL_CPU_H
+
+#include "../backend.h"
+#include "pool.h"
+
+typedef struct cpuBackend {
+    rlBackend base;
+    cpuPool *pool;
+    /* KV cache: per layer, K then V as [n_blocks * block_size][n_kv][head_dim]. */
+    int n_layers, n_blocks, block_size, n_kv, head_dim;
+    float *kv;
+    const rlBatch *b;           /* the current step (host memory, caller-owned) */
+    /* cos / sin per batch token and rotary frequency, filled at the first
+     * rope of a step: [n_tokens][head_dim / 2]. */
+    float *rope_cos, *rope_sin;
+    size_t rope_cap;
+    int rope_ready;
+    int failed;                 /* first failure since the last sync */
+    rlError err;
+} cpuBackend;
+
+static inline float *cpu_k(cpuBackend *c, int layer) {
+    return c->kv + (size_t)layer * 2 * (size_t)c->n_blocks * c->block_size * c->n_kv * c->head_dim;
+}
+static inline float *cpu_v(cpuBackend *c, int layer) {
+    return cpu_k(c, layer) + (size_t)c->n_blocks * c->block_size * c->n_kv * c->head_dim;
+}
+
+/* Record the first failure of a void operation for sync() to report. */
+void cpu_fail(cpuBackend *c, rlErrorCode code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+void cpu_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *s);
+void cpu_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
+int cpu_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err);
+
+#endif

@@ -1,0 +1,112 @@
+/* model.c: the Qwen2 forward pass over one step's flat batch of tokens.
+ *
+ * Read it next to Hugging Face's modeling_qwen2.py: per layer, RMSNorm,
+ * Q/K/V projections with bias, rotary embedding, grouped-query causal
+ * attention over the paged KV cache, output projection, residual add,
+ * RMSNorm, SwiGLU MLP, residual add; then the final norm and the LM head on
+ * the rows whose logits are wanted.  Tensor parallelism shows up as three
+ * all-reduces per layer boundary (embedding, o_proj, down_proj) and a gather
+ * of the vocabulary slices; pipeline parallelism as a receive before the
+ * first layer and a send after the last.  Everything else is the backend's. */
+#include "model.h"
+
+static int model_all_reduce(rlModel *m, void *buf, size_t n, rlError *err) {
+    if (!m->tp || m->tp->size == 1) return 0;
+    /* Collectives read device memory: queued work must have produced it. */
+    if (m->be->ops->sync(m->be, err) != 0) return -1;
+    return m->tp->ops->all_reduce_sum(m->tp, buf, n, m->be->act_dtype, err);
+}
+
+static int model_check(const rlModel *m, const rlBatch *b, rlError *err) {
+    if (b->n_tokens < 0 || b->n_tokens > m->max_tokens || b->n_rows < 0 ||
+        b->n_rows > m->max_rows)
+        return rl_error(err, RL_EINPUT,
+                        "step of %d tokens and %d logit rows is larger than the model was set "
+                        "up for (%d tokens, %d rows per step)",
+                        b->n_tokens, b->n_rows, m->max_tokens, m->max_rows);
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= m->cfg.vocab_size)
+            return rl_error(err, RL_EINPUT,
+                            "token id %d is outside the model's vocabulary (0..%d)",
+                            b->tokens[t], m->cfg.vocab_size - 1);
+    return 0;
+}
+
+/* The last stage's logits, each TP rank holding a vocabulary slice: gather
+ * the slices and lay them side by side into full rows. */
+static float *model_full_logits(rlModel *m, int rows, rlError *err) {
+    if (m->shard.tp_size == 1) return m->logits;
+    rlBackend *be = m->be;
+    size_t part = (size_t)rows * m->vocab_pad;
+    if (be->ops->sync(be, err) != 0 ||
+        m->tp->ops->all_gather(m->tp, m->logits, m->logits_gather, part, RL_F32, err) != 0)
+        return NULL;
+    size_t V = (size_t)m->cfg.vocab_size;
+    for (int r = 0; r < m->shard.tp_size; r++) {
+        size_t n = (size_t)m->tp_n_vocab[r];
+        be->ops->copy2d(be, m->logits_full + m->tp_vocab0[r], V * sizeof(float),
+                        m->logits_gather + r * part, n * sizeof(float), n * sizeof(float), rows);
+    }
+    return m->logits_full;
+}
+
+int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *err) {
+    const rlModelConfig *c = &m->cfg;
+    const rlShard *s = &m->shard;
+    rlBackend *be = m->be;
+    const rlBackendOps *op = be->ops;
+    int T = b->n_tokens, D = c->hidden_size, hd = c->head_dim;
+    float eps = (float)c->rms_norm_eps;
+    size_t act_bytes = (size_t)T * D * rl_dtype_size(be->act_dtype);
+    int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;
+
+    if (model_check(m, b, err) != 0 || op->begin_step(be, b, err) != 0) return -1;
+
+    /* The hidden state: embedded (vocabulary-parallel, so summed over TP),
+     * or handed over by the previous stage. */
+    if (first) {
+        op->embed(be, m->resid, m->embed, s->vocab0, s->n_vocab, D);
+        if (model_all_reduce(m, m->resid, (size_t)T * D, err) != 0) return -1;
+    } else if (m->pp->ops->recv(m->pp, m->resid, act_bytes, s->pp_rank - 1, err) != 0) {
+        return -1;
+    }
+
+    int qkv_width = (s->n_q_heads + 2 * s->n_kv_heads) * hd;
+    for (int l = 0; l < s->n_layers; l++) {
+        const rlLayer *w = &m->layers[l];
+        /* x = rmsnorm(h); the previous layer's MLP output joins h here. */
+        if (l == 0)
+            op->rmsnorm(be, m->x, m->resid, w->ln1, T, D, eps);
+        else
+            op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln1, T, D, eps);
+
+        /* Attention: this rank's heads, then o_proj over them, summed over TP. */
+        op->matmul(be, m->qkv, m->x, w->wqkv, w->bqkv, T, qkv_width, D);
+        op->rope_kv_store(be, m->qkv, l, &m->attn);
+        op->attention(be, m->att, m->qkv, l, &m->attn);
+        op->matmul(be, m->delta, m->att, w->wo, NULL, T, D, s->n_q_heads * hd);
+        if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
+
+        /* h += attention; x = rmsnorm(h); MLP: down(silu(gate x) * up x). */
+        op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln2, T, D, eps);
+        op->matmul(be, m->gu, m->x, w->wgu, NULL, T, 2 * s->n_mlp, D);
+        op->swiglu(be, m->mlp, m->gu, T, s->n_mlp);
+        op->matmul(be, m->delta, m->mlp, w->wdown, NULL, T, D, s->n_mlp);
+        if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
+    }
+    if (s->n_layers > 0) op->add(be, m->resid, m->delta, (size_t)T * D);
+
+    if (!last) {
+        if (op->sync(be, err) != 0) return -1;
+        return m->pp->ops->send(m->pp, m->resid, act_bytes, s->pp_rank + 1, err);
+    }
+    if (b->n_rows > 0) {
+        /* Final norm and LM head only where logits are wanted (fp32 logits). */
+        op->gather_rows(be, m->rows_x, m->resid, D);
+        op->rmsnorm(be, m->rows_x, m->rows_x, m->norm, b->n_rows, D, eps);
+        op->matmul_f32(be, m->logits, m->rows_x, m->lm_head, b->n_rows, s->n_vocab, D);
+        float *logits = model_full_logits(m, b->n_rows, err);
+        if (!logits || op->sample(be, logits, c->vocab_size, out, err) != 0) return -1;
+    }
+    return op->sync(be, err);
+}

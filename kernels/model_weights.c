@@ -1,0 +1,251 @@
+/* model_weights.c: one rank's shard of the Qwen2 weights, sliced out of the
+ * Hugging Face tensors (or made up for --load-format dummy) and uploaded.
+ *
+ * Column-parallel tensors (q, k, v, gate, up, the vocabulary tables) are row
+ * ranges of the stored matrices, contiguous in the file, and go up in one
+ * upload each; row-parallel ones (o_proj, down_proj) are column ranges and
+ * are packed through a host staging buffer first.  The backend converts
+ * dtypes on upload, so a bf16, fp16 or fp32 checkpoint loads the same way. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+typedef struct wLoad {
+    rlModel *m;
+    rlTensorLookup src;     /* NULL: dummy weights */
+    void *ctx;
+    uint64_t seed;
+} wLoad;
+
+static void *w_alloc(wLoad *L, size_t elems, rlError *err) {
+    rlBackend *be = L->m->be;
+    return be->ops->alloc(be, elems * rl_dtype_size(be->weight_dtype), err);
+}
+
+static uint64_t w_hash(const char *s, uint64_t h) {
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Upload the block [r0, r0 + nr) x [c0, c0 + nc) of tensor `name`, stored
+ * (rows, cols) (cols = 0: a vector of rows), to dst + dst_off elements.
+ * Dummy weights: uniform in [-scale, scale), or ones when scale is 0 (norms). */
+static int w_part(wLoad *L, void *dst, size_t dst_off, const char *name, int64_t rows,
+                  int64_t cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc, float scale,
+                  rlError *err) {
+    rlBackend *be = L->m->be;
+    rlDtype wd = be->weight_dtype;
+    void *d = (char *)dst + dst_off * rl_dtype_size(wd);
+    size_t n = (size_t)nr * (size_t)(cols ? nc : 1);
+    if (n == 0) return 0;
+    if (!L->src) {
+        if (scale > 0)
+            return be->ops->fill_random(be, d, wd, n, w_hash(name, L->seed) ^ (uint64_t)(r0 << 20 | c0),
+                                        scale, err);
+        float *ones = malloc(n * sizeof(float));
+        if (!ones) return rl_error(err, RL_EMEMORY, "out of host memory making %s", name);
+        for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
+        int rc = be->ops->upload(be, d, wd, ones, RL_F32, n, err);
+        free(ones);
+        return rc;
+    }
+
+    rlTensorView v;
+    if (L->src(L->ctx, name, &v, err) != 0) return -1;
+    int ndim = cols ? 2 : 1;
+    if (v.ndim != ndim || v.shape[0] != rows || (cols && v.shape[1] != cols))
+        return rl_error(err, RL_EMODEL,
+                        "tensor %s has shape [%lld%s%lld] but config.json implies [%lld%s%lld]: "
+                        "the weights do not belong to this config; re-download the model",
+                        name, (long long)v.shape[0], v.ndim == 2 ? ", " : "",
+                        v.ndim == 2 ? (long long)v.shape[1] : 0LL, (long long)rows,
+                        cols ? ", " : "", cols ? (long long)cols : 0LL);
+    size_t es = rl_dtype_size(v.dtype);
+    int64_t width = cols ? cols : 1;
+    const char *base = (const char *)v.data + ((size_t)r0 * width + (size_t)c0) * es;
+    if (!cols || nc == cols) return be->ops->upload(be, d, wd, base, v.dtype, n, err);
+
+    char *stage = malloc(n * es);
+    if (!stage) return rl_error(err, RL_EMEMORY, "out of host memory staging %s", name);
+    for (int64_t r = 0; r < nr; r++)
+        memcpy(stage + (size_t)r * nc * es, base + (size_t)r * cols * es, (size_t)nc * es);
+    int rc = be->ops->upload(be, d, wd, stage, v.dtype, n, err);
+    free(stage);
+    return rc;
+}
+
+/* Whole vector `name` of n elements (norms, where scale 0 gives ones). */
+static void *w_vector(wLoad *L, const char *name, int64_t n, rlError *err) {
+    void *p = w_alloc(L, (size_t)n, err);
+    if (p && w_part(L, p, 0, name, n, 0, 0, n, 0, 0, 0.0f, err) != 0) {
+        L->m->be->ops->free(L->m->be, p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Rows [r0, r0 + nr) of the (rows, hidden) table `name`. */
+static void *w_rows(wLoad *L, const char *name, int64_t rows, int64_t r0, int64_t nr,
+                    rlError *err) {
+    int64_t hidden = L->m->cfg.hidden_size;
+    void *p = w_alloc(L, (size_t)nr * (size_t)hidden, err);
+    if (p && w_part(L, p, 0, name, rows, hidden, r0, nr, 0, hidden, 0.02f, err) != 0) {
+        L->m->be->ops->free(L->m->be, p);
+        return NULL;
+    }
+    return p;
+}
+
+static int w_layer(wLoad *L, int l, rlLayer *w, rlError *err) {
+    const rlModelConfig *c = &L->m->cfg;
+    const rlShard *s = &L->m->shard;
+    int64_t D = c->hidden_size, hd = c->head_dim, I = c->intermediate_size;
+    int64_t nq = (int64_t)s->n_q_heads * hd, nkv = (int64_t)s->n_kv_heads * hd;
+    int64_t q0 = (int64_t)s->q_head0 * hd, kv0 = (int64_t)s->kv_head0 * hd;
+    int64_t Q = (int64_t)c->num_heads * hd, KV = (int64_t)c->num_kv_heads * hd;
+    char name[160], pre[64];
+    snprintf(pre, sizeof(pre), "model.layers.%d.", s->layer0 + l);
+#define NAME(x) (snprintf(name, sizeof(name), "%s%s", pre, x), name)
+
+    if (!(w->ln1 = w_vector(L, NAME("input_layernorm.weight"), D, err))) return -1;
+    if (!(w->ln2 = w_vector(L, NAME("post_attention_layernorm.weight"), D, err))) return -1;
+    size_t qkv = (size_t)(nq + 2 * nkv);
+    if (!(w->wqkv = w_alloc(L, qkv * (size_t)D, err))) return -1;
+    if (!(w->bqkv = w_alloc(L, qkv, err))) return -1;
+    if (w_part(L, w->wqkv, 0, NAME("self_attn.q_proj.weight"), Q, D, q0, nq, 0, D, 0.02f, err) ||
+        w_part(L, w->wqkv, (size_t)(nq * D), NAME("self_attn.k_proj.weight"), KV, D, kv0, nkv, 0,
+               D, 0.02f, err) ||
+        w_part(L, w->wqkv, (size_t)((nq + nkv) * D), NAME("self_attn.v_proj.weight"), KV, D, kv0,
+               nkv, 0, D, 0.02f, err) ||
+        w_part(L, w->bqkv, 0, NAME("self_attn.q_proj.bias"), Q, 0, q0, nq, 0, 0, 0.02f, err) ||
+        w_part(L, w->bqkv, (size_t)nq, NAME("self_attn.k_proj.bias"), KV, 0, kv0, nkv, 0, 0,
+               0.02f, err) ||
+        w_part(L, w->bqkv, (size_t)(nq + nkv), NAME("self_attn.v_proj.bias"), KV, 0, kv0, nkv, 0,
+               0, 0.02f, err))
+        return -1;
+    if (!(w->wo = w_alloc(L, (size_t)(D * nq), err)) ||
+        w_part(L, w->wo, 0, NAME("self_attn.o_proj.weight"), D, Q, 0, D, q0, nq, 0.02f, err))
+        return -1;
+    int64_t m0 = s->mlp0, nm = s->n_mlp;
+    if (!(w->wgu = w_alloc(L, (size_t)(2 * nm * D), err)) ||
+        w_part(L, w->wgu, 0, NAME("mlp.gate_proj.weight"), I, D, m0, nm, 0, D, 0.02f, err) ||
+        w_part(L, w->wgu, (size_t)(nm * D), NAME("mlp.up_proj.weight"), I, D, m0, nm, 0, D, 0.02f,
+               err))
+        return -1;
+    if (!(w->wdown = w_alloc(L, (size_t)(D * nm), err)) ||
+        w_part(L, w->wdown, 0, NAME("mlp.down_proj.weight"), D, I, 0, D, m0, nm, 0.02f, err))
+        return -1;
+#undef NAME
+    return 0;
+}
+
+static void *model_act(rlModel *m, size_t elems, rlDtype dtype, rlError *err) {
+    return m->be->ops->alloc(m->be, elems * rl_dtype_size(dtype), err);
+}
+
+int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rlBackend *be,
+                  rlComm *tp, rlComm *pp, rlTensorLookup src, void *src_ctx, uint64_t dummy_seed,
+                  int max_tokens, int max_rows, rlError *err) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *cfg, m->shard = *shard, m->be = be, m->tp = tp, m->pp = pp;
+    m->max_tokens = max_tokens, m->max_rows = max_rows;
+    const rlShard *s = shard;
+    if (cfg->head_dim % 2 || max_tokens < 1 || max_rows < 0)
+        return rl_error(err, RL_EMODEL,
+                        "cannot run head_dim %d (rotary embedding needs it even) with %d tokens "
+                        "and %d logit rows per step", cfg->head_dim, max_tokens, max_rows);
+    m->attn = (rlAttnShape){.n_q = s->n_q_heads, .n_kv = s->n_kv_heads, .q_head0 = s->q_head0,
+                            .kv_head0 = s->kv_head0, .group = cfg->num_heads / cfg->num_kv_heads,
+                            .head_dim = cfg->head_dim, .rope_theta = (float)cfg->rope_theta};
+
+    wLoad L = {.m = m, .src = src, .ctx = src_ctx, .seed = dummy_seed};
+    int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;
+    int64_t V = cfg->vocab_size;
+    if (first && !(m->embed = w_rows(&L, "model.embed_tokens.weight", V, s->vocab0, s->n_vocab, err)))
+        goto fail;
+    if (!(m->layers = calloc((size_t)s->n_layers, sizeof(rlLayer)))) {
+        rl_error(err, RL_EMEMORY, "out of host memory for %d layers", s->n_layers);
+        goto fail;
+    }
+    for (int l = 0; l < s->n_layers; l++)
+        if (w_layer(&L, l, &m->layers[l], err) != 0) goto fail;
+    if (last) {
+        if (!(m->norm = w_vector(&L, "model.norm.weight", cfg->hidden_size, err))) goto fail;
+        if (cfg->tie_word_embeddings && first)
+            m->lm_head = m->embed;
+        else if (!(m->lm_head = w_rows(&L, cfg->tie_word_embeddings ? "model.embed_tokens.weight"
+                                                                     : "lm_head.weight",
+                                       V, s->vocab0, s->n_vocab, err)))
+            goto fail;
+    }
+
+    size_t T = (size_t)max_tokens, R = (size_t)max_rows, D = (size_t)cfg->hidden_size;
+    size_t hd = (size_t)cfg->head_dim, nq = (size_t)s->n_q_heads, nkv = (size_t)s->n_kv_heads;
+    rlDtype act = be->act_dtype;
+    if (!(m->x = model_act(m, T * D, act, err)) || !(m->resid = model_act(m, T * D, act, err)) ||
+        !(m->delta = model_act(m, T * D, act, err)) ||
+        !(m->qkv = model_act(m, T * (nq + 2 * nkv) * hd, act, err)) ||
+        !(m->att = model_act(m, T * nq * hd, act, err)) ||
+        !(m->gu = model_act(m, T * 2 * (size_t)s->n_mlp, act, err)) ||
+        !(m->mlp = model_act(m, T * (size_t)s->n_mlp, act, err)))
+        goto fail;
+    if (last) {
+        if (!(m->rows_x = model_act(m, R * D, act, err)) ||
+            !(m->logits = model_act(m, R * (size_t)s->n_vocab, RL_F32, err)))
+            goto fail;
+        m->logits_full = m->logits;
+        if (s->tp_size > 1) {
+            int n = s->tp_size;
+            rlShard plan[n];
+            if (rl_shard_plan(cfg, n, 1, NULL, plan, err) != 0) goto fail;
+            m->tp_vocab0 = malloc((size_t)n * sizeof(int));
+            m->tp_n_vocab = malloc((size_t)n * sizeof(int));
+            if (!m->tp_vocab0 || !m->tp_n_vocab) {
+                rl_error(err, RL_EMEMORY, "out of host memory for the vocabulary plan");
+                goto fail;
+            }
+            for (int r = 0; r < n; r++) {
+                m->tp_vocab0[r] = plan[r].vocab0, m->tp_n_vocab[r] = plan[r].n_vocab;
+                if (plan[r].n_vocab > m->vocab_pad) m->vocab_pad = plan[r].n_vocab;
+            }
+            /* The local slice is all_gather's send buffer: pad it to the largest part. */
+            be->ops->free(be, m->logits);
+            if (!(m->logits = model_act(m, R * (size_t)m->vocab_pad, RL_F32, err)) ||
+                !(m->logits_gather = model_act(m, (size_t)n * R * m->vocab_pad, RL_F32, err)) ||
+                !(m->logits_full = model_act(m, R * (size_t)V, RL_F32, err)))
+                goto fail;
+        }
+    }
+    return 0;
+fail:
+    rl_error_wrap(err, "loading layers %d-%d of the model (TP rank %d, PP stage %d)", s->layer0,
+                  s->layer0 + s->n_layers - 1, s->tp_rank, s->pp_rank);
+    rl_model_free(m);
+    return -1;
+}
+
+static void model_release(rlBackend *be, void *p) {
+    if (p) be->ops->free(be, p);
+}
+
+void rl_model_free(rlModel *m) {
+    rlBackend *be = m->be;
+    if (!be) return;
+    if (m->layers)
+        for (int l = 0; l < m->shard.n_layers; l++) {
+            rlLayer *w = &m->layers[l];
+            void *ps[] = {w->ln1, w->wqkv, w->bqkv, w->wo, w->ln2, w->wgu, w->wdown};
+            for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) model_release(be, ps[i]);
+        }
+    free(m->layers);
+    if (m->lm_head != m->embed) model_release(be, m->lm_head);
+    if (m->logits_full != m->logits) model_release(be, m->logits_full);
+    void *ps[] = {m->embed, m->norm, m->x, m->resid, m->delta, m->qkv, m->att, m->gu,
+                  m->mlp, m->rows_x, m->logits, m->logits_gather};
+    for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) model_release(be, ps[i]);
+    free(m->tp_vocab0);
+    free(m->tp_n_vocab);
+    memset(m, 0, sizeof(*m));
+}

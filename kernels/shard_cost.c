@@ -1,0 +1,80 @@
+/* shard_cost.c: what one rank's shard costs in memory, and how even a whole
+ * plan is; printed at start so an uneven TP layout says what it pays. */
+#include "model.h"
+#include "shard.h"
+
+size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {
+    size_t hidden = (size_t)cfg->hidden_size, hd = (size_t)cfg->head_dim;
+    size_t qkv_rows = (size_t)(s->n_q_heads + 2 * s->n_kv_heads) * hd;
+    size_t per_layer = 2 * hidden                            /* ln1, ln2 */
+                       + qkv_rows * hidden + qkv_rows       /* wqkv, bqkv */
+                       + hidden * (size_t)s->n_q_heads * hd /* wo */
+                       + 3 * (size_t)s->n_mlp * hidden;     /* wgu, wdown */
+    size_t elems = per_layer * (size_t)s->n_layers;
+    size_t table = (size_t)s->n_vocab * hidden;
+    int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;
+    if (first) elems += table;
+    if (last) elems += hidden + (cfg->tie_word_embeddings && first ? 0 : table);
+    return elems * rl_dtype_size(dtype);
+}
+
+size_t rl_model_kv_bytes_per_token(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {
+    return 2 * (size_t)s->n_layers * (size_t)s->n_kv_heads * (size_t)cfg->head_dim *
+           rl_dtype_size(dtype);
+}
+
+/* max / mean of n values (1.0 when all are zero). */
+static double shard_ratio(const double *v, int n) {
+    double max = 0, sum = 0;
+    for (int i = 0; i < n; i++) {
+        sum += v[i];
+        if (v[i] > max) max = v[i];
+    }
+    return sum > 0 ? max / (sum / n) : 1.0;
+}
+
+void rl_shard_balance(const rlModelConfig *cfg, const rlShard *plan, int tp, int pp,
+                      rlDtype weight_dtype, rlDtype kv_dtype, rlShardBalance *out) {
+    int n = tp * pp;
+    double w[n], kv[n], heads[tp], mlp[tp];
+    out->max_weight_bytes = out->max_kv_bytes_per_token = 0;
+    for (int i = 0; i < n; i++) {
+        size_t wb = rl_model_weight_bytes(cfg, &plan[i], weight_dtype);
+        size_t kb = rl_model_kv_bytes_per_token(cfg, &plan[i], kv_dtype);
+        w[i] = (double)wb, kv[i] = (double)kb;
+        if (wb > out->max_weight_bytes) out->max_weight_bytes = wb;
+        if (kb > out->max_kv_bytes_per_token) out->max_kv_bytes_per_token = kb;
+    }
+    /* Heads and MLP columns are the same on every stage. */
+    for (int r = 0; r < tp; r++) heads[r] = plan[r].n_q_heads, mlp[r] = plan[r].n_mlp;
+    out->weights = shard_ratio(w, n);
+    out->kv = shard_ratio(kv, n);
+    out->q_heads = shard_ratio(heads, tp);
+    out->mlp = shard_ratio(mlp, tp);
+}
+
+void rl_shard_print(FILE *f, const rlModelConfig *cfg, const rlShard *plan, int tp, int pp,
+                    rlDtype weight_dtype, rlDtype kv_dtype) {
+    fprintf(f, "%-8s %-11s %-9s %-19s %-21s %-11s %10s %10s\n", "rank", "q heads", "kv heads",
+            "mlp cols", "vocab rows", "layers", "weight MiB", "KV B/token");
+    for (int i = 0; i < tp * pp; i++) {
+        const rlShard *s = &plan[i];
+        char rank[24], q[32], kv[32], mlp[40], voc[40], lay[32];
+        snprintf(rank, sizeof(rank), "tp%d.pp%d", s->tp_rank, s->pp_rank);
+        snprintf(q, sizeof(q), "%d [%d,%d)", s->n_q_heads, s->q_head0, s->q_head0 + s->n_q_heads);
+        snprintf(kv, sizeof(kv), "%d [%d,%d)", s->n_kv_heads, s->kv_head0,
+                 s->kv_head0 + s->n_kv_heads);
+        snprintf(mlp, sizeof(mlp), "%d [%d,%d)", s->n_mlp, s->mlp0, s->mlp0 + s->n_mlp);
+        snprintf(voc, sizeof(voc), "%d [%d,%d)", s->n_vocab, s->vocab0,
+                 s->vocab0 + s->n_vocab);
+        snprintf(lay, sizeof(lay), "%d [%d,%d)", s->n_layers, s->layer0,
+                 s->layer0 + s->n_layers);
+        fprintf(f, "%-8s %-11s %-9s %-19s %-21s %-11s %10.1f %10zu\n", rank, q, kv, mlp, voc, lay,
+                (double)rl_model_weight_bytes(cfg, s, weight_dtype) / (1 << 20),
+                rl_model_kv_bytes_per_token(cfg, s, kv_dtype));
+    }
+    rlShardBalance b;
+    rl_shard_balance(cfg, plan, tp, pp, weight_dtype, kv_dtype, &b);
+    fprintf(f, "imbalance (max/mean): weights %.3f, query heads %.3f, MLP %.3f, KV %.3f\n",
+            b.weights, b.q_heads, b.mlp, b.kv);
+}
