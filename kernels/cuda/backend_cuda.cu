@@ -210,6 +210,16 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     return cuda_take_error(c, err);
 }
 
+static void cuda_copy2d(rlBackend *be, void *dst, size_t dst_pitch, const void *src,
+                        size_t src_pitch, size_t width, int rows) {
+    rlCuda *c = cuda_of(be);
+    if (!rows || !width) return;
+    /* A pitch of 0 means "packed" (one row, or rows back to back). */
+    cuda_check(c, cudaMemcpy2DAsync(dst, dst_pitch ? dst_pitch : width, src,
+                                    src_pitch ? src_pitch : width, width, rows,
+                                    cudaMemcpyDeviceToDevice, c->stream), "copy2d");
+}
+
 static int cuda_sync(rlBackend *be, rlError *err) {
     rlCuda *c = cuda_of(be);
     cudaSetDevice(c->device);
@@ -257,6 +267,7 @@ static const rlBackendOps cuda_ops = {
     .swiglu = cuda_swiglu,
     .gather_rows = cuda_gather_rows,
     .add = cuda_add,
+    .copy2d = cuda_copy2d,
     .sample = cuda_sample,
     .sync = cuda_sync,
     .destroy = cuda_destroy,
@@ -269,7 +280,12 @@ static int cuda_open_device(int device, rlError *err) {
     cudaError_t e = cudaGetDeviceCount(&n);
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
-    if (e == cudaErrorInsufficientDriver || (drv && drv < rt))
+    if (drv == 0)
+        return rl_error(err, RL_EDEVICE,
+                        "no NVIDIA driver is loaded on this machine, so no GPU can be used. "
+                        "Install the NVIDIA driver (check with `nvidia-smi`), or run with "
+                        "--backend cpu.");
+    if (e == cudaErrorInsufficientDriver || drv < rt)
         return rl_error(err, RL_EDEVICE,
                         "the NVIDIA driver is too old for this build: it supports CUDA %d.%d, "
                         "redlm was built with CUDA %d.%d. Update the driver, or rebuild redlm "

@@ -113,9 +113,30 @@ static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, int 
     return g;
 }
 
+/* k = 0 (a rank owning no heads or MLP columns): the product is the bias or zeros. */
+template <typename T>
+__global__ void gemm_empty_kernel(T *out, const T *bias, int rows, int n) {
+    size_t total = (size_t)rows * n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = bias ? bias[i % n] : (T)0.0f;
+}
+
 static void gemm_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
                      const void *bias, int rows, int n, int k, int f32out, const char *op) {
     if (!rows || !n || c->err.code != RL_OK) return;
+    if (k == 0) {
+        unsigned blocks = (unsigned)(((size_t)rows * n + 255) / 256 < 65535 ? ((size_t)rows * n + 255) / 256 : 65535);
+        if (f32out)
+            gemm_empty_kernel<float><<<blocks, 256, 0, c->stream>>>((float *)out, NULL, rows, n);
+        else if (wt == RL_F16)
+            gemm_empty_kernel<__half><<<blocks, 256, 0, c->stream>>>((__half *)out, (const __half *)bias, rows, n);
+        else
+            gemm_empty_kernel<__nv_bfloat16><<<blocks, 256, 0, c->stream>>>(
+                (__nv_bfloat16 *)out, (const __nv_bfloat16 *)bias, rows, n);
+        cuda_launched(c, op);
+        return;
+    }
     rlGemmAlgo *g = gemm_plan(c, wt, rows, n, k, bias != NULL, f32out);
     if (!g) return;
     if (bias) {
