@@ -220,14 +220,12 @@ template <typename T, int NP>
 static void attention_launch(rlCuda *c, T *out, const T *qkv, const AttArgs &a, dim3 grid) {
     size_t shm = ((size_t)ATT_ROWS * a.D + 2 * (size_t)ATT_KEYS * (a.D + 2)) * sizeof(T) +
                  ATT_WARPS * ATT_RPW * ATT_KEYS * sizeof(float);
-    static int raised;   /* per instantiation: lift the 48 KiB default once */
-    if (!raised && shm > 48 * 1024) {
-        if (cuda_check(c, cudaFuncSetAttribute(attention_kernel<T, NP>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               100 * 1024), "attention"))
-            return;
-        raised = 1;
-    }
+    /* Past 48 KiB (head dims over 128) the limit is lifted per device, so per launch. */
+    if (shm > 48 * 1024 &&
+        cuda_check(c, cudaFuncSetAttribute(attention_kernel<T, NP>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm),
+                   "attention"))
+        return;
     attention_kernel<T, NP><<<grid, ATT_WARPS * 32, shm, c->stream>>>(
         out, qkv, (const T *)c->k_cache, (const T *)c->v_cache, a);
     cuda_launched(c, "attention");

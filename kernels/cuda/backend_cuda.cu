@@ -160,14 +160,16 @@ static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
  * and copies it in one transfer; the device pointers index the same offsets. */
 static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     rlCuda *c = cuda_of(be);
+    if (!c->k_cache) return rl_error(err, RL_EINTERNAL, "CUDA backend: begin_step before kv_init");
+    if (rl_batch_check(b, c->kv_blocks, c->kv_block_size, err)) return -1;
     cudaSetDevice(c->device);
-    size_t sz[8] = {
+    size_t sz[7] = {
         (size_t)b->n_tokens * 4, (size_t)b->n_tokens * 4, (size_t)b->n_tokens * 4,
         (size_t)(b->n_seqs + 1) * 4, (size_t)b->n_seqs * 4,
-        (size_t)b->n_seqs * b->max_blocks * 4, (size_t)b->n_rows * sizeof(rlRowSpec), 0};
+        (size_t)b->n_seqs * b->max_blocks * 4, (size_t)b->n_rows * sizeof(rlRowSpec)};
     const void *src[7] = {b->tokens, b->positions, b->slots, b->seq_start, b->seq_len,
                           b->block_tables, b->rows};
-    size_t off[8], total = 0;
+    size_t off[7], total = 0;
     for (int i = 0; i < 7; i++) {
         off[i] = total;
         total += align16(sz[i]);
@@ -195,8 +197,6 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     c->d_seq_len = (int32_t *)(c->stage_dev + off[4]);
     c->d_block_tables = (int32_t *)(c->stage_dev + off[5]);
     c->d_rows = (rlRowSpec *)(c->stage_dev + off[6]);
-    c->h_seq_start = (const int32_t *)(c->stage_host + off[3]);
-    c->h_seq_len = (const int32_t *)(c->stage_host + off[4]);
     c->n_seqs = b->n_seqs;
     c->n_tokens = b->n_tokens;
     c->n_rows = b->n_rows;

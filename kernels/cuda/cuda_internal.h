@@ -55,7 +55,6 @@ typedef struct rlCuda {
     int n_seqs, n_tokens, n_rows, max_blocks;
     int max_new;        /* most new tokens of one sequence in this step */
     int max_seq_len;    /* longest KV length in this step */
-    const int32_t *h_seq_start, *h_seq_len;   /* host copies, inside stage_host */
     int32_t *d_tokens, *d_positions, *d_slots, *d_seq_start, *d_seq_len, *d_block_tables;
     rlRowSpec *d_rows;
 
