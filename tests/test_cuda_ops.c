@@ -424,6 +424,7 @@ static void test_attention(void **state) {
         {4, 2, 2, 0, 3, 128},    /* a TP shard: KV head 0 serves one of its query heads */
         {4, 4, 0, 0, 1, 32},     /* MHA at the tiny fixtures' head dim */
         {2, 1, 0, 0, 2, 96},     /* an untuned head dim */
+        {3, 1, 0, 0, 3, 34},     /* one that takes the 4-byte load path */
     };
     for (int d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

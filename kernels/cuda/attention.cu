@@ -43,6 +43,36 @@ struct AttArgs {
     float *part;         /* [split][token][q head][2 + D]: m, l, unnormalised o */
 };
 
+/* Stage keys kb .. kb + 31 of KV head hk (rows of DP elements; keys past
+ * k_end get zero values, since 0 x garbage could still be NaN).  16-byte
+ * loads when head_dim allows, else 4-byte ones. */
+template <typename T>
+static __device__ __forceinline__ void attention_load_chunk(T *k_s, T *v_s, const T *kc,
+                                                            const T *vc, const AttArgs &a,
+                                                            const int32_t *btab, int hk, int kb,
+                                                            int k_end) {
+    const int D = a.D, DP = D + 2;
+    const int W = D % 8 == 0 ? 8 : 2;        /* elements per load */
+    for (int e = threadIdx.x; e < ATT_KEYS * (D / W); e += blockDim.x) {
+        int j = e / (D / W), p = (e % (D / W)) * W, kpos = kb + j;
+        uint32_t *kd = (uint32_t *)(k_s + j * DP + p), *vd = (uint32_t *)(v_s + j * DP + p);
+        if (kpos >= k_end) {
+            for (int w = 0; w < W / 2; w++) vd[w] = 0;
+            continue;
+        }
+        size_t base = a.layer_off + ((size_t)btab[kpos / a.bs] * a.n_kv + hk) * a.bs * D +
+                      (size_t)(kpos % a.bs) * D + p;
+        if (W == 8) {
+            uint4 k4 = *(const uint4 *)(kc + base), v4 = *(const uint4 *)(vc + base);
+            kd[0] = k4.x, kd[1] = k4.y, kd[2] = k4.z, kd[3] = k4.w;
+            vd[0] = v4.x, vd[1] = v4.y, vd[2] = v4.z, vd[3] = v4.w;
+        } else {
+            kd[0] = *(const uint32_t *)(kc + base);
+            vd[0] = *(const uint32_t *)(vc + base);
+        }
+    }
+}
+
 /* NP: bf16 pairs per lane per row, head_dim <= 64 * NP. */
 template <typename T, int NP>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
@@ -98,18 +128,7 @@ attention_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
     const int32_t *btab = a.block_tables + (size_t)s * a.max_blocks;
     for (int kb = k_begin; kb < k_end; kb += ATT_KEYS) {
         __syncthreads();
-        for (int e = threadIdx.x; e < ATT_KEYS * (D / 2); e += blockDim.x) {
-            int j = e / (D / 2), p = e % (D / 2), kpos = kb + j;
-            if (kpos >= k_end) {   /* masked, but 0 x garbage could still be NaN */
-                *(uint32_t *)(v_s + j * DP + 2 * p) = 0;
-                continue;
-            }
-            size_t base = a.layer_off +
-                          ((size_t)btab[kpos / a.bs] * a.n_kv + hk) * a.bs * D +
-                          (size_t)(kpos % a.bs) * D + 2 * p;
-            *(uint32_t *)(k_s + j * DP + 2 * p) = *(const uint32_t *)(kc + base);
-            *(uint32_t *)(v_s + j * DP + 2 * p) = *(const uint32_t *)(vc + base);
-        }
+        attention_load_chunk(k_s, v_s, kc, vc, a, btab, hk, kb, k_end);
         __syncthreads();
 
         /* Scores: lane j scores key kb + j against each of the warp's rows. */
