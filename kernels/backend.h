@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "batch.h"
 #include "config.h"
@@ -105,6 +106,18 @@ typedef struct rlBackendOps {
      * when fewer than min_blocks fit. */
     int (*kv_capacity)(rlBackend *be, size_t bytes_per_block, int block_size, int min_blocks,
                        double util, int *n_blocks, rlError *err);
+
+    /* Run body(ctx), the step's work between begin_step and sample, which
+     * must make no host syncs (one rank, no collectives).  A device backend
+     * may capture it once per batch shape and replay the capture on later
+     * decode steps of that shape instead of launching every operation.
+     * NULL: the caller runs body itself. */
+    int (*graph_run)(rlBackend *be, void (*body)(void *ctx), void *ctx, rlError *err);
+
+    /* With rlBackendOptions.profile: print the device time per operation
+     * kind since the last report, per step over `steps` steps, and reset.
+     * NULL where the backend does not profile. */
+    void (*profile_report)(rlBackend *be, FILE *f, const char *label, int steps);
 } rlBackendOps;
 
 struct rlBackend {
@@ -118,6 +131,7 @@ typedef struct rlBackendOptions {
     int threads;            /* CPU: worker threads (0 = all cores) */
     int device;             /* CUDA: device ordinal */
     rlDtype dtype;          /* CUDA: weight/activation dtype */
+    int profile;            /* CUDA: time every operation with events (no graphs) */
 } rlBackendOptions;
 
 rlBackend *rl_backend_cpu_create(const rlBackendOptions *opt, rlError *err);

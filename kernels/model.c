@@ -50,7 +50,10 @@ static float *model_full_logits(rlModel *m, int rows, rlError *err) {
     return m->logits_full;
 }
 
-int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *err) {
+/* The hidden state after the last layer: embedded (vocabulary-parallel,
+ * so summed over TP) or handed over by the previous stage, then every
+ * layer of this stage. */
+static int model_layers(rlModel *m, const rlBatch *b, rlError *err) {
     const rlModelConfig *c = &m->cfg;
     const rlShard *s = &m->shard;
     rlBackend *be = m->be;
@@ -58,13 +61,8 @@ int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *er
     int T = b->n_tokens, D = c->hidden_size, hd = c->head_dim;
     float eps = (float)c->rms_norm_eps;
     size_t act_bytes = (size_t)T * D * rl_dtype_size(be->act_dtype);
-    int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;
 
-    if (model_check(m, b, err) != 0 || op->begin_step(be, b, err) != 0) return -1;
-
-    /* The hidden state: embedded (vocabulary-parallel, so summed over TP),
-     * or handed over by the previous stage. */
-    if (first) {
+    if (s->pp_rank == 0) {
         op->embed(be, m->resid, m->embed, s->vocab0, s->n_vocab, D);
         if (model_all_reduce(m, m->resid, (size_t)T * D, err) != 0) return -1;
     } else if (m->pp->ops->recv(m->pp, m->resid, act_bytes, s->pp_rank - 1, err) != 0) {
@@ -95,18 +93,60 @@ int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *er
         if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
     }
     if (s->n_layers > 0) op->add(be, m->resid, m->delta, (size_t)T * D);
+    return 0;
+}
 
-    if (!last) {
-        if (op->sync(be, err) != 0) return -1;
-        return m->pp->ops->send(m->pp, m->resid, act_bytes, s->pp_rank + 1, err);
+/* Final norm and LM head only where logits are wanted (fp32 logits, this
+ * rank's vocabulary slice). */
+static void model_head(rlModel *m, int n_rows) {
+    rlBackend *be = m->be;
+    int D = m->cfg.hidden_size;
+    be->ops->gather_rows(be, m->rows_x, m->resid, D);
+    be->ops->rmsnorm(be, m->rows_x, m->rows_x, m->norm, n_rows, D, (float)m->cfg.rms_norm_eps);
+    be->ops->matmul_f32(be, m->logits, m->rows_x, m->lm_head, n_rows, m->shard.n_vocab, D);
+}
+
+/* A one-rank step's device work, as one body a backend may capture. */
+typedef struct modelStep {
+    rlModel *m;
+    const rlBatch *b;
+    rlError *err;
+    int rc;
+} modelStep;
+
+static void model_step_body(void *ctx) {
+    modelStep *st = ctx;
+    st->rc = model_layers(st->m, st->b, st->err);
+    if (st->rc == 0 && st->b->n_rows > 0) model_head(st->m, st->b->n_rows);
+}
+
+int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *err) {
+    const rlShard *s = &m->shard;
+    rlBackend *be = m->be;
+    const rlBackendOps *op = be->ops;
+    int one_rank = s->pp_size == 1 && (!m->tp || m->tp->size == 1);
+
+    if (model_check(m, b, err) != 0 || op->begin_step(be, b, err) != 0) return -1;
+
+    if (one_rank) {
+        /* No collectives, so nothing in the step waits on the host. */
+        modelStep st = {m, b, err, 0};
+        if (!op->graph_run) model_step_body(&st);
+        else if (op->graph_run(be, model_step_body, &st, err) != 0) return -1;
+        if (st.rc != 0) return -1;
+    } else {
+        if (model_layers(m, b, err) != 0) return -1;
+        if (s->pp_rank != s->pp_size - 1) {
+            size_t act_bytes = (size_t)b->n_tokens * m->cfg.hidden_size *
+                               rl_dtype_size(be->act_dtype);
+            if (op->sync(be, err) != 0) return -1;
+            return m->pp->ops->send(m->pp, m->resid, act_bytes, s->pp_rank + 1, err);
+        }
+        if (b->n_rows > 0) model_head(m, b->n_rows);
     }
     if (b->n_rows > 0) {
-        /* Final norm and LM head only where logits are wanted (fp32 logits). */
-        op->gather_rows(be, m->rows_x, m->resid, D);
-        op->rmsnorm(be, m->rows_x, m->rows_x, m->norm, b->n_rows, D, eps);
-        op->matmul_f32(be, m->logits, m->rows_x, m->lm_head, b->n_rows, s->n_vocab, D);
         float *logits = model_full_logits(m, b->n_rows, err);
-        if (!logits || op->sample(be, logits, c->vocab_size, out, err) != 0) return -1;
+        if (!logits || op->sample(be, logits, m->cfg.vocab_size, out, err) != 0) return -1;
     }
     return op->sync(be, err);
 }

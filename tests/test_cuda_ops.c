@@ -129,8 +129,9 @@ static void test_matmul(void **state) {
     for (int d = 0; d < 2; d++) {
         rlBackend *be = backends[d];
         rlDtype t = be->act_dtype;
-        int shapes[3][3] = {{37, 96, 128}, {1, 512, 256}, {64, 200, 72}};
-        for (int si = 0; si < 3; si++) {
+        /* 5 x 301 x 264: the matrix-vector path (rows <= 8) with bias and ragged columns */
+        int shapes[4][3] = {{37, 96, 128}, {1, 512, 256}, {64, 200, 72}, {5, 301, 264}};
+        for (int si = 0; si < 4; si++) {
             int rows = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
             float *x = rand_vec((size_t)rows * k, 1, t), *w = rand_vec((size_t)n * k, 0.1f, t);
             float *bias = rand_vec(n, 0.5f, t);
@@ -461,7 +462,7 @@ static void test_sample(void **state) {
         }
     rlError err;
     int32_t tok[8] = {0};
-    rlBackendOptions co = {1, 0, RL_F32};
+    rlBackendOptions co = {1, 0, RL_F32, 0};
     rlBackend *cpu = rl_backend_cpu_create(&co, &err);
     assert_non_null(cpu);
     assert_int_equal(cpu->ops->kv_init(cpu, 1, 1, 16, 1, 64, &err), 0);
@@ -495,11 +496,11 @@ static void test_sample(void **state) {
 static void test_errors(void **state) {
     (void)state;
     rlError err;
-    rlBackendOptions bad = {0, 4096, RL_BF16};
+    rlBackendOptions bad = {0, 4096, RL_BF16, 0};
     assert_null(rl_backend_cuda_create(&bad, &err));
     assert_int_equal(err.code, RL_EDEVICE);
     printf("  device out of range: %s\n", err.msg);
-    rlBackendOptions f32 = {0, 0, RL_F32};
+    rlBackendOptions f32 = {0, 0, RL_F32, 0};
     assert_null(rl_backend_cuda_create(&f32, &err));
     printf("  fp32: %s\n", err.msg);
     rlBackend *be = backends[0];
@@ -517,7 +518,7 @@ static void test_errors(void **state) {
 
 int main(void) {
     rlError err;
-    rlBackendOptions o = {0, 0, RL_BF16};
+    rlBackendOptions o = {0, 0, RL_BF16, 0};
     if (!(backends[0] = rl_backend_cuda_create(&o, &err))) {
         if (getenv("RL_REQUIRE_GPU")) {
             fprintf(stderr, "test_cuda_ops: no usable GPU: %s\n", err.msg);

@@ -7,7 +7,9 @@
  * timing loop drives rl_model_forward with hand-built batches and measures
  * the copy with the backend's own copy2d, so nothing in it is CPU-specific:
  * `--backend cuda` times the GPU the same way.  Weights are dummy unless a
- * checkpoint directory is given with --load-format auto. */
+ * checkpoint directory is given with --load-format auto.  --profile prints the
+ * device time per operation kind of the prefill and of the decode steps
+ * (backends that time their operations: CUDA, with graphs off). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,7 @@
 
 typedef struct benchOpts {
     const char *backend, *model, *load_format;
-    int threads, prompt_len, gen, max_tokens, json;
+    int threads, prompt_len, gen, max_tokens, json, profile;
     int batches[BENCH_MAX_BATCHES], n_batches;
 } benchOpts;
 
@@ -154,8 +156,9 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, benchRow *row,
     }
     for (int i = 0; i < batch * s.max_blocks; i++) s.tables[i] = i;
 
+    int prefill_steps = 0;
     double t0 = bench_now();
-    for (int i = 0; i < batch;) {          /* whole prompts while they fit, else chunks */
+    for (int i = 0; i < batch; prefill_steps++) {          /* whole prompts while they fit, else chunks */
         int budget = o->max_tokens;
         memset(take, 0, (size_t)batch * sizeof(int));
         for (; i < batch && budget > 0; budget -= take[i], i += s.cached[i] + take[i] == o->prompt_len) {
@@ -166,9 +169,18 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, benchRow *row,
         if (bench_step(m, &s, take, o->prompt_len, res, err) != 0) goto out;
     }
     double t1 = bench_now();
+    char label[64];
+    if (o->profile && m->be->ops->profile_report) {
+        snprintf(label, sizeof label, "prefill, batch %d x %d tokens", batch, o->prompt_len);
+        m->be->ops->profile_report(m->be, stdout, label, prefill_steps);
+    }
     for (int i = 0; i < batch; i++) take[i] = 1;
     for (int g = 0; g < o->gen; g++)
         if (bench_step(m, &s, take, o->prompt_len, res, err) != 0) goto out;
+    if (o->profile && m->be->ops->profile_report) {
+        snprintf(label, sizeof label, "decode, batch %d", batch);
+        m->be->ops->profile_report(m->be, stdout, label, o->gen);
+    }
     row->batch = batch;
     row->prefill_s = t1 - t0;
     row->decode_s = bench_now() - t1;
@@ -186,7 +198,8 @@ static int bench_parse(int argc, char **argv, benchOpts *o, rlError *err) {
         {"load-format", required_argument, 0, 'l'}, {"threads", required_argument, 0, 't'},
         {"prompt-len", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
         {"batch", required_argument, 0, 'B'}, {"max-num-batched-tokens", required_argument, 0, 'T'},
-        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"json", no_argument, 0, 'j'}, {"profile", no_argument, 0, 'P'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (c) {
@@ -198,6 +211,7 @@ static int bench_parse(int argc, char **argv, benchOpts *o, rlError *err) {
         case 'g': o->gen = atoi(optarg); break;
         case 'T': o->max_tokens = atoi(optarg); break;
         case 'j': o->json = 1; break;
+        case 'P': o->profile = 1; break;
         case 'B': {
             o->n_batches = 0;
             for (char *p = optarg; *p && o->n_batches < BENCH_MAX_BATCHES;) {
@@ -214,7 +228,7 @@ static int bench_parse(int argc, char **argv, benchOpts *o, rlError *err) {
         case 'h':
             printf("usage: redlm bench --model DIR|config.json [--backend cpu|cuda] "
                    "[--load-format dummy|auto] [--threads N] [--prompt-len 512] [--gen 32] "
-                   "[--batch 1,8] [--max-num-batched-tokens 2048] [--json]\n");
+                   "[--batch 1,8] [--max-num-batched-tokens 2048] [--json] [--profile]\n");
             return 1;
         default:
             return rl_error(err, RL_EUSAGE, "unknown option; see `redlm bench --help`");
@@ -285,7 +299,7 @@ int cmd_bench(int argc, char **argv) {
     if (dummy ? checkpoint_read_config(o.model, &cfg, &err) != 0
               : !(ck = checkpoint_open(o.model, &cfg, &err)))
         goto fail;
-    rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16};
+    rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16, .profile = o.profile};
     if (!strcmp(o.backend, "cpu")) {
         be = rl_backend_cpu_create(&bo, &err);
     } else if (!strcmp(o.backend, "cuda") && !rl_backend_cuda_create) {

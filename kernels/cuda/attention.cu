@@ -256,26 +256,28 @@ static void attention_run(rlCuda *c, T *out, const T *qkv, AttArgs a, int tiles)
      * fill the GPU: decode, where each sequence has one tile. */
     int base = c->n_seqs * a.n_kv * tiles, splits = 1;
     int want = 4 * c->sm_count;
-    if (base < want && c->max_seq_len > 2 * ATT_KEYS * 4) {
+    if (base < want && c->att_len > 2 * ATT_KEYS * 4) {
         splits = (want + base - 1) / base;
-        int most = (c->max_seq_len + 4 * ATT_KEYS - 1) / (4 * ATT_KEYS);
+        int most = (c->att_len + 4 * ATT_KEYS - 1) / (4 * ATT_KEYS);
         if (splits > most) splits = most;
     }
     size_t part_bytes = 0;
     if (splits > 1) {
-        a.split_len = (c->max_seq_len + splits - 1) / splits;
+        a.split_len = (c->att_len + splits - 1) / splits;
         a.split_len = (a.split_len + ATT_KEYS - 1) / ATT_KEYS * ATT_KEYS;
-        splits = (c->max_seq_len + a.split_len - 1) / a.split_len;
+        splits = (c->att_len + a.split_len - 1) / a.split_len;
         part_bytes = (size_t)splits * c->n_tokens * a.n_q * (a.D + 2) * sizeof(float);
     }
     if (splits > 1 && cuda_scratch(c, part_bytes, "attention")) return;
     if (splits > 1) a.part = (float *)c->scratch;
     else a.split_len = 0;
     dim3 grid(tiles, c->n_seqs * a.n_kv, splits);
+    PROF(c, "attention %s", c->max_new > 1 ? "prefill" : "decode");
     if (a.D <= 64) attention_launch<T, 1>(c, out, qkv, a, grid);
     else if (a.D <= 128) attention_launch<T, 2>(c, out, qkv, a, grid);
     else attention_launch<T, 4>(c, out, qkv, a, grid);
     if (splits > 1) {
+        PROF(c, "attention merge");
         attention_merge_kernel<T><<<c->n_tokens * a.n_q, 128, 0, c->stream>>>(
             out, a.part, splits, c->n_tokens, a.n_q, a.D);
         cuda_launched(c, "attention (merge)");

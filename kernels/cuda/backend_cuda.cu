@@ -36,7 +36,13 @@ void cuda_fail(rlCuda *c, rlErrorCode code, const char *fmt, ...) {
 
 int cuda_scratch(rlCuda *c, size_t bytes, const char *op) {
     if (bytes <= c->scratch_cap) return 0;
-    /* Growing replaces a buffer queued work may still read: wait for it. */
+    if (c->capturing) {
+        cuda_fail(c, RL_EINTERNAL, "%s: scratch must grow during a graph capture", op);
+        return -1;
+    }
+    /* Growing replaces a buffer queued work may still read (or a captured
+     * step points into): wait for it, drop the captures. */
+    cuda_graphs_clear(c);
     if (cuda_check(c, cudaStreamSynchronize(c->stream), op)) return -1;
     cudaFree(c->scratch);
     c->scratch = NULL;
@@ -134,6 +140,8 @@ static int cuda_kv_init(rlBackend *be, int n_layers, int n_blocks, int block_siz
                         "(even head dims up to 256 are; Qwen2 models use 64 or 128). Run this "
                         "model with --backend cpu.", head_dim);
     cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream);
+    cuda_graphs_clear(c);
     cudaFree(c->k_cache);
     cudaFree(c->v_cache);
     c->k_cache = c->v_cache = NULL;
@@ -163,10 +171,24 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     if (!c->k_cache) return rl_error(err, RL_EINTERNAL, "CUDA backend: begin_step before kv_init");
     if (rl_batch_check(b, c->kv_blocks, c->kv_block_size, err)) return -1;
     cudaSetDevice(c->device);
+    PROF(c, "begin_step (H2D)");
+    int max_new = 0, max_seq_len = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int n_new = b->seq_start[s + 1] - b->seq_start[s];
+        if (n_new > max_new) max_new = n_new;
+        if (b->seq_len[s] > max_seq_len) max_seq_len = b->seq_len[s];
+    }
+    /* A decode step a graph may capture: its block tables are padded to a
+     * power-of-two pitch, so the shape changes rarely as sequences grow. */
+    c->graph_shape = c->graphs && max_new == 1 && b->n_tokens == b->n_seqs &&
+                     b->n_tokens <= 1024;
+    int pitch = b->max_blocks;
+    if (c->graph_shape)
+        for (pitch = 16; pitch < b->max_blocks; pitch *= 2) {}
     size_t sz[7] = {
         (size_t)b->n_tokens * 4, (size_t)b->n_tokens * 4, (size_t)b->n_tokens * 4,
         (size_t)(b->n_seqs + 1) * 4, (size_t)b->n_seqs * 4,
-        (size_t)b->n_seqs * b->max_blocks * 4, (size_t)b->n_rows * sizeof(rlRowSpec)};
+        (size_t)b->n_seqs * pitch * 4, (size_t)b->n_rows * sizeof(rlRowSpec)};
     const void *src[7] = {b->tokens, b->positions, b->slots, b->seq_start, b->seq_len,
                           b->block_tables, b->rows};
     size_t off[7], total = 0;
@@ -176,6 +198,7 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     }
     if (total > c->stage_cap) {
         cuda_check(c, cudaStreamSynchronize(c->stream), "begin_step");
+        cuda_graphs_clear(c);
         cudaFreeHost(c->stage_host);
         cudaFree(c->stage_dev);
         c->stage_host = c->stage_dev = NULL;
@@ -187,7 +210,15 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
         c->stage_cap = cap;
     }
     for (int i = 0; i < 7; i++)
-        if (sz[i]) memcpy(c->stage_host + off[i], src[i], sz[i]);
+        if (sz[i] && (i != 5 || pitch == b->max_blocks))
+            memcpy(c->stage_host + off[i], src[i], sz[i]);
+    if (pitch != b->max_blocks) {
+        int32_t *t = (int32_t *)(c->stage_host + off[5]);
+        memset(t, 0, sz[5]);
+        for (int s = 0; s < b->n_seqs; s++)
+            memcpy(t + (size_t)s * pitch, b->block_tables + (size_t)s * b->max_blocks,
+                   (size_t)b->max_blocks * 4);
+    }
     cuda_check(c, cudaMemcpyAsync(c->stage_dev, c->stage_host, total, cudaMemcpyHostToDevice,
                                   c->stream), "begin_step");
     c->d_tokens = (int32_t *)(c->stage_dev + off[0]);
@@ -200,13 +231,10 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     c->n_seqs = b->n_seqs;
     c->n_tokens = b->n_tokens;
     c->n_rows = b->n_rows;
-    c->max_blocks = b->max_blocks;
-    c->max_new = c->max_seq_len = 0;
-    for (int s = 0; s < b->n_seqs; s++) {
-        int n_new = b->seq_start[s + 1] - b->seq_start[s];
-        if (n_new > c->max_new) c->max_new = n_new;
-        if (b->seq_len[s] > c->max_seq_len) c->max_seq_len = b->seq_len[s];
-    }
+    c->max_blocks = pitch;
+    c->max_new = max_new;
+    c->max_seq_len = max_seq_len;
+    c->att_len = c->graph_shape ? pitch * c->kv_block_size : max_seq_len;
     return cuda_take_error(c, err);
 }
 
@@ -214,6 +242,7 @@ static void cuda_copy2d(rlBackend *be, void *dst, size_t dst_pitch, const void *
                         size_t src_pitch, size_t width, int rows) {
     rlCuda *c = cuda_of(be);
     if (!rows || !width) return;
+    PROF(c, "copy2d");
     /* A pitch of 0 means "packed" (one row, or rows back to back). */
     cuda_check(c, cudaMemcpy2DAsync(dst, dst_pitch ? dst_pitch : width, src,
                                     src_pitch ? src_pitch : width, width, rows,
@@ -223,6 +252,7 @@ static void cuda_copy2d(rlBackend *be, void *dst, size_t dst_pitch, const void *
 static int cuda_sync(rlBackend *be, rlError *err) {
     rlCuda *c = cuda_of(be);
     cudaSetDevice(c->device);
+    cuda_prof_flush(c);
     cuda_check(c, cudaStreamSynchronize(c->stream), "sync");
     cuda_check(c, cudaGetLastError(), "sync");
     return cuda_take_error(c, err);
@@ -233,6 +263,8 @@ static void cuda_destroy(rlBackend *be) {
     rlCuda *c = cuda_of(be);
     cudaSetDevice(c->device);
     cudaStreamSynchronize(c->stream);
+    cuda_graphs_free(c);
+    cuda_prof_free(c);
     cuda_gemm_free(c);
     cudaFree(c->k_cache);
     cudaFree(c->v_cache);
@@ -241,6 +273,7 @@ static void cuda_destroy(rlBackend *be) {
     cudaFree(c->scratch);
     cudaFree(c->d_results);
     cudaFreeHost(c->h_results);
+    cudaFree(c->stats);
     cudaStreamDestroy(c->stream);
     free(c);
 }
@@ -272,6 +305,8 @@ static const rlBackendOps cuda_ops = {
     .sync = cuda_sync,
     .destroy = cuda_destroy,
     .kv_capacity = cuda_kv_capacity,
+    .graph_run = cuda_graph_run,
+    .profile_report = cuda_profile_report,
 };
 
 /* One message per way a GPU can be unusable, each saying what to do. */
@@ -348,7 +383,11 @@ extern "C" rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlErro
         free(c);
         return NULL;
     }
-    if (cuda_gemm_init(c, err)) {
+    /* Profiling times each operation, which a replayed graph would hide. */
+    const char *graphs = getenv("RL_CUDA_GRAPHS");
+    int use_graphs = !opt->profile && !(graphs && !strcmp(graphs, "0"));
+    if (cuda_gemm_init(c, err) || (opt->profile && cuda_prof_init(c, err)) ||
+        (use_graphs && cuda_graphs_init(c, err))) {
         cuda_destroy(&c->be);
         return NULL;
     }

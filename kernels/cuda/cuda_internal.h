@@ -30,6 +30,9 @@ typedef struct rlGemmAlgo {
     cublasLtMatmulAlgo_t algo;
 } rlGemmAlgo;
 
+typedef struct rlProf rlProf;
+typedef struct rlGraphs rlGraphs;
+
 typedef struct rlCuda {
     rlBackend be;
     int device;
@@ -63,6 +66,19 @@ typedef struct rlCuda {
     size_t scratch_cap;
     rlRowResult *d_results, *h_results;
     int results_cap;
+    /* Sampling's first pass: per-chunk max, exp sum and argmax of each row. */
+    void *stats;
+    size_t stats_cap;
+
+    /* Decode steps as CUDA graphs (graph.cu); att_len: the key range attention
+     * plans its splits for (the longest sequence, or in a graphed step the
+     * block-table pitch in tokens, so one capture fits every step of a shape). */
+    rlGraphs *graphs;
+    int graph_shape;    /* begin_step found a decode step graph_run may capture */
+    int capturing;      /* inside a capture: nothing may sync or allocate */
+    int att_len;
+
+    rlProf *prof;       /* per-operation timing (profile.cu); NULL: off */
 } rlCuda;
 
 static inline rlCuda *cuda_of(rlBackend *be) { return (rlCuda *)be->impl; }
@@ -76,6 +92,20 @@ void cuda_fail(rlCuda *c, rlErrorCode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Make sure scratch holds at least bytes; 0 on success (failure recorded). */
 int cuda_scratch(rlCuda *c, size_t bytes, const char *op);
+
+/* profile.cu: PROF(c, fmt, ...) marks the start of an operation. */
+int cuda_prof_init(rlCuda *c, rlError *err);
+void cuda_prof_free(rlCuda *c);
+void cuda_prof_flush(rlCuda *c);
+void cuda_prof_mark(rlCuda *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cuda_profile_report(rlBackend *be, FILE *f, const char *label, int steps);
+#define PROF(c, ...) do { if ((c)->prof) cuda_prof_mark((c), __VA_ARGS__); } while (0)
+
+/* graph.cu */
+int cuda_graphs_init(rlCuda *c, rlError *err);
+int cuda_graph_run(rlBackend *be, void (*body)(void *ctx), void *ctx, rlError *err);
+void cuda_graphs_clear(rlCuda *c);
+void cuda_graphs_free(rlCuda *c);
 
 /* elementwise.cu */
 void cuda_convert(rlCuda *c, void *dst, rlDtype dt, const void *src, rlDtype st, size_t n);

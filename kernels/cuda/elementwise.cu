@@ -59,6 +59,7 @@ __global__ void embed_kernel(T *out, const T *table, const int32_t *tokens, int 
 void cuda_embed(rlBackend *be, void *out, const void *table, int vocab0, int n_vocab, int dim) {
     rlCuda *c = cuda_of(be);
     if (!c->n_tokens) return;
+    PROF(c, "embed");
     RL_DISPATCH(be->act_dtype, T, embed_kernel<T><<<c->n_tokens, 256, 0, c->stream>>>(
                                       (T *)out, (const T *)table, c->d_tokens, vocab0, n_vocab,
                                       dim));
@@ -80,6 +81,7 @@ void cuda_swiglu(rlBackend *be, void *out, const void *gate_up, int rows, int m)
     rlCuda *c = cuda_of(be);
     size_t n = (size_t)rows * m;
     if (!n) return;
+    PROF(c, "swiglu");
     RL_DISPATCH(be->act_dtype, T, swiglu_kernel<T><<<rl_blocks(n, 256), 256, 0, c->stream>>>(
                                       (T *)out, (const T *)gate_up, rows, m));
     cuda_launched(c, "swiglu");
@@ -95,6 +97,7 @@ __global__ void gather_rows_kernel(T *out, const T *in, const rlRowSpec *rows, i
 void cuda_gather_rows(rlBackend *be, void *out, const void *in, int dim) {
     rlCuda *c = cuda_of(be);
     if (!c->n_rows) return;
+    PROF(c, "gather_rows");
     RL_DISPATCH(be->act_dtype, T, gather_rows_kernel<T><<<c->n_rows, 256, 0, c->stream>>>(
                                       (T *)out, (const T *)in, c->d_rows, dim));
     cuda_launched(c, "gather_rows");
@@ -109,6 +112,7 @@ template <typename T> __global__ void add_kernel(T *a, const T *b, size_t n) {
 void cuda_add(rlBackend *be, void *a, const void *b, size_t n) {
     rlCuda *c = cuda_of(be);
     if (!n) return;
+    PROF(c, "add");
     RL_DISPATCH(be->act_dtype, T, add_kernel<T><<<rl_blocks(n, 256), 256, 0, c->stream>>>(
                                       (T *)a, (const T *)b, n));
     cuda_launched(c, "add");

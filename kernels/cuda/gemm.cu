@@ -5,10 +5,23 @@
  * bias is the epilogue's per-row vector.  fp32 accumulation; the LM head
  * writes fp32.  A shape's descriptors and chosen algorithm are kept, so the
  * heuristic runs once per shape rather than once per call (and a captured
- * graph replays the same algorithm). */
+ * graph replays the same algorithm).
+ *
+ * Up to 8 rows (decode at small batch) the product is a matrix-vector one,
+ * bound by reading the weights; cuBLASLt's kernels for that shape leave much
+ * of the bandwidth unused, so gemv_kernel does it: each block owns 4 output
+ * columns, its threads stride over k in 16-byte chunks (4 weight loads in
+ * flight per thread, the weights streamed past L1, the few input rows
+ * cached), then reduce through shared memory. */
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_reduce.cuh"
+#include "cuda_types.cuh"
+
+#define GEMV_THREADS 128
+#define GEMV_COLS 4
+#define GEMV_MAX_ROWS 8
 
 static cudaDataType_t lt_type(rlDtype t) {
     return t == RL_F32 ? CUDA_R_32F : t == RL_F16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -122,9 +135,127 @@ __global__ void gemm_empty_kernel(T *out, const T *bias, int rows, int n) {
         out[i] = bias ? bias[i % n] : (T)0.0f;
 }
 
+/* Eight packed 16-bit values times eight floats, accumulated into acc. */
+static __device__ __forceinline__ float dot8(uint4 w, const float *x, float acc, bf16) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&w;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __bfloat1622float2(h[i]);
+        acc = fmaf(f.x, x[2 * i], fmaf(f.y, x[2 * i + 1], acc));
+    }
+    return acc;
+}
+static __device__ __forceinline__ float dot8(uint4 w, const float *x, float acc, f16) {
+    const __half2 *h = (const __half2 *)&w;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        acc = fmaf(f.x, x[2 * i], fmaf(f.y, x[2 * i + 1], acc));
+    }
+    return acc;
+}
+static __device__ __forceinline__ void unpack8(uint4 v, float *x, bf16) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __bfloat1622float2(h[i]);
+        x[2 * i] = f.x, x[2 * i + 1] = f.y;
+    }
+}
+static __device__ __forceinline__ void unpack8(uint4 v, float *x, f16) {
+    const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        x[2 * i] = f.x, x[2 * i + 1] = f.y;
+    }
+}
+
+/* out[r, c] = in[r, :] . w[c, :] (+ bias[c]) for rows <= R; k a multiple of 8. */
+template <typename T, typename O, int R>
+__global__ void __launch_bounds__(GEMV_THREADS)
+gemv_kernel(O *out, const T *in, const T *w, const T *bias, int rows, int n, int k) {
+    __shared__ float red[GEMV_THREADS / 32][GEMV_COLS * R];
+    const int c0 = blockIdx.x * GEMV_COLS, kc = k / 8;
+    const uint4 *wv[GEMV_COLS];
+#pragma unroll
+    for (int c = 0; c < GEMV_COLS; c++)
+        wv[c] = (const uint4 *)(w + (size_t)min(c0 + c, n - 1) * k);
+    const uint4 *xv = (const uint4 *)in;
+    float acc[GEMV_COLS][R];
+#pragma unroll
+    for (int c = 0; c < GEMV_COLS; c++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[c][r] = 0;
+    for (int j = threadIdx.x; j < kc; j += GEMV_THREADS) {
+        uint4 wq[GEMV_COLS];
+#pragma unroll
+        for (int c = 0; c < GEMV_COLS; c++) wq[c] = __ldcs(wv[c] + j);
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (r >= rows) break;
+            float x[8];
+            unpack8(__ldg(xv + (size_t)r * kc + j), x, T());
+#pragma unroll
+            for (int c = 0; c < GEMV_COLS; c++) acc[c][r] = dot8(wq[c], x, acc[c][r], T());
+        }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int c = 0; c < GEMV_COLS; c++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = warp_sum(acc[c][r]);
+            if (lane == 0) red[warp][c * R + r] = v;
+        }
+    __syncthreads();
+    for (int i = threadIdx.x; i < GEMV_COLS * R; i += blockDim.x) {
+        int c = i / R, r = i % R, col = c0 + c;
+        if (r >= rows || col >= n) continue;
+        float v = 0;
+#pragma unroll
+        for (int wi = 0; wi < GEMV_THREADS / 32; wi++) v += red[wi][i];
+        if (bias) v += ld(bias + col);
+        st(out + (size_t)r * n + col, v);
+    }
+}
+
+template <typename T, typename O>
+static void gemv_launch(rlCuda *c, O *out, const T *in, const T *w, const T *bias, int rows,
+                        int n, int k) {
+    unsigned blocks = (unsigned)((n + GEMV_COLS - 1) / GEMV_COLS);
+    if (rows <= 1)
+        gemv_kernel<T, O, 1><<<blocks, GEMV_THREADS, 0, c->stream>>>(out, in, w, bias, rows, n, k);
+    else if (rows <= 2)
+        gemv_kernel<T, O, 2><<<blocks, GEMV_THREADS, 0, c->stream>>>(out, in, w, bias, rows, n, k);
+    else if (rows <= 4)
+        gemv_kernel<T, O, 4><<<blocks, GEMV_THREADS, 0, c->stream>>>(out, in, w, bias, rows, n, k);
+    else
+        gemv_kernel<T, O, 8><<<blocks, GEMV_THREADS, 0, c->stream>>>(out, in, w, bias, rows, n, k);
+}
+
+/* The matrix-vector path when the shape allows it; 0 when it did not apply. */
+static int gemv_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
+                    const void *bias, int rows, int n, int k, int f32out, const char *op) {
+    if (rows > GEMV_MAX_ROWS || k % 8 || (wt != RL_BF16 && wt != RL_F16) ||
+        (((uintptr_t)in | (uintptr_t)w) & 15))
+        return 0;
+    if (wt == RL_F16) {
+        if (f32out) gemv_launch(c, (float *)out, (const f16 *)in, (const f16 *)w, (const f16 *)bias, rows, n, k);
+        else gemv_launch(c, (f16 *)out, (const f16 *)in, (const f16 *)w, (const f16 *)bias, rows, n, k);
+    } else {
+        if (f32out) gemv_launch(c, (float *)out, (const bf16 *)in, (const bf16 *)w, (const bf16 *)bias, rows, n, k);
+        else gemv_launch(c, (bf16 *)out, (const bf16 *)in, (const bf16 *)w, (const bf16 *)bias, rows, n, k);
+    }
+    cuda_launched(c, op);
+    return 1;
+}
+
 static void gemm_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
                      const void *bias, int rows, int n, int k, int f32out, const char *op) {
     if (!rows || !n || c->err.code != RL_OK) return;
+    PROF(c, "%s %dx%d%s", rows <= GEMV_MAX_ROWS && k % 8 == 0 ? "gemv" : "gemm", n, k,
+         f32out ? " f32" : "");
     if (k == 0) {
         unsigned blocks = (unsigned)(((size_t)rows * n + 255) / 256 < 65535 ? ((size_t)rows * n + 255) / 256 : 65535);
         if (f32out)
@@ -137,6 +268,7 @@ static void gemm_run(rlCuda *c, rlDtype wt, void *out, const void *in, const voi
         cuda_launched(c, op);
         return;
     }
+    if (gemv_run(c, wt, out, in, w, bias, rows, n, k, f32out, op)) return;
     rlGemmAlgo *g = gemm_plan(c, wt, rows, n, k, bias != NULL, f32out);
     if (!g) return;
     if (bias) {

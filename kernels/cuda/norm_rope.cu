@@ -28,6 +28,7 @@ void cuda_rmsnorm(rlBackend *be, void *out, const void *in, const void *w, int r
                   float eps) {
     rlCuda *c = cuda_of(be);
     if (!rows) return;
+    PROF(c, "rmsnorm");
     RL_DISPATCH(be->act_dtype, T, rmsnorm_kernel<T><<<rows, 256, 0, c->stream>>>(
                                       (T *)out, (const T *)in, (const T *)w, dim, eps));
     cuda_launched(c, "rmsnorm");
@@ -55,6 +56,7 @@ void cuda_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out, cons
                       int rows, int dim, float eps) {
     rlCuda *c = cuda_of(be);
     if (!rows) return;
+    PROF(c, "add_rmsnorm");
     RL_DISPATCH(be->act_dtype, T, add_rmsnorm_kernel<T><<<rows, 256, 0, c->stream>>>(
                                       (T *)resid, (const T *)x, (T *)out, (const T *)w, dim,
                                       eps));
@@ -111,6 +113,7 @@ void cuda_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *
         return;
     }
     size_t layer_off = (size_t)layer * c->kv_blocks * c->kv_heads * c->kv_block_size * s->head_dim;
+    PROF(c, "rope_kv_store");
     RL_DISPATCH(be->act_dtype, T, rope_kv_kernel<T><<<c->n_tokens, 256, 0, c->stream>>>(
                                       (T *)qkv, (T *)c->k_cache, (T *)c->v_cache, c->d_positions,
                                       c->d_slots, s->n_q, s->n_kv, s->head_dim, s->rope_theta,

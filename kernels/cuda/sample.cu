@@ -13,7 +13,13 @@
  * radix descent over the logits' bits (four 8-bit passes of histograms of
  * counts or masses), and the tokens of one tied logit are ordered by id with
  * a block scan.  A kept set is always a prefix of that order, so it is held
- * as (key threshold, id bound among the threshold's ties, min-p floor). */
+ * as (key threshold, id bound among the threshold's ties, min-p floor).
+ *
+ * A first kernel spreads each row over many blocks for what every row needs
+ * (maximum, its lowest id, and the exp sum of the log-softmax): with one
+ * block per row a batch of one would read 152k logits on one SM.  Greedy
+ * rows that want at most one alternative are then done: the argmax is the
+ * token. */
 #include <string.h>
 
 #include "cuda_internal.h"
@@ -24,6 +30,50 @@ extern "C" {
 }
 
 #define SAMPLE_THREADS 512
+#define STATS_THREADS 256
+#define STATS_MAX_CHUNKS 64
+
+/* One chunk of one row: its largest logit (lowest id among ties) and
+ * sum exp(l - max) in double. */
+struct RowStats {
+    double sum;
+    float max;
+    int arg;
+};
+
+/* (v, i) beats (w, j): larger value, ties to the lower id. */
+static __device__ __forceinline__ bool arg_better(float v, int i, float w, int j) {
+    return v > w || (v == w && (unsigned)i < (unsigned)j);
+}
+
+__global__ void __launch_bounds__(STATS_THREADS)
+row_stats_kernel(const float *logits, int V, int chunk, RowStats *stats) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    __shared__ double sd[32];
+    const int row = blockIdx.y, b = blockIdx.x * chunk, e = min(V, b + chunk);
+    const float *l = logits + (size_t)row * V;
+    float best = -INFINITY;
+    int arg = -1;
+    for (int i = b + threadIdx.x; i < e; i += blockDim.x)
+        if (arg_better(l[i], i, best, arg)) best = l[i], arg = i;
+    for (int o = 16; o; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, best, o);
+        int j = __shfl_xor_sync(0xffffffffu, arg, o);
+        if (arg_better(w, j, best, arg)) best = w, arg = j;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) sv[warp] = best, si[warp] = arg;
+    __syncthreads();
+    best = -INFINITY, arg = -1;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+        if (arg_better(sv[w], si[w], best, arg)) best = sv[w], arg = si[w];
+    double s = 0;
+    if (best != -INFINITY)
+        for (int i = b + threadIdx.x; i < e; i += blockDim.x) s += exp((double)l[i] - best);
+    s = block_sum(s, sd);
+    if (threadIdx.x == 0) stats[(size_t)row * gridDim.x + blockIdx.x] = RowStats{s, best, arg};
+}
 
 /* Float order as unsigned order. */
 static __device__ __forceinline__ uint32_t okey(float f) {
@@ -207,8 +257,8 @@ static __device__ int find_mass(const float *l, const double *q, int V, Kept kep
 }
 
 __global__ void __launch_bounds__(SAMPLE_THREADS)
-sample_kernel(const float *logits, int V, const rlRowSpec *rows, double *qbuf,
-              rlRowResult *results) {
+sample_kernel(const float *logits, int V, const rlRowSpec *rows, const RowStats *stats,
+              int n_chunks, double *qbuf, rlRowResult *results) {
     __shared__ SampleShm sh;
     const int row = blockIdx.x;
     const float *l = logits + (size_t)row * V;
@@ -218,12 +268,14 @@ sample_kernel(const float *logits, int V, const rlRowSpec *rows, double *qbuf,
     memset(&res, 0, sizeof res);
     res.token = -1;
 
+    const RowStats *rs = stats + (size_t)row * n_chunks;
     float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
-    mx = block_max(mx, sh.redf);
+    int arg = -1;
+    for (int z = 0; z < n_chunks; z++)
+        if (arg_better(rs[z].max, rs[z].arg, mx, arg)) mx = rs[z].max, arg = rs[z].arg;
     double se = 0;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) se += exp((double)l[i] - mx);
-    se = block_sum(se, sh.redd);
+    for (int z = 0; z < n_chunks; z++)
+        if (rs[z].max != -INFINITY) se += rs[z].sum * exp((double)rs[z].max - mx);
     const double log_z = mx + log(se);
     if (spec.target >= 0 && spec.target < V) res.target_logprob = (float)(l[spec.target] - log_z);
 
@@ -231,7 +283,11 @@ sample_kernel(const float *logits, int V, const rlRowSpec *rows, double *qbuf,
     const bool greedy = spec.sample && spec.temperature <= 0.0f;
     int n_top = min(max(spec.n_top, 0), min(RL_MAX_TOP, V));
     int n_sel = max(n_top, greedy ? 1 : 0);
-    if (n_sel > 0) {
+    if (n_sel == 1 && arg >= 0) {
+        res.n_top = n_top;
+        if (n_top) res.top_ids[0] = arg, res.top_logprobs[0] = (float)(mx - log_z);
+        if (greedy) res.token = arg;
+    } else if (n_sel > 0) {
         int need;
         uint32_t kth = select_nth(l, V, all, n_sel, &need, &sh);
         int tie_id = nth_equal(l, NULL, V, all, kth, need, &sh);
@@ -299,6 +355,13 @@ int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out,
     rlCuda *c = cuda_of(be);
     cudaSetDevice(c->device);
     int n = c->n_rows;
+    /* Enough blocks over all rows to fill the GPU twice. */
+    int chunks = n > 0 ? (2 * c->sm_count + n - 1) / n : 1;
+    if (chunks > STATS_MAX_CHUNKS) chunks = STATS_MAX_CHUNKS;
+    if (chunks < 1) chunks = 1;
+    int chunk = (vocab + chunks - 1) / chunks;
+    chunks = (vocab + chunk - 1) / chunk;
+    size_t stats_bytes = (size_t)n * chunks * sizeof(RowStats);
     if (n > c->results_cap) {
         cuda_check(c, cudaStreamSynchronize(c->stream), "sample");
         cudaFree(c->d_results);
@@ -311,8 +374,22 @@ int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out,
             goto done;
         c->results_cap = n;
     }
-    if (n > 0 && !cuda_scratch(c, (size_t)n * vocab * sizeof(double), "sample")) {
+    if (n > 0 && stats_bytes > c->stats_cap) {
+        cuda_check(c, cudaStreamSynchronize(c->stream), "sample");
+        cudaFree(c->stats);
+        c->stats = NULL;
+        c->stats_cap = 0;
+        if (!cuda_check(c, cudaMalloc(&c->stats, stats_bytes * 2), "sample"))
+            c->stats_cap = stats_bytes * 2;
+    }
+    if (n > 0 && c->stats && !cuda_scratch(c, (size_t)n * vocab * sizeof(double), "sample")) {
+        PROF(c, "sample: row stats");
+        row_stats_kernel<<<dim3(chunks, n), STATS_THREADS, 0, c->stream>>>(
+            logits, vocab, chunk, (RowStats *)c->stats);
+        cuda_launched(c, "sample");
+        PROF(c, "sample");
         sample_kernel<<<n, SAMPLE_THREADS, 0, c->stream>>>(logits, vocab, c->d_rows,
+                                                           (const RowStats *)c->stats, chunks,
                                                            (double *)c->scratch, c->d_results);
         cuda_launched(c, "sample");
         cuda_check(c, cudaMemcpyAsync(c->h_results, c->d_results, n * sizeof(rlRowResult),
