@@ -306,12 +306,14 @@ static void rope_ref(float *x, int D, int pos, float theta, rlDtype t) {
     }
 }
 
-static void run_attention_case(rlBackend *be, const AttCase *ac) {
+/* decode: every sequence has one new token (the backend's decode-only path). */
+static void run_attention_case(rlBackend *be, const AttCase *ac, int decode) {
     rlDtype t = be->act_dtype;
     const int bs = 16, n_blocks = 160, layers = 2, layer = 1, D = ac->head_dim;
     const int n_seqs = 4;
     /* cached prefix, new tokens: a prompt, a chunk after a cached prefix, two long decodes */
-    const int cached[4] = {0, 20, 700, 1500}, fresh[4] = {13, 5, 1, 1};
+    const int cached[4] = {0, 20, 700, 1500};
+    const int fresh[4] = {decode ? 1 : 13, decode ? 1 : 5, 1, 1};
     rlError err;
     assert_int_equal(be->ops->kv_init(be, layers, n_blocks, bs, ac->n_kv, D, &err), 0);
     int perm[160];
@@ -405,8 +407,8 @@ static void run_attention_case(rlBackend *be, const AttCase *ac) {
                         }
                     }
             char what[64];
-            snprintf(what, sizeof what, "attention hd%d q%d/kv%d@%d", D, ac->n_q, ac->n_kv,
-                     ac->q_head0);
+            snprintf(what, sizeof what, "attention%s hd%d q%d/kv%d@%d", decode ? " decode" : "",
+                     D, ac->n_q, ac->n_kv, ac->q_head0);
             check_close(be, what, out, ref, (size_t)n * ac->n_q * D);
             free(out), free(ref), free(sc);
             be->ops->free(be, dout);
@@ -429,7 +431,8 @@ static void test_attention(void **state) {
     };
     for (int d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            run_attention_case(backends[d], &cases[i]);
+            for (int decode = 0; decode < 2; decode++)
+                run_attention_case(backends[d], &cases[i], decode);
 }
 
 /* ---- sampling: equal to the CPU backend's sampler on the same logits ---- */

@@ -106,14 +106,29 @@ static int64_t wall_ms(void) {
 
 /* ---- the model on its backend (one rank) ---- */
 
-static int engine_model_open(rlEngine *e, int n_blocks, rlError *err) {
+/* --dtype: auto takes the checkpoint's bf16 or fp16 (bf16 for an fp32
+ * checkpoint, since the CUDA backend computes in 16 bits; the CPU backend
+ * computes in fp32 whatever is asked). */
+static int engine_dtype(const rlEngine *e, rlDtype *out, rlError *err) {
+    const char *d = e->opt.dtype ? e->opt.dtype : "auto";
+    if (!strcmp(d, "auto")) *out = e->cfg.torch_dtype == RL_F16 ? RL_F16 : RL_BF16;
+    else if (!strcmp(d, "bf16") || !strcmp(d, "bfloat16")) *out = RL_BF16;
+    else if (!strcmp(d, "fp16") || !strcmp(d, "float16")) *out = RL_F16;
+    else if (!strcmp(d, "fp32") || !strcmp(d, "float32")) *out = RL_F32;
+    else return rl_error(err, RL_EUSAGE, "--dtype %s: expected auto, bf16, fp16 or fp32", d);
+    return 0;
+}
+
+/* The backend and the weights; the KV cache comes after (engine_kv_blocks),
+ * sized from what the weights left. */
+static int engine_model_open(rlEngine *e, rlError *err) {
     const rlEngineOptions *o = &e->opt;
     if (o->tp != 1 || o->pp != 1)
         return rl_error(err, RL_EUSAGE,
                         "--tp %d --pp %d: this build runs one rank only; use --tp 1 --pp 1",
                         o->tp, o->pp);
-    rlBackendOptions bo = {.threads = o->threads, .device = o->devices ? o->devices[0] : 0,
-                           .dtype = RL_BF16};
+    rlBackendOptions bo = {.threads = o->threads, .device = o->devices ? o->devices[0] : 0};
+    if (engine_dtype(e, &bo.dtype, err)) return -1;
     if (!strcmp(o->backend, "cpu")) e->be = rl_backend_cpu_create(&bo, err);
     else if (!strcmp(o->backend, "cuda") && !rl_backend_cuda_create)
         return rl_error(err, RL_EDEVICE, "--backend cuda: this build has no CUDA backend");
@@ -127,8 +142,7 @@ static int engine_model_open(rlEngine *e, int n_blocks, rlError *err) {
                       o->max_num_batched_tokens, e->max_rows, err))
         return -1;
     e->model_ready = 1;
-    return e->be->ops->kv_init(e->be, e->cfg.num_layers, n_blocks, o->block_size,
-                               shard.n_kv_heads, e->cfg.head_dim, err);
+    return 0;
 }
 
 static int engine_model_forward(rlEngine *e, const rlBatch *b, rlError *err) {
@@ -137,14 +151,27 @@ static int engine_model_forward(rlEngine *e, const rlBatch *b, rlError *err) {
 
 /* ---- opening ---- */
 
+/* KV blocks: on a device, what fits under --gpu-memory-utilization once the
+ * weights are there (the backend's memory plan); on the CPU, --kv-cache-memory. */
 static int engine_kv_blocks(rlEngine *e, rlError *err) {
     const rlEngineOptions *o = &e->opt;
+    rlBackend *be = e->be;
     rlShard shard;
     if (rl_shard_plan(&e->cfg, 1, 1, NULL, &shard, err)) return -1;
-    size_t per_block = rl_model_kv_bytes_per_token(&e->cfg, &shard, RL_F32) * (size_t)o->block_size;
-    size_t budget = o->kv_cache_memory ? o->kv_cache_memory : (size_t)1 << 30;
+    size_t per_block = rl_model_kv_bytes_per_token(&e->cfg, &shard, be->act_dtype) *
+                       (size_t)o->block_size;
+    int per_seq = (o->max_model_len + o->block_size - 1) / o->block_size;
     /* Never more than every sequence at full length needs. */
-    size_t full = (size_t)o->max_num_seqs * (size_t)((o->max_model_len + o->block_size - 1) / o->block_size);
+    size_t full = (size_t)o->max_num_seqs * (size_t)per_seq;
+    if (be->ops->kv_capacity) {
+        double util = o->gpu_memory_utilization > 0 ? o->gpu_memory_utilization : 0.90;
+        int fit;
+        if (be->ops->kv_capacity(be, per_block, o->block_size, per_seq, util, &fit, err))
+            return -1;
+        return (size_t)fit > full ? (int)(full < ((size_t)1 << 30) ? full : (size_t)1 << 30)
+                                  : fit;
+    }
+    size_t budget = o->kv_cache_memory ? o->kv_cache_memory : (size_t)1 << 30;
     size_t n = budget / per_block;
     if (!o->kv_cache_memory && n > full) n = full;
     if (n < 1)
@@ -200,13 +227,14 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
     if (tokenizer_load && file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;
 
+    e->max_rows = o->max_num_batched_tokens + o->max_num_seqs;
+    if (engine_model_open(e, err)) goto fail;
     int n_blocks = e->n_blocks = engine_kv_blocks(e, err);
     if (n_blocks < 0) goto fail;
     rlSchedConfig sc = {.block_size = o->block_size, .n_blocks = n_blocks,
                         .max_num_seqs = o->max_num_seqs,
                         .max_num_batched_tokens = o->max_num_batched_tokens,
                         .max_model_len = o->max_model_len, .prefix_caching = o->prefix_caching};
-    e->max_rows = o->max_num_batched_tokens + o->max_num_seqs;
     e->sched = sched_create(&sc);
     e->specs = calloc((size_t)e->max_rows, sizeof(*e->specs));
     e->results = calloc((size_t)e->max_rows, sizeof(*e->results));
@@ -215,7 +243,9 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
                  n_blocks);
         goto fail;
     }
-    if (engine_model_open(e, n_blocks, err)) goto fail;
+    if (e->be->ops->kv_init(e->be, e->cfg.num_layers, n_blocks, o->block_size,
+                            e->model.shard.n_kv_heads, e->cfg.head_dim, err))
+        goto fail;
     return e;
 fail:
     engine_close(e);

@@ -10,7 +10,17 @@
  * results merged by a second kernel (flash-decoding).  Head dims up to 256
  * (even) work; 64 and 128 are the tuned cases.
  *
+ * Decode steps (one new token per sequence) with head dims 64 or 128 and
+ * groups of up to 8 query heads take attention_decode_kernel instead: there
+ * the work is reading the cache once, so each key is read by a group of
+ * head_dim / 8 lanes with one 16-byte load each, scored against every query
+ * head of its group held in registers, and folded into per-lane online
+ * softmax state; the block's key groups merge through shared memory.
+ *
  * KV layout (kv_init): [layer][block][kv head][block_size][head_dim]. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "cuda_internal.h"
 #include "cuda_reduce.cuh"
 #include "cuda_types.cuh"
@@ -211,6 +221,128 @@ attention_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
     }
 }
 
+#define DEC_WARPS 4
+#define DEC_G 8          /* most query heads per KV head */
+#define DEC_MIN_SPLIT 32 /* fewest keys worth a split of their own */
+
+static __device__ __forceinline__ void unpack8(uint4 v, float *x, bf16) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __bfloat1622float2(h[i]);
+        x[2 * i] = f.x, x[2 * i + 1] = f.y;
+    }
+}
+static __device__ __forceinline__ void unpack8(uint4 v, float *x, f16) {
+    const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        x[2 * i] = f.x, x[2 * i + 1] = f.y;
+    }
+}
+
+/* One block: a sequence's single new token, one KV head (its query heads,
+ * up to DEC_G) and one split of the keys.  LPK = head_dim / 8 lanes per key;
+ * a warp takes 32 / LPK keys at a time. */
+template <typename T, int LPK>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
+    constexpr int D = LPK * 8, KPW = 32 / LPK, NG = DEC_WARPS * KPW;
+    __shared__ float sm_m[NG][DEC_G], sm_l[NG][DEC_G];
+    __shared__ float sm_o[NG * DEC_G * D];
+
+    const int s = blockIdx.y / a.n_kv, hk = blockIdx.y % a.n_kv;
+    const int gkv = a.kv_head0 + hk;
+    const int lo = max(a.q_head0, gkv * a.group), hi = min(a.q_head0 + a.n_q, (gkv + 1) * a.group);
+    const int nq = hi - lo, qh0 = lo - a.q_head0;
+    if (nq <= 0) return;
+    const int t = a.seq_start[s];
+    const int k_total = min(a.seq_len[s], a.positions[t] + 1);
+    int k_begin = 0, k_end = k_total;
+    if (a.split_len) {
+        k_begin = blockIdx.z * a.split_len;
+        k_end = min(k_total, k_begin + a.split_len);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane % LPK, grp = lane / LPK, gi = warp * KPW + grp;
+
+    /* This lane's 8 dims of every query head, pre-scaled for exp2. */
+    const T *qrow = qkv + (size_t)t * (a.n_q + 2 * a.n_kv) * D + (size_t)qh0 * D + 8 * sub;
+    float q[DEC_G][8], m[DEC_G], l[DEC_G], o[DEC_G][8];
+#pragma unroll
+    for (int r = 0; r < DEC_G; r++) {
+        m[r] = -INFINITY, l[r] = 0;
+#pragma unroll
+        for (int d = 0; d < 8; d++) q[r][d] = 0, o[r][d] = 0;
+        if (r < nq) {
+            unpack8(*(const uint4 *)(qrow + (size_t)r * D), q[r], T());
+#pragma unroll
+            for (int d = 0; d < 8; d++) q[r][d] *= a.scale_log2;
+        }
+    }
+
+    const int32_t *btab = a.block_tables + (size_t)s * a.max_blocks;
+#pragma unroll 2
+    for (int kb = k_begin + warp * KPW; kb < k_end; kb += NG) {
+        const int kpos = kb + grp;
+        const bool valid = kpos < k_end;
+        float kf[8], vf[8];
+        if (valid) {
+            size_t base = a.layer_off + ((size_t)btab[kpos / a.bs] * a.n_kv + hk) * a.bs * D +
+                          (size_t)(kpos % a.bs) * D + 8 * sub;
+            unpack8(*(const uint4 *)(kc + base), kf, T());
+            unpack8(*(const uint4 *)(vc + base), vf, T());
+        }
+#pragma unroll
+        for (int r = 0; r < DEC_G; r++) {
+            if (r >= nq) break;
+            float sc = 0;
+#pragma unroll
+            for (int d = 0; d < 8; d++) sc = fmaf(q[r][d], valid ? kf[d] : 0.0f, sc);
+#pragma unroll
+            for (int off = LPK / 2; off; off >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, off);
+            if (!valid) continue;
+            float mn = fmaxf(m[r], sc), corr = exp2f(m[r] - mn), p = exp2f(sc - mn);
+            l[r] = l[r] * corr + p;
+            m[r] = mn;
+#pragma unroll
+            for (int d = 0; d < 8; d++) o[r][d] = fmaf(o[r][d], corr, p * vf[d]);
+        }
+    }
+
+    /* Merge the block's key groups: weights 2^(m_g - M). */
+#pragma unroll
+    for (int r = 0; r < DEC_G; r++) {
+        if (r >= nq) break;
+        if (sub == 0) sm_m[gi][r] = m[r], sm_l[gi][r] = l[r];
+#pragma unroll
+        for (int d = 0; d < 8; d++) sm_o[(gi * DEC_G + r) * D + 8 * sub + d] = o[r][d];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < nq * D; e += blockDim.x) {
+        const int r = e / D, d = e % D;
+        float M = -INFINITY;
+        for (int g = 0; g < NG; g++)
+            if (sm_l[g][r] > 0) M = fmaxf(M, sm_m[g][r]);
+        float L = 0, acc = 0;
+        for (int g = 0; g < NG; g++)
+            if (sm_l[g][r] > 0) {
+                float w = exp2f(sm_m[g][r] - M);
+                L += sm_l[g][r] * w;
+                acc += sm_o[(g * DEC_G + r) * D + d] * w;
+            }
+        const int qh = qh0 + r;
+        if (!a.split_len) {
+            st(out + ((size_t)t * a.n_q + qh) * D + d, L > 0 ? acc / L : 0.0f);
+        } else {
+            float *dst = a.part + (((size_t)blockIdx.z * a.n_tokens + t) * a.n_q + qh) * (D + 2);
+            if (d == 0) dst[0] = M, dst[1] = L;
+            dst[2 + d] = acc;
+        }
+    }
+}
+
 /* Merge the splits of one (token, query head): weights 2^(m_z - M). */
 template <typename T>
 __global__ void attention_merge_kernel(T *out, const float *part, int n_splits, int n_tokens,
@@ -250,6 +382,53 @@ static void attention_launch(rlCuda *c, T *out, const T *qkv, const AttArgs &a, 
     cuda_launched(c, "attention");
 }
 
+/* The decode kernel's shapes: one new token per sequence, head dim 64 or
+ * 128, at most DEC_G query heads per KV head (RL_CUDA_DECODE_ATTN=0: off). */
+static bool attention_decode_fits(const rlCuda *c, int D, int g_max) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("RL_CUDA_DECODE_ATTN");
+        off = e && !strcmp(e, "0");
+    }
+    return !off && c->max_new == 1 && c->n_tokens == c->n_seqs && (D == 64 || D == 128) &&
+           g_max <= DEC_G;
+}
+
+template <typename T>
+static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a) {
+    /* Splits enough to give every SM several blocks, none under DEC_MIN_SPLIT keys. */
+    int base = c->n_seqs * a.n_kv, want = 4 * c->sm_count;
+    int splits = (want + base - 1) / base, most = (c->att_len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT;
+    if (splits > most) splits = most;
+    if (splits < 1) splits = 1;
+    a.split_len = 0;
+    if (splits > 1) {
+        int len = (c->att_len + splits - 1) / splits;
+        len = (len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT * DEC_MIN_SPLIT;
+        splits = (c->att_len + len - 1) / len;
+        if (splits > 1) a.split_len = len;
+    }
+    if (a.split_len) {
+        size_t part_bytes = (size_t)splits * c->n_tokens * a.n_q * (a.D + 2) * sizeof(float);
+        if (cuda_scratch(c, part_bytes, "attention")) return;
+        a.part = (float *)c->scratch;
+    }
+    dim3 grid(1, c->n_seqs * a.n_kv, splits);
+    PROF(c, "attention decode");
+    const T *kc = (const T *)c->k_cache, *vc = (const T *)c->v_cache;
+    if (a.D == 64)
+        attention_decode_kernel<T, 8><<<grid, DEC_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
+    else
+        attention_decode_kernel<T, 16><<<grid, DEC_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
+    cuda_launched(c, "attention (decode)");
+    if (a.split_len) {
+        PROF(c, "attention merge");
+        attention_merge_kernel<T><<<c->n_tokens * a.n_q, 128, 0, c->stream>>>(
+            out, a.part, splits, c->n_tokens, a.n_q, a.D);
+        cuda_launched(c, "attention (merge)");
+    }
+}
+
 template <typename T>
 static void attention_run(rlCuda *c, T *out, const T *qkv, AttArgs a, int tiles) {
     /* Split the keys when there are too few (sequence, KV head, tile) blocks to
@@ -272,7 +451,7 @@ static void attention_run(rlCuda *c, T *out, const T *qkv, AttArgs a, int tiles)
     if (splits > 1) a.part = (float *)c->scratch;
     else a.split_len = 0;
     dim3 grid(tiles, c->n_seqs * a.n_kv, splits);
-    PROF(c, "attention %s", c->max_new > 1 ? "prefill" : "decode");
+    PROF(c, "attention (tiled) %s", c->max_new > 1 ? "prefill" : "decode");
     if (a.D <= 64) attention_launch<T, 1>(c, out, qkv, a, grid);
     else if (a.D <= 128) attention_launch<T, 2>(c, out, qkv, a, grid);
     else attention_launch<T, 4>(c, out, qkv, a, grid);
@@ -319,6 +498,13 @@ void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const 
     }
     int tiles = (c->max_new * g_max + ATT_ROWS - 1) / ATT_ROWS;
     if (tiles <= 0) return;
+    if (attention_decode_fits(c, a.D, g_max)) {
+        if (be->act_dtype == RL_F16)
+            attention_decode_run<f16>(c, (f16 *)out, (const f16 *)qkv, a);
+        else
+            attention_decode_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a);
+        return;
+    }
     if (be->act_dtype == RL_F16)
         attention_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, tiles);
     else

@@ -5,7 +5,10 @@
  * bias is the epilogue's per-row vector.  fp32 accumulation; the LM head
  * writes fp32.  A shape's descriptors and chosen algorithm are kept, so the
  * heuristic runs once per shape rather than once per call (and a captured
- * graph replays the same algorithm).
+ * graph replays the same algorithm).  Shapes of up to GEMM_TUNE_ROWS rows
+ * (decode batches, where cuBLASLt's first guess is often far from the best)
+ * time the heuristic's candidates once, on the call's own buffers, and keep
+ * the fastest.
  *
  * Up to 8 rows (decode at small batch) the product is a matrix-vector one,
  * bound by reading the weights; cuBLASLt's kernels for that shape leave much
@@ -22,6 +25,40 @@
 #define GEMV_THREADS 128
 #define GEMV_COLS 4
 #define GEMV_MAX_ROWS 8
+#define GEMM_TUNE_ROWS 256
+#define GEMM_CANDIDATES 8
+
+/* The fastest of the candidates on these buffers (index into h), timed over
+ * three runs each after a warm-up; 0 when timing is not possible. */
+static int gemm_tune(rlCuda *c, rlGemmAlgo *g, const cublasLtMatmulHeuristicResult_t *h,
+                     int found, void *out, const void *in, const void *w) {
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess) return 0;
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return 0;
+    }
+    float alpha = 1.0f, beta = 0.0f, best_ms = 1e30f;
+    int best = 0;
+    for (int i = 0; i < found; i++) {
+        if (h[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+        for (int rep = 0; rep < 4 && st == CUBLAS_STATUS_SUCCESS; rep++) {
+            if (rep == 1) cudaEventRecord(e0, c->stream);
+            st = cublasLtMatmul(c->lt, g->desc, &alpha, w, g->a, in, g->b, &beta, out, g->c, out,
+                                g->c, &h[i].algo, c->lt_ws, c->lt_ws_bytes, c->stream);
+        }
+        cudaEventRecord(e1, c->stream);
+        float ms = 0;
+        if (cudaEventSynchronize(e1) == cudaSuccess && st == CUBLAS_STATUS_SUCCESS &&
+            cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms < best_ms)
+            best_ms = ms, best = i;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGetLastError();
+    return best;
+}
 
 static cudaDataType_t lt_type(rlDtype t) {
     return t == RL_F32 ? CUDA_R_32F : t == RL_F16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -57,11 +94,12 @@ void cuda_gemm_free(rlCuda *c) {
 }
 
 /* The cached plan for this shape, made on first use; NULL after recording a failure. */
-static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, int bias,
-                             int f32out) {
+static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, const void *bias,
+                             int f32out, void *out, const void *in, const void *w) {
     for (int i = 0; i < c->n_gemm; i++) {
         rlGemmAlgo *g = &c->gemm[i];
-        if (g->rows == rows && g->n == n && g->k == k && g->bias == bias && g->f32out == f32out)
+        if (g->rows == rows && g->n == n && g->k == k && g->bias == (bias != NULL) &&
+            g->f32out == f32out)
             return g;
     }
     /* A full cache drops its oldest half: shapes repeat step after step. */
@@ -79,7 +117,7 @@ static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, int 
     }
     rlGemmAlgo *g = &c->gemm[c->n_gemm];
     memset(g, 0, sizeof *g);
-    g->rows = rows, g->n = n, g->k = k, g->bias = bias, g->f32out = f32out;
+    g->rows = rows, g->n = n, g->k = k, g->bias = bias != NULL, g->f32out = f32out;
     cudaDataType_t ab = lt_type(wt), dt = f32out ? CUDA_R_32F : ab;
     cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
     cublasStatus_t st = cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
@@ -94,6 +132,9 @@ static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, int 
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                 &ab, sizeof ab);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulDescSetAttribute(g->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                &bias, sizeof bias);
     }
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&g->a, ab, k, n, k);
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&g->b, ab, k, rows, k);
@@ -103,11 +144,11 @@ static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, int 
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &c->lt_ws_bytes, sizeof c->lt_ws_bytes);
-    cublasLtMatmulHeuristicResult_t h;
+    cublasLtMatmulHeuristicResult_t h[GEMM_CANDIDATES];
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(c->lt, g->desc, g->a, g->b, g->c, g->c, pref, 1, &h,
-                                            &found);
+        st = cublasLtMatmulAlgoGetHeuristic(c->lt, g->desc, g->a, g->b, g->c, g->c, pref,
+                                            GEMM_CANDIDATES, h, &found);
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || !found) {
         cuda_fail(c, RL_EDEVICE,
@@ -121,7 +162,10 @@ static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, int 
         if (g->c) cublasLtMatrixLayoutDestroy(g->c);
         return NULL;
     }
-    g->algo = h.algo;
+    int pick = 0;
+    if (found > 1 && rows <= GEMM_TUNE_ROWS && !c->capturing && c->err.code == RL_OK)
+        pick = gemm_tune(c, g, h, found, out, in, w);
+    g->algo = h[pick].algo;
     c->n_gemm++;
     return g;
 }
@@ -269,7 +313,7 @@ static void gemm_run(rlCuda *c, rlDtype wt, void *out, const void *in, const voi
         return;
     }
     if (gemv_run(c, wt, out, in, w, bias, rows, n, k, f32out, op)) return;
-    rlGemmAlgo *g = gemm_plan(c, wt, rows, n, k, bias != NULL, f32out);
+    rlGemmAlgo *g = gemm_plan(c, wt, rows, n, k, bias, f32out, out, in, w);
     if (!g) return;
     if (bias) {
         cublasStatus_t st = cublasLtMatmulDescSetAttribute(

@@ -42,6 +42,7 @@ void cuda_graphs_clear(rlCuda *c) {
     if (!c->graphs) return;
     for (int i = 0; i < c->graphs->n; i++)
         if (c->graphs->g[i].exec) cudaGraphExecDestroy(c->graphs->g[i].exec);
+    memset(c->graphs->g, 0, sizeof c->graphs->g);
     c->graphs->n = 0;
 }
 
