@@ -17,6 +17,12 @@
  * head of its group held in registers, and folded into per-lane online
  * softmax state; the block's key groups merge through shared memory.
  *
+ * Prefill steps with head dims 64 or 128 take attention_mma_kernel: the same
+ * tiling of (token, query head) rows by KV head, on tensor cores (mma.sync
+ * m16n8k16, bf16 or fp16 in, fp32 accumulate), flash-attention 2 style:
+ * each warp holds 16 query rows as A fragments, scores a 64-key chunk into
+ * C fragments, turns them in registers into the A fragments of P for P.V.
+ *
  * KV layout (kv_init): [layer][block][kv head][block_size][head_dim]. */
 #include <stdlib.h>
 #include <string.h>
@@ -343,6 +349,177 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
     }
 }
 
+#define MMA_WARPS 4
+#define MMA_ROWS (16 * MMA_WARPS)   /* query rows per block */
+#define MMA_KEYS 64                 /* keys per chunk */
+
+static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0,
+                                                uint32_t b1, bf16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0,
+                                                uint32_t b1, f16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ __forceinline__ uint32_t pack2(float x, float y, bf16) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *(uint32_t *)&h;
+}
+static __device__ __forceinline__ uint32_t pack2(float x, float y, f16) {
+    __half2 h = __floats2half2_rn(x, y);
+    return *(uint32_t *)&h;
+}
+
+/* Fragment layout (PTX m16n8k16): g = lane / 4, q = lane % 4; A regs hold
+ * (row g | g + 8, cols 2q, 2q + 1 | + 8); B regs (k rows 2q, 2q + 1 | + 8, col
+ * g); C regs (row g | g + 8, cols 2q, 2q + 1). */
+template <typename T, int D>
+__global__ void __launch_bounds__(MMA_WARPS * 32)
+attention_mma_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
+    constexpr int KP = D + 8, VP = MMA_KEYS + 8;   /* padded rows: conflict-free fragments */
+    __shared__ __align__(16) T k_s[MMA_KEYS * KP];   /* [key][dim] */
+    __shared__ __align__(16) T v_t[D * VP];          /* [dim][key] */
+
+    const int s = blockIdx.y / a.n_kv, hk = blockIdx.y % a.n_kv;
+    const int gkv = a.kv_head0 + hk;
+    const int lo = max(a.q_head0, gkv * a.group), hi = min(a.q_head0 + a.n_q, (gkv + 1) * a.group);
+    const int G = hi - lo, qh0 = lo - a.q_head0;
+    if (G <= 0) return;
+    const int t0 = a.seq_start[s], n_new = a.seq_start[s + 1] - t0;
+    const int row0 = blockIdx.x * MMA_ROWS;
+    const int n_rows = min(MMA_ROWS, n_new * G - row0);
+    if (n_rows <= 0) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int W = (a.n_q + 2 * a.n_kv) * D;
+
+    /* This thread's two rows (g and g + 8 of the warp's 16): position, or -1 past the tile. */
+    int pos[2], tok[2], qh[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int r = warp * 16 + g + 8 * h, rr = row0 + r;
+        pos[h] = r < n_rows ? a.positions[t0 + rr / G] : -1;
+        tok[h] = r < n_rows ? t0 + rr / G : t0;
+        qh[h] = r < n_rows ? qh0 + rr % G : qh0;
+    }
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int h = i & 1, col = ks * 16 + 2 * q + (i >> 1) * 8;
+            qf[ks][i] = pos[h] >= 0 ? *(const uint32_t *)(qkv + (size_t)tok[h] * W +
+                                                          (size_t)qh[h] * D + col)
+                                    : 0u;
+        }
+
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+
+    const int last_pos = a.positions[t0 + (row0 + n_rows - 1) / G];
+    const int k_end = min(a.seq_len[s], last_pos + 1);
+    const int32_t *btab = a.block_tables + (size_t)s * a.max_blocks;
+    for (int kb = 0; kb < k_end; kb += MMA_KEYS) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < MMA_KEYS * (D / 8); e += blockDim.x) {
+            int j = e / (D / 8), p = (e % (D / 8)) * 8, kpos = kb + j;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            if (kpos < k_end) {
+                size_t base = a.layer_off + ((size_t)btab[kpos / a.bs] * a.n_kv + hk) * a.bs * D +
+                              (size_t)(kpos % a.bs) * D + p;
+                kv = *(const uint4 *)(kc + base);
+                vv = *(const uint4 *)(vc + base);
+            }
+            *(uint4 *)(k_s + j * KP + p) = kv;
+            const T *vh = (const T *)&vv;
+#pragma unroll
+            for (int i = 0; i < 8; i++) v_t[(p + i) * VP + j] = vh[i];
+        }
+        __syncthreads();
+
+        /* S = Q K^T over the chunk: 8 n-tiles of 8 keys. */
+        float sc[MMA_KEYS / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < MMA_KEYS / 8; nt++) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0;
+            const T *kr = k_s + (nt * 8 + g) * KP + 2 * q;
+#pragma unroll
+            for (int ks = 0; ks < D / 16; ks++)
+                mma16816(sc[nt], qf[ks], *(const uint32_t *)(kr + ks * 16),
+                         *(const uint32_t *)(kr + ks * 16 + 8), T());
+        }
+        /* Mask, online softmax (rows g and g + 8; the 4 lanes of a row share it). */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < MMA_KEYS / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int h = i >> 1, kpos = kb + nt * 8 + 2 * q + (i & 1);
+                float x = (kpos < k_end && kpos <= pos[h]) ? sc[nt][i] * a.scale_log2 : -INFINITY;
+                sc[nt][i] = x;
+                mx[h] = fmaxf(mx[h], x);
+            }
+        float corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            float mn = fmaxf(m[h], mx[h]);
+            corr[h] = mn == -INFINITY ? 1.0f : exp2f(m[h] - mn);
+            m[h] = mn;
+            l[h] *= corr[h];
+        }
+#pragma unroll
+        for (int nt = 0; nt < MMA_KEYS / 8; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int h = i >> 1;
+                float p = m[h] == -INFINITY ? 0.0f : exp2f(sc[nt][i] - m[h]);
+                sc[nt][i] = p;
+                l[h] += p;
+            }
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            o[j][0] *= corr[0], o[j][1] *= corr[0];
+            o[j][2] *= corr[1], o[j][3] *= corr[1];
+        }
+        /* O += P V: P's C fragments of key tiles 2kk, 2kk + 1 are the A fragment of k-step kk. */
+#pragma unroll
+        for (int kk = 0; kk < MMA_KEYS / 16; kk++) {
+            uint32_t pf[4] = {pack2(sc[2 * kk][0], sc[2 * kk][1], T()),
+                              pack2(sc[2 * kk][2], sc[2 * kk][3], T()),
+                              pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1], T()),
+                              pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3], T())};
+#pragma unroll
+            for (int dt = 0; dt < D / 8; dt++) {
+                const T *vr = v_t + (dt * 8 + g) * VP + kk * 16 + 2 * q;
+                mma16816(o[dt], pf, *(const uint32_t *)vr, *(const uint32_t *)(vr + 8), T());
+            }
+        }
+    }
+
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (pos[h] < 0) continue;
+        float inv = l[h] > 0 ? 1.0f / l[h] : 0.0f;
+        T *dst = out + ((size_t)tok[h] * a.n_q + qh[h]) * D + 2 * q;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+            st2(dst + dt * 8, o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+    }
+}
+
 /* Merge the splits of one (token, query head): weights 2^(m_z - M). */
 template <typename T>
 __global__ void attention_merge_kernel(T *out, const float *part, int n_splits, int n_tokens,
@@ -429,6 +606,29 @@ static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a) {
     }
 }
 
+/* Tensor-core prefill: head dim 64 or 128 (RL_CUDA_PREFILL_MMA=0: off). */
+static bool attention_mma_fits(int D) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("RL_CUDA_PREFILL_MMA");
+        off = e && !strcmp(e, "0");
+    }
+    return !off && (D == 64 || D == 128);
+}
+
+template <typename T>
+static void attention_mma_run(rlCuda *c, T *out, const T *qkv, const AttArgs &a, int g_max) {
+    int tiles = (c->max_new * g_max + MMA_ROWS - 1) / MMA_ROWS;
+    dim3 grid(tiles, c->n_seqs * a.n_kv);
+    PROF(c, "attention prefill (mma)");
+    const T *kc = (const T *)c->k_cache, *vc = (const T *)c->v_cache;
+    if (a.D == 64)
+        attention_mma_kernel<T, 64><<<grid, MMA_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
+    else
+        attention_mma_kernel<T, 128><<<grid, MMA_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
+    cuda_launched(c, "attention (prefill)");
+}
+
 template <typename T>
 static void attention_run(rlCuda *c, T *out, const T *qkv, AttArgs a, int tiles) {
     /* Split the keys when there are too few (sequence, KV head, tile) blocks to
@@ -503,6 +703,13 @@ void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const 
             attention_decode_run<f16>(c, (f16 *)out, (const f16 *)qkv, a);
         else
             attention_decode_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a);
+        return;
+    }
+    if (c->max_new > 1 && attention_mma_fits(a.D)) {
+        if (be->act_dtype == RL_F16)
+            attention_mma_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, g_max);
+        else
+            attention_mma_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, g_max);
         return;
     }
     if (be->act_dtype == RL_F16)
