@@ -27,6 +27,8 @@ static const char USAGE[] =
     "  --max-tokens N            tokens to generate for --prompt-ids (default 16)\n"
     "  --backend cpu|cuda        (default cpu)\n"
     "  --load-format auto|dummy  dummy: random weights from config.json alone\n"
+    "  --dtype auto|bf16|fp16    CUDA weights and activations (auto: the config's)\n"
+    "  --gpu-memory-utilization F  CUDA: share of GPU memory to use (default 0.90)\n"
     "  --threads N               CPU threads (default: all cores)\n"
     "  --block-size N            KV block size in tokens (default 16)\n"
     "  --max-num-seqs N          sequences per step (default 256)\n"
@@ -242,7 +244,13 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "--model")) o.model = v;
         else if (!strcmp(a, "--backend")) o.backend = v;
         else if (!strcmp(a, "--load-format")) o.load_format = v;
-        else if (!strcmp(a, "--input")) input = v;
+        else if (!strcmp(a, "--dtype")) o.dtype = v;
+        else if (!strcmp(a, "--gpu-memory-utilization")) {
+            char *end;
+            o.gpu_memory_utilization = strtod(v, &end);
+            bad = end == v || *end || !(o.gpu_memory_utilization > 0) ||
+                  o.gpu_memory_utilization > 1;
+        } else if (!strcmp(a, "--input")) input = v;
         else if (!strcmp(a, "--output")) output = v;
         else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
         else if (!strcmp(a, "--max-tokens")) bad = parse_int(v, 0, &max_tokens);
