@@ -384,28 +384,32 @@ done:
     return rc;
 }
 
-rlTokenizer *tokenizer_load(const char *path, rlError *err) {
-    const char *data = NULL;
-    size_t len = 0, bad;
-    if (tok_map_file(path, &data, &len, err)) return NULL;
+rlTokenizer *tokenizer_parse(const char *data, size_t len, rlError *err) {
+    size_t bad;
+    if (!utf8_valid(data, len, &bad)) {
+        rl_error(err, RL_EMODEL, "not valid UTF-8 at byte %zu", bad);
+        return NULL;
+    }
     rlTokenizer *t = calloc(1, sizeof(*t));
     if (!t) {
-        munmap((void *)data, len);
         rl_error(err, RL_EMEMORY, "out of memory");
         return NULL;
     }
     bpe_init(&t->bpe);
-    int rc = -1;
-    if (!utf8_valid(data, len, &bad))
-        rl_error(err, RL_EMODEL, "not valid UTF-8 at byte %zu", bad);
-    else
-        rc = tok_parse(t, data, len, err);
-    munmap((void *)data, len);
-    if (rc) {
-        rl_error_wrap(err, "tokenizer %s", path);
+    if (tok_parse(t, data, len, err)) {
         tokenizer_free(t);
         return NULL;
     }
+    return t;
+}
+
+rlTokenizer *tokenizer_load(const char *path, rlError *err) {
+    const char *data = NULL;
+    size_t len = 0;
+    if (tok_map_file(path, &data, &len, err)) return NULL;
+    rlTokenizer *t = tokenizer_parse(data, len, err);
+    munmap((void *)data, len);
+    if (!t) rl_error_wrap(err, "tokenizer %s", path);
     return t;
 }
 
