@@ -19,7 +19,7 @@ CUDA     ?= $(if $(NVCC),1,0)
 CUDA_ARCH ?= sm_90
 SANITIZE ?= 0
 
-DEPS_DEB = build-essential pkg-config xz-utils libhiredis-dev libev-dev libmsgpack-dev \
+DEPS_DEB = build-essential pkg-config xz-utils jq libhiredis-dev libev-dev libmsgpack-dev \
            libopenblas-dev libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev \
            libcmocka-dev redis-server redis-tools clang libclang-rt-14-dev
 
