@@ -234,13 +234,23 @@ static int bench_parse(int argc, char **argv, benchOpts *o, rlError *err) {
 
 static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t step_bytes,
                         const benchRow *rows, int n) {
-    const char *name = strrchr(o->model, '/') ? strrchr(o->model, '/') + 1 : o->model;
+    /* the file name, or the directory's for a model dir or its config.json */
+    char name[256];
+    snprintf(name, sizeof(name), "%s", o->model);
+    size_t len = strlen(name);
+    while (len > 1 && name[len - 1] == '/') name[--len] = 0;
+    char *slash = strrchr(name, '/');
+    if (slash && !strcmp(slash + 1, "config.json") && slash != name) {
+        *slash = 0;
+        slash = strrchr(name, '/');
+    }
+    const char *base = slash ? slash + 1 : name;
     size_t wb = rl_model_weight_bytes(&m->cfg, &m->shard, m->be->weight_dtype);
     if (o->json) {
         printf("{\"backend\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"weight_bytes\":%zu,"
                "\"decode_bytes_per_step\":%zu,\"bandwidth_bytes_per_s\":%.0f,"
                "\"prompt_len\":%d,\"gen\":%d,\"results\":[",
-               m->be->ops->name, name, rl_dtype_name(m->be->weight_dtype), wb, step_bytes, bw,
+               m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), wb, step_bytes, bw,
                o->prompt_len, o->gen);
         for (int i = 0; i < n; i++)
             printf("%s{\"batch\":%d,\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.2f,"
@@ -253,7 +263,7 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         return;
     }
     printf("backend %s, %s (%s weights, %.2f GB; a decode step reads %.2f GB of them)\n",
-           m->be->ops->name, name, rl_dtype_name(m->be->weight_dtype), wb / 1e9,
+           m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), wb / 1e9,
            step_bytes / 1e9);
     printf("memory bandwidth (copy, bytes read + written): %.1f GB/s, median of %d\n", bw / 1e9,
            BENCH_COPY_REPS);
