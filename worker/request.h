@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../kernels/error.h"
+
 #define RL_ID_MAX 256
 
 typedef struct rlMessage {
@@ -53,5 +55,14 @@ typedef struct rlRequest {
 
 void rl_request_init(rlRequest *r);   /* protocol defaults */
 void rl_request_free(rlRequest *r);   /* frees the fields, not r */
+
+/* Fill r (initialised) from one request object, validated exactly as
+ * protocol.md says: types, ranges, exactly one prompt form, no unknown
+ * field, UTF-8 strings.  On failure returns -1, sets *code to the protocol
+ * error code ("invalid_request" or "invalid_utf8") and fills err (RL_EINPUT)
+ * with a message naming the field; r may be partly filled (free it).
+ * Transport-free: JSON lines and msgpack entries both arrive as json_t. */
+struct json_t;
+int rl_request_parse(rlRequest *r, const struct json_t *obj, const char **code, rlError *err);
 
 #endif

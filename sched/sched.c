@@ -1,0 +1,465 @@
+/* sched.c: step building, admission, forking of samples and preemption.
+ *
+ * Requests live in two arrays kept in run order (priority, then arrival):
+ * running (holding blocks) and waiting (new or preempted).  Insertion is a
+ * binary search plus a memmove: O(n) per admission, negligible next to a
+ * forward step even with thousands queued; a heap would lose the cheap
+ * in-order walk every step does. */
+#include "sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct rlSched {
+    rlSchedConfig cfg;
+    rlBlockPool *pool;
+    int max_blocks;             /* block table width: max_model_len in blocks */
+    rlSchedReq **running, **waiting, **all;
+    int n_running, n_waiting, n_all;
+    int cap_running, cap_waiting, cap_all, cap_expired;
+    uint64_t next_arrival;
+    uint64_t preemptions, hit_tokens, query_tokens;
+    rlSchedPlan plan;
+};
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+static int grow(void *arr, int *cap, int need) {
+    if (need <= *cap) return 0;
+    int n = *cap ? *cap * 2 : 64;
+    while (n < need) n *= 2;
+    void *p = realloc(*(void **)arr, (size_t)n * sizeof(void *));
+    if (!p) return -1;
+    *(void **)arr = p;
+    *cap = n;
+    return 0;
+}
+
+rlSched *sched_create(const rlSchedConfig *cfg) {
+    if (cfg->block_size <= 0 || cfg->n_blocks <= 0 || cfg->max_num_seqs <= 0 ||
+        cfg->max_num_batched_tokens <= 0 || cfg->max_model_len <= 0)
+        return NULL;
+    rlSched *s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    s->cfg = *cfg;
+    s->max_blocks = ceil_div(cfg->max_model_len, cfg->block_size);
+    s->pool = block_pool_create(cfg->n_blocks, cfg->block_size);
+    rlSchedPlan *p = &s->plan;
+    size_t nt = (size_t)cfg->max_num_batched_tokens, ns = (size_t)cfg->max_num_seqs;
+    p->max_blocks = s->max_blocks;
+    p->tokens = malloc(nt * sizeof(int32_t));
+    p->positions = malloc(nt * sizeof(int32_t));
+    p->slots = malloc(nt * sizeof(int32_t));
+    p->seq_start = malloc((ns + 1) * sizeof(int32_t));
+    p->seq_len = malloc(ns * sizeof(int32_t));
+    p->block_tables = malloc(ns * (size_t)s->max_blocks * sizeof(int32_t));
+    p->rows = malloc((nt + ns) * sizeof(rlSchedRow));
+    p->seq_req = malloc(ns * sizeof(rlSchedReq *));
+    p->seq_index = malloc(ns * sizeof(int32_t));
+    if (!s->pool || !p->tokens || !p->positions || !p->slots || !p->seq_start || !p->seq_len ||
+        !p->block_tables || !p->rows || !p->seq_req || !p->seq_index) {
+        sched_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void req_free(rlSchedReq *r) {
+    for (int i = 0; i < r->n; i++) {
+        free(r->seqs[i].tokens);
+        free(r->seqs[i].blocks);
+    }
+    free(r->seqs);
+    free(r);
+}
+
+void sched_free(rlSched *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_all; i++) req_free(s->all[i]);
+    free(s->all);
+    free(s->running);
+    free(s->waiting);
+    block_pool_free(s->pool);
+    rlSchedPlan *p = &s->plan;
+    free(p->tokens);
+    free(p->positions);
+    free(p->slots);
+    free(p->seq_start);
+    free(p->seq_len);
+    free(p->block_tables);
+    free(p->rows);
+    free(p->seq_req);
+    free(p->seq_index);
+    free(p->expired);
+    free(s);
+}
+
+/* The prompt's full blocks are shared by all samples; each sample then needs
+ * its own blocks for the prompt's tail and its generated tokens. */
+int sched_blocks_needed(const rlSched *s, int n_prompt, int n, int max_tokens) {
+    int bs = s->cfg.block_size;
+    return n_prompt / bs + n * ceil_div(n_prompt % bs + max_tokens, bs);
+}
+
+/* a runs before b */
+static int req_before(const rlSchedReq *a, const rlSchedReq *b) {
+    if (a->priority != b->priority) return a->priority > b->priority;
+    return a->arrival < b->arrival;
+}
+
+static void list_insert(rlSchedReq **list, int *n, rlSchedReq *r) {
+    int lo = 0, hi = *n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (req_before(list[mid], r)) lo = mid + 1;
+        else hi = mid;
+    }
+    memmove(list + lo + 1, list + lo, (size_t)(*n - lo) * sizeof(*list));
+    list[lo] = r;
+    (*n)++;
+}
+
+static void list_remove(rlSchedReq **list, int *n, rlSchedReq *r) {
+    for (int i = 0; i < *n; i++) {
+        if (list[i] != r) continue;
+        memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof(*list));
+        (*n)--;
+        return;
+    }
+}
+
+rlSchedAdd sched_add(rlSched *s, const rlSchedParams *p, rlSchedReq **out) {
+    *out = NULL;
+    if (p->n_prompt < 1) return RL_SCHED_EMPTY;
+    if (p->n < 1 || p->n > s->cfg.max_num_seqs) return RL_SCHED_TOO_WIDE;
+    if (p->max_tokens < 0 || (int64_t)p->n_prompt + p->max_tokens > s->cfg.max_model_len)
+        return RL_SCHED_TOO_LONG;
+    if (sched_blocks_needed(s, p->n_prompt, p->n, p->max_tokens) > s->cfg.n_blocks)
+        return RL_SCHED_TOO_BIG;
+    /* Any request may sit in either list (preemption moves them back). */
+    if (grow(&s->all, &s->cap_all, s->n_all + 1) ||
+        grow(&s->waiting, &s->cap_waiting, s->n_all + 1) ||
+        grow(&s->running, &s->cap_running, s->n_all + 1))
+        return RL_SCHED_ENOMEM;
+    rlSchedReq *r = calloc(1, sizeof(*r));
+    if (!r) return RL_SCHED_ENOMEM;
+    r->n = p->n;
+    r->seqs = calloc((size_t)p->n, sizeof(*r->seqs));
+    if (!r->seqs) {
+        free(r);
+        return RL_SCHED_ENOMEM;
+    }
+    int cap = p->n_prompt + p->max_tokens;
+    for (int i = 0; i < p->n; i++) {
+        rlSchedSeq *q = &r->seqs[i];
+        q->tokens = malloc((size_t)cap * sizeof(int32_t));
+        q->blocks = malloc((size_t)s->max_blocks * sizeof(int32_t));
+        if (!q->tokens || !q->blocks) {
+            req_free(r);
+            return RL_SCHED_ENOMEM;
+        }
+        memcpy(q->tokens, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
+        q->n_tokens = p->n_prompt;
+        q->state = i == 0 ? RL_SEQ_ACTIVE : RL_SEQ_FORK_WAIT;
+    }
+    r->state = RL_REQ_WAITING;
+    r->n_prompt = p->n_prompt;
+    r->max_tokens = p->max_tokens;
+    r->priority = p->priority;
+    r->deadline_ms = p->deadline_ms;
+    r->prompt_logprobs = p->prompt_logprobs;
+    r->user = p->user;
+    r->arrival = s->next_arrival++;
+    r->all_index = s->n_all;
+    s->all[s->n_all++] = r;
+    list_insert(s->waiting, &s->n_waiting, r);
+    *out = r;
+    return RL_SCHED_OK;
+}
+
+static int seq_leader(const rlSchedReq *r) {
+    for (int i = 0; i < r->n; i++)
+        if (r->seqs[i].state != RL_SEQ_FINISHED) return i;
+    return -1;
+}
+
+static int req_active_seqs(const rlSchedReq *r) {
+    int n = 0;
+    for (int i = 0; i < r->n; i++) n += r->seqs[i].state != RL_SEQ_FINISHED;
+    return n;
+}
+
+static int running_seqs(const rlSched *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_running; i++) n += req_active_seqs(s->running[i]);
+    return n;
+}
+
+/* Last block first, so a freed prefix's first blocks are the last evicted. */
+static void seq_release(rlSched *s, rlSchedSeq *q) {
+    while (q->n_blocks > 0) block_unref(s->pool, q->blocks[--q->n_blocks]);
+    q->n_computed = 0;
+}
+
+static void req_preempt(rlSched *s, rlSchedReq *r) {
+    int lead = seq_leader(r);
+    for (int i = 0; i < r->n; i++) {
+        rlSchedSeq *q = &r->seqs[i];
+        seq_release(s, q);
+        if (q->state != RL_SEQ_FINISHED) q->state = i == lead ? RL_SEQ_ACTIVE : RL_SEQ_FORK_WAIT;
+    }
+    list_remove(s->running, &s->n_running, r);
+    r->state = RL_REQ_PREEMPTED;
+    r->n_preemptions++;
+    list_insert(s->waiting, &s->n_waiting, r);
+    s->preemptions++;
+    s->plan.n_preempted++;
+}
+
+static int seq_runnable(const rlSchedSeq *q) {
+    return q->state == RL_SEQ_ACTIVE && q->n_computed < q->n_tokens;
+}
+
+static int seq_new_blocks(const rlSched *s, const rlSchedSeq *q, int chunk) {
+    int need = ceil_div(q->n_computed + chunk, s->cfg.block_size) - q->n_blocks;
+    return need > 0 ? need : 0;
+}
+
+static void plan_row(rlSched *s, rlRowKind kind, int32_t token, rlSchedReq *r, int seq,
+                     int step, int position, int target) {
+    rlSchedPlan *p = &s->plan;
+    p->rows[p->n_rows++] = (rlSchedRow){.kind = kind, .token = token, .req = r, .seq = seq,
+                                        .step = step, .position = position, .target = target};
+}
+
+/* Later samples take the first sample's full prompt blocks once they are
+ * computed, and recompute the prompt's tail into blocks of their own. */
+static void req_fork(rlSched *s, rlSchedReq *r, const rlSchedSeq *lead) {
+    int full = r->n_prompt / s->cfg.block_size;
+    for (int i = 0; i < r->n; i++) {
+        rlSchedSeq *q = &r->seqs[i];
+        if (q->state != RL_SEQ_FORK_WAIT) continue;
+        for (int j = 0; j < full; j++) {
+            block_ref(s->pool, lead->blocks[j]);
+            q->blocks[j] = lead->blocks[j];
+        }
+        q->n_blocks = full;
+        q->n_computed = full * s->cfg.block_size;
+        q->state = q->n_tokens > r->n_prompt ? RL_SEQ_ACTIVE : RL_SEQ_AWAIT_TOKEN;
+    }
+}
+
+/* Put chunk tokens of sample k into the plan; its blocks must be available. */
+static void plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
+    rlSchedPlan *p = &s->plan;
+    rlSchedSeq *q = &r->seqs[k];
+    int bs = s->cfg.block_size;
+    int start = q->n_computed, end = start + chunk;
+    while (q->n_blocks * bs < end) q->blocks[q->n_blocks++] = block_alloc(s->pool);
+
+    int idx = p->n_seqs++;
+    p->seq_req[idx] = r;
+    p->seq_index[idx] = k;
+    for (int pos = start; pos < end; pos++) {
+        int t = p->n_tokens++;
+        p->tokens[t] = q->tokens[pos];
+        p->positions[t] = pos;
+        p->slots[t] = q->blocks[pos / bs] * bs + pos % bs;
+        if (r->prompt_logprobs && pos < r->n_prompt - 1 && pos >= r->plp_done)
+            plan_row(s, RL_ROW_PROMPT, t, r, k, 0, pos, q->tokens[pos + 1]);
+    }
+    if (r->prompt_logprobs && end > r->plp_done)
+        r->plp_done = end < r->n_prompt - 1 ? end : r->n_prompt - 1;
+    if (end == q->n_tokens && r->max_tokens > 0) {
+        int last = p->n_tokens - 1;
+        if (!r->forked) {
+            /* The prompt's last logits give every sample its first token. */
+            for (int i = 0; i < r->n; i++)
+                if (r->seqs[i].state != RL_SEQ_FINISHED) plan_row(s, RL_ROW_SAMPLE, last, r, i, 0, 0, -1);
+        } else {
+            plan_row(s, RL_ROW_SAMPLE, last, r, k, q->n_tokens - r->n_prompt, 0, -1);
+        }
+    }
+    if (end == q->n_tokens) r->forked = 1;
+    if (s->cfg.prefix_caching)
+        for (int j = start / bs; j < end / bs; j++)
+            block_register(s->pool, q->blocks[j], j ? q->blocks[j - 1] : -1, q->tokens + j * bs);
+    q->n_computed = end;
+
+    int32_t *table = p->block_tables + (size_t)idx * (size_t)p->max_blocks;
+    memcpy(table, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
+    memset(table + q->n_blocks, 0, (size_t)(p->max_blocks - q->n_blocks) * sizeof(int32_t));
+    p->seq_len[idx] = end;
+    p->seq_start[idx + 1] = p->n_tokens;
+    if (k == seq_leader(r) && end >= r->n_prompt / bs * bs) req_fork(s, r, q);
+}
+
+/* Schedule every runnable sample of running request i, preempting the
+ * youngest running requests while blocks are short.  Returns 1 when r itself
+ * had to be preempted. */
+static int plan_running(rlSched *s, rlSchedReq *r, int *budget) {
+    int chunks[r->n];
+    for (;;) {
+        int left = *budget, need = 0;
+        for (int k = 0; k < r->n; k++) {
+            rlSchedSeq *q = &r->seqs[k];
+            chunks[k] = 0;
+            if (!seq_runnable(q) || left == 0) continue;
+            chunks[k] = q->n_tokens - q->n_computed < left ? q->n_tokens - q->n_computed : left;
+            left -= chunks[k];
+            need += seq_new_blocks(s, q, chunks[k]);
+        }
+        if (need <= block_pool_available(s->pool)) break;
+        rlSchedReq *victim = s->running[s->n_running - 1];
+        req_preempt(s, victim);
+        if (victim == r) return 1;
+    }
+    for (int k = 0; k < r->n; k++) {
+        if (!chunks[k]) continue;
+        plan_seq(s, r, k, chunks[k]);
+        *budget -= chunks[k];
+    }
+    return 0;
+}
+
+static int plan_expire(rlSched *s, rlSchedReq *r) {
+    rlSchedPlan *p = &s->plan;
+    if (grow(&p->expired, &s->cap_expired, p->n_expired + 1)) return -1;
+    list_remove(s->waiting, &s->n_waiting, r);
+    for (int i = 0; i < r->n; i++) r->seqs[i].state = RL_SEQ_FINISHED;
+    r->state = RL_REQ_FINISHED;
+    r->expired = 1;
+    p->expired[p->n_expired++] = r;
+    return 0;
+}
+
+/* Admit the first waiting request if its sequences and first chunk fit:
+ * 1 admitted, 0 not now (order is kept: nothing behind it jumps ahead). */
+static int plan_admit(rlSched *s, rlSchedReq *r, int *budget, int *n_running_seqs) {
+    int active = req_active_seqs(r), bs = s->cfg.block_size;
+    if (*n_running_seqs + active > s->cfg.max_num_seqs) return 0;
+    int lead = seq_leader(r);
+    rlSchedSeq *q = &r->seqs[lead];
+    if (s->cfg.prefix_caching && (!r->prompt_logprobs || r->plp_done >= r->n_prompt - 1)) {
+        /* The last token is always computed: its logits are needed. */
+        int max_hit = (q->n_tokens - 1) / bs, parent = -1;
+        while (q->n_blocks < max_hit) {
+            int b = block_lookup(s->pool, parent, q->tokens + q->n_blocks * bs);
+            if (b < 0) break;
+            q->blocks[q->n_blocks++] = parent = b;
+        }
+        q->n_computed = q->n_blocks * bs;
+    }
+    int chunk = q->n_tokens - q->n_computed < *budget ? q->n_tokens - q->n_computed : *budget;
+    if (seq_new_blocks(s, q, chunk) > block_pool_available(s->pool)) {
+        seq_release(s, q);
+        return 0;
+    }
+    s->query_tokens += (uint64_t)q->n_tokens;
+    s->hit_tokens += (uint64_t)q->n_computed;
+    if (!r->started) r->cached_tokens = q->n_computed;
+    r->started = 1;
+    list_remove(s->waiting, &s->n_waiting, r);
+    list_insert(s->running, &s->n_running, r);
+    r->state = RL_REQ_RUNNING;
+    *n_running_seqs += active;
+    plan_seq(s, r, lead, chunk);
+    *budget -= chunk;
+    return 1;
+}
+
+int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan **out) {
+    rlSchedPlan *p = &s->plan;
+    p->n_seqs = p->n_tokens = p->n_rows = 0;
+    p->seq_start[0] = 0;
+    p->n_expired = 0;
+    p->n_preempted = 0;
+    int budget = s->cfg.max_num_batched_tokens;
+    for (int i = 0; i < s->n_running && budget > 0;)
+        if (!plan_running(s, s->running[i], &budget)) i++;
+    int n_seqs = running_seqs(s);
+    while (s->n_waiting > 0 && budget > 0) {
+        rlSchedReq *r = s->waiting[0];
+        if (!r->started && r->deadline_ms > 0 && now_ms > r->deadline_ms) {
+            if (plan_expire(s, r)) return -1;
+            continue;
+        }
+        if (!plan_admit(s, r, &budget, &n_seqs)) break;
+    }
+    *out = p;
+    return 0;
+}
+
+void sched_append(rlSched *s, rlSchedReq *r, int seq, int32_t token) {
+    (void)s;
+    rlSchedSeq *q = &r->seqs[seq];
+    if (q->n_tokens >= r->n_prompt + r->max_tokens) return;
+    q->tokens[q->n_tokens++] = token;
+    if (q->state == RL_SEQ_AWAIT_TOKEN) q->state = RL_SEQ_ACTIVE;
+}
+
+void sched_finish_seq(rlSched *s, rlSchedReq *r, int seq) {
+    rlSchedSeq *q = &r->seqs[seq];
+    if (q->state == RL_SEQ_FINISHED) return;
+    seq_release(s, q);
+    q->state = RL_SEQ_FINISHED;
+    if (seq_leader(r) >= 0) return;
+    if (r->state == RL_REQ_RUNNING) list_remove(s->running, &s->n_running, r);
+    else if (r->state != RL_REQ_FINISHED) list_remove(s->waiting, &s->n_waiting, r);
+    r->state = RL_REQ_FINISHED;
+}
+
+void sched_remove(rlSched *s, rlSchedReq *r) {
+    for (int i = 0; i < r->n; i++) seq_release(s, &r->seqs[i]);
+    if (r->state == RL_REQ_RUNNING) list_remove(s->running, &s->n_running, r);
+    else if (r->state != RL_REQ_FINISHED) list_remove(s->waiting, &s->n_waiting, r);
+    rlSchedReq *last = s->all[--s->n_all];
+    s->all[r->all_index] = last;
+    last->all_index = r->all_index;
+    req_free(r);
+}
+
+int sched_has_work(const rlSched *s) { return s->n_running + s->n_waiting > 0; }
+
+int sched_free_seqs(const rlSched *s) {
+    int used = running_seqs(s);
+    for (int i = 0; i < s->n_waiting; i++) used += req_active_seqs(s->waiting[i]);
+    return used < s->cfg.max_num_seqs ? s->cfg.max_num_seqs - used : 0;
+}
+
+void sched_stats(const rlSched *s, rlSchedStats *st) {
+    st->running = s->n_running;
+    st->waiting = s->n_waiting;
+    st->running_seqs = running_seqs(s);
+    st->preemptions = s->preemptions;
+    block_pool_counts(s->pool, &st->blocks);
+    st->prefix_hit_tokens = s->hit_tokens;
+    st->prefix_query_tokens = s->query_tokens;
+}
+
+int sched_check(const rlSched *s) {
+    int n = s->cfg.n_blocks, used = 0, rc = 0;
+    int *refs = calloc((size_t)n, sizeof(int));
+    if (!refs) return -1;
+    for (int i = 0; i < s->n_all; i++) {
+        const rlSchedReq *r = s->all[i];
+        for (int k = 0; k < r->n; k++) {
+            const rlSchedSeq *q = &r->seqs[k];
+            if (q->n_computed > q->n_blocks * s->cfg.block_size) rc = -1;
+            for (int j = 0; j < q->n_blocks; j++) refs[q->blocks[j]]++;
+        }
+        if (r->state != RL_REQ_RUNNING && r->state != RL_REQ_FINISHED) {
+            for (int k = 0; k < r->n; k++)
+                if (r->seqs[k].n_blocks) rc = -1;
+        }
+    }
+    for (int b = 0; b < n; b++) {
+        if (refs[b] != block_refcount(s->pool, b)) rc = -1;
+        used += refs[b] > 0;
+    }
+    rlBlockCounts c;
+    block_pool_counts(s->pool, &c);
+    if (c.used != used || c.used + c.cached + c.free != c.total) rc = -1;
+    free(refs);
+    return rc;
+}

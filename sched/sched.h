@@ -1,0 +1,175 @@
+/* sched.h: continuous batching over a paged KV cache.
+ *
+ * The scheduler decides, once per step, which tokens of which sequences run:
+ * every running request first (a decode is one token, a prompt a chunk of
+ * it), then waiting requests in order of priority and arrival while the
+ * step's sequence and token budgets and the KV pool allow (chunked prefill:
+ * a long prompt spreads over steps, so decodes are never starved).  It owns
+ * block numbers and never memory; its step plan is a plain struct of arrays
+ * that maps one to one onto kernels/batch.h's rlBatch.
+ *
+ * Samples of one request (n > 1) are sequences sharing the prompt's full
+ * blocks.  The prompt's last, partial block is where they diverge, so each
+ * sample past the first gets its own copy of it; the copy is made by
+ * recomputing those few tokens (under block_size) into a fresh block, which
+ * keeps block copies off the backend interface.
+ *
+ * When the pool runs dry the youngest running request is preempted: its
+ * blocks are freed and it is requeued, to be recomputed later from its
+ * tokens (output unchanged: sampling is keyed by seed, sample and step).
+ *
+ * Pure C over libc: no I/O, no device code.  Functions returning int give 0
+ * on success and -1 when out of memory. */
+#ifndef RL_SCHED_H
+#define RL_SCHED_H
+
+#include <stdint.h>
+
+#include "block.h"
+
+typedef struct rlSchedConfig {
+    int block_size;
+    int n_blocks;               /* KV pool size in blocks */
+    int max_num_seqs;           /* sequences per step */
+    int max_num_batched_tokens; /* new tokens per step */
+    int max_model_len;          /* prompt + generated tokens of one sequence */
+    int prefix_caching;
+} rlSchedConfig;
+
+typedef enum rlReqState {
+    RL_REQ_WAITING = 0,     /* not started yet */
+    RL_REQ_RUNNING,         /* holds blocks, scheduled every step */
+    RL_REQ_PREEMPTED,       /* requeued; recomputed when readmitted */
+    RL_REQ_FINISHED         /* every sample finished, or expired */
+} rlReqState;
+
+typedef enum rlSeqState {
+    RL_SEQ_ACTIVE = 0,      /* runs whenever it has tokens not yet computed */
+    RL_SEQ_FORK_WAIT,       /* a later sample waiting for the first one's prompt blocks */
+    RL_SEQ_AWAIT_TOKEN,     /* forked; its first token comes from the first sample's logits */
+    RL_SEQ_FINISHED
+} rlSeqState;
+
+/* One sample of a request.  Read-only outside sched. */
+typedef struct rlSchedSeq {
+    rlSeqState state;
+    int32_t *tokens;        /* prompt, then the generated tokens */
+    int n_tokens;
+    int n_computed;         /* tokens whose KV is in the blocks */
+    int32_t *blocks;        /* block table */
+    int n_blocks;
+} rlSchedSeq;
+
+/* What the scheduler needs to know of a request. */
+typedef struct rlSchedParams {
+    const int32_t *prompt;
+    int n_prompt;
+    int n;                  /* samples */
+    int max_tokens;         /* 0: score the prompt only */
+    int priority;           /* higher first */
+    int64_t deadline_ms;    /* not started after this (0: none) */
+    int prompt_logprobs;    /* wants a logit row at every prompt position */
+    void *user;
+} rlSchedParams;
+
+/* A request.  Read-only outside sched. */
+typedef struct rlSchedReq {
+    rlReqState state;
+    int n_prompt, n, max_tokens, priority, prompt_logprobs;
+    int64_t deadline_ms;
+    uint64_t arrival;       /* admission order */
+    void *user;
+    rlSchedSeq *seqs;       /* [n] */
+    int forked;             /* the first tokens of all samples were asked for */
+    int started;            /* admitted at least once */
+    int expired;            /* its deadline passed before it started */
+    int plp_done;           /* prompt positions [0, plp_done) have their logit rows */
+    int cached_tokens;      /* prefix-cache hit at the first admission */
+    int n_preemptions;
+    int all_index;          /* position in the scheduler's list of every request */
+} rlSchedReq;
+
+typedef enum rlRowKind {
+    RL_ROW_PROMPT = 0,      /* logprob of the next prompt token (prompt_logprobs) */
+    RL_ROW_SAMPLE           /* draw the next token of sample `seq` */
+} rlRowKind;
+
+typedef struct rlSchedRow {
+    rlRowKind kind;
+    int32_t token;          /* index into the plan's flat token batch */
+    rlSchedReq *req;
+    int32_t seq;            /* SAMPLE: the sample the token goes to */
+    int32_t step;           /* SAMPLE: index of the token among that sample's generated ones */
+    int32_t position;       /* PROMPT: the prompt position the row is at */
+    int32_t target;         /* PROMPT: the prompt token at position + 1 */
+} rlSchedRow;
+
+/* One step.  The arrays are the scheduler's and valid until the next step;
+ * the first seven map onto rlBatch's fields of the same names. */
+typedef struct rlSchedPlan {
+    int32_t n_seqs, n_tokens, n_rows, max_blocks;
+    int32_t *tokens;        /* [n_tokens] */
+    int32_t *positions;     /* [n_tokens] */
+    int32_t *slots;         /* [n_tokens] block * block_size + offset */
+    int32_t *seq_start;     /* [n_seqs + 1] */
+    int32_t *seq_len;       /* [n_seqs] KV length after the step */
+    int32_t *block_tables;  /* [n_seqs * max_blocks] */
+    rlSchedRow *rows;       /* [n_rows] */
+    rlSchedReq **seq_req;   /* [n_seqs] whose sequence each is ... */
+    int32_t *seq_index;     /* [n_seqs] ... and which sample */
+    rlSchedReq **expired;   /* requests whose deadline passed before they started */
+    int n_expired;
+    int n_preempted;        /* requests preempted while building this step */
+} rlSchedPlan;
+
+typedef struct rlSchedStats {
+    int running, waiting;           /* requests */
+    int running_seqs;
+    uint64_t preemptions;           /* since creation */
+    rlBlockCounts blocks;
+    uint64_t prefix_hit_tokens;     /* tokens served from the prefix cache */
+    uint64_t prefix_query_tokens;   /* tokens looked up */
+} rlSchedStats;
+
+typedef struct rlSched rlSched;
+
+/* NULL when out of memory or the config is unusable (a zero size). */
+rlSched *sched_create(const rlSchedConfig *cfg);
+void sched_free(rlSched *s);   /* also frees every request still held */
+
+/* Blocks a request of this shape needs to run alone to the end. */
+int sched_blocks_needed(const rlSched *s, int n_prompt, int n, int max_tokens);
+
+typedef enum rlSchedAdd {
+    RL_SCHED_OK = 0,
+    RL_SCHED_ENOMEM = -1,
+    RL_SCHED_TOO_LONG = -2,     /* prompt + max_tokens over max_model_len */
+    RL_SCHED_TOO_BIG = -3,      /* can never fit the whole pool */
+    RL_SCHED_TOO_WIDE = -4,     /* n over max_num_seqs */
+    RL_SCHED_EMPTY = -5         /* no prompt token */
+} rlSchedAdd;
+
+/* Queue a request (the prompt is copied).  *out is the scheduler's handle. */
+rlSchedAdd sched_add(rlSched *s, const rlSchedParams *p, rlSchedReq **out);
+
+/* Build the next step at time now_ms (for deadlines).  Expired requests are
+ * listed in the plan, finished; the caller answers them and removes them. */
+int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan **plan);
+
+/* The token a SAMPLE row drew for sample seq: appended to it. */
+void sched_append(rlSched *s, rlSchedReq *r, int seq, int32_t token);
+/* Sample seq is done (stop or length): its blocks go back to the pool. */
+void sched_finish_seq(rlSched *s, rlSchedReq *r, int seq);
+/* Forget a request (finished, aborted or expired) and free it. */
+void sched_remove(rlSched *s, rlSchedReq *r);
+
+int sched_has_work(const rlSched *s);
+/* How many more sequences could be admitted now. */
+int sched_free_seqs(const rlSched *s);
+void sched_stats(const rlSched *s, rlSchedStats *st);
+
+/* Cross-check every reference count against the block tables and the pool's
+ * counters; 0 when consistent (tests call this after every step). */
+int sched_check(const rlSched *s);
+
+#endif

@@ -1,0 +1,154 @@
+/* test_request.c: request validation (protocol.md) and reply events. */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../worker/output.h"
+#include "../worker/request.h"
+
+/* Parse text; return the protocol code on failure, NULL on success. */
+static const char *parse(const char *text, rlRequest *r, rlError *err) {
+    json_error_t jerr;
+    json_t *obj = json_loads(text, JSON_ALLOW_NUL, &jerr);
+    assert_non_null(obj);
+    rl_request_init(r);
+    const char *code = NULL;
+    int rc = rl_request_parse(r, obj, &code, err);
+    json_decref(obj);
+    return rc ? code : NULL;
+}
+
+static void test_valid(void **state) {
+    (void)state;
+    rlRequest r;
+    rlError err;
+    assert_null(parse("{\"id\":\"a\",\"prompt_ids\":[1,2,3],\"max_tokens\":0,\"temperature\":0,"
+                      "\"top_p\":0.5,\"top_k\":4,\"min_p\":0.1,\"seed\":-1,\"n\":2,\"stop\":[\"x\"],"
+                      "\"stop_token_ids\":[7],\"ignore_eos\":true,\"logprobs\":null,"
+                      "\"prompt_logprobs\":3,\"stream\":false,\"reply_to\":\"k\",\"priority\":-2,"
+                      "\"deadline_ms\":5}", &r, &err));
+    assert_string_equal(r.id, "a");
+    assert_int_equal(r.n_prompt_ids, 3);
+    assert_int_equal(r.max_tokens, 0);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.logprobs, -1);
+    assert_int_equal(r.prompt_logprobs, 3);
+    assert_true(r.has_seed);
+    assert_int_equal(r.seed, UINT64_MAX);
+    assert_int_equal(r.priority, -2);
+    assert_string_equal(r.stop[0], "x");
+    rl_request_free(&r);
+    assert_null(parse("{\"id\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r, &err));
+    assert_int_equal(r.n_messages, 1);
+    assert_int_equal(r.max_tokens, 256);
+    assert_float_equal(r.temperature, 1.0, 0);
+    rl_request_free(&r);
+}
+
+static void test_invalid(void **state) {
+    (void)state;
+    static const struct { const char *json, *code, *field; } cases[] = {
+        {"{\"prompt_ids\":[1]}", "invalid_request", "'id'"},
+        {"{\"id\":\"\",\"prompt_ids\":[1]}", "invalid_request", "'id'"},
+        {"{\"id\":5,\"prompt_ids\":[1]}", "invalid_request", "'id'"},
+        {"{\"id\":\"a\"}", "invalid_request", "exactly one"},
+        {"{\"id\":\"a\",\"prompt\":\"x\",\"prompt_ids\":[1]}", "invalid_request", "exactly one"},
+        {"{\"id\":\"a\",\"prompt_ids\":[]}", "invalid_request", "'prompt_ids'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1,-2]}", "invalid_request", "'prompt_ids'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"max_tokens\":-1}", "invalid_request", "'max_tokens'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"max_tokens\":1.5}", "invalid_request", "'max_tokens'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"temperature\":-0.1}", "invalid_request", "'temperature'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"top_p\":0}", "invalid_request", "'top_p'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"top_p\":1.01}", "invalid_request", "'top_p'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"min_p\":1}", "invalid_request", "'min_p'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"top_k\":-1}", "invalid_request", "'top_k'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"n\":0}", "invalid_request", "'n'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"logprobs\":21}", "invalid_request", "'logprobs'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"stream\":1}", "invalid_request", "'stream'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"stop\":\"x\"}", "invalid_request", "'stop'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"stop\":[\"\"]}", "invalid_request", "'stop[0]'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"temprature\":0}", "invalid_request", "'temprature'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\"}]}", "invalid_request", "messages[0]"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"y\"}]}",
+         "invalid_request", "'name'"},
+        {"{\"id\":\"a\",\"prompt\":\"a\\u0000b\"}", "invalid_request", "NUL"},
+        {"[1]", "invalid_request", "object"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        rlRequest r;
+        rlError err;
+        const char *code = parse(cases[i].json, &r, &err);
+        if (!code || strcmp(code, cases[i].code) || !strstr(err.msg, cases[i].field))
+            fail_msg("case %zu %s: code %s, message %s", i, cases[i].json, code ? code : "none",
+                     code ? err.msg : "");
+        rl_request_free(&r);
+    }
+}
+
+static void test_long_id_and_bad_utf8(void **state) {
+    (void)state;
+    char id[300];
+    memset(id, 'x', sizeof(id));
+    id[257] = 0;
+    json_t *obj = json_pack("{s:s, s:[i]}", "id", id, "prompt_ids", 1);
+    rlRequest r;
+    rlError err;
+    const char *code;
+    rl_request_init(&r);
+    assert_int_equal(rl_request_parse(&r, obj, &code, &err), -1);
+    assert_string_equal(code, "invalid_request");
+    rl_request_free(&r);
+    json_decref(obj);
+    obj = json_pack("{s:s, s:o}", "id", "a", "prompt", json_stringn_nocheck("\xff\xfe", 2));
+    rl_request_init(&r);
+    assert_int_equal(rl_request_parse(&r, obj, &code, &err), -1);
+    assert_string_equal(code, "invalid_utf8");
+    assert_non_null(strstr(err.msg, "'prompt'"));
+    rl_request_free(&r);
+    json_decref(obj);
+}
+
+static void test_events(void **state) {
+    (void)state;
+    rlRequest r;
+    rl_request_init(&r);
+    r.id = "job";
+    int32_t ids[2] = {5, 6};
+    rlTokenLogprob lp[3] = {{0}, {.id = 6, .logprob = -0.5f, .n_top = 1, .top_ids = {6},
+                                  .top_logprobs = {-0.5f}}, {0}};
+    rlOutput o = {.kind = RL_OUT_DONE, .req = &r, .index = 1, .token_ids = ids, .n_tokens = 2,
+                  .text = "hi", .text_len = 2, .finish = RL_FINISH_LENGTH,
+                  .prompt_logprobs = lp, .n_prompt = 2, .prompt_tokens = 2,
+                  .completion_tokens = 2, .cached_tokens = 0};
+    json_t *ev = rl_output_event(&o, 3);
+    char *s = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    assert_string_equal(s,
+        "{\"id\":\"job\",\"event\":\"done\",\"seq\":3,\"attempt\":1,\"index\":1,"
+        "\"token_ids\":[5,6],\"text\":\"hi\",\"finish_reason\":\"length\","
+        "\"prompt_logprobs\":[null,{\"id\":6,\"logprob\":-0.5,\"top\":[[6,-0.5]]}],"
+        "\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":2,\"cached_tokens\":0},"
+        "\"timing\":{\"queued_ms\":0.0,\"first_token_ms\":0.0,\"total_ms\":0.0}}");
+    free(s);
+    json_decref(ev);
+    rlOutput e = {.kind = RL_OUT_ERROR, .req = &r, .error_code = "prompt_too_long",
+                  .error_message = "too long"};
+    ev = rl_output_event(&e, 0);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(ev, "error"), "code")),
+                        "prompt_too_long");
+    json_decref(ev);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid),
+        cmocka_unit_test(test_invalid),
+        cmocka_unit_test(test_long_id_and_bad_utf8),
+        cmocka_unit_test(test_events),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

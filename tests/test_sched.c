@@ -1,0 +1,517 @@
+/* test_sched.c: the scheduler alone, driven by a fake model.
+ *
+ * The fake model keeps a KV "cache" of (token, position) per slot: each step
+ * writes the planned tokens into their slots, then checks that every planned
+ * sequence reads back exactly its own tokens through its block table.  A
+ * wrong block table, a bad prefix-cache hit, a block freed while still in
+ * use or a fork that shares too much all show up as a mismatch.  Its next
+ * token is a hash of the sequence read back, the sample and the step, so any
+ * correct schedule gives every request the same output. */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../sched/sched.h"
+
+#define VOCAB 64
+#define EOS 0
+
+typedef struct fakeKV {
+    int bs, n_slots;
+    int32_t *tok, *pos;
+} fakeKV;
+
+static void kv_init(fakeKV *kv, const rlSchedConfig *c) {
+    kv->bs = c->block_size;
+    kv->n_slots = c->n_blocks * c->block_size;
+    kv->tok = malloc((size_t)kv->n_slots * sizeof(int32_t));
+    kv->pos = malloc((size_t)kv->n_slots * sizeof(int32_t));
+    for (int i = 0; i < kv->n_slots; i++) kv->tok[i] = kv->pos[i] = -1;
+}
+
+static void kv_free(fakeKV *kv) {
+    free(kv->tok);
+    free(kv->pos);
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdULL;
+    return h ^ (h >> 33);
+}
+
+/* Run plan p on the fake model: write, verify reads, return each row's token. */
+static void kv_forward(fakeKV *kv, const rlSchedPlan *p, int32_t *row_tokens) {
+    for (int t = 0; t < p->n_tokens; t++) {
+        assert_true(p->slots[t] >= 0 && p->slots[t] < kv->n_slots);
+        kv->tok[p->slots[t]] = p->tokens[t];
+        kv->pos[p->slots[t]] = p->positions[t];
+    }
+    uint64_t *hash_at = malloc((size_t)(p->n_tokens + 1) * sizeof(uint64_t));
+    for (int i = 0; i < p->n_seqs; i++) {
+        const rlSchedSeq *q = &p->seq_req[i]->seqs[p->seq_index[i]];
+        const int32_t *table = p->block_tables + (size_t)i * (size_t)p->max_blocks;
+        int first = p->positions[p->seq_start[i]];
+        assert_int_equal(p->seq_len[i], first + p->seq_start[i + 1] - p->seq_start[i]);
+        uint64_t h = 0;
+        for (int pos = 0; pos < p->seq_len[i]; pos++) {
+            int slot = table[pos / kv->bs] * kv->bs + pos % kv->bs;
+            assert_int_equal(kv->pos[slot], pos);
+            assert_int_equal(kv->tok[slot], q->tokens[pos]);
+            h = mix(h, (uint64_t)kv->tok[slot]);
+            if (pos >= first) hash_at[p->seq_start[i] + pos - first] = h;
+        }
+    }
+    for (int r = 0; r < p->n_rows; r++) {
+        const rlSchedRow *row = &p->rows[r];
+        if (row->kind == RL_ROW_PROMPT) {
+            assert_int_equal(row->target, row->req->seqs[0].tokens[row->position + 1]);
+            row_tokens[r] = -1;
+            continue;
+        }
+        uint64_t h = mix(mix(hash_at[row->token], (uint64_t)row->seq), (uint64_t)row->step);
+        row_tokens[r] = (int32_t)(h % VOCAB);
+    }
+    free(hash_at);
+}
+
+typedef struct simReq {
+    rlSchedReq *h;
+    int n, max_tokens, abort_at;    /* abort after this many of its steps, -1 never */
+    int steps, done;
+    int32_t out[4][64];
+    int n_out[4];
+    int finished[4];
+    int cached;
+} simReq;
+
+/* Apply one step's rows to the requests (stop on EOS or max_tokens). */
+static void sim_apply(rlSched *s, const rlSchedPlan *p, const int32_t *row_tokens) {
+    for (int r = 0; r < p->n_rows; r++) {
+        const rlSchedRow *row = &p->rows[r];
+        if (row->kind != RL_ROW_SAMPLE) continue;
+        simReq *u = row->req->user;
+        assert_int_equal(row->step, u->n_out[row->seq]);
+        u->out[row->seq][u->n_out[row->seq]++] = row_tokens[r];
+        sched_append(s, row->req, row->seq, row_tokens[r]);
+        if (row_tokens[r] == EOS || u->n_out[row->seq] == u->max_tokens) {
+            u->finished[row->seq] = 1;
+            sched_finish_seq(s, row->req, row->seq);
+        }
+    }
+    rlSchedReq *done[p->n_seqs > 0 ? p->n_seqs : 1];
+    int n_done = 0;
+    for (int i = 0; i < p->n_seqs; i++) {
+        rlSchedReq *h = p->seq_req[i];
+        simReq *u = h->user;
+        if (u->done) continue;
+        if (u->max_tokens == 0 && h->seqs[p->seq_index[i]].n_computed == h->n_prompt)
+            for (int k = 0; k < u->n; k++) {
+                u->finished[k] = 1;
+                sched_finish_seq(s, h, k);
+            }
+        int all = 1;
+        for (int k = 0; k < u->n; k++) all &= u->finished[k];
+        if (all) {
+            u->done = 1;
+            u->cached = h->cached_tokens;
+            done[n_done++] = h;
+        }
+    }
+    for (int i = 0; i < n_done; i++) sched_remove(s, done[i]);
+}
+
+static rlSchedReq *add_plp(rlSched *s, const int32_t *prompt, int n_prompt, int n,
+                           int max_tokens, int plp, void *user) {
+    rlSchedParams p = {.prompt = prompt, .n_prompt = n_prompt, .n = n, .max_tokens = max_tokens,
+                       .prompt_logprobs = plp, .user = user};
+    rlSchedReq *r;
+    assert_int_equal(sched_add(s, &p, &r), RL_SCHED_OK);
+    return r;
+}
+
+static rlSchedReq *add(rlSched *s, const int32_t *prompt, int n_prompt, int n, int max_tokens,
+                       void *user) {
+    return add_plp(s, prompt, n_prompt, n, max_tokens, 0, user);
+}
+
+static void run_to_end(rlSched *s, fakeKV *kv) {
+    int32_t row_tokens[4096];
+    for (int guard = 0; sched_has_work(s); guard++) {
+        assert_true(guard < 100000);
+        rlSchedPlan *p;
+        assert_int_equal(sched_step(s, 0, &p), 0);
+        kv_forward(kv, p, row_tokens);
+        sim_apply(s, p, row_tokens);
+        assert_int_equal(sched_check(s), 0);
+    }
+}
+
+static rlSchedConfig config(int n_blocks, int max_seqs, int max_tokens, int caching) {
+    return (rlSchedConfig){.block_size = 16, .n_blocks = n_blocks, .max_num_seqs = max_seqs,
+                           .max_num_batched_tokens = max_tokens, .max_model_len = 4096,
+                           .prefix_caching = caching};
+}
+
+static void test_decode_after_prefill(void **state) {
+    (void)state;
+    rlSchedConfig c = config(64, 4, 256, 1);
+    rlSched *s = sched_create(&c);
+    int32_t prompt[40];
+    for (int i = 0; i < 40; i++) prompt[i] = i + 1;
+    simReq u = {.n = 1, .max_tokens = 3};
+    u.h = add(s, prompt, 40, 1, 3, &u);
+    rlSchedPlan *p;
+    assert_int_equal(sched_step(s, 0, &p), 0);
+    assert_int_equal(p->n_seqs, 1);
+    assert_int_equal(p->n_tokens, 40);
+    assert_int_equal(p->n_rows, 1);
+    assert_int_equal(p->rows[0].token, 39);
+    assert_int_equal(p->positions[39], 39);
+    assert_int_equal(p->slots[39], p->block_tables[2] * 16 + 7);
+    sched_append(s, u.h, 0, 5);
+    assert_int_equal(sched_step(s, 0, &p), 0);
+    assert_int_equal(p->n_tokens, 1);
+    assert_int_equal(p->tokens[0], 5);
+    assert_int_equal(p->positions[0], 40);
+    assert_int_equal(p->seq_len[0], 41);
+    assert_int_equal(p->rows[0].step, 1);
+    sched_remove(s, u.h);
+    rlSchedStats st;
+    sched_stats(s, &st);
+    assert_int_equal(st.blocks.used, 0);
+    assert_int_equal(st.blocks.cached, 2);   /* the prompt's two full blocks */
+    assert_int_equal(sched_check(s), 0);
+    sched_free(s);
+}
+
+/* Decodes come first; a long prompt takes what the token budget leaves. */
+static void test_chunked_prefill(void **state) {
+    (void)state;
+    rlSchedConfig c = config(64, 4, 32, 1);
+    rlSched *s = sched_create(&c);
+    fakeKV kv;
+    kv_init(&kv, &c);
+    int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[100];
+    for (int i = 0; i < 100; i++) b[i] = 9 + i % 50;
+    simReq ua = {.n = 1, .max_tokens = 30}, ub = {.n = 1, .max_tokens = 2};
+    ua.h = add(s, a, 8, 1, 30, &ua);
+    int32_t rt[64];
+    rlSchedPlan *p;
+    assert_int_equal(sched_step(s, 0, &p), 0);
+    kv_forward(&kv, p, rt);
+    sim_apply(s, p, rt);
+    ub.h = add(s, b, 100, 1, 2, &ub);
+    int chunks = 0;
+    while (!ub.done && !ua.done) {
+        assert_int_equal(sched_step(s, 0, &p), 0);
+        assert_true(p->n_tokens <= 32);
+        assert_ptr_equal(p->seq_req[0], ua.h);        /* the decode leads */
+        assert_int_equal(p->seq_start[1], 1);
+        if (p->n_seqs == 2 && ub.h->seqs[0].n_computed < 100 + 1) chunks++;
+        kv_forward(&kv, p, rt);
+        sim_apply(s, p, rt);
+        if (ub.n_out[0] > 0) break;
+    }
+    assert_true(chunks >= 3);   /* 100 tokens in chunks of at most 31 */
+    run_to_end(s, &kv);
+    assert_int_equal(sched_check(s), 0);
+    kv_free(&kv);
+    sched_free(s);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    rlSchedConfig c = config(6, 2, 64, 1);
+    c.max_model_len = 100;
+    rlSched *s = sched_create(&c);
+    int32_t prompt[90] = {0};
+    rlSchedParams p = {.prompt = prompt, .n_prompt = 90, .n = 1, .max_tokens = 11};
+    rlSchedReq *r;
+    assert_int_equal(sched_add(s, &p, &r), RL_SCHED_TOO_LONG);
+    p.max_tokens = 10;
+    assert_int_equal(sched_add(s, &p, &r), RL_SCHED_TOO_BIG);  /* 7 blocks of 6 */
+    p.n_prompt = 60;
+    p.max_tokens = 20;                                         /* 5 blocks */
+    assert_int_equal(sched_add(s, &p, &r), RL_SCHED_OK);
+    sched_remove(s, r);
+    p.n = 3;
+    assert_int_equal(sched_add(s, &p, &r), RL_SCHED_TOO_WIDE);
+    p.n = 1;
+    p.n_prompt = 0;
+    assert_int_equal(sched_add(s, &p, &r), RL_SCHED_EMPTY);
+    sched_free(s);
+}
+
+/* n > 1: the samples share the prompt's full blocks, each owns its tail. */
+static void test_fork_shares_blocks(void **state) {
+    (void)state;
+    rlSchedConfig c = config(64, 8, 256, 0);
+    rlSched *s = sched_create(&c);
+    fakeKV kv;
+    kv_init(&kv, &c);
+    int32_t prompt[37];
+    for (int i = 0; i < 37; i++) prompt[i] = 1 + i % 60;
+    simReq u = {.n = 4, .max_tokens = 5, .abort_at = -1};
+    u.h = add(s, prompt, 37, 4, 5, &u);
+    int32_t rt[64];
+    rlSchedPlan *p;
+    assert_int_equal(sched_step(s, 0, &p), 0);
+    assert_int_equal(p->n_rows, 4);
+    kv_forward(&kv, p, rt);
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(p->rows[k].seq, k);
+        sched_append(s, u.h, k, (int32_t)(1 + k));
+        u.out[k][u.n_out[k]++] = 1 + k;
+    }
+    for (int k = 1; k < 4; k++) {
+        assert_int_equal(u.h->seqs[k].blocks[0], u.h->seqs[0].blocks[0]);
+        assert_int_equal(u.h->seqs[k].blocks[1], u.h->seqs[0].blocks[1]);
+        assert_int_equal(u.h->seqs[k].n_computed, 32);
+    }
+    assert_int_equal(sched_check(s), 0);
+    assert_int_equal(sched_step(s, 0, &p), 0);
+    assert_int_equal(p->n_seqs, 4);
+    assert_int_equal(p->n_tokens, 1 + 3 * 6);   /* samples 1..3 recompute the 5-token tail */
+    kv_forward(&kv, p, rt);
+    sched_remove(s, u.h);
+    assert_int_equal(sched_check(s), 0);
+    kv_free(&kv);
+    sched_free(s);
+}
+
+/* Fixture prompts in order, one at a time: only full shared blocks are hits,
+ * and the last prompt token is always computed. */
+static void test_prefix_fixture(void **state) {
+    (void)state;
+    const char *dir = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/models/qwen2-tiny-gqa3/reference.json", dir);
+    json_error_t jerr;
+    json_t *ref = json_load_file(path, 0, &jerr);
+    assert_non_null(ref);
+    const char *names[] = {"prefix-base", "prefix-half", "prefix+1", "prefix+10", "prefix+40"};
+    const int expect[] = {0, 96, 192, 192, 192};
+    rlSchedConfig c = config(256, 1, 2048, 1);
+    rlSched *s = sched_create(&c);
+    fakeKV kv;
+    kv_init(&kv, &c);
+    for (int i = 0; i < 5; i++) {
+        json_t *ids = NULL, *pr;
+        size_t k;
+        json_array_foreach(json_object_get(ref, "prompts"), k, pr)
+            if (!strcmp(json_string_value(json_object_get(pr, "name")), names[i]))
+                ids = json_object_get(pr, "ids");
+        assert_non_null(ids);
+        int n = (int)json_array_size(ids);
+        int32_t *prompt = malloc((size_t)n * sizeof(int32_t));
+        for (int j = 0; j < n; j++) prompt[j] = (int32_t)json_integer_value(json_array_get(ids, j));
+        simReq u = {.n = 1, .max_tokens = 4};
+        u.h = add(s, prompt, n, 1, 4, &u);
+        run_to_end(s, &kv);
+        assert_int_equal(u.cached, expect[i]);
+        free(prompt);
+    }
+    rlSchedStats st;
+    sched_stats(s, &st);
+    assert_int_equal(st.prefix_hit_tokens, 96 + 3 * 192);
+    assert_int_equal(st.prefix_query_tokens, 200 + 100 + 201 + 210 + 240);
+    json_decref(ref);
+    kv_free(&kv);
+    sched_free(s);
+}
+
+/* A pool too small for both: the younger is preempted, recomputed, and both
+ * produce what they produce alone. */
+static void test_preemption(void **state) {
+    (void)state;
+    int32_t a[20], b[20];
+    for (int i = 0; i < 20; i++) a[i] = 1 + i, b[i] = 30 + i;
+    simReq alone[2] = {{.n = 1, .max_tokens = 40}, {.n = 1, .max_tokens = 40}};
+    for (int i = 0; i < 2; i++) {
+        rlSchedConfig c = config(8, 4, 256, 0);
+        rlSched *s = sched_create(&c);
+        fakeKV kv;
+        kv_init(&kv, &c);
+        alone[i].h = add(s, i ? b : a, 20, 1, 40, &alone[i]);
+        run_to_end(s, &kv);
+        kv_free(&kv);
+        sched_free(s);
+    }
+    rlSchedConfig c = config(5, 4, 256, 0);
+    rlSched *s = sched_create(&c);
+    fakeKV kv;
+    kv_init(&kv, &c);
+    simReq both[2] = {{.n = 1, .max_tokens = 40}, {.n = 1, .max_tokens = 40}};
+    both[0].h = add(s, a, 20, 1, 40, &both[0]);
+    both[1].h = add(s, b, 20, 1, 40, &both[1]);
+    run_to_end(s, &kv);
+    rlSchedStats st;
+    sched_stats(s, &st);
+    assert_true(st.preemptions >= 1);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(both[i].n_out[0], alone[i].n_out[0]);
+        assert_memory_equal(both[i].out[0], alone[i].out[0], (size_t)alone[i].n_out[0] * 4);
+    }
+    kv_free(&kv);
+    sched_free(s);
+}
+
+/* Higher priority first, then arrival; a passed deadline expires the request. */
+static void test_priority_and_deadline(void **state) {
+    (void)state;
+    rlSchedConfig c = config(64, 1, 256, 1);
+    rlSched *s = sched_create(&c);
+    int32_t prompt[4] = {1, 2, 3, 4};
+    rlSchedParams p = {.prompt = prompt, .n_prompt = 4, .n = 1, .max_tokens = 1};
+    rlSchedReq *low, *high, *late;
+    assert_int_equal(sched_add(s, &p, &low), RL_SCHED_OK);
+    p.deadline_ms = 1000;
+    assert_int_equal(sched_add(s, &p, &late), RL_SCHED_OK);
+    p.deadline_ms = 0;
+    p.priority = 5;
+    assert_int_equal(sched_add(s, &p, &high), RL_SCHED_OK);
+    rlSchedPlan *pl;
+    assert_int_equal(sched_step(s, 2000, &pl), 0);
+    assert_int_equal(pl->n_seqs, 1);
+    assert_ptr_equal(pl->seq_req[0], high);
+    assert_int_equal(pl->n_expired, 0);
+    sched_finish_seq(s, high, 0);
+    sched_remove(s, high);
+    assert_int_equal(sched_step(s, 2000, &pl), 0);
+    assert_ptr_equal(pl->seq_req[0], low);
+    assert_int_equal(pl->n_expired, 1);   /* checked as soon as it is first in line */
+    assert_ptr_equal(pl->expired[0], late);
+    sched_remove(s, late);
+    sched_remove(s, low);
+    assert_false(sched_has_work(s));
+    assert_int_equal(sched_check(s), 0);
+    sched_free(s);
+}
+
+/* Unreferenced cached blocks are evicted oldest first. */
+static void test_lru_eviction(void **state) {
+    (void)state;
+    rlBlockPool *p = block_pool_create(3, 2);
+    int32_t t[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+    int b[3];
+    for (int i = 0; i < 3; i++) {
+        b[i] = block_alloc(p);
+        block_register(p, b[i], -1, t[i]);
+    }
+    assert_int_equal(block_alloc(p), -1);
+    for (int i = 0; i < 3; i++) block_unref(p, b[i]);
+    assert_int_equal(block_lookup(p, -1, t[0]), b[0]);   /* 0 is used again: 1 is now oldest */
+    block_unref(p, b[0]);
+    assert_int_equal(block_alloc(p), b[1]);
+    assert_int_equal(block_lookup(p, -1, t[1]), -1);
+    assert_int_equal(block_lookup(p, -1, t[2]), b[2]);
+    int32_t other[2] = {1, 2};
+    assert_int_equal(block_lookup(p, b[2], other), -1);  /* same tokens, other parent */
+    block_pool_free(p);
+}
+
+/* Thousands of random requests: shared prefixes, n > 1, aborts, a tiny pool.
+ * Outputs must equal those of a roomy run without prefix caching, and at the
+ * end every block is free or cached. */
+static void run_random(uint64_t seed, int n_reqs, int n_blocks, int max_seqs, int budget,
+                       int caching, simReq *reqs, rlSchedStats *st) {
+    rlSchedConfig c = config(n_blocks, max_seqs, budget, caching);
+    c.max_model_len = 512;
+    rlSched *s = sched_create(&c);
+    assert_non_null(s);
+    fakeKV kv;
+    kv_init(&kv, &c);
+    int32_t bases[4][200];
+    uint64_t h = seed;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 200; j++) bases[i][j] = 1 + (int32_t)((h = mix(h, 7)) % (VOCAB - 1));
+    int32_t prompt[300];
+    int added = 0, step = 0;
+    int32_t *rt = malloc((size_t)(budget + max_seqs) * sizeof(int32_t));
+    while (added < n_reqs || sched_has_work(s)) {
+        for (int k = 0; k < 3 && added < n_reqs; k++, added++) {
+            uint64_t r = mix(seed, (uint64_t)added);
+            simReq *u = &reqs[added];
+            int shared = (int)(r % 5) < 4 ? (int)((r >> 8) % 200) : 0;
+            int own = 1 + (int)((r >> 16) % 60);
+            memcpy(prompt, bases[(r >> 24) % 4], (size_t)shared * sizeof(int32_t));
+            for (int j = 0; j < own; j++) prompt[shared + j] = 1 + (int32_t)(mix(r, (uint64_t)j) % (VOCAB - 1));
+            memset(u, 0, sizeof(*u));
+            u->n = 1 + (int)((r >> 32) % 7 == 0 ? (r >> 36) % 4 : 0);
+            u->max_tokens = (int)((r >> 40) % 48);
+            u->abort_at = (r >> 48) % 10 == 0 ? (int)((r >> 52) % 8) : -1;
+            u->h = add_plp(s, prompt, shared + own, u->n, u->max_tokens, (r >> 56) % 9 == 0, u);
+        }
+        rlSchedPlan *p;
+        assert_int_equal(sched_step(s, 0, &p), 0);
+        assert_true(p->n_tokens <= budget && p->n_seqs <= max_seqs);
+        assert_true(p->n_tokens > 0 || p->n_expired > 0 || !sched_has_work(s) || added < n_reqs);
+        kv_forward(&kv, p, rt);
+        sim_apply(s, p, rt);
+        /* Aborts: a request dies after being scheduled abort_at times. */
+        for (int i = 0; i < added; i++) {
+            simReq *u = &reqs[i];
+            if (u->done || u->abort_at < 0) continue;
+            if (u->h->state == RL_REQ_RUNNING && u->steps++ >= u->abort_at) {
+                u->done = 2;
+                sched_remove(s, u->h);
+            }
+        }
+        assert_int_equal(sched_check(s), 0);
+        step++;
+    }
+    sched_stats(s, st);
+    assert_int_equal(st->blocks.used, 0);
+    assert_int_equal(st->blocks.free + st->blocks.cached, n_blocks);
+    assert_int_equal(st->running + st->waiting, 0);
+    free(rt);
+    kv_free(&kv);
+    sched_free(s);
+}
+
+static void test_random_property(void **state) {
+    (void)state;
+    enum { N = 3000 };
+    simReq *ref = calloc(N, sizeof(simReq)), *got = calloc(N, sizeof(simReq));
+    rlSchedStats st_ref, st;
+    run_random(42, N, 4096, 64, 2048, 0, ref, &st_ref);
+    const struct { int blocks, seqs, budget, caching; } runs[] = {
+        {64, 16, 64, 1}, {40, 8, 256, 0}, {2048, 4, 512, 1}, {128, 32, 48, 1}};
+    for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+        run_random(42, N, runs[k].blocks, runs[k].seqs, runs[k].budget, runs[k].caching, got, &st);
+        if (runs[k].blocks <= 64) assert_true(st.preemptions > 10);
+        if (runs[k].caching) assert_true(st.prefix_hit_tokens > 0);
+        for (int i = 0; i < N; i++) {
+            if (ref[i].done != 1 || got[i].done != 1) continue;
+            for (int j = 0; j < ref[i].n; j++) {
+                assert_int_equal(got[i].n_out[j], ref[i].n_out[j]);
+                assert_memory_equal(got[i].out[j], ref[i].out[j], (size_t)ref[i].n_out[j] * 4);
+            }
+        }
+    }
+    free(ref);
+    free(got);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode_after_prefill),
+        cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_fork_shares_blocks),
+        cmocka_unit_test(test_prefix_fixture),
+        cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_priority_and_deadline),
+        cmocka_unit_test(test_lru_eviction),
+        cmocka_unit_test(test_random_property),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

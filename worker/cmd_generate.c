@@ -1,0 +1,343 @@
+/* cmd_generate.c: `redlm generate`, the offline front door.
+ *
+ * Reads every request of a JSONL file (or one --prompt-ids request), runs
+ * them all through the engine at once (continuous batching, exactly as the
+ * Redis worker does), and writes one result per request and sample index in
+ * input order: the `done` event with all tokens and text of that sample, or
+ * an `error` event for a line that is not a valid request (the rest still
+ * run).  Results are written as soon as every earlier line is complete. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "engine.h"
+#include "output.h"
+
+static const char USAGE[] =
+    "usage: redlm generate --model DIR [options]\n"
+    "  --input FILE|-            requests, one JSON object per line (default -)\n"
+    "  --output FILE|-           results, one JSON object per line (default -)\n"
+    "  --prompt-ids 1,2,3        one greedy request from token ids instead of --input\n"
+    "  --max-tokens N            tokens to generate for --prompt-ids (default 16)\n"
+    "  --backend cpu|cuda        (default cpu)\n"
+    "  --load-format auto|dummy  dummy: random weights from config.json alone\n"
+    "  --threads N               CPU threads (default: all cores)\n"
+    "  --block-size N            KV block size in tokens (default 16)\n"
+    "  --max-num-seqs N          sequences per step (default 256)\n"
+    "  --max-num-batched-tokens N  new tokens per step (default 2048)\n"
+    "  --max-model-len N         prompt + generated tokens (default: the model's)\n"
+    "  --kv-cache-memory SIZE    KV cache bytes, e.g. 1GiB, 64MiB (default 1GiB at most)\n"
+    "  --no-prefix-caching       compute every prompt in full\n"
+    "  --tp N --pp M             tensor x pipeline parallel ranks (default 1 x 1)\n"
+    "  --seed N                  seed for dummy weights and unseeded requests (default 0)\n"
+    "  --stats                   print scheduler counters to stderr at the end\n";
+
+/* One input line's results, kept until every earlier line is written. */
+typedef struct genLine {
+    json_t **events;    /* [n] by sample index */
+    int n, got;
+} genLine;
+
+typedef struct genRun {
+    genLine *lines;
+    int n_lines, next_write, n_done;
+    FILE *out;
+    int progress;
+    int failed;         /* writing failed */
+} genRun;
+
+static void gen_write_ready(genRun *g) {
+    while (g->next_write < g->n_lines && g->lines[g->next_write].got == g->lines[g->next_write].n) {
+        genLine *l = &g->lines[g->next_write++];
+        for (int i = 0; i < l->n; i++) {
+            if (json_dumpf(l->events[i], g->out, JSON_COMPACT) || fputc('\n', g->out) == EOF)
+                g->failed = 1;
+            json_decref(l->events[i]);
+        }
+        free(l->events);
+        l->events = NULL;
+    }
+}
+
+static void gen_put(genRun *g, int line, int index, json_t *ev) {
+    genLine *l = &g->lines[line];
+    if (!l->events && !(l->events = calloc((size_t)l->n, sizeof(json_t *)))) {
+        json_decref(ev);
+        g->failed = 1;
+        return;
+    }
+    if (!ev) ev = json_pack("{s:s, s:{s:s, s:s}}", "event", "error", "error", "code",
+                            "internal", "message", "out of memory building the result");
+    l->events[index] = ev;
+    if (++l->got == l->n) g->n_done++;
+    gen_write_ready(g);
+}
+
+static void gen_output(void *ctx, const rlOutput *out) {
+    genRun *g = ctx;
+    if (out->kind == RL_OUT_CHUNK) return;
+    int line = (int)(intptr_t)out->req->user;
+    genLine *l = &g->lines[line];
+    if (out->kind == RL_OUT_ERROR) {
+        /* An error answers the whole request, whatever its n. */
+        for (int i = 0; l->events && i < l->n; i++) json_decref(l->events[i]), l->events[i] = NULL;
+        l->n = 1;
+        l->got = 0;
+        gen_put(g, line, 0, rl_output_event(out, 0));
+        return;
+    }
+    gen_put(g, line, out->index, rl_output_event(out, 0));
+}
+
+/* An error result for a line that never became a request. */
+static void gen_line_error(genRun *g, int line, const char *id, const char *code, const char *msg) {
+    rlRequest r;
+    rl_request_init(&r);
+    r.id = (char *)id;
+    rlOutput o = {.kind = RL_OUT_ERROR, .req = &r, .error_code = code, .error_message = msg};
+    g->lines[line].n = 1;
+    gen_put(g, line, 0, rl_output_event(&o, 0));
+}
+
+static int parse_size(const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v <= 0) return -1;
+    static const struct { const char *suffix; double mult; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"M", 1048576.0}, {"MiB", 1048576.0},
+        {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (!strcmp(end, units[i].suffix)) {
+            *out = (size_t)(v * units[i].mult);
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_int(const char *s, int lo, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > INT32_MAX) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* The lines of path ("-": stdin), or one synthesized --prompt-ids request. */
+static int gen_read_lines(const char *path, char ***lines, int *n, rlError *err) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+    if (!f) return rl_error(err, RL_EIO, "cannot open --input %s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int cap_lines = 0;
+    while ((len = getline(&buf, &cap, f)) >= 0) {
+        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) buf[--len] = 0;
+        if (len == 0) continue;
+        if (*n == cap_lines) {
+            cap_lines = cap_lines ? cap_lines * 2 : 64;
+            char **p = realloc(*lines, (size_t)cap_lines * sizeof(char *));
+            if (!p) break;
+            *lines = p;
+        }
+        if (!((*lines)[*n] = strdup(buf))) break;
+        (*n)++;
+    }
+    int bad = ferror(f) || !feof(f);
+    free(buf);
+    if (f != stdin) fclose(f);
+    if (bad) return rl_error(err, RL_EIO, "reading --input %s failed (or out of memory)", path);
+    return 0;
+}
+
+static char *gen_prompt_ids_line(const char *ids, int max_tokens, rlError *err) {
+    json_t *arr = json_array();
+    for (const char *p = ids; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX) {
+            json_decref(arr);
+            rl_error(err, RL_EUSAGE, "--prompt-ids %s: expected comma-separated token ids", ids);
+            return NULL;
+        }
+        json_array_append_new(arr, json_integer(v));
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            json_decref(arr);
+            rl_error(err, RL_EUSAGE, "--prompt-ids %s: expected comma-separated token ids", ids);
+            return NULL;
+        }
+    }
+    json_t *req = json_pack("{s:s, s:o, s:i, s:f}", "id", "prompt", "prompt_ids", arr,
+                            "max_tokens", max_tokens, "temperature", 0.0);
+    char *s = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    return s;
+}
+
+/* Turn line i into an engine request, or an error result. */
+static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *err) {
+    json_error_t jerr;
+    json_t *obj = json_loads(text, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
+    if (!obj) {
+        char msg[512];
+        int utf8 = json_error_code(&jerr) == json_error_invalid_utf8;
+        snprintf(msg, sizeof(msg), "line %d is not valid JSON: %s (column %d)", i + 1, jerr.text,
+                 jerr.column);
+        gen_line_error(g, i, NULL, utf8 ? "invalid_utf8" : "invalid_encoding", msg);
+        return 0;
+    }
+    rlRequest *r = malloc(sizeof(*r));
+    if (!r) {
+        json_decref(obj);
+        return rl_error(err, RL_EINTERNAL, "out of memory");
+    }
+    rl_request_init(r);
+    const char *code;
+    rlError perr;
+    if (rl_request_parse(r, obj, &code, &perr)) {
+        json_t *id = json_object_get(obj, "id");
+        gen_line_error(g, i, json_is_string(id) && r->id ? r->id : NULL, code, perr.msg);
+        json_decref(obj);
+        rl_request_free(r);
+        free(r);
+        return 0;
+    }
+    json_decref(obj);
+    r->stream = 0;              /* one result with everything per sample */
+    r->user = (void *)(intptr_t)i;
+    g->lines[i].n = r->n;
+    return engine_add(e, r, err);
+}
+
+int cmd_generate(int argc, char **argv) {
+    rlEngineOptions o;
+    rl_engine_options_init(&o);
+    const char *input = "-", *output = "-", *prompt_ids = NULL;
+    int max_tokens = 16, stats = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(USAGE, stdout);
+            return 0;
+        } else if (!strcmp(a, "--no-prefix-caching")) {
+            o.prefix_caching = 0;
+            continue;
+        } else if (!strcmp(a, "--stats") || !strcmp(a, "--verbose")) {
+            stats = 1;
+            continue;
+        } else if (!v) {
+            fprintf(stderr, "redlm generate: %s needs a value (or is unknown)\n\n%s", a, USAGE);
+            return RL_EUSAGE;
+        }
+        i++;
+        if (!strcmp(a, "--model")) o.model = v;
+        else if (!strcmp(a, "--backend")) o.backend = v;
+        else if (!strcmp(a, "--load-format")) o.load_format = v;
+        else if (!strcmp(a, "--input")) input = v;
+        else if (!strcmp(a, "--output")) output = v;
+        else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
+        else if (!strcmp(a, "--max-tokens")) bad = parse_int(v, 0, &max_tokens);
+        else if (!strcmp(a, "--threads")) bad = parse_int(v, 0, &o.threads);
+        else if (!strcmp(a, "--block-size")) bad = parse_int(v, 1, &o.block_size);
+        else if (!strcmp(a, "--max-num-seqs")) bad = parse_int(v, 1, &o.max_num_seqs);
+        else if (!strcmp(a, "--max-num-batched-tokens")) bad = parse_int(v, 1, &o.max_num_batched_tokens);
+        else if (!strcmp(a, "--max-model-len")) bad = parse_int(v, 1, &o.max_model_len);
+        else if (!strcmp(a, "--kv-cache-memory")) bad = parse_size(v, &o.kv_cache_memory);
+        else if (!strcmp(a, "--tp")) bad = parse_int(v, 1, &o.tp);
+        else if (!strcmp(a, "--pp")) bad = parse_int(v, 1, &o.pp);
+        else if (!strcmp(a, "--seed")) {
+            char *end;
+            errno = 0;
+            o.seed = strtoull(v, &end, 10);
+            bad = errno || *end || end == v;
+        } else {
+            fprintf(stderr, "redlm generate: unknown option %s\n\n%s", a, USAGE);
+            return RL_EUSAGE;
+        }
+        if (bad) {
+            fprintf(stderr, "redlm generate: bad value '%s' for %s\n", v, a);
+            return RL_EUSAGE;
+        }
+    }
+    if (!o.model) {
+        fprintf(stderr, "redlm generate: --model DIR is required\n\n%s", USAGE);
+        return RL_EUSAGE;
+    }
+
+    rlError err = {0};
+    char **lines = NULL;
+    int n_lines = 0;
+    genRun g = {0};
+    rlEngine *e = NULL;
+    if (prompt_ids) {
+        lines = malloc(sizeof(char *));
+        if (!lines || !(lines[0] = gen_prompt_ids_line(prompt_ids, max_tokens, &err))) goto done;
+        n_lines = 1;
+    } else if (gen_read_lines(input, &lines, &n_lines, &err)) {
+        goto done;
+    }
+    g.out = strcmp(output, "-") ? fopen(output, "w") : stdout;
+    if (!g.out) {
+        rl_error(&err, RL_EIO, "cannot create --output %s: %s", output, strerror(errno));
+        goto done;
+    }
+    g.progress = isatty(2);
+    g.n_lines = n_lines;
+    if (!(g.lines = calloc((size_t)(n_lines ? n_lines : 1), sizeof(genLine)))) {
+        rl_error(&err, RL_EINTERNAL, "out of memory");
+        goto done;
+    }
+    if (!(e = engine_open(&o, &err))) goto done;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n_lines; i++)
+        if (gen_submit(&g, e, lines[i], i, &err)) goto done;
+    int steps = 0;
+    while (engine_has_work(e)) {
+        if (engine_step(e, gen_output, &g, &err)) goto done;
+        steps++;
+        if (g.progress && steps % 8 == 0) fprintf(stderr, "\r%d/%d requests done", g.n_done, n_lines);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (g.progress) fprintf(stderr, "\r%d/%d requests done\n", g.n_done, n_lines);
+    if (g.failed || fflush(g.out)) rl_error(&err, RL_EIO, "writing --output %s failed", output);
+    if (stats) {
+        rlEngineStats st;
+        engine_stats(e, &st);
+        double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+        fprintf(stderr,
+                "stats: requests=%d steps=%d seconds=%.3f generated_tokens=%llu "
+                "prompt_logprob_rows=%llu preemptions=%d prefix_hit_tokens=%llu "
+                "prefix_query_tokens=%llu kv_blocks_total=%d kv_blocks_cached=%d\n",
+                n_lines, steps, secs, (unsigned long long)st.generation_tokens,
+                (unsigned long long)st.prompt_tokens, st.preempted,
+                (unsigned long long)st.prefix_hit_tokens,
+                (unsigned long long)st.prefix_query_tokens, st.kv_blocks_total,
+                st.kv_blocks_cached);
+    }
+done:
+    engine_close(e);
+    for (int i = 0; i < n_lines; i++) {
+        free(lines[i]);
+        if (g.lines)
+            for (int k = 0; g.lines[i].events && k < g.lines[i].n; k++) json_decref(g.lines[i].events[k]);
+        if (g.lines) free(g.lines[i].events);
+    }
+    free(lines);
+    free(g.lines);
+    if (g.out && g.out != stdout) fclose(g.out);
+    if (err.code) {
+        fprintf(stderr, "redlm generate: %s\n", err.msg);
+        return err.code;
+    }
+    return 0;
+}

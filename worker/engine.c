@@ -1,0 +1,631 @@
+/* engine.c: the loop that turns requests into outputs (see engine.h).
+ *
+ * One step: answer requests that can never run, drop aborted ones, ask the
+ * scheduler for a plan, run the forward over it (all ranks), then walk the
+ * logit rows: prompt logprobs are stored, sampled tokens appended, checked
+ * against EOS, stop ids, stop strings (through the incremental detokenizer)
+ * and max_tokens, and streamed.  The scheduler decides what runs; this file
+ * never decides, it executes and reports. */
+#include "engine.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "../kernels/rng.h"
+#include "../sched/sched.h"
+#include "checkpoint.h"
+#include "tokenizer.h"
+
+/* The tokenizer is optional at link time while its branch lands: without it
+ * text prompts are refused with a clear invalid_request. */
+#pragma weak tokenizer_load
+#pragma weak tokenizer_free
+#pragma weak tokenizer_encode
+#pragma weak tokenizer_render_chat
+#pragma weak detok_create
+#pragma weak detok_push
+#pragma weak detok_take
+#pragma weak detok_finish
+#pragma weak detok_free
+/* Likewise the CUDA backend, while kernels/cuda/ is being written. */
+#pragma weak rl_backend_cuda_create
+
+void rl_engine_options_init(rlEngineOptions *o) {
+    memset(o, 0, sizeof(*o));
+    o->backend = "cpu";
+    o->load_format = "auto";
+    o->dtype = "auto";
+    o->block_size = 16;
+    o->gpu_memory_utilization = 0.90;
+    o->max_num_seqs = 256;
+    o->max_num_batched_tokens = 2048;
+    o->prefix_caching = 1;
+    o->tp = o->pp = 1;
+}
+
+/* One sample's output state. */
+typedef struct engSample {
+    rlDetok *detok;
+    int32_t *tokens;            /* not yet delivered */
+    rlTokenLogprob *logprobs;   /* parallel to tokens when asked */
+    int n_tokens;
+    char *text;                 /* not yet delivered */
+    size_t text_len, text_cap;
+    int n_generated;
+    rlFinish finish;            /* NONE while running */
+    int dirty;                  /* has undelivered tokens this step */
+} engSample;
+
+typedef struct engReq {
+    rlRequest *req;
+    rlSchedReq *h;              /* NULL: answered with an error, never scheduled */
+    const char *error_code;
+    char *error_message;
+    engSample *samples;
+    int n_done;
+    rlTokenLogprob *prompt_lp;  /* [n_prompt] when prompt_logprobs was asked */
+    uint64_t seed;
+    int aborted;
+    double t_arrival, t_scheduled, t_first;
+    struct engReq *prev, *next;
+} engReq;
+
+struct rlEngine {
+    rlEngineOptions opt;
+    rlModelConfig cfg;
+    rlCheckpoint *ckpt;
+    rlTokenizer *tok;
+    rlBackend *be;
+    rlModel model;
+    int model_ready;
+    rlSched *sched;
+    int n_blocks;
+    int max_rows;
+    rlRowSpec *specs;
+    rlRowResult *results;
+    engReq *head, *tail;        /* every request not yet fully answered */
+    uint64_t n_arrivals;
+    uint64_t prompt_tokens, generation_tokens;
+};
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the model on its backend (one rank) ---- */
+
+static int engine_model_open(rlEngine *e, int n_blocks, rlError *err) {
+    const rlEngineOptions *o = &e->opt;
+    if (o->tp != 1 || o->pp != 1)
+        return rl_error(err, RL_EUSAGE,
+                        "--tp %d --pp %d: this build runs one rank only; use --tp 1 --pp 1",
+                        o->tp, o->pp);
+    rlBackendOptions bo = {.threads = o->threads, .device = o->devices ? o->devices[0] : 0,
+                           .dtype = RL_BF16};
+    if (!strcmp(o->backend, "cpu")) e->be = rl_backend_cpu_create(&bo, err);
+    else if (!strcmp(o->backend, "cuda") && !rl_backend_cuda_create)
+        return rl_error(err, RL_EDEVICE, "--backend cuda: this build has no CUDA backend");
+    else if (!strcmp(o->backend, "cuda")) e->be = rl_backend_cuda_create(&bo, err);
+    else return rl_error(err, RL_EUSAGE, "--backend %s: expected cpu or cuda", o->backend);
+    if (!e->be) return -1;
+    rlShard shard;
+    if (rl_shard_plan(&e->cfg, 1, 1, NULL, &shard, err)) return -1;
+    if (rl_model_init(&e->model, &e->cfg, &shard, e->be, NULL, NULL,
+                      e->ckpt ? checkpoint_lookup : NULL, e->ckpt, o->seed,
+                      o->max_num_batched_tokens, e->max_rows, err))
+        return -1;
+    e->model_ready = 1;
+    return e->be->ops->kv_init(e->be, e->cfg.num_layers, n_blocks, o->block_size,
+                               shard.n_kv_heads, e->cfg.head_dim, err);
+}
+
+static int engine_model_forward(rlEngine *e, const rlBatch *b, rlError *err) {
+    return rl_model_forward(&e->model, b, e->results, err);
+}
+
+/* ---- opening ---- */
+
+static int engine_kv_blocks(rlEngine *e, rlError *err) {
+    const rlEngineOptions *o = &e->opt;
+    rlShard shard;
+    if (rl_shard_plan(&e->cfg, 1, 1, NULL, &shard, err)) return -1;
+    size_t per_block = rl_model_kv_bytes_per_token(&e->cfg, &shard, RL_F32) * (size_t)o->block_size;
+    size_t budget = o->kv_cache_memory ? o->kv_cache_memory : (size_t)1 << 30;
+    /* Never more than every sequence at full length needs. */
+    size_t full = (size_t)o->max_num_seqs * (size_t)((o->max_model_len + o->block_size - 1) / o->block_size);
+    size_t n = budget / per_block;
+    if (!o->kv_cache_memory && n > full) n = full;
+    if (n < 1)
+        return rl_error(err, RL_EMEMORY,
+                        "--kv-cache-memory %zu bytes holds no KV block (one block of %d tokens "
+                        "takes %zu bytes for this model); give more", budget, o->block_size,
+                        per_block);
+    if (n > (size_t)1 << 30) n = (size_t)1 << 30;
+    return (int)n;
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
+    rlEngine *e = calloc(1, sizeof(*e));
+    if (!e) {
+        rl_error(err, RL_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    e->opt = *opt;
+    rlEngineOptions *o = &e->opt;
+    if (!o->model) {
+        rl_error(err, RL_EUSAGE, "no model given: pass --model DIR");
+        goto fail;
+    }
+    if (o->block_size < 1 || o->block_size > 1024 || o->max_num_seqs < 1 ||
+        o->max_num_batched_tokens < 1) {
+        rl_error(err, RL_EUSAGE, "--block-size, --max-num-seqs and --max-num-batched-tokens "
+                                 "must be positive (block size at most 1024)");
+        goto fail;
+    }
+    if (!strcmp(o->load_format, "dummy")) {
+        if (checkpoint_read_config(o->model, &e->cfg, err)) goto fail;
+    } else if (!strcmp(o->load_format, "auto")) {
+        if (!(e->ckpt = checkpoint_open(o->model, &e->cfg, err))) goto fail;
+    } else {
+        rl_error(err, RL_EUSAGE, "--load-format %s: expected auto or dummy", o->load_format);
+        goto fail;
+    }
+    if (o->max_model_len <= 0 || o->max_model_len > e->cfg.max_position_embeddings) {
+        if (o->max_model_len > e->cfg.max_position_embeddings) {
+            rl_error(err, RL_EUSAGE, "--max-model-len %d is over the model's "
+                     "max_position_embeddings (%d)", o->max_model_len,
+                     e->cfg.max_position_embeddings);
+            goto fail;
+        }
+        o->max_model_len = e->cfg.max_position_embeddings;
+    }
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
+    if (tokenizer_load && file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;
+
+    int n_blocks = e->n_blocks = engine_kv_blocks(e, err);
+    if (n_blocks < 0) goto fail;
+    rlSchedConfig sc = {.block_size = o->block_size, .n_blocks = n_blocks,
+                        .max_num_seqs = o->max_num_seqs,
+                        .max_num_batched_tokens = o->max_num_batched_tokens,
+                        .max_model_len = o->max_model_len, .prefix_caching = o->prefix_caching};
+    e->max_rows = o->max_num_batched_tokens + o->max_num_seqs;
+    e->sched = sched_create(&sc);
+    e->specs = calloc((size_t)e->max_rows, sizeof(*e->specs));
+    e->results = calloc((size_t)e->max_rows, sizeof(*e->results));
+    if (!e->sched || !e->specs || !e->results) {
+        rl_error(err, RL_EMEMORY, "out of memory setting up the scheduler for %d KV blocks",
+                 n_blocks);
+        goto fail;
+    }
+    if (engine_model_open(e, n_blocks, err)) goto fail;
+    return e;
+fail:
+    engine_close(e);
+    return NULL;
+}
+
+/* ---- requests ---- */
+
+static void sample_free(engSample *s) {
+    if (s->detok) detok_free(s->detok);
+    free(s->tokens);
+    free(s->logprobs);
+    free(s->text);
+}
+
+static void ereq_free(rlEngine *e, engReq *q) {
+    if (q->prev) q->prev->next = q->next;
+    else e->head = q->next;
+    if (q->next) q->next->prev = q->prev;
+    else e->tail = q->prev;
+    if (q->h) sched_remove(e->sched, q->h);
+    if (q->samples)
+        for (int i = 0; i < q->req->n; i++) sample_free(&q->samples[i]);
+    free(q->samples);
+    free(q->prompt_lp);
+    free(q->error_message);
+    rl_request_free(q->req);
+    free(q->req);
+    free(q);
+}
+
+/* Refuse q at the next step with code and a message. */
+static int ereq_refuse(engReq *q, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int ereq_refuse(engReq *q, const char *code, const char *fmt, ...) {
+    char msg[RL_ERROR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    q->error_code = code;
+    q->error_message = strdup(msg);
+    return 0;
+}
+
+/* Prompt text or chat -> ids, when the model has a tokenizer. */
+static int ereq_tokenize(rlEngine *e, engReq *q, rlError *err) {
+    rlRequest *r = q->req;
+    if (r->prompt_ids) return 0;
+    if (!e->tok)
+        return ereq_refuse(q, "invalid_request",
+                           "'%s' needs the model's tokenizer.json, which %s; send prompt_ids "
+                           "instead", r->prompt ? "prompt" : "messages",
+                           tokenizer_load ? "this model directory lacks"
+                                          : "this build cannot read yet");
+    char *chat = NULL;
+    const char *text = r->prompt;
+    if (!text) {
+        if (tokenizer_render_chat(r->messages, r->n_messages, &chat, err)) return -1;
+        text = chat;
+    }
+    int rc = tokenizer_encode(e->tok, text, strlen(text), &r->prompt_ids, &r->n_prompt_ids, err);
+    free(chat);
+    if (rc && err->code == RL_EINPUT)
+        return ereq_refuse(q, strncmp(err->msg, "invalid_utf8", 12) ? "invalid_request"
+                                                                    : "invalid_utf8", "%s", err->msg);
+    return rc;
+}
+
+static int ereq_check(rlEngine *e, engReq *q) {
+    const rlRequest *r = q->req;
+    int V = e->cfg.vocab_size;
+    if (r->n_prompt_ids < 1)
+        return ereq_refuse(q, "invalid_request", "the prompt is empty: give at least one token");
+    for (int i = 0; i < r->n_prompt_ids; i++)
+        if (r->prompt_ids[i] >= V)
+            return ereq_refuse(q, "invalid_request",
+                               "prompt token %d (at %d) is outside the model's vocabulary "
+                               "(0..%d)", r->prompt_ids[i], i, V - 1);
+    for (int i = 0; i < r->n_stop_token_ids; i++)
+        if (r->stop_token_ids[i] >= V)
+            return ereq_refuse(q, "invalid_request",
+                               "stop_token_ids[%d] = %d is outside the model's vocabulary "
+                               "(0..%d)", i, r->stop_token_ids[i], V - 1);
+    if (r->n_stop > 0 && !e->tok)
+        return ereq_refuse(q, "invalid_request",
+                           "'stop' strings need the model's tokenizer.json to detokenize; use "
+                           "stop_token_ids instead");
+    if (r->n > e->opt.max_num_seqs)
+        return ereq_refuse(q, "invalid_request", "n = %d is over --max-num-seqs %d", r->n,
+                           e->opt.max_num_seqs);
+    return 0;
+}
+
+static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
+    rlRequest *r = q->req;
+    q->samples = calloc((size_t)r->n, sizeof(*q->samples));
+    if (!q->samples) return rl_error(err, RL_EINTERNAL, "out of memory");
+    for (int i = 0; i < r->n; i++) {
+        engSample *s = &q->samples[i];
+        size_t cap = (size_t)r->max_tokens + 1;
+        s->tokens = malloc(cap * sizeof(int32_t));
+        if (r->logprobs >= 0) s->logprobs = malloc(cap * sizeof(rlTokenLogprob));
+        if (!s->tokens || (r->logprobs >= 0 && !s->logprobs))
+            return rl_error(err, RL_EINTERNAL, "out of memory");
+        if (e->tok && !(s->detok = detok_create(e->tok, r->stop, r->n_stop, err))) return -1;
+    }
+    if (r->prompt_logprobs >= 0 &&
+        !(q->prompt_lp = calloc((size_t)r->n_prompt_ids, sizeof(rlTokenLogprob))))
+        return rl_error(err, RL_EINTERNAL, "out of memory");
+    rlSchedParams p = {.prompt = r->prompt_ids, .n_prompt = r->n_prompt_ids, .n = r->n,
+                       .max_tokens = r->max_tokens, .priority = r->priority,
+                       .deadline_ms = r->deadline_ms, .prompt_logprobs = r->prompt_logprobs >= 0,
+                       .user = q};
+    switch (sched_add(e->sched, &p, &q->h)) {
+    case RL_SCHED_OK: return 0;
+    case RL_SCHED_ENOMEM: return rl_error(err, RL_EINTERNAL, "out of memory queueing a request");
+    case RL_SCHED_TOO_LONG:
+        return ereq_refuse(q, "prompt_too_long",
+                           "prompt (%d tokens) + max_tokens (%d) is over --max-model-len %d; "
+                           "shorten the prompt or lower max_tokens", r->n_prompt_ids,
+                           r->max_tokens, e->opt.max_model_len);
+    case RL_SCHED_TOO_BIG:
+        return ereq_refuse(q, "prompt_too_long",
+                           "prompt (%d tokens) + max_tokens (%d) x n (%d) can never fit the KV "
+                           "cache (%d blocks of %d tokens); raise --kv-cache-memory or lower "
+                           "max_tokens", r->n_prompt_ids, r->max_tokens, r->n, e->n_blocks,
+                           e->opt.block_size);
+    default:
+        return ereq_refuse(q, "invalid_request", "the request cannot be scheduled");
+    }
+}
+
+int engine_add(rlEngine *e, rlRequest *req, rlError *err) {
+    engReq *q = calloc(1, sizeof(*q));
+    if (!q) {
+        rl_request_free(req);
+        free(req);
+        return rl_error(err, RL_EINTERNAL, "out of memory");
+    }
+    q->req = req;
+    q->t_arrival = now_ms();
+    uint64_t arrival = e->n_arrivals++;
+    q->seed = req->has_seed ? req->seed : rl_mix64(e->opt.seed ^ rl_mix64(arrival));
+    q->prev = e->tail;
+    if (e->tail) e->tail->next = q;
+    else e->head = q;
+    e->tail = q;
+    if (ereq_tokenize(e, q, err) || (!q->error_code && ereq_check(e, q)) ||
+        (!q->error_code && ereq_start(e, q, err))) {
+        ereq_free(e, q);
+        return -1;
+    }
+    if (q->error_code && q->h) {
+        sched_remove(e->sched, q->h);
+        q->h = NULL;
+    }
+    return 0;
+}
+
+int engine_abort(rlEngine *e, const char *id) {
+    for (engReq *q = e->head; q; q = q->next)
+        if (q->req->id && !strcmp(q->req->id, id) && !q->aborted && !q->error_code) {
+            q->aborted = 1;
+            return 0;
+        }
+    return -1;
+}
+
+/* ---- outputs ---- */
+
+static int sample_text_append(engSample *s, const char *t, size_t n) {
+    if (s->text_len + n + 1 > s->text_cap) {
+        size_t cap = s->text_cap ? s->text_cap * 2 : 256;
+        while (cap < s->text_len + n + 1) cap *= 2;
+        char *p = realloc(s->text, cap);
+        if (!p) return -1;
+        s->text = p;
+        s->text_cap = cap;
+    }
+    memcpy(s->text + s->text_len, t, n);
+    s->text_len += n;
+    s->text[s->text_len] = 0;
+    return 0;
+}
+
+static void emit_error(engReq *q, const char *code, const char *msg, rlOutputFn fn, void *ctx) {
+    rlOutput o = {.kind = RL_OUT_ERROR, .req = q->req, .error_code = code, .error_message = msg};
+    fn(ctx, &o);
+}
+
+/* Deliver what sample i holds (a chunk, or its done event) and clear it. */
+static void emit_sample(engReq *q, int i, rlOutputKind kind, rlOutputFn fn, void *ctx) {
+    engSample *s = &q->samples[i];
+    const rlRequest *r = q->req;
+    double now = now_ms();
+    rlOutput o = {.kind = kind, .req = r, .index = i, .token_ids = s->tokens,
+                  .n_tokens = s->n_tokens, .text = s->text ? s->text : "",
+                  .text_len = s->text_len, .logprobs = s->logprobs};
+    if (kind == RL_OUT_DONE) {
+        o.finish = s->finish;
+        o.prompt_logprobs = q->prompt_lp;
+        o.n_prompt = r->n_prompt_ids;
+        o.prompt_tokens = r->n_prompt_ids;
+        o.completion_tokens = s->n_generated;
+        o.cached_tokens = q->h ? q->h->cached_tokens : 0;
+        o.queued_ms = q->t_scheduled > 0 ? q->t_scheduled - q->t_arrival : now - q->t_arrival;
+        o.first_token_ms = q->t_first > 0 ? q->t_first - q->t_arrival : 0;
+        o.total_ms = now - q->t_arrival;
+    }
+    fn(ctx, &o);
+    s->n_tokens = 0;
+    s->text_len = 0;
+    s->dirty = 0;
+}
+
+static int sample_finish(rlEngine *e, engReq *q, int i, rlFinish f, rlOutputFn fn, void *ctx,
+                         rlError *err) {
+    engSample *s = &q->samples[i];
+    s->finish = f;
+    if (s->detok) {
+        size_t n;
+        const char *t = detok_finish(s->detok, &n);
+        if (sample_text_append(s, t, n)) return rl_error(err, RL_EINTERNAL, "out of memory");
+    }
+    emit_sample(q, i, RL_OUT_DONE, fn, ctx);
+    if (q->h) sched_finish_seq(e->sched, q->h, i);
+    q->n_done++;
+    return 0;
+}
+
+static int is_stop_token(const rlEngine *e, const rlRequest *r, int32_t tok) {
+    if (!r->ignore_eos)
+        for (int i = 0; i < e->cfg.n_eos; i++)
+            if (e->cfg.eos_ids[i] == tok) return 1;
+    for (int i = 0; i < r->n_stop_token_ids; i++)
+        if (r->stop_token_ids[i] == tok) return 1;
+    return 0;
+}
+
+static void logprob_fill(rlTokenLogprob *lp, int32_t id, float logprob, const rlRowResult *res) {
+    lp->id = id;
+    lp->logprob = logprob;
+    lp->n_top = res->n_top;
+    memcpy(lp->top_ids, res->top_ids, sizeof(lp->top_ids));
+    memcpy(lp->top_logprobs, res->top_logprobs, sizeof(lp->top_logprobs));
+}
+
+/* A sampled token for sample i: append, check every stop condition. */
+static int sample_push(rlEngine *e, engReq *q, int i, const rlRowResult *res, rlOutputFn fn,
+                       void *ctx, rlError *err) {
+    engSample *s = &q->samples[i];
+    const rlRequest *r = q->req;
+    int32_t tok = res->token;
+    if (s->logprobs) logprob_fill(&s->logprobs[s->n_tokens], tok, res->token_logprob, res);
+    s->tokens[s->n_tokens++] = tok;
+    s->n_generated++;
+    e->generation_tokens++;
+    if (q->t_first == 0) q->t_first = now_ms();
+    sched_append(e->sched, q->h, i, tok);
+    rlFinish f = RL_FINISH_NONE;
+    if (is_stop_token(e, r, tok)) {
+        f = RL_FINISH_STOP;   /* the stop token's own text is not part of the output */
+    } else if (s->detok) {
+        int stopped = 0;
+        size_t n;
+        if (detok_push(s->detok, tok, &stopped, err)) return -1;
+        const char *t = detok_take(s->detok, &n);
+        if (sample_text_append(s, t, n)) return rl_error(err, RL_EINTERNAL, "out of memory");
+        if (stopped) f = RL_FINISH_STOP;
+    }
+    if (!f && s->n_generated >= r->max_tokens) f = RL_FINISH_LENGTH;
+    if (f) return sample_finish(e, q, i, f, fn, ctx, err);
+    s->dirty = 1;
+    return 0;
+}
+
+/* ---- the step ---- */
+
+static void row_spec(const rlSchedRow *row, rlRowSpec *spec) {
+    const engReq *q = row->req->user;
+    const rlRequest *r = q->req;
+    memset(spec, 0, sizeof(*spec));
+    spec->token = row->token;
+    spec->top_p = 1.0f;
+    if (row->kind == RL_ROW_PROMPT) {
+        spec->target = row->target;
+        spec->n_top = r->prompt_logprobs;
+        return;
+    }
+    spec->target = -1;
+    spec->n_top = r->logprobs > 0 ? r->logprobs : 0;
+    spec->sample = 1;
+    spec->temperature = r->temperature;
+    spec->top_p = r->top_p;
+    spec->min_p = r->min_p;
+    spec->top_k = r->top_k;
+    spec->seed = q->seed;
+    spec->sample_index = (uint32_t)row->seq;
+    spec->step = (uint32_t)row->step;
+}
+
+/* Refused and aborted requests are answered before anything is planned. */
+static int engine_answer_pending(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
+    for (engReq *q = e->head, *next; q; q = next) {
+        next = q->next;
+        if (q->error_code) {
+            emit_error(q, q->error_code, q->error_message ? q->error_message : "out of memory",
+                       fn, ctx);
+            ereq_free(e, q);
+        } else if (q->aborted) {
+            for (int i = 0; i < q->req->n; i++)
+                if (q->samples[i].finish == RL_FINISH_NONE &&
+                    sample_finish(e, q, i, RL_FINISH_ABORT, fn, ctx, err))
+                    return -1;
+            ereq_free(e, q);
+        }
+    }
+    return 0;
+}
+
+int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
+    if (engine_answer_pending(e, fn, ctx, err)) return -1;
+    rlSchedPlan *p;
+    if (sched_step(e->sched, wall_ms(), &p))
+        return rl_error(err, RL_EINTERNAL, "out of memory planning a step");
+    for (int i = 0; i < p->n_expired; i++) {
+        engReq *q = p->expired[i]->user;
+        emit_error(q, "deadline_exceeded", "the request's deadline_ms passed before it started",
+                   fn, ctx);
+        ereq_free(e, q);
+    }
+    if (p->n_seqs == 0) return 0;
+
+    double now = now_ms();
+    for (int i = 0; i < p->n_seqs; i++) {
+        engReq *q = p->seq_req[i]->user;
+        if (q->t_scheduled == 0) q->t_scheduled = now;
+    }
+    for (int i = 0; i < p->n_rows; i++) row_spec(&p->rows[i], &e->specs[i]);
+    rlBatch b = {.n_seqs = p->n_seqs, .n_tokens = p->n_tokens, .tokens = p->tokens,
+                 .positions = p->positions, .slots = p->slots, .seq_start = p->seq_start,
+                 .seq_len = p->seq_len, .block_tables = p->block_tables,
+                 .max_blocks = p->max_blocks, .n_rows = p->n_rows, .rows = e->specs};
+    if (engine_model_forward(e, &b, err)) return -1;
+
+    for (int i = 0; i < p->n_rows; i++) {
+        const rlSchedRow *row = &p->rows[i];
+        engReq *q = row->req->user;
+        if (row->kind == RL_ROW_PROMPT) {
+            e->prompt_tokens++;
+            logprob_fill(&q->prompt_lp[row->position + 1], row->target,
+                         e->results[i].target_logprob, &e->results[i]);
+        } else if (q->samples[row->seq].finish == RL_FINISH_NONE &&
+                   sample_push(e, q, row->seq, &e->results[i], fn, ctx, err)) {
+            return -1;
+        }
+    }
+    /* Scoring only: done once the whole prompt is computed. */
+    for (int i = 0; i < p->n_seqs; i++) {
+        engReq *q = p->seq_req[i]->user;
+        if (q->req->max_tokens > 0 || q->h->seqs[p->seq_index[i]].n_computed < q->req->n_prompt_ids)
+            continue;
+        for (int k = 0; k < q->req->n; k++)
+            if (q->samples[k].finish == RL_FINISH_NONE &&
+                sample_finish(e, q, k, RL_FINISH_LENGTH, fn, ctx, err))
+                return -1;
+    }
+    for (int i = 0; i < p->n_rows; i++) {
+        const rlSchedRow *row = &p->rows[i];
+        engReq *q = row->req->user;
+        if (row->kind == RL_ROW_SAMPLE && q->req->stream && q->samples[row->seq].dirty)
+            emit_sample(q, row->seq, RL_OUT_CHUNK, fn, ctx);
+    }
+    for (engReq *q = e->head, *next; q; q = next) {
+        next = q->next;
+        if (q->h && q->n_done == q->req->n) ereq_free(e, q);
+    }
+    return 0;
+}
+
+int engine_has_work(const rlEngine *e) { return e->head != NULL; }
+
+int engine_free_slots(const rlEngine *e) { return sched_free_seqs(e->sched); }
+
+void engine_stats(const rlEngine *e, rlEngineStats *st) {
+    rlSchedStats s;
+    sched_stats(e->sched, &s);
+    st->running = s.running;
+    st->waiting = s.waiting;
+    st->preempted = (int)s.preemptions;
+    st->kv_blocks_used = s.blocks.used;
+    st->kv_blocks_free = s.blocks.free;
+    st->kv_blocks_cached = s.blocks.cached;
+    st->kv_blocks_total = s.blocks.total;
+    st->prefix_hit_tokens = s.prefix_hit_tokens;
+    st->prefix_query_tokens = s.prefix_query_tokens;
+    st->prompt_tokens = e->prompt_tokens;
+    st->generation_tokens = e->generation_tokens;
+}
+
+void engine_close(rlEngine *e) {
+    if (!e) return;
+    while (e->head) ereq_free(e, e->head);
+    if (e->model_ready) rl_model_free(&e->model);
+    if (e->be) e->be->ops->destroy(e->be);
+    sched_free(e->sched);
+    free(e->specs);
+    free(e->results);
+    if (e->tok) tokenizer_free(e->tok);
+    if (e->ckpt) checkpoint_close(e->ckpt);
+    free(e);
+}
