@@ -7,12 +7,12 @@ m=$FIXTURES/models/qwen2-tiny-gqa3
 fail() { echo "test_bench: $*" >&2; exit 1; }
 
 out=$("$REDLM" bench --model "$m/config.json" --load-format dummy --threads 2 \
-      --prompt-len 20 --gen 3 --batch 1,3 --max-num-batched-tokens 32 --json)
+      --prompt-len 20 --gen 3 --batch 1,3 --max-num-batched-tokens 32 --copy-mib 16 --json)
 echo "$out"
 [[ $out == *'"results":[{"batch":1,'*'{"batch":3,'* ]] || fail "JSON lacks the two batch rows"
 [[ $out == *'"bandwidth_bytes_per_s":'* ]] || fail "JSON lacks the bandwidth"
 
-out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 8 --gen 2 --batch 2)
+out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 8 --gen 2 --batch 2 --copy-mib 16)
 echo "$out"
 [[ $out == *"x floor"* ]] || fail "table header missing"
 
