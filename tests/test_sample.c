@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "../kernels/cpu/sample.h"
+#include "../kernels/rng.h"
 
 static rlRowSpec spec(float temperature) {
     return (rlRowSpec){.target = -1, .sample = 1, .temperature = temperature, .top_p = 1};
@@ -107,6 +108,76 @@ static void test_deterministic(void **state) {
     }
 }
 
+/* The rules of kernels/README.md written the plain way: sort everything. */
+static const float *oracle_l;
+static int oracle_cmp(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    if (oracle_l[x] != oracle_l[y]) return oracle_l[x] > oracle_l[y] ? -1 : 1;
+    return x - y;
+}
+
+static int oracle(const float *l, int v, const rlRowSpec *sp) {
+    int *ids = malloc((size_t)v * sizeof(int));
+    double *p = malloc((size_t)v * sizeof(double));
+    float max = l[0];
+    for (int i = 0; i < v; i++) ids[i] = i, max = l[i] > max ? l[i] : max;
+    oracle_l = l;
+    qsort(ids, (size_t)v, sizeof(int), oracle_cmp);
+    int n = sp->top_k > 0 && sp->top_k < v ? sp->top_k : v;
+    double total = 0, cum = 0;
+    for (int i = 0; i < n; i++) total += p[i] = exp(((double)l[ids[i]] - max) / sp->temperature);
+    for (int i = 0; i < n && sp->top_p < 1; i++)
+        if ((cum += p[i]) >= sp->top_p * total) n = i + 1;
+    int keep = 1;
+    while (keep < n && p[keep] >= sp->min_p * p[0]) keep++;
+    n = keep;
+    total = cum = 0;
+    for (int i = 0; i < n; i++) total += p[i];
+    double target = rl_uniform(sp->seed, sp->sample_index, sp->step) * total;
+    int tok = ids[n - 1];
+    for (int i = 0; i < n; i++)
+        if ((cum += p[i]) > target) {
+            tok = ids[i];
+            break;
+        }
+    free(ids);
+    free(p);
+    return tok;
+}
+
+/* A large vocabulary, peaked and flat, through every filter: the lazy
+ * selection must draw what a full sort draws. */
+static void test_large_vocab(void **state) {
+    (void)state;
+    enum { V = 5000 };
+    static float peaked[V], flat[V];
+    static int scratch[V];
+    uint64_t x = 12345;
+    for (int i = 0; i < V; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        double u = (double)(x >> 11) / 9007199254740992.0;
+        peaked[i] = (float)(u * 12.0);
+        flat[i] = (float)(u * 0.01);
+    }
+    peaked[77] = peaked[78] = 13.0f;    /* a tie at the top */
+    const float temps[] = {0.7f, 1.5f}, top_ps[] = {1, 0.9f, 0.3f}, min_ps[] = {0, 0.05f};
+    const int top_ks[] = {0, 10, 100, 2000};
+    for (int d = 0; d < 2; d++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++)
+                for (int c = 0; c < 2; c++)
+                    for (int k = 0; k < 4; k++)
+                        for (uint32_t step = 0; step < 4; step++) {
+                            rlRowSpec sp = spec(temps[a]);
+                            sp.top_p = top_ps[b], sp.min_p = min_ps[c], sp.top_k = top_ks[k];
+                            sp.seed = 99, sp.step = step;
+                            const float *l = d ? flat : peaked;
+                            rlRowResult r;
+                            assert_int_equal(rl_sample_row(l, V, &sp, &r, scratch), 0);
+                            assert_int_equal(r.token, oracle(l, V, &sp));
+                        }
+}
+
 static void test_check(void **state) {
     (void)state;
     rlError err = {0};
@@ -134,6 +205,7 @@ int main(void) {
         cmocka_unit_test(test_filters),
         cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_large_vocab),
         cmocka_unit_test(test_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
