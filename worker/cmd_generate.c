@@ -17,6 +17,7 @@
 
 #include "commands.h"
 #include "engine.h"
+#include "layout.h"
 #include "output.h"
 
 static const char USAGE[] =
@@ -34,7 +35,7 @@ static const char USAGE[] =
     "  --max-model-len N         prompt + generated tokens (default: the model's)\n"
     "  --kv-cache-memory SIZE    KV cache bytes, e.g. 1GiB, 64MiB (default 1GiB at most)\n"
     "  --no-prefix-caching       compute every prompt in full\n"
-    "  --tp N --pp M             tensor x pipeline parallel ranks (default 1 x 1)\n"
+LAYOUT_USAGE
     "  --seed N                  seed for dummy weights and unseeded requests (default 0)\n"
     "  --stats                   print scheduler counters to stderr at the end\n";
 
@@ -222,10 +223,20 @@ int cmd_generate(int argc, char **argv) {
     rl_engine_options_init(&o);
     const char *input = "-", *output = "-", *prompt_ids = NULL;
     int max_tokens = 16, stats = 0;
+    rlLayout lay;
+    layout_init(&lay);
+    rlError err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        int bad = 0, next = i;
+        int is_layout = layout_parse_flag(&lay, argc, argv, &next, &err);
+        if (is_layout < 0) {
+            fprintf(stderr, "redlm generate: %s\n", err.msg);
+            return RL_EUSAGE;
+        } else if (is_layout) {
+            i = next - 1;
+            continue;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(USAGE, stdout);
             return 0;
         } else if (!strcmp(a, "--no-prefix-caching")) {
@@ -252,8 +263,6 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--max-num-batched-tokens")) bad = parse_int(v, 1, &o.max_num_batched_tokens);
         else if (!strcmp(a, "--max-model-len")) bad = parse_int(v, 1, &o.max_model_len);
         else if (!strcmp(a, "--kv-cache-memory")) bad = parse_size(v, &o.kv_cache_memory);
-        else if (!strcmp(a, "--tp")) bad = parse_int(v, 1, &o.tp);
-        else if (!strcmp(a, "--pp")) bad = parse_int(v, 1, &o.pp);
         else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
@@ -272,8 +281,16 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "redlm generate: --model DIR is required\n\n%s", USAGE);
         return RL_EUSAGE;
     }
-
-    rlError err = {0};
+    if (layout_check(&lay, 0, &err)) {
+        fprintf(stderr, "redlm generate: %s\n", err.msg);
+        return RL_EUSAGE;
+    }
+    o.tp = lay.tp;
+    o.pp = lay.pp;
+    o.devices = lay.n_devices ? lay.devices : NULL;
+    o.n_devices = lay.n_devices;
+    o.pp_partition = lay.n_partition ? lay.partition : NULL;
+    o.nccl_timeout_s = lay.nccl_timeout_s;
     char **lines = NULL;
     int n_lines = 0;
     genRun g = {0};

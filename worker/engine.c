@@ -127,7 +127,8 @@ static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
                          .src = e->ckpt ? checkpoint_lookup : NULL, .src_ctx = e->ckpt,
                          .dummy_seed = o->seed, .block_size = o->block_size,
                          .n_blocks = e->n_blocks, .max_tokens = o->max_num_batched_tokens,
-                         .max_rows = e->max_rows, .quiet = o->tp * o->pp == 1};
+                         .max_rows = e->max_rows, .nccl_timeout_s = o->nccl_timeout_s,
+                         .quiet = o->tp * o->pp == 1};
     e->ranks = ranks_open(&ro, err);
     return e->ranks ? 0 : -1;
 }

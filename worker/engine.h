@@ -33,6 +33,7 @@ typedef struct rlEngineOptions {
     const int *pp_partition;    /* layers per stage, or NULL */
     const int *devices;         /* CUDA device ordinals, or NULL for 0..tp*pp-1 */
     int n_devices;
+    double nccl_timeout_s;      /* CUDA ranks: a hung collective ends the process; 0 = default */
     uint64_t seed;              /* dummy weights and unseeded requests */
 } rlEngineOptions;
 
