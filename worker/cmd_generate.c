@@ -28,6 +28,7 @@ static const char USAGE[] =
     "  --max-tokens N            tokens to generate for --prompt-ids (default 16)\n"
     "  --backend cpu|cuda        (default cpu)\n"
     "  --load-format auto|dummy  dummy: random weights from config.json alone\n"
+    "  --dtype auto|bf16|fp16|fp32  CUDA weights and activations (CPU computes in fp32)\n"
     "  --threads N               CPU threads (default: all cores)\n"
     "  --block-size N            KV block size in tokens (default 16)\n"
     "  --max-num-seqs N          sequences per step (default 256)\n"
@@ -253,6 +254,7 @@ int cmd_generate(int argc, char **argv) {
         if (!strcmp(a, "--model")) o.model = v;
         else if (!strcmp(a, "--backend")) o.backend = v;
         else if (!strcmp(a, "--load-format")) o.load_format = v;
+        else if (!strcmp(a, "--dtype")) o.dtype = v;
         else if (!strcmp(a, "--input")) input = v;
         else if (!strcmp(a, "--output")) output = v;
         else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
