@@ -1,5 +1,10 @@
 /* test_forward.c: the CPU forward pass against Hugging Face's reference.
  *
+ * RL_TEST_BACKEND=cuda (tests/gpu_model.sh) runs the same checks on the CUDA
+ * backend in bf16 (RL_TEST_DTYPE=fp16 for fp16), with the tolerances of
+ * 16-bit activations: logprobs within 5e-2, greedy compared up to the first
+ * margin under 0.1.
+ *
  * For both fixture models and every prompt of their reference.json:
  * prompt logprobs within 1e-3, the first generated token's top-5 logprobs
  * equal to log-softmax(last_logits) within 1e-3, and 24 greedy tokens equal
@@ -27,8 +32,7 @@
 #define MAX_BLOCKS 128          /* 2048 tokens per sequence */
 #define N_BLOCKS 640
 #define MAX_TOKENS 4096
-#define TOL 1e-3
-#define MARGIN 1e-2
+static double TOL = 1e-3, MARGIN = 1e-2, SAME = 1e-4;
 
 typedef struct tSeq {
     int *ids, n_ids, n_prompt;
@@ -75,7 +79,14 @@ static int model_setup(void **state, const char *name) {
     t->n_seqs = (int)json_array_size(json_object_get(t->ref, "prompts"));
 
     rlBackendOptions opt = {.threads = 2};
-    t->be = rl_backend_cpu_create(&opt, &err);
+    const char *backend = getenv("RL_TEST_BACKEND"), *dtype = getenv("RL_TEST_DTYPE");
+    if (backend && strcmp(backend, "cuda") == 0) {
+        opt.dtype = dtype && strcmp(dtype, "fp16") == 0 ? RL_F16 : RL_BF16;
+        TOL = 5e-2, MARGIN = 0.1, SAME = 5e-2;
+        t->be = rl_backend_cuda_create(&opt, &err);
+    } else {
+        t->be = rl_backend_cpu_create(&opt, &err);
+    }
     if (!t->be) fail_msg("%s", err.msg);
     rlShard shard;
     if (rl_shard_plan(&t->cfg, 1, 1, NULL, &shard, &err) != 0 ||
@@ -266,11 +277,11 @@ static void test_reference(void **state) {
 static void check_same(tModel *t, const tSeq *a, const tSeq *b, const char *how) {
     const char *name = json_string_value(json_object_get(b->ref, "name"));
     for (int i = 1; i < b->n_prompt; i++)
-        if (fabsf(a->prompt_lp[i] - b->prompt_lp[i]) > 1e-4f)
+        if (fabsf(a->prompt_lp[i] - b->prompt_lp[i]) > SAME)
             fail_msg("%s %s %s: prompt logprob %d is %g, alone %g", t->name, name, how, i,
                      a->prompt_lp[i], b->prompt_lp[i]);
     for (int k = 0; k < 5; k++)
-        if (fabsf(a->top_lp[k] - b->top_lp[k]) > 1e-4f)
+        if (fabsf(a->top_lp[k] - b->top_lp[k]) > SAME)
             fail_msg("%s %s %s: top-%d logprob %g, alone %g", t->name, name, how, k + 1,
                      a->top_lp[k], b->top_lp[k]);
     int n = reliable_steps(b->ref);

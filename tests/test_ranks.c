@@ -28,7 +28,7 @@
 #define N_GEN 24
 #define BLOCK 16
 #define MAX_SEQS 32
-#define MAX_TOKENS 4096
+#define MAX_TOKENS 8192
 #define MAX_BLOCKS 128
 #define TOL 1e-3
 #define MARGIN 1e-2

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../kernels/comm.h"
+#include "../kernels/gpuinfo.h"
 #include "../kernels/shard.h"
 
 /* Micro-batches queued at once; ranks_submit waits while the queue is full. */
@@ -197,6 +198,23 @@ static void ranks_print(const rlRanks *r, const rlShard *plan) {
     rl_shard_print(stderr, &r->o.cfg, plan, r->o.tp, r->o.pp, r->o.dtype, r->o.dtype);
 }
 
+/* A TP group all-reduces twice per layer: over PCIe or between sockets that
+ * costs more than the split saves, so say so before the weights load. */
+static void ranks_warn_links(const rlRanks *r) {
+    for (int s = 0; s < r->o.pp; s++)
+        for (int a = 0; a < r->o.tp; a++)
+            for (int b = a + 1; b < r->o.tp; b++) {
+                int da = r->devices[s * r->o.tp + a], db = r->devices[s * r->o.tp + b];
+                if (rl_gpu_link_fast(da, db) != 0) continue;
+                char link[16];
+                rl_gpu_link(da, db, link, sizeof(link));
+                fprintf(stderr, "redlm: warning: the TP group of stage %d spans GPU %d and GPU %d "
+                        "over a %s link, not NVLink: its all-reduces will be slow. Order "
+                        "--devices so that NVLink peers are adjacent (`redlm doctor` shows the "
+                        "topology)\n", s, da, db, link);
+            }
+}
+
 void ranks_close(rlRanks *r) {
     if (!r) return;
     if (r->n > 1) {
@@ -265,6 +283,7 @@ rlRanks *ranks_open(const rlRanksOptions *o, rlError *err) {
     }
     for (int i = 0; i < r->n; i++) r->ranks[i] = (ranksRank){.r = r, .index = i, .shard = plan[i]};
     if (!o->quiet) ranks_print(r, plan);
+    if (o->backend && !strcmp(o->backend, "cuda") && o->tp > 1) ranks_warn_links(r);
     free(plan);
 
     if (r->n == 1) {

@@ -1,0 +1,162 @@
+/* test_worker_codec.c: JSON/msgpack payload decoding and encoding, and
+ * Redis URL parsing: the parts of the worker that see raw network bytes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../worker/codec.h"
+#include "../worker/redis_url.h"
+
+static json_t *decode(rlEncoding enc, const char *buf, size_t len, int *bad, const char **code) {
+    rlError err;
+    return codec_decode(enc, buf, len, bad, code, &err);
+}
+
+static void test_json_roundtrip_through_msgpack(void **state) {
+    (void)state;
+    const char *src = "{\"id\":\"a\",\"prompt_ids\":[1,2,-3],\"temperature\":0.5,\"stream\":false,"
+                      "\"logprobs\":null,\"messages\":[{\"role\":\"user\",\"content\":\"h\\u00e9\"}]}";
+    int bad;
+    const char *code;
+    json_t *v = decode(RL_ENC_JSON, src, strlen(src), &bad, &code);
+    assert_non_null(v);
+    assert_int_equal(bad, 0);
+    char *mp;
+    size_t mlen;
+    rlError err;
+    assert_int_equal(codec_encode(RL_ENC_MSGPACK, v, &mp, &mlen, &err), 0);
+    json_t *w = decode(RL_ENC_MSGPACK, mp, mlen, &bad, &code);
+    assert_non_null(w);
+    assert_true(json_equal(v, w));
+    free(mp);
+    char *js;
+    size_t jlen;
+    assert_int_equal(codec_encode(RL_ENC_JSON, w, &js, &jlen, &err), 0);
+    assert_int_equal(jlen, strlen(js));
+    json_t *x = decode(RL_ENC_JSON, js, jlen, &bad, &code);
+    assert_true(json_equal(v, x));
+    free(js);
+    json_decref(v);
+    json_decref(w);
+    json_decref(x);
+}
+
+static void test_bad_payloads(void **state) {
+    (void)state;
+    int bad;
+    const char *code;
+    struct { rlEncoding enc; const char *buf; size_t len; const char *code; } cases[] = {
+        {RL_ENC_JSON, "{\"id\":", 6, "invalid_encoding"},
+        {RL_ENC_JSON, "not json", 8, "invalid_encoding"},
+        {RL_ENC_JSON, "{} {}", 5, "invalid_encoding"},
+        {RL_ENC_JSON, "{\"a\":1,\"a\":2}", 13, "invalid_request"},
+        {RL_ENC_JSON, "{\"a\":99999999999999999999999}", 29, "invalid_request"},
+        {RL_ENC_MSGPACK, "\x81\xa1", 2, "invalid_encoding"},          /* truncated map */
+        {RL_ENC_MSGPACK, "\xc1", 1, "invalid_encoding"},              /* never-used byte */
+        {RL_ENC_MSGPACK, "\x80\x80", 2, "invalid_encoding"},          /* two values */
+        {RL_ENC_MSGPACK, "\x81\x01\x02", 3, "invalid_request"},       /* integer key */
+        {RL_ENC_MSGPACK, "\x82\xa1" "a\x01\xa1" "a\x02", 7, "invalid_request"}, /* duplicate key */
+        {RL_ENC_MSGPACK, "\xd4\x01\x00", 3, "invalid_encoding"},      /* ext type */
+        {RL_ENC_MSGPACK, "\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00", 9, "invalid_request"}, /* NaN */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *v = decode(cases[i].enc, cases[i].buf, cases[i].len, &bad, &code);
+        if (v) fail_msg("case %zu decoded", i);
+        assert_string_equal(code, cases[i].code);
+    }
+}
+
+static void test_deep_nesting_refused(void **state) {
+    (void)state;
+    char buf[200];
+    memset(buf, 0x91, sizeof(buf) - 1); /* 199 nested one-element arrays */
+    buf[sizeof(buf) - 1] = 0x01;
+    int bad;
+    const char *code;
+    /* msgpack-c's own stack limit or ours: either way a clean refusal */
+    assert_null(decode(RL_ENC_MSGPACK, buf, sizeof(buf), &bad, &code));
+    assert_non_null(code);
+    memset(buf, '[', sizeof(buf));
+    assert_null(decode(RL_ENC_JSON, buf, sizeof(buf), &bad, &code));
+    assert_string_equal(code, "invalid_encoding");
+}
+
+static void test_invalid_utf8_keeps_id(void **state) {
+    (void)state;
+    const char src[] = "{\"id\":\"job-1\",\"prompt\":\"a\xff\xfe" "b\"}";
+    int bad;
+    const char *code;
+    json_t *v = decode(RL_ENC_JSON, src, strlen(src), &bad, &code);
+    assert_non_null(v);
+    assert_int_equal(bad, 1);
+    assert_string_equal(json_string_value(json_object_get(v, "id")), "job-1");
+    json_decref(v);
+    /* the same through msgpack: {"id": "x", "prompt": "\xc0\xaf"} (overlong '/') */
+    const char mp[] = "\x82\xa2id\xa1x\xa6prompt\xa2\xc0\xaf";
+    v = decode(RL_ENC_MSGPACK, mp, sizeof(mp) - 1, &bad, &code);
+    assert_non_null(v);
+    assert_int_equal(bad, 1);
+    json_decref(v);
+}
+
+static void test_repair_utf8(void **state) {
+    (void)state;
+    size_t n;
+    int changed;
+    const char *ok = "h\xc3\xa9llo \xf0\x9f\x98\x80";
+    char *r = codec_repair_utf8(ok, strlen(ok), &n, &changed);
+    assert_int_equal(changed, 0);
+    assert_string_equal(r, ok);
+    free(r);
+    /* surrogate U+D800 and a truncated 3-byte sequence */
+    const char *bad = "\xed\xa0\x80x\xe2\x82";
+    r = codec_repair_utf8(bad, strlen(bad), &n, &changed);
+    assert_int_equal(changed, 1);
+    assert_string_equal(r, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx\xef\xbf\xbd\xef\xbf\xbd");
+    free(r);
+}
+
+static void test_redis_url(void **state) {
+    (void)state;
+    rlRedisUrl u;
+    rlError err;
+    assert_int_equal(redis_url_parse("redis://localhost:6380/2", &u, &err), 0);
+    assert_string_equal(u.host, "localhost");
+    assert_int_equal(u.port, 6380);
+    assert_int_equal(u.db, 2);
+    assert_string_equal(u.pass, "");
+    assert_int_equal(redis_url_parse("redis://bob:p%40ss@10.0.0.1", &u, &err), 0);
+    assert_string_equal(u.user, "bob");
+    assert_string_equal(u.pass, "p@ss");
+    assert_string_equal(u.host, "10.0.0.1");
+    assert_int_equal(u.port, 6379);
+    assert_int_equal(redis_url_parse("redis://:secret@h:1", &u, &err), 0);
+    assert_string_equal(u.user, "");
+    assert_string_equal(u.pass, "secret");
+    rlRedisLogin l;
+    char buf[16];
+    assert_int_equal(redis_url_login(&u, &l, buf), 1);
+    assert_int_equal(l.argc[0], 2);
+    assert_int_equal(redis_url_parse("http://h:1", &u, &err), -1);
+    assert_int_equal(redis_url_parse("redis://h:99999", &u, &err), -1);
+    assert_int_equal(redis_url_parse("redis://h:1/x", &u, &err), -1);
+    assert_int_equal(redis_url_parse("redis://h:1x", &u, &err), -1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_roundtrip_through_msgpack),
+        cmocka_unit_test(test_bad_payloads),
+        cmocka_unit_test(test_deep_nesting_refused),
+        cmocka_unit_test(test_invalid_utf8_keeps_id),
+        cmocka_unit_test(test_repair_utf8),
+        cmocka_unit_test(test_redis_url),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

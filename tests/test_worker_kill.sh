@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# test_worker_kill.sh: two workers, 1,000 jobs, one worker SIGKILLed mid-run:
+# the other claims its jobs, every job gets exactly one done from its final
+# attempt, with the tokens `redlm generate` gives, and nothing stays pending.
+source "$(dirname "$0")/worker_lib.sh"
+
+N=${N_JOBS:-1000}
+start_redis
+# half stream (chunks of 4 + done), half one done; greedy so every run agrees
+for i in $(seq 1 "$N"); do
+    st=false; [ $((i % 2)) = 0 ] && st=true
+    echo "{\"id\":\"j$i\",\"prompt_ids\":[$((i % 97 + 1)),$((i * 7 % 50 + 1)),3],\"max_tokens\":$((i % 9 + 4)),\"temperature\":0,\"stream\":$st}"
+done > "$T/jobs.jsonl"
+jq -r '"XADD redlm:jobs * json " + (. + {reply_to: "redlm:test:replies"} | tojson | tojson)' "$T/jobs.jsonl" |
+    rcli > /dev/null
+[ "$(rcli XLEN redlm:jobs)" = "$N" ] || fail "queued $(rcli XLEN redlm:jobs) jobs, want $N"
+
+start_worker a --claim-idle-ms 1500 --stream-interval 4
+A=$LAST_PID
+start_worker b --claim-idle-ms 1500 --stream-interval 4
+B=$LAST_PID
+replies() { rcli XLEN redlm:test:replies; }
+some_done() { [ "$(replies)" -ge $((N / 3)) ]; }
+wait_until 60 some_done || fail "no progress: $(replies) reply events"
+a_pending=$(rcli XINFO CONSUMERS redlm:jobs redlm | awk '/^a$/ { getline; getline; print }')
+kill -KILL "$A"
+echo "killed worker a with $a_pending jobs pending on it, $(replies) reply events so far"
+
+# per job: the events of its highest attempt, in seq order
+summary() {
+    rcli --raw XRANGE redlm:test:replies - + | awk 'p { print; p = 0 } /^json$/ { p = 1 }' |
+        jq -sc 'group_by(.id)[] | (map(.attempt) | max) as $m | map(select(.attempt == $m))
+                | unique_by(.seq) | sort_by(.seq)
+                | {id: .[0].id, attempt: $m, dones: map(select(.event == "done")) | length,
+                   token_ids: map(.token_ids) | add}'
+}
+# every entry read by the group and none pending: all acknowledged
+group() { rcli XINFO GROUPS redlm:jobs | awk -v k="$1" '$0 == k { getline; print }'; }
+all_acked() { [ "$(group entries-read)" = "$N" ] && [ "$(group pending)" = 0 ]; }
+wait_until 120 all_acked || fail "not finished: read $(group entries-read), pending $(group pending)"
+summary > "$T/got.jsonl"
+[ "$(wc -l < "$T/got.jsonl")" = "$N" ] || fail "replies for $(wc -l < "$T/got.jsonl") jobs, want $N"
+bad=$(jq -c 'select(.dones != 1)' "$T/got.jsonl" | head -3)
+[ -z "$bad" ] || fail "jobs without exactly one final done: $bad"
+retried=$(jq -s 'map(select(.attempt > 1)) | length' "$T/got.jsonl")
+[ "$retried" -gt 0 ] || fail "no job was claimed from the killed worker (attempt > 1)"
+
+# the same requests offline
+"$REDLM" generate --model "$MODEL" --threads 1 --input "$T/jobs.jsonl" --output "$T/gen.jsonl" 2> "$T/gen.log" ||
+    fail "redlm generate failed"
+diff <(jq -c '{id, token_ids}' "$T/gen.jsonl" | sort) <(jq -c '{id, token_ids}' "$T/got.jsonl" | sort) > "$T/diff" ||
+    fail "tokens differ from redlm generate: $(head -4 "$T/diff")"
+kill -0 "$B" || fail "worker b died"
+echo "ok: $N jobs, $retried re-run after the kill (attempt > 1), tokens equal to redlm generate"

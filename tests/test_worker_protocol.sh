@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test_worker_protocol.sh: the worker as producers see it: redis-cli as the
+# producer, JSON and msgpack entries, every kind of malformed entry (one
+# error event where an id exists, one dead-letter copy, the worker alive),
+# cancel, status and metrics.
+source "$(dirname "$0")/worker_lib.sh"
+
+start_redis
+MPORT=$(free_port)
+start_worker w1 --metrics-port "$MPORT"
+W=$LAST_PID
+
+# a good job from redis-cli, read back with XRANGE
+rcli XADD redlm:jobs '*' json '{"id":"cli-1","prompt_ids":[1,2,3],"max_tokens":10,"temperature":0}' >/dev/null
+got_done() { stream_json "redlm:reply:$1" | grep -q '"event":"done"'; }
+wait_until 20 got_done cli-1 || fail "no done event for cli-1"
+ev=$(stream_json redlm:reply:cli-1)
+[ "$(echo "$ev" | jq -s 'map(.token_ids | length) | add')" = 10 ] || fail "cli-1: not 10 tokens: $ev"
+[ "$(echo "$ev" | jq -s 'map(.seq)' -c)" = "[0,1]" ] || fail "cli-1: seq not 0,1 (chunk of 8, done): $ev"
+[ "$(echo "$ev" | jq -r 'select(.event == "done") | .finish_reason')" = length ] || fail "cli-1 finish"
+ttl=$(rcli TTL redlm:reply:cli-1)
+[ "$ttl" -gt 86000 ] || fail "reply stream TTL $ttl"
+
+# a msgpack job: {"id":"mp-ok","prompt_ids":[1,2],"max_tokens":3,"temperature":0} -> msgpack replies
+printf '\x84\xa2id\xa5mp-ok\xaaprompt_ids\x92\x01\x02\xaamax_tokens\x03\xabtemperature\x00' |
+    rcli -x XADD redlm:jobs '*' msgpack >/dev/null
+has_msgpack() { rcli --raw XRANGE redlm:reply:mp-ok - + | grep -q '^msgpack$'; }
+wait_until 20 has_msgpack || fail "no msgpack reply for mp-ok"
+
+# malformed entries: id -> expected code (no id: dead letter only)
+long_id=$(printf 'x%.0s' $(seq 300))
+long_prompt=$(printf "1,%.0s" $(seq 4100))1
+declare -A want=(
+    [bad-type]=invalid_request [bad-unknown]=invalid_request [bad-none]=invalid_request
+    [bad-two]=invalid_request [bad-neg]=invalid_request [bad-huge]=invalid_request
+    [$long_id]=invalid_request [bad-utf8]=invalid_utf8 [bad-deadline]=deadline_exceeded
+    [bad-long]=prompt_too_long [mp-bad]=invalid_request [bad-real]=invalid_request)
+rcli XADD redlm:jobs '*' json 'not json' >/dev/null
+printf '\xc1' | rcli -x XADD redlm:jobs '*' msgpack >/dev/null
+rcli XADD redlm:jobs '*' prompt hello >/dev/null
+rcli XADD redlm:jobs '*' json '{"id":"x"}' msgpack '\x80' >/dev/null
+rcli XADD redlm:jobs '*' json '{"id":"bad-type","prompt_ids":"1,2"}' >/dev/null
+rcli XADD redlm:jobs '*' json '{"id":"bad-unknown","prompt_ids":[1],"max_token":3}' >/dev/null
+rcli XADD redlm:jobs '*' json '{"id":"bad-none","max_tokens":3}' >/dev/null
+rcli XADD redlm:jobs '*' json '{"id":"bad-two","prompt":"a","prompt_ids":[1]}' >/dev/null
+rcli XADD redlm:jobs '*' json '{"id":"bad-neg","prompt_ids":[1],"max_tokens":-1}' >/dev/null
+rcli XADD redlm:jobs '*' json '{"id":"bad-huge","prompt_ids":[1],"max_tokens":9223372036854775807}' >/dev/null
+rcli XADD redlm:jobs '*' json '{"id":"bad-real","prompt_ids":[1],"top_k":1e300}' >/dev/null
+rcli XADD redlm:jobs '*' json "{\"id\":\"$long_id\",\"prompt_ids\":[1]}" >/dev/null
+printf '{"id":"bad-utf8","prompt":"caf\xe9"}' | rcli -x XADD redlm:jobs '*' json >/dev/null
+rcli XADD redlm:jobs '*' json '{"id":"bad-deadline","prompt_ids":[1],"deadline_ms":1000}' >/dev/null
+rcli XADD redlm:jobs '*' json "{\"id\":\"bad-long\",\"prompt_ids\":[$long_prompt],\"max_tokens\":1}" >/dev/null
+printf '\x82\xa2id\xa6mp-bad\xaaprompt_ids\xa1x' | rcli -x XADD redlm:jobs '*' msgpack >/dev/null
+n_bad=$(( ${#want[@]} + 4 ))
+dead_full() { [ "$(rcli XLEN redlm:dead)" -ge "$n_bad" ]; }
+wait_until 20 dead_full || fail "dead letters: $(rcli XLEN redlm:dead), want $n_bad"
+for id in "${!want[@]}"; do
+    key="redlm:reply:$id"
+    if [ "$id" = mp-bad ]; then
+        n=$(rcli XLEN "$key")
+        [ "$n" = 1 ] || fail "mp-bad: $n events"
+        continue
+    fi
+    ev=$(stream_json "$key")
+    [ "$(echo "$ev" | wc -l)" = 1 ] || fail "$id: want one event, got: $ev"
+    code=$(echo "$ev" | jq -r '.event + " " + .error.code')
+    [ "$code" = "error ${want[$id]}" ] || fail "$id: got '$code', want error ${want[$id]}: $ev"
+done
+[ "$(rcli XLEN redlm:dead)" = "$n_bad" ] || fail "dead letters: $(rcli XLEN redlm:dead), want exactly $n_bad"
+rcli --raw XRANGE redlm:dead - + | grep -q '^not json$' || fail "dead letter lacks the entry's payload"
+kill -0 "$W" || fail "worker died"
+
+# cancel: a long generation stopped with finish_reason abort
+rcli XADD redlm:jobs '*' json '{"id":"long-1","prompt_ids":[1],"max_tokens":60,"ignore_eos":true,"stream":true}' >/dev/null
+rcli XADD redlm:jobs '*' json '{"id":"long-2","prompt_ids":[5],"max_tokens":4000,"ignore_eos":true}' >/dev/null
+wait_until 20 got_done long-1 || fail "long-1 not done"
+started() { [ "$(rcli XLEN redlm:reply:long-2)" -gt 0 ]; }
+wait_until 20 started || fail "long-2 never streamed"
+rcli XADD redlm:cancel '*' id long-2 >/dev/null
+wait_until 20 got_done long-2 || fail "long-2 not aborted"
+reason=$(stream_json redlm:reply:long-2 | jq -r 'select(.event == "done") | .finish_reason')
+[ "$reason" = abort ] || fail "long-2 finish_reason $reason"
+
+# status and metrics
+st=$("$REDLM" status --redis "$(URL)") || fail "status failed"
+echo "$st" | grep -q '^w1 ' || fail "status has no row for w1: $st"
+echo "$st" | grep -q 'pending 0 ' || fail "status: pending not 0: $st"
+metrics=$(curl -s "http://127.0.0.1:$MPORT/metrics") || fail "no metrics"
+echo "$metrics" | grep -q '^redlm:request_errors_total{code="invalid_request"} 11$' || fail "metrics: $(echo "$metrics" | grep errors_total)"
+echo "$metrics" | grep -q '^redlm:e2e_request_latency_seconds_count [1-9]' || fail "metrics: no latency"
+[ "$(pending_count)" = 0 ] || fail "entries left pending: $(rcli XPENDING redlm:jobs redlm)"
+
+# SIGTERM with nothing running: exits promptly and removes its heartbeat
+kill -TERM "$W"
+wait "$W" || fail "worker exit status $?"
+[ "$(rcli EXISTS redlm:instances:w1)" = 0 ] || fail "heartbeat left behind"
+echo "ok: protocol, malformed entries ($n_bad dead letters), msgpack, cancel, status, metrics"

@@ -1,0 +1,413 @@
+/* cmd_submit.c: `redlm submit`: push a JSONL file of jobs through Redis and
+ * collect the results, for offline batch runs on a worker pool.
+ *
+ * At most --window jobs are outstanding, counted from the oldest result not
+ * yet written, so memory stays bounded however large the file and results
+ * come out in input order.  All jobs of a run share one reply stream, read
+ * with XREAD.  The output file is the checkpoint: a restarted run reads the
+ * ids already in it and submits only the others (ids missing from the input
+ * are derived from the input path and line number, so they are the same on
+ * every run).  Synchronous hiredis is enough here: one connection, and the
+ * loop alternates pipelined XADDs with one blocking XREAD. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "redis_url.h"
+
+typedef struct subSlot {
+    long line;                  /* input line number, 1-based; 0 = free */
+    char *id;
+    int n;                      /* samples expected */
+    int attempt, next_seq;
+    json_t **acc;               /* per sample: chunk accumulation, then the done event */
+    int n_done;
+    json_t *error;              /* an error event ends the job */
+    json_t *local;              /* a result decided without Redis (bad input line) */
+    int skip;                   /* already in the output file */
+} subSlot;
+
+typedef struct subRun {
+    redisContext *c;
+    const char *stream;
+    char reply_key[64];
+    char last_id[48];
+    FILE *in, *out;
+    long next_line;             /* lines read so far = the last line's number */
+    int eof;
+    subSlot *slots;             /* ring of window entries, by line % window */
+    int window;
+    long oldest;                /* oldest line not written yet (1-based) */
+    json_t *by_id;              /* id -> line (integer) of in-flight jobs */
+    json_t *done_ids;           /* ids already in the output file */
+    char id_prefix[32];
+    long submitted, completed, errors, skipped;
+    double t0;
+    int tty;
+} subRun;
+
+static double sub_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sub_usage(FILE *f) {
+    fprintf(f, "usage: redlm submit --redis URL --input jobs.jsonl --output results.jsonl [--window N]\n"
+               "                    [--stream redlm:jobs]\n\n"
+               "Submits every line (a request object, protocol.md) as a job, at most N (default 256)\n"
+               "at a time, and writes each job's done events (one per sample) or its error, in input\n"
+               "order.  Restarted with the same output file, it skips the jobs already there.\n");
+}
+
+static void sub_slot_clear(subSlot *s) {
+    free(s->id);
+    if (s->acc)
+        for (int i = 0; i < s->n; i++) json_decref(s->acc[i]);
+    free(s->acc);
+    json_decref(s->error);
+    json_decref(s->local);
+    memset(s, 0, sizeof(*s));
+}
+
+/* Read the ids of the results already in the output file; cut a last line
+ * that a killed run left half-written. */
+static int sub_resume(subRun *r, const char *path) {
+    FILE *f = fopen(path, "r+");
+    if (!f) return errno == ENOENT ? 0 : -1;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long good = 0;
+    while ((n = getline(&line, &cap, f)) > 0) {
+        if (line[n - 1] != '\n') break;
+        json_t *v = json_loadb(line, (size_t)n, 0, NULL);
+        const char *id = json_string_value(json_object_get(v, "id"));
+        if (id) json_object_set_new(r->done_ids, id, json_true());
+        json_decref(v);
+        good += n;
+    }
+    free(line);
+    int rc = ftruncate(fileno(f), good);
+    fclose(f);
+    return rc;
+}
+
+static void sub_progress(subRun *r, int final) {
+    if (!r->tty) return;
+    double el = sub_now() - r->t0;
+    double rate = el > 0 ? r->completed / el : 0;
+    char eta[32] = "";
+    if (r->eof && rate > 0) {
+        long left = r->submitted - r->completed;
+        snprintf(eta, sizeof(eta), " ETA %lds", (long)(left / rate));
+    }
+    fprintf(stderr, "\r%ld done, %ld in flight, %ld errors, %ld skipped, %.1f jobs/s%s   %s", r->completed,
+            r->submitted - r->completed, r->errors, r->skipped, rate, eta, final ? "\n" : "");
+}
+
+/* Append b's tokens, text and logprobs to a (one sample's events). */
+static void sub_merge(json_t *a, const json_t *b) {
+    static const char *arrays[] = {"token_ids", "logprobs"};
+    for (int i = 0; i < 2; i++) {
+        json_t *x = json_object_get(a, arrays[i]), *y = json_object_get(b, arrays[i]);
+        if (json_is_array(x) && json_is_array(y)) json_array_extend(x, y);
+        else if (!x && json_is_array(y)) json_object_set(a, arrays[i], y);
+    }
+    json_t *ta = json_object_get(a, "text"), *tb = json_object_get(b, "text");
+    if (json_is_string(ta) && json_is_string(tb)) {
+        size_t la = json_string_length(ta), lb = json_string_length(tb);
+        char *s = malloc(la + lb + 1);
+        if (!s) return;
+        memcpy(s, json_string_value(ta), la);
+        memcpy(s + la, json_string_value(tb), lb);
+        json_string_setn_nocheck(ta, s, la + lb);
+        free(s);
+    }
+}
+
+static void sub_event(subRun *r, json_t *ev) {
+    const char *id = json_string_value(json_object_get(ev, "id"));
+    json_t *line = id ? json_object_get(r->by_id, id) : NULL;
+    if (!line) return; /* a late repeat of a finished job */
+    subSlot *s = &r->slots[json_integer_value(line) % r->window];
+    int attempt = (int)json_integer_value(json_object_get(ev, "attempt"));
+    int seq = (int)json_integer_value(json_object_get(ev, "seq"));
+    if (attempt < s->attempt) return;
+    if (attempt > s->attempt) {
+        /* another worker took the job over: start again from its events */
+        for (int i = 0; i < s->n; i++) json_decref(s->acc[i]), s->acc[i] = NULL;
+        s->n_done = 0;
+        s->attempt = attempt;
+        s->next_seq = 0;
+    }
+    if (seq < s->next_seq) return; /* written twice across a reconnect */
+    s->next_seq = seq + 1;
+    const char *kind = json_string_value(json_object_get(ev, "event"));
+    if (kind && !strcmp(kind, "error")) {
+        s->error = json_incref(ev);
+        return;
+    }
+    json_int_t index = json_integer_value(json_object_get(ev, "index"));
+    if (index < 0 || index >= s->n || !kind) return;
+    json_t **acc = &s->acc[index];
+    if (!*acc) *acc = json_deep_copy(ev);
+    else {
+        sub_merge(*acc, ev);
+        const char *k;
+        json_t *v;
+        json_object_foreach(ev, k, v) if (strcmp(k, "token_ids") && strcmp(k, "text") && strcmp(k, "logprobs"))
+            json_object_set(*acc, k, v);
+    }
+    if (!strcmp(kind, "done")) s->n_done++;
+}
+
+static int sub_slot_finished(const subSlot *s) {
+    return s->skip || s->local || s->error || (s->n && s->n_done >= s->n);
+}
+
+static int sub_write_line(subRun *r, json_t *v) {
+    json_object_del(v, "seq");
+    char *t = json_dumps(v, JSON_COMPACT);
+    if (!t) return -1;
+    int bad = fputs(t, r->out) < 0 || fputc('\n', r->out) < 0;
+    free(t);
+    return bad ? -1 : 0;
+}
+
+/* Write every finished job at the head of the window, in input order. */
+static int sub_flush(subRun *r) {
+    while (r->oldest <= r->next_line) {
+        subSlot *s = &r->slots[r->oldest % r->window];
+        if (!sub_slot_finished(s)) break;
+        if (!s->skip) {
+            int bad = 0;
+            if (s->local || s->error) {
+                bad = sub_write_line(r, s->local ? s->local : s->error);
+                r->errors++;
+            } else
+                for (int i = 0; i < s->n && !bad; i++) bad = sub_write_line(r, s->acc[i]);
+            if (bad || fflush(r->out)) return -1;
+            r->completed++;
+            json_object_del(r->by_id, s->id);
+        }
+        sub_slot_clear(s);
+        r->oldest++;
+    }
+    return 0;
+}
+
+/* Read input lines while the window has room; returns how many XADDs were
+ * appended to the pipeline. */
+static int sub_fill(subRun *r, char **buf, size_t *cap) {
+    int sent = 0;
+    while (!r->eof && r->next_line - r->oldest + 1 < r->window) {
+        ssize_t n = getline(buf, cap, r->in);
+        if (n < 0) {
+            r->eof = 1;
+            break;
+        }
+        long lineno = ++r->next_line; /* lines are 1-based; slot index uses lineno */
+        subSlot *s = &r->slots[lineno % r->window];
+        s->line = lineno;
+        while (n > 0 && ((*buf)[n - 1] == '\n' || (*buf)[n - 1] == '\r')) n--;
+        json_error_t je;
+        json_t *req = json_loadb(*buf, (size_t)n, 0, &je);
+        char auto_id[64];
+        snprintf(auto_id, sizeof(auto_id), "%s-%ld", r->id_prefix, lineno);
+        json_t *jid = json_object_get(req, "id");
+        const char *id = json_is_string(jid) ? json_string_value(jid) : auto_id;
+        s->id = strdup(id);
+        if (json_object_get(r->done_ids, id)) {
+            s->skip = 1;
+            r->skipped++;
+            json_decref(req);
+            continue;
+        }
+        if (!json_is_object(req)) {
+            char msg[300];
+            snprintf(msg, sizeof(msg), "input line %ld is not a JSON object: %s", lineno,
+                     req ? "a request is an object" : je.text);
+            s->local = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "event", "error", "error", "code",
+                                 "invalid_request", "message", msg);
+            json_decref(req);
+            continue;
+        }
+        if (!jid) json_object_set_new(req, "id", json_string(id));
+        json_object_set_new(req, "reply_to", json_string(r->reply_key));
+        json_t *jn = json_object_get(req, "n");
+        s->n = json_is_integer(jn) && json_integer_value(jn) > 0 && json_integer_value(jn) < 1 << 20
+                   ? (int)json_integer_value(jn) : 1;
+        s->acc = calloc((size_t)s->n, sizeof(*s->acc));
+        s->attempt = 1;
+        char *payload = json_dumps(req, JSON_COMPACT);
+        json_decref(req);
+        if (!s->acc || !payload) {
+            free(payload);
+            return -1;
+        }
+        json_object_set_new(r->by_id, id, json_integer(lineno));
+        redisAppendCommand(r->c, "XADD %s * json %s", r->stream, payload);
+        free(payload);
+        r->submitted++;
+        sent++;
+    }
+    return sent;
+}
+
+static int sub_loop(subRun *r) {
+    char *buf = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    double last_progress = 0;
+    while (!rc) {
+        int sent = sub_fill(r, &buf, &cap);
+        if (sent < 0) {
+            fprintf(stderr, "redlm submit: out of memory\n");
+            rc = RL_EMEMORY;
+            break;
+        }
+        for (int i = 0; i < sent; i++) {
+            redisReply *x;
+            if (redisGetReply(r->c, (void **)&x) != REDIS_OK || !x || x->type == REDIS_REPLY_ERROR) {
+                fprintf(stderr, "redlm submit: XADD %s failed: %s\n", r->stream, x ? x->str : r->c->errstr);
+                if (x) freeReplyObject(x);
+                rc = RL_EREDIS;
+                break;
+            }
+            freeReplyObject(x);
+        }
+        if (rc || sub_flush(r)) {
+            if (!rc) fprintf(stderr, "redlm submit: writing the output failed: %s\n", strerror(errno));
+            rc = rc ? rc : RL_EIO;
+            break;
+        }
+        if (r->eof && r->oldest > r->next_line) break;
+        redisReply *x = redisCommand(r->c, "XREAD COUNT 1000 BLOCK 1000 STREAMS %s %s", r->reply_key, r->last_id);
+        if (!x) {
+            fprintf(stderr, "redlm submit: lost Redis (%s); rerun with the same --output to resume\n",
+                    r->c->errstr);
+            rc = RL_EREDIS;
+            break;
+        }
+        if (x->type == REDIS_REPLY_ARRAY && x->elements == 1) {
+            const redisReply *entries = x->element[0]->element[1];
+            for (size_t i = 0; i < entries->elements; i++) {
+                const redisReply *en = entries->element[i];
+                snprintf(r->last_id, sizeof(r->last_id), "%s", en->element[0]->str);
+                const redisReply *f = en->element[1];
+                for (size_t k = 0; k + 1 < f->elements; k += 2) {
+                    if (strcmp(f->element[k]->str, "json")) continue;
+                    json_t *ev = json_loadb(f->element[k + 1]->str, (size_t)f->element[k + 1]->len, 0, NULL);
+                    if (ev) sub_event(r, ev);
+                    json_decref(ev);
+                }
+            }
+        }
+        freeReplyObject(x);
+        if (sub_flush(r)) {
+            fprintf(stderr, "redlm submit: writing the output failed: %s\n", strerror(errno));
+            rc = RL_EIO;
+        }
+        if (sub_now() - last_progress > 0.2) {
+            sub_progress(r, 0);
+            last_progress = sub_now();
+        }
+    }
+    sub_progress(r, 1);
+    free(buf);
+    return rc;
+}
+
+int cmd_submit(int argc, char **argv) {
+    const char *url_s = NULL, *input = NULL, *output = NULL, *stream = "redlm:jobs";
+    long window = 256;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            sub_usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "redlm submit: %s needs a value (or is unknown)\n", a);
+            return RL_EUSAGE;
+        }
+        i++;
+        if (!strcmp(a, "--redis")) url_s = v;
+        else if (!strcmp(a, "--input")) input = v;
+        else if (!strcmp(a, "--output")) output = v;
+        else if (!strcmp(a, "--stream")) stream = v;
+        else if (!strcmp(a, "--window")) {
+            char *end;
+            window = strtol(v, &end, 10);
+            if (*end || window < 1 || window > 1000000) {
+                fprintf(stderr, "redlm submit: --window must be from 1 to 1000000\n");
+                return RL_EUSAGE;
+            }
+        } else {
+            fprintf(stderr, "redlm submit: unknown option %s\n", a);
+            sub_usage(stderr);
+            return RL_EUSAGE;
+        }
+    }
+    if (!url_s || !input || !output) {
+        sub_usage(stderr);
+        return RL_EUSAGE;
+    }
+    subRun r = {.stream = stream, .window = (int)window, .oldest = 1};
+    rlRedisUrl url;
+    rlError err;
+    struct timeval tv = {10, 0};
+    if (redis_url_parse(url_s, &url, &err) || !(r.c = redis_url_connect(&url, tv, &err))) {
+        fprintf(stderr, "redlm submit: %s\n", err.msg);
+        return err.code;
+    }
+    int rc = 0;
+    r.by_id = json_object();
+    r.done_ids = json_object();
+    r.slots = calloc((size_t)window, sizeof(*r.slots));
+    r.in = strcmp(input, "-") ? fopen(input, "r") : stdin;
+    if (!r.in) {
+        fprintf(stderr, "redlm submit: cannot read %s: %s\n", input, strerror(errno));
+        rc = RL_EIO;
+        goto done;
+    }
+    if (sub_resume(&r, output) || !(r.out = fopen(output, "a"))) {
+        fprintf(stderr, "redlm submit: cannot use %s as the output: %s\n", output, strerror(errno));
+        rc = RL_EIO;
+        goto done;
+    }
+    /* ids for lines without one: stable across runs of the same input file */
+    char real[4096];
+    const char *key = realpath(input, real) ? real : input;
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    snprintf(r.id_prefix, sizeof(r.id_prefix), "job%08llx", (unsigned long long)(h & 0xffffffffULL));
+    unsigned long long rnd = (unsigned long long)getpid() ^ (unsigned long long)time(NULL) << 20 ^ h;
+    snprintf(r.reply_key, sizeof(r.reply_key), "redlm:reply:submit:%016llx", rnd);
+    /* read from the beginning of the reply stream: it is new */
+    snprintf(r.last_id, sizeof(r.last_id), "0-0");
+    r.tty = isatty(2);
+    r.t0 = sub_now();
+    rc = sub_loop(&r);
+    double el = sub_now() - r.t0;
+    fprintf(stderr, "redlm submit: %ld jobs in %.2f s (%.1f jobs/s), %ld errors, %ld already done\n",
+            r.completed, el, el > 0 ? r.completed / el : 0.0, r.errors, r.skipped);
+    freeReplyObject(redisCommand(r.c, "DEL %s", r.reply_key));
+done:
+    if (r.in && r.in != stdin) fclose(r.in);
+    if (r.out && fclose(r.out) && !rc) rc = RL_EIO;
+    for (long i = 0; r.slots && i < window; i++) sub_slot_clear(&r.slots[i]);
+    free(r.slots);
+    json_decref(r.by_id);
+    json_decref(r.done_ids);
+    redisFree(r.c);
+    return rc;
+}
