@@ -31,6 +31,20 @@ for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
     ' "$ref" > "$tmp/mismatch"
     [ -s "$tmp/mismatch" ] && { cat "$tmp/mismatch"; fail "$model: greedy tokens differ from reference.json"; }
 
+    # Scoring only: prompt logprobs of every prompt (the long one spans many
+    # steps of the per-step row budget) within 1e-3 of the reference.
+    jq -c '.prompts[] | {id: .name, prompt_ids: .ids, max_tokens: 0, prompt_logprobs: 1}' "$ref" \
+        > "$tmp/score.jsonl"
+    gen --input "$tmp/score.jsonl" --output "$tmp/score.out"
+    jq -c --slurpfile got "$tmp/score.out" '
+        .prompts[] as $p
+        | ($got[] | select(.id == $p.name) | .prompt_logprobs) as $lp
+        | select(($lp | length) != ($p.ids | length) or $lp[0] != null
+                 or ([range(1; $p.ids | length)
+                      | ($lp[.].logprob - $p.prompt_logprobs[. - 1]) | fabs] | max // 0) > 1e-3)
+        | $p.name' "$ref" > "$tmp/score.bad"
+    [ -s "$tmp/score.bad" ] && { cat "$tmp/score.bad"; fail "$model: prompt logprobs differ from reference.json"; }
+
     tokens() { jq -c '[.id, .index, .token_ids]' "$1"; }
     check_same() {   # name, input, reference tokens, options...
         local name=$1 input=$2 want=$3; shift 3
