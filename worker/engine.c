@@ -18,6 +18,7 @@
 #include "../kernels/rng.h"
 #include "../sched/sched.h"
 #include "checkpoint.h"
+#include "startup.h"
 #include "tokenizer.h"
 
 /* The tokenizer is optional at link time while its branch lands: without it
@@ -196,6 +197,8 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         }
         o->max_model_len = e->cfg.max_position_embeddings;
     }
+    /* Before any weight is on a GPU: a layout that cannot fit stops here with the plan. */
+    if (!strcmp(o->backend, "cuda") && startup_check_plan(&e->cfg, o, stderr, err)) goto fail;
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
     if (tokenizer_load && file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;

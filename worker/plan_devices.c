@@ -11,8 +11,10 @@ int plan_read_devices(const int *devices, int n, rlPlanOptions *o, rlError *err)
     char why[256];
     if (rl_gpu_probe(&host, why, sizeof(why)))
         return rl_error(err, RL_EDEVICE,
-                        "--devices: cannot read the GPUs' memory: %s; plan for hypothetical GPUs "
-                        "instead with --gpus %d --gpu-memory SIZE", why, n);
+                        "cannot read the memory of %d GPU%s: %s. Install the NVIDIA driver "
+                        "(`nvidia-smi` checks it), plan for hypothetical GPUs with `redlm plan "
+                        "--gpus %d --gpu-memory SIZE`, or run with --backend cpu",
+                        n, n == 1 ? "" : "s", why, n);
     if (n > RL_PLAN_MAX_GPUS)
         return rl_error(err, RL_EUSAGE, "--devices lists %d GPUs; at most %d", n,
                         RL_PLAN_MAX_GPUS);
