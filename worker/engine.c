@@ -18,8 +18,8 @@
 #include "../kernels/rng.h"
 #include "../sched/sched.h"
 #include "checkpoint.h"
-#include "plan.h"
 #include "ranks.h"
+#include "startup.h"
 #include "tokenizer.h"
 
 void rl_engine_options_init(rlEngineOptions *o) {
@@ -141,40 +141,17 @@ static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
 
 /* ---- opening ---- */
 
-/* On GPUs without --kv-cache-memory: what the memory plan leaves of
- * gpu_memory_utilization x each GPU after weights, activations, workspace and
- * runtime (worker/plan.h), on the tightest rank. */
-static int engine_kv_blocks_gpu(rlEngine *e, rlDtype dtype, rlError *err) {
-    const rlEngineOptions *o = &e->opt;
-    int n = o->tp * o->pp, devices[RL_PLAN_MAX_GPUS];
-    if (n > RL_PLAN_MAX_GPUS)
-        return rl_error(err, RL_EUSAGE, "%d ranks: at most %d GPUs", n, RL_PLAN_MAX_GPUS);
-    for (int i = 0; i < n; i++) devices[i] = o->devices ? o->devices[i] : i;
-    rlPlanOptions po;
-    plan_options_init(&po, 0, 0);
-    po.dtype = dtype;
-    po.max_model_len = o->max_model_len;
-    po.max_num_seqs = o->max_num_seqs;
-    po.max_num_batched_tokens = o->max_num_batched_tokens;
-    po.block_size = o->block_size;
-    po.gpu_memory_utilization = o->gpu_memory_utilization;
-    if (plan_read_devices(devices, n, &po, err)) return -1;
-    rlPlan plan;
-    if (plan_layout(&e->cfg, &po, 1, o->tp, o->pp, &plan, err)) {
-        plan_free(&plan);
-        return -1;
-    }
-    long long blocks = plan.layouts[0].kv_blocks[0];
-    plan_free(&plan);
-    if (blocks < 1)
-        return rl_error(err, RL_EMEMORY, "the GPUs have no memory left for the KV cache; raise "
-                        "--gpu-memory-utilization or use more GPUs (redlm plan shows the numbers)");
-    return blocks > (1 << 30) ? 1 << 30 : (int)blocks;
-}
-
 static int engine_kv_blocks(rlEngine *e, rlDtype dtype, rlError *err) {
     const rlEngineOptions *o = &e->opt;
-    if (!strcmp(o->backend, "cuda") && !o->kv_cache_memory) return engine_kv_blocks_gpu(e, dtype, err);
+    (void)dtype;
+    if (!strcmp(o->backend, "cuda")) {
+        /* Before any weight is on a GPU: a layout that cannot fit stops
+         * here with the plan; what it leaves of gpu_memory_utilization x
+         * each GPU is the KV cache, unless --kv-cache-memory says less. */
+        long long planned;
+        if (startup_check_plan(&e->cfg, o, stderr, &planned, err)) return -1;
+        if (!o->kv_cache_memory) return planned > (1 << 30) ? 1 << 30 : (int)planned;
+    }
     size_t per_token;
     if (engine_kv_bytes_per_token(e, dtype, &per_token, err)) return -1;
     size_t per_block = per_token * (size_t)o->block_size;
