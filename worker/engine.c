@@ -35,11 +35,6 @@ void rl_engine_options_init(rlEngineOptions *o) {
     o->tp = o->pp = 1;
 }
 
-/* Prompt-logprob rows per step.  Logits are sized for this many rows plus
- * one per sequence: at 152k vocabulary entries a row is 0.6 MB, so rows for
- * every batched token (2048) would take 1.2 GB of logits for no speed. */
-#define ENGINE_PROMPT_ROWS 256
-
 /* One sample's output state. */
 typedef struct engSample {
     rlDetok *detok;
@@ -225,9 +220,9 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
                         .max_num_seqs = o->max_num_seqs,
                         .max_num_batched_tokens = o->max_num_batched_tokens,
                         .max_model_len = o->max_model_len, .prefix_caching = o->prefix_caching,
-                        .max_prompt_rows = ENGINE_PROMPT_ROWS};
+                        .max_prompt_rows = RL_ENGINE_PROMPT_ROWS};
     e->sched = sched_create(&sc);
-    e->max_rows = e->sched ? sched_max_rows(e->sched) : 0;
+    e->max_rows = rl_engine_max_rows(o->max_num_batched_tokens, o->max_num_seqs);
     e->specs = calloc((size_t)e->max_rows, sizeof(*e->specs));
     e->results = calloc((size_t)e->max_rows, sizeof(*e->results));
     if (!e->sched || !e->specs || !e->results) {

@@ -39,6 +39,16 @@ typedef struct rlEngineOptions {
 
 void rl_engine_options_init(rlEngineOptions *o);
 
+/* Logit rows one step may hold, what the model's logits are sized for: one
+ * per sequence for sampling, plus a budget of prompt-logprob rows (a row is
+ * vocab x 4 bytes, 0.6 MB at 152k entries, so not one per batched token). */
+#define RL_ENGINE_PROMPT_ROWS 256
+static inline int rl_engine_max_rows(int max_num_batched_tokens, int max_num_seqs) {
+    int prompt = max_num_batched_tokens < RL_ENGINE_PROMPT_ROWS ? max_num_batched_tokens
+                                                                : RL_ENGINE_PROMPT_ROWS;
+    return prompt + max_num_seqs;
+}
+
 typedef enum rlFinish { RL_FINISH_NONE = 0, RL_FINISH_STOP, RL_FINISH_LENGTH, RL_FINISH_ABORT } rlFinish;
 
 typedef enum rlOutputKind { RL_OUT_CHUNK, RL_OUT_DONE, RL_OUT_ERROR } rlOutputKind;
