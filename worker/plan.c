@@ -431,35 +431,3 @@ int plan_parse_size(const char *s, size_t *out, rlError *err) {
     *out = (size_t)(v * unit);
     return 0;
 }
-
-int plan_parse_devices(const char *s, int *out, int max, int *n, rlError *err) {
-    *n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long a = strtol(p, &end, 10), b = a;
-        if (end == p || a < 0 || a > 1023) goto bad;
-        if (*end == '-') {
-            p = end + 1;
-            b = strtol(p, &end, 10);
-            if (end == p || b < a || b > 1023) goto bad;
-        }
-        for (long d = a; d <= b; d++) {
-            if (*n >= max)
-                return rl_error(err, RL_EUSAGE, "--devices %s: more than %d devices", s, max);
-            for (int i = 0; i < *n; i++)
-                if (out[i] == d)
-                    return rl_error(err, RL_EUSAGE,
-                                    "--devices %s names device %ld twice: list each once", s, d);
-            out[(*n)++] = (int)d;
-        }
-        if (*end == ',' && end[1]) end++;
-        else if (*end) goto bad;
-        p = end;
-    }
-    if (*n) return 0;
-bad:
-    return rl_error(err, RL_EUSAGE,
-                    "--devices '%s': give CUDA device numbers as a range or a list, e.g. 0-5 "
-                    "or 0,2,4", s);
-}

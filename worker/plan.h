@@ -100,7 +100,5 @@ int plan_print_json(FILE *f, const rlPlan *p, rlError *err);
 
 /* "24GiB", "141GB", "512MiB", "80G" (G = GiB) into bytes. */
 int plan_parse_size(const char *s, size_t *out, rlError *err);
-/* "0-5", "0,2,4" or "1" into CUDA ordinals (at most max, no repeats). */
-int plan_parse_devices(const char *s, int *out, int max, int *n, rlError *err);
 
 #endif
