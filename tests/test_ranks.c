@@ -268,6 +268,31 @@ static void test_bad_layout(void **state) {
     assert_non_null(strstr(err.msg, "stages"));
 }
 
+/* A step with a token outside the vocabulary is refused before any rank
+ * runs it, and the layout keeps working. */
+static void test_bad_token(void **state) {
+    tFix *f = *state;
+    rlRanksOptions o = {.cfg = f->cfg, .backend = "cpu", .dtype = RL_F32, .threads = 1, .tp = 2,
+                        .pp = 2, .src = checkpoint_lookup, .src_ctx = f->ck, .block_size = BLOCK,
+                        .n_blocks = 4, .max_tokens = 64, .max_rows = 64, .quiet = 1};
+    rlError err = {0};
+    rlRanks *r = ranks_open(&o, &err);
+    if (!r) fail_msg("%s", err.msg);
+    int32_t tokens[2] = {5, f->cfg.vocab_size}, pos[2] = {0, 1}, slots[2] = {0, 1};
+    int32_t start[2] = {0, 2}, len[1] = {2}, table[1] = {0};
+    rlRowSpec row = {.token = 1, .target = -1, .sample = 1, .top_p = 1};
+    rlRowResult res;
+    rlBatch b = {.n_seqs = 1, .n_tokens = 2, .tokens = tokens, .positions = pos, .slots = slots,
+                 .seq_start = start, .seq_len = len, .block_tables = table, .max_blocks = 1,
+                 .n_rows = 1, .rows = &row};
+    assert_int_equal(ranks_forward(r, &b, &res, &err), -1);
+    assert_int_equal(err.code, RL_EINPUT);
+    tokens[1] = 7;
+    if (ranks_forward(r, &b, &res, &err)) fail_msg("after a refused step: %s", err.msg);
+    assert_true(res.token >= 0 && res.token < f->cfg.vocab_size);
+    ranks_close(r);
+}
+
 int main(void) {
     const char *backend = getenv("RL_TEST_BACKEND"), *dtype = getenv("RL_TEST_DTYPE");
     if (backend && !strcmp(backend, "cuda")) {
@@ -282,7 +307,7 @@ int main(void) {
         cmocka_unit_test(test_1x1), cmocka_unit_test(test_2x1), cmocka_unit_test(test_3x1),
         cmocka_unit_test(test_4x1), cmocka_unit_test(test_6x1), cmocka_unit_test(test_1x2),
         cmocka_unit_test(test_1x3), cmocka_unit_test(test_3x2), cmocka_unit_test(test_2x3),
-        cmocka_unit_test(test_bad_layout),
+        cmocka_unit_test(test_bad_layout), cmocka_unit_test(test_bad_token),
     };
     int failed = cmocka_run_group_tests_name("qwen2-tiny-hd128", tests, setup_hd128, fix_teardown);
     failed += cmocka_run_group_tests_name("qwen2-tiny-gqa3", tests, setup_gqa3, fix_teardown);

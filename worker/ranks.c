@@ -384,6 +384,12 @@ static int ranks_check(const rlRanks *r, const rlBatch *b, rlError *err) {
     if (b->n_seqs < 0 || (b->n_seqs > 0 && b->seq_start[b->n_seqs] != b->n_tokens))
         return rl_error(err, RL_EINTERNAL, "a step whose sequences cover %d of its %d tokens",
                         b->n_seqs > 0 ? b->seq_start[b->n_seqs] : 0, b->n_tokens);
+    /* Checked here as well as in the model: a rank refusing a step after the
+     * others ran part of it would leave the layout out of step for good. */
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= r->o.cfg.vocab_size)
+            return rl_error(err, RL_EINPUT, "token id %d is outside the model's vocabulary "
+                            "(0..%d)", b->tokens[t], r->o.cfg.vocab_size - 1);
     for (int i = 0; i < b->n_rows; i++)
         if (b->rows[i].token < 0 || b->rows[i].token >= b->n_tokens)
             return rl_error(err, RL_EINTERNAL, "logit row %d points at token %d of %d", i,
