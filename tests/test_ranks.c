@@ -268,6 +268,25 @@ static void test_bad_layout(void **state) {
     assert_non_null(strstr(err.msg, "stages"));
 }
 
+/* GPU ranks on a machine without a GPU: one clear device error from
+ * ranks_open, no rank left waiting in NCCL for the others. */
+static void test_no_gpu(void **state) {
+    tFix *f = *state;
+    rlGpuHost host;
+    char why[256];
+    if (rl_gpu_probe(&host, why, sizeof(why)) == 0 && host.count > 0) {
+        print_message("skipped: this machine has GPUs\n");
+        return;
+    }
+    rlRanksOptions o = {.cfg = f->cfg, .backend = "cuda", .dtype = RL_BF16, .tp = 2, .pp = 1,
+                        .src = checkpoint_lookup, .src_ctx = f->ck, .block_size = BLOCK,
+                        .n_blocks = 4, .max_tokens = 64, .max_rows = 64, .quiet = 1,
+                        .nccl_timeout_s = 5};
+    rlError err = {0};
+    assert_null(ranks_open(&o, &err));
+    assert_int_equal(err.code, RL_EDEVICE);
+}
+
 /* A step with a token outside the vocabulary is refused before any rank
  * runs it, and the layout keeps working. */
 static void test_bad_token(void **state) {
@@ -308,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_4x1), cmocka_unit_test(test_6x1), cmocka_unit_test(test_1x2),
         cmocka_unit_test(test_1x3), cmocka_unit_test(test_3x2), cmocka_unit_test(test_2x3),
         cmocka_unit_test(test_bad_layout), cmocka_unit_test(test_bad_token),
+        cmocka_unit_test(test_no_gpu),
     };
     int failed = cmocka_run_group_tests_name("qwen2-tiny-hd128", tests, setup_hd128, fix_teardown);
     failed += cmocka_run_group_tests_name("qwen2-tiny-gqa3", tests, setup_gqa3, fix_teardown);

@@ -70,6 +70,7 @@ struct rlRanks {
     ranksItem queue[RANKS_QUEUE];
     uint64_t head, tail;    /* items [head, tail) are queued; head is the oldest unfinished */
     int starting;           /* ranks still setting up */
+    int backends_ready;     /* ranks whose backend exists (set-up's first phase) */
     int quit;
     int failed;             /* a rank failed: the ranks are out of step for good */
     rlError err;            /* the first failure */
@@ -100,6 +101,21 @@ static int ranks_cpu_threads(const rlRanks *r) {
     return each > 0 ? each : 1;
 }
 
+/* Every rank waits here until all have a backend, so a rank that cannot
+ * even open its device (missing, busy, no driver) stops the set-up before
+ * the others block in NCCL's init waiting for it; its own error is the one
+ * ranks_open reports. */
+static int ranks_backends_barrier(rlRanks *r, rlError *err) {
+    pthread_mutex_lock(&r->mu);
+    r->backends_ready++;
+    pthread_cond_broadcast(&r->cv);
+    while (r->backends_ready < r->n && !r->failed) pthread_cond_wait(&r->cv, &r->mu);
+    int failed = r->failed;
+    pthread_mutex_unlock(&r->mu);
+    return failed ? rl_error(err, RL_EINTERNAL, "stopped because another rank failed to start")
+                  : 0;
+}
+
 static int rank_setup(ranksRank *k, rlError *err) {
     rlRanks *r = k->r;
     const rlRanksOptions *o = &r->o;
@@ -111,6 +127,7 @@ static int rank_setup(ranksRank *k, rlError *err) {
     };
     k->be = cuda ? rl_backend_cuda_create(&bo, err) : rl_backend_cpu_create(&bo, err);
     if (!k->be) return -1;
+    if (r->n > 1 && ranks_backends_barrier(r, err)) return -1;
     if (r->comms && r->comms->ops->join(r->comms, k->index, &k->tp, &k->pp, err)) return -1;
     rlTensorLookup src = o->src ? (r->n > 1 ? ranks_lookup : o->src) : NULL;
     void *src_ctx = r->n > 1 ? (void *)r : o->src_ctx;
