@@ -432,15 +432,22 @@ int ranks_submit(rlRanks *r, const rlBatch *b, rlRowResult *out, uint64_t *ticke
         if (m == k - 1) s1 = b->n_seqs;
         while (r->tail - r->head >= RANKS_QUEUE && !r->failed) pthread_cond_wait(&r->cv, &r->mu);
         if (r->failed) break;
-        if (ranks_item_make(&r->queue[r->tail % RANKS_QUEUE], b, out, s0, s1, r->n, err)) {
+        rlError e;
+        if (ranks_item_make(&r->queue[r->tail % RANKS_QUEUE], b, out, s0, s1, r->n, &e)) {
+            /* Part of the step may be queued already: the layout cannot
+             * finish it, so it is failed like a rank failure. */
             pthread_mutex_unlock(&r->mu);
-            return -1;
+            ranks_fail(r, &e);
+            pthread_mutex_lock(&r->mu);
+            break;
         }
         r->tail++;
         pthread_cond_broadcast(&r->cv);
         s0 = s1;
     }
     *ticket = r->tail;
+    /* As in ranks_wait: on failure, return only once no rank reads b. */
+    while (r->failed && r->head < r->tail) pthread_cond_wait(&r->cv, &r->mu);
     int failed = r->failed;
     if (failed && err) *err = r->err;
     pthread_mutex_unlock(&r->mu);
