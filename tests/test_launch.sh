@@ -2,7 +2,8 @@
 # test_launch.sh: scripts/launch-instances with three CPU instances on one
 # stream: distinct consumer names in one group, every instance takes jobs,
 # every job gets its done and is acknowledged, and SIGTERM to the launcher
-# stops all three cleanly (exit 0, no worker left).
+# stops all three cleanly (exit 0, no worker left); instances that cannot
+# start end the launcher with their exit status.
 source "$(dirname "$0")/worker_lib.sh"
 
 N=${N_JOBS:-45}
@@ -48,4 +49,11 @@ wait "$L"
 rc=$?
 [ $rc = 0 ] || fail "launch-instances exited $rc after SIGTERM"
 for w in $WORKERS; do kill -0 "$w" 2>/dev/null && fail "worker $w still running"; done
+# Instances that cannot start end the launcher with their status (3: model).
+scripts/launch-instances --redlm "$REDLM" --instances 2 --name bad -- \
+    --model "$T/nowhere" --redis "$(URL)" > "$T/bad.log" 2>&1
+rc=$?
+[ $rc = 3 ] || fail "launch-instances with a missing model exited $rc, want 3"
+grep -q "ended on its own" "$T/bad.log" || fail "no word that an instance ended on its own"
+
 echo "ok: $N jobs over 3 instances (${seen[*]}), all done and acknowledged; SIGTERM stopped all"
