@@ -5,11 +5,13 @@
 source "$(dirname "$0")/worker_lib.sh"
 
 # backpressure: two workers with room for 2 sequences each
-N=24
+N=16
 start_redis
-queue_jobs "$N" 24
 start_worker a --max-num-seqs 2 --claim-idle-ms 60000
 start_worker b --max-num-seqs 2 --claim-idle-ms 60000
+both_up() { [ "$(rcli EXISTS redlm:instances:a redlm:instances:b)" = 2 ]; }
+wait_until 30 both_up || fail "workers did not start"
+queue_jobs "$N" 300 ',"ignore_eos":true'
 max_a=0 max_b=0
 while ! all_acked "$N"; do
     info=$(rcli XINFO CONSUMERS redlm:jobs redlm)
@@ -29,7 +31,7 @@ PIDS=()
 # SIGTERM drain: w1 has 2 running, the rest unread; after SIGTERM the 2
 # finish (attempt 1, acknowledged) and w2 runs everything else
 rcli DEL redlm:jobs redlm:test:replies > /dev/null
-queue_jobs "$N" 40
+queue_jobs "$N" 200 ',"ignore_eos":true'
 start_worker w1 --max-num-seqs 2 --claim-idle-ms 60000
 W1=$LAST_PID
 running() { [ "$(group entries-read)" -ge 3 ]; }

@@ -65,14 +65,14 @@ wait_until() {
 stream_json() { rcli --raw XRANGE "$1" - + | awk 'p { print; p = 0 } /^json$/ { p = 1 }'; }
 pending_count() { rcli XPENDING redlm:jobs redlm | head -1; }
 
-# queue_jobs N MAX_TOKENS: jobs j1..jN (max_tokens MAX_TOKENS + i % 5, every
-# other one streamed), greedy, all replying to redlm:test:replies; the
-# requests are kept in $T/jobs.jsonl for `redlm generate`
+# queue_jobs N MAX_TOKENS [,"more":"fields"]: jobs j1..jN (max_tokens
+# MAX_TOKENS + i % 5, every other one streamed), greedy, all replying to
+# redlm:test:replies; the requests are kept in $T/jobs.jsonl
 queue_jobs() {
-    local n=$1 mt=$2 st
+    local n=$1 mt=$2 extra=${3:-} st
     for i in $(seq 1 "$n"); do
         st=false; [ $((i % 2)) = 0 ] && st=true
-        echo "{\"id\":\"j$i\",\"prompt_ids\":[$((i % 97 + 1)),$((i * 7 % 50 + 1)),3],\"max_tokens\":$((mt + i % 5)),\"temperature\":0,\"stream\":$st}"
+        echo "{\"id\":\"j$i\",\"prompt_ids\":[$((i % 97 + 1)),$((i * 7 % 50 + 1)),3],\"max_tokens\":$((mt + i % 5)),\"temperature\":0,\"stream\":$st$extra}"
     done > "$T/jobs.jsonl"
     jq -r '"XADD redlm:jobs * json " + (. + {reply_to: "redlm:test:replies"} | tojson | tojson)' "$T/jobs.jsonl" |
         rcli > /dev/null
