@@ -19,7 +19,7 @@ CUDA     ?= $(if $(NVCC),1,0)
 CUDA_ARCH ?= sm_90
 SANITIZE ?= 0
 
-DEPS_DEB = build-essential pkg-config xz-utils libhiredis-dev libev-dev libmsgpack-dev \
+DEPS_DEB = build-essential pkg-config xz-utils jq libhiredis-dev libev-dev libmsgpack-dev \
            libopenblas-dev libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev \
            libcmocka-dev redis-server redis-tools clang libclang-rt-14-dev
 
@@ -105,7 +105,23 @@ deps:
 	@if dpkg -s $(DEPS_DEB) >/dev/null 2>&1; then echo "deps: all installed"; \
 	else apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEPS_DEB); fi
 
+# libFuzzer (clang) over the tokenizer's sources alone: encode, decode, streaming.
+FUZZ_SECONDS ?= 60
+FUZZ_SRC = $(filter-out worker/cmd_tokenize.c,$(wildcard worker/added.c worker/bpe.c worker/bytebuf.c \
+           worker/bytelevel.c worker/detok.c worker/jscan.c worker/pretok.c worker/tokenizer.c \
+           worker/tokenizer_load.c worker/utf8.c)) kernels/error.c
+build-fuzz/fuzz_tokenizer: tests/fuzz_tokenizer.c $(FUZZ_SRC)
+	@mkdir -p $(dir $@)
+	clang -std=c17 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread \
+	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $^ \
+	    -lpcre2-8 -lutf8proc -ljansson
+fuzz: build-fuzz/fuzz_tokenizer
+	@mkdir -p build-fuzz/corpus
+	build-fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=2048 \
+	    -artifact_prefix=build-fuzz/ \
+	    build-fuzz/corpus tests/fuzz_tokenizer_seeds
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 -include $(OBJ:.o=.d)

@@ -96,6 +96,15 @@ typedef struct rlBackendOps {
     /* Wait for queued work; report the first failure since the last sync. */
     int (*sync)(rlBackend *be, rlError *err);
     void (*destroy)(rlBackend *be);
+
+    /* Memory plan (device backends; NULL on the CPU, which sizes its cache
+     * from --kv-cache-memory).  Called once the weights and activations are
+     * allocated: how many KV blocks of bytes_per_block fit within util of the
+     * device's memory after the backend's own workspace.  Logs the plan as a
+     * table; fails (RL_EMEMORY) with those numbers and the flags to change
+     * when fewer than min_blocks fit. */
+    int (*kv_capacity)(rlBackend *be, size_t bytes_per_block, int block_size, int min_blocks,
+                       double util, int *n_blocks, rlError *err);
 } rlBackendOps;
 
 struct rlBackend {
@@ -114,5 +123,10 @@ typedef struct rlBackendOptions {
 rlBackend *rl_backend_cpu_create(const rlBackendOptions *opt, rlError *err);
 /* NULL with a clear error when built without CUDA or no GPU is usable. */
 rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlError *err);
+
+/* The device's two ceilings, measured now: device-to-device copy bandwidth
+ * (bytes read + written per second) and a bf16 8192^3 GEMM rate (FLOP/s).
+ * Fails with a clear error when built without CUDA or no GPU is usable. */
+int rl_cuda_ceilings(int device, double *copy_bytes_per_s, double *gemm_flops, rlError *err);
 
 #endif

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "error.h"
+
 #define RL_MAX_TOP 20
 
 /* What to do with one row of logits (the output at one token of the batch). */
@@ -51,5 +53,10 @@ typedef struct rlBatch {
     int32_t n_rows;               /* logit rows wanted */
     const rlRowSpec *rows;        /* [n_rows] */
 } rlBatch;
+
+/* 0 when every index of b stays inside a KV cache of n_blocks blocks of
+ * block_size tokens (slots match block tables, positions end at seq_len,
+ * rows point at batch tokens); else an RL_EINPUT error naming the first fault. */
+int rl_batch_check(const rlBatch *b, int n_blocks, int block_size, rlError *err);
 
 #endif

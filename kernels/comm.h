@@ -32,4 +32,37 @@ struct rlComm {
     void *impl;
 };
 
+/* The communicators of a whole tp x pp layout.  Rank i is pp_rank = i / tp,
+ * tp_rank = i % tp: its TP group is the tp ranks of its stage (ordered by
+ * tp_rank), its pipeline chain the pp ranks with its tp_rank (ordered by
+ * stage).  A set is made once in the caller's thread; each rank then joins
+ * from the thread that will use its communicators, because NCCL binds a
+ * communicator to the device current in that thread. */
+typedef struct rlCommSet rlCommSet;
+
+typedef struct rlCommSetOps {
+    /* *tp and *pp are NULL for groups of one rank. */
+    int (*join)(rlCommSet *s, int rank, rlComm **tp, rlComm **pp, rlError *err);
+    /* A rank failed: every rank blocked in (or later entering) a collective
+     * returns an error instead of waiting for it forever. */
+    void (*abort)(rlCommSet *s);
+    /* After every rank's thread has stopped using its communicators. */
+    void (*destroy)(rlCommSet *s);
+} rlCommSetOps;
+
+struct rlCommSet {
+    const rlCommSetOps *ops;
+    int tp, pp;
+    void *impl;
+};
+
+/* Threads of this process exchanging host memory (CPU ranks). */
+rlCommSet *rl_comm_shm_create(int tp, int pp, rlError *err);
+
+/* NCCL between GPU ranks (kernels/cuda/comm_nccl.c; CUDA builds only).
+ * devices[i] is rank i's CUDA ordinal.  A watchdog ends the process with a
+ * diagnosis when an init or a collective hangs longer than timeout_s. */
+rlCommSet *rl_comm_nccl_create(int tp, int pp, const int *devices, double timeout_s,
+                               rlError *err);
+
 #endif

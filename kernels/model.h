@@ -76,5 +76,10 @@ void rl_model_free(rlModel *m);
 /* Bytes of this shard's weights on the device, and of KV cache per token. */
 size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype);
 size_t rl_model_kv_bytes_per_token(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype);
+/* Bytes of the activation buffers rl_model_init allocates for this shard
+ * (act_dtype: the backend's; logits are fp32), so a memory plan can count
+ * them before any device exists. */
+size_t rl_model_activation_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype act_dtype,
+                                 int max_tokens, int max_rows);
 
 #endif

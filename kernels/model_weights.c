@@ -198,6 +198,11 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
         m->logits_full = m->logits;
         if (s->tp_size > 1) {
             int n = s->tp_size;
+            if (!be->ops->copy2d) {
+                rl_error(err, RL_EINTERNAL, "the %s backend cannot combine vocabulary slices "
+                         "(no copy2d): run it at TP 1", be->ops->name);
+                goto fail;
+            }
             rlShard plan[n];
             if (rl_shard_plan(cfg, n, 1, NULL, plan, err) != 0) goto fail;
             m->tp_vocab0 = malloc((size_t)n * sizeof(int));

@@ -10,3 +10,11 @@ rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlError *err) {
              "`build/redlm doctor` lists your GPUs; or run with --backend cpu.");
     return NULL;
 }
+
+int rl_cuda_ceilings(int device, double *copy_bytes_per_s, double *gemm_flops, rlError *err) {
+    (void)device;
+    *copy_bytes_per_s = *gemm_flops = 0;
+    return rl_error(err, RL_EDEVICE,
+                    "this redlm was built without CUDA, so it has no GPU ceilings to measure. "
+                    "Rebuild on a machine with the CUDA Toolkit (`make clean && make`).");
+}

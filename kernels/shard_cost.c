@@ -78,3 +78,27 @@ void rl_shard_print(FILE *f, const rlModelConfig *cfg, const rlShard *plan, int 
     fprintf(f, "imbalance (max/mean): weights %.3f, query heads %.3f, MLP %.3f, KV %.3f\n",
             b.weights, b.q_heads, b.mlp, b.kv);
 }
+
+/* Mirrors the buffers of rl_model_init (model_weights.c): keep the two in step. */
+size_t rl_model_activation_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype act_dtype,
+                                 int max_tokens, int max_rows) {
+    size_t T = (size_t)max_tokens, R = (size_t)max_rows, D = (size_t)cfg->hidden_size;
+    size_t hd = (size_t)cfg->head_dim, nq = (size_t)s->n_q_heads, nkv = (size_t)s->n_kv_heads;
+    size_t act = T * (3 * D                    /* x, resid, delta */
+                      + (nq + 2 * nkv) * hd    /* qkv */
+                      + nq * hd                /* att */
+                      + 3 * (size_t)s->n_mlp); /* gu, mlp */
+    size_t bytes = act * rl_dtype_size(act_dtype);
+    if (s->pp_rank == s->pp_size - 1) {
+        bytes += R * D * rl_dtype_size(act_dtype); /* rows_x */
+        if (s->tp_size == 1) {
+            bytes += R * (size_t)s->n_vocab * sizeof(float);
+        } else {
+            /* the padded local slice, every rank's slice gathered, the full rows */
+            size_t V = (size_t)cfg->vocab_size, tp = (size_t)s->tp_size;
+            size_t pad = (V + tp - 1) / tp;
+            bytes += (R * pad + tp * R * pad + R * V) * sizeof(float);
+        }
+    }
+    return bytes;
+}

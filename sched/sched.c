@@ -136,8 +136,9 @@ rlSchedAdd sched_add(rlSched *s, const rlSchedParams *p, rlSchedReq **out) {
         return RL_SCHED_TOO_LONG;
     if (sched_blocks_needed(s, p->n_prompt, p->n, p->max_tokens) > s->cfg.n_blocks)
         return RL_SCHED_TOO_BIG;
+    /* Any request may sit in either list (preemption moves them back). */
     if (grow(&s->all, &s->cap_all, s->n_all + 1) ||
-        grow(&s->waiting, &s->cap_waiting, s->n_waiting + 1) ||
+        grow(&s->waiting, &s->cap_waiting, s->n_all + 1) ||
         grow(&s->running, &s->cap_running, s->n_all + 1))
         return RL_SCHED_ENOMEM;
     rlSchedReq *r = calloc(1, sizeof(*r));

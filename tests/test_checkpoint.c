@@ -92,13 +92,17 @@ static const char *copy_model(const char *model, const char *name) {
     return dst;
 }
 
-static void write_text(const char *dir, const char *name, const char *text) {
+static void write_bytes(const char *dir, const char *name, const void *data, size_t n) {
     char path[2048];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
-    fputs(text, f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
     assert_int_equal(fclose(f), 0);
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+    write_bytes(dir, name, text, strlen(text));
 }
 
 static void remove_file(const char *dir, const char *name) {
@@ -112,8 +116,10 @@ static void expect_open_error(const char *dir, const char *phrase) {
     rlError err = {0};
     rlModelConfig cfg;
     rlCheckpoint *c = checkpoint_open(dir, &cfg, &err);
-    if (c) checkpoint_close(c);
-    assert_null(c);
+    if (c) {
+        checkpoint_close(c);
+        fail_msg("%s opened, but \"%s\" was expected", dir, phrase);
+    }
     assert_int_equal(err.code, RL_EMODEL);
     if (!strstr(err.msg, phrase)) fail_msg("expected \"%s\" in: %s", phrase, err.msg);
 }
@@ -123,6 +129,136 @@ static rlCheckpoint *open_ok(const char *dir, rlModelConfig *cfg) {
     rlCheckpoint *c = checkpoint_open(dir, cfg, &err);
     if (!c) fail_msg("%s: %s", dir, err.msg);
     return c;
+}
+
+
+/* A tensor held in memory, for writing edited safetensors files. */
+typedef struct WTensor {
+    char name[128];
+    char dtype[8];
+    int ndim;
+    int64_t shape[2];
+    unsigned char *data;
+    size_t nbytes;
+} WTensor;
+
+typedef struct WModel {
+    WTensor t[256];
+    int n;
+} WModel;
+
+static const char *dtype_tag(rlDtype d) {
+    return d == RL_BF16 ? "BF16" : d == RL_F16 ? "F16" : "F32";
+}
+
+/* Appends every tensor of a safetensors file to m. */
+static void read_tensors(const char *path, WModel *m) {
+    rlSafetensors st;
+    rlError err = {0};
+    if (safetensors_open(&st, path, &err)) fail_msg("%s", err.msg);
+    for (int i = 0; i < st.n_tensors; i++) {
+        WTensor *w = &m->t[m->n++];
+        const rlStTensor *t = &st.tensors[i];
+        snprintf(w->name, sizeof(w->name), "%s", t->name);
+        snprintf(w->dtype, sizeof(w->dtype), "%s", dtype_tag(t->dtype));
+        w->ndim = t->ndim;
+        memcpy(w->shape, t->shape, sizeof(w->shape));
+        w->nbytes = t->nbytes;
+        w->data = malloc(t->nbytes);
+        memcpy(w->data, t->data, t->nbytes);
+    }
+    safetensors_close(&st);
+}
+
+static void free_tensors(WModel *m) {
+    for (int i = 0; i < m->n; i++) free(m->t[i].data);
+    m->n = 0;
+}
+
+static WTensor *find_tensor(WModel *m, const char *name) {
+    for (int i = 0; i < m->n; i++)
+        if (strcmp(m->t[i].name, name) == 0) return &m->t[i];
+    fail_msg("no tensor %s", name);
+    return NULL;
+}
+
+/* Writes the 8-byte length, the header padded to 8 bytes, then data_len bytes of zeros. */
+static void write_raw(const char *path, const char *header, size_t data_len) {
+    size_t hlen = (strlen(header) + 7) / 8 * 8;
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (int i = 0; i < 8; i++) fputc((int)(hlen >> (8 * i)) & 0xff, f);
+    fputs(header, f);
+    for (size_t i = strlen(header); i < hlen; i++) fputc(' ', f);
+    for (size_t i = 0; i < data_len; i++) fputc(0, f);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Writes tensors [from, to) of m as one safetensors file. */
+static void write_tensors(const char *path, const WModel *m, int from, int to) {
+    json_t *h = json_object();
+    json_object_set_new(h, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    size_t off = 0;
+    for (int i = from; i < to; i++) {
+        const WTensor *t = &m->t[i];
+        json_t *shape = json_array();
+        for (int d = 0; d < t->ndim; d++) json_array_append_new(shape, json_integer(t->shape[d]));
+        json_object_set_new(h, t->name, json_pack("{s:s, s:o, s:[I, I]}", "dtype", t->dtype,
+                                                  "shape", shape, "data_offsets", (json_int_t)off,
+                                                  (json_int_t)(off + t->nbytes)));
+        off += t->nbytes;
+    }
+    char *text = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(h);
+    write_raw(path, text, 0);
+    free(text);
+    FILE *f = fopen(path, "ab");
+    assert_non_null(f);
+    for (int i = from; i < to; i++)
+        assert_int_equal(fwrite(m->t[i].data, 1, m->t[i].nbytes, f), m->t[i].nbytes);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Copies the hd128 fixture to tmp/name with its weights replaced by m. */
+static const char *write_model(const char *name, const WModel *m) {
+    const char *dir = copy_model(HD128, name);
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    write_tensors(path, m, 0, m->n);
+    return dir;
+}
+
+static void read_fixture(const char *model, const char *file, WModel *m) {
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/%s", fixture(model), file);
+    read_tensors(path, m);
+}
+
+/* Sets (or with value NULL deletes) one key of a JSON file in dir. */
+static void edit_json(const char *dir, const char *file, const char *key, json_t *value) {
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    if (value) json_object_set_new(root, key, value);
+    else json_object_del(root, key);
+    assert_int_equal(json_dump_file(root, path, JSON_INDENT(2)), 0);
+    json_decref(root);
+}
+
+/* A copy of hd128 whose config.json has key set to value (NULL: removed). */
+static void expect_config_error(const char *name, const char *key, json_t *value,
+                                const char *phrase) {
+    const char *dir = copy_model(HD128, name);
+    edit_json(dir, "config.json", key, value);
+    expect_open_error(dir, phrase);
+    rlModelConfig cfg;
+    rlError err = {0};
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    assert_int_equal(checkpoint_read_config(path, &cfg, &err), -1);
+    if (!strstr(err.msg, phrase)) fail_msg("expected \"%s\" in: %s", phrase, err.msg);
 }
 
 static float bf16_value(const void *data, size_t i) {
@@ -228,6 +364,24 @@ static void test_read_config_file(void **state) {
     assert_int_equal(cfg.eos_ids[0], 151645);
     assert_int_equal(cfg.bos_id, 151643);
 
+    /* Every real Qwen2.5 shape reads, with the head size HF derives. */
+    snprintf(path, sizeof(path), "%s/configs", root ? root : "tests/fixtures");
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    struct dirent *de;
+    int n = 0;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char file[2048];
+        snprintf(file, sizeof(file), "%s/%s", path, de->d_name);
+        if (checkpoint_read_config(file, &cfg, &err)) fail_msg("%s", err.msg);
+        assert_int_equal(cfg.head_dim * cfg.num_heads, cfg.hidden_size);
+        assert_int_equal(cfg.torch_dtype, RL_BF16);
+        n++;
+    }
+    closedir(d);
+    assert_int_equal(n, 7);
+
     if (checkpoint_read_config(fixture(GQA3), &cfg, &err)) fail_msg("%s", err.msg);
     assert_int_equal(cfg.num_heads, 6);
     assert_int_equal(cfg.eos_ids[0], 2002);
@@ -235,7 +389,15 @@ static void test_read_config_file(void **state) {
 
 static void test_directory_missing(void **state) {
     (void)state;
+    expect_open_error(tmp_path("no-such-model"), "model directory");
     expect_open_error(tmp_path("no-such-model"), "does not exist");
+    rlModelConfig cfg;
+    rlError err = {0};
+    assert_int_equal(checkpoint_read_config(tmp_path("no-such-model"), &cfg, &err), -1);
+    assert_non_null(strstr(err.msg, "model directory"));
+    assert_int_equal(checkpoint_read_config(tmp_path("no-such.json"), &cfg, &err), -1);
+    assert_int_equal(err.code, RL_EMODEL);
+    assert_non_null(strstr(err.msg, "no-such.json does not exist. Pass a model directory"));
 }
 
 static void test_config_missing(void **state) {
@@ -273,11 +435,487 @@ static void test_truncated(void **state) {
     char path[2048];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     assert_int_equal(truncate(path, 2000000), 0);
-    expect_open_error(dir, "is truncated: its header places tensor");
+    expect_open_error(dir, "is truncated: it is 2000000 bytes long but its header describes 3415256");
     assert_int_equal(truncate(path, 1000), 0);
     expect_open_error(dir, "ends inside its own header");
     assert_int_equal(truncate(path, 5), 0);
     expect_open_error(dir, "too short even for a safetensors header");
+}
+
+/* rlTensorVisit: the tensor is byte-identical in both checkpoints. */
+typedef struct SamePair { rlCheckpoint *a, *b; } SamePair;
+static int same_tensor(void *ctx, const char *name, int ndim, const int64_t *shape) {
+    SamePair *p = ctx;
+    rlTensorView x, y;
+    rlError err = {0};
+    if (checkpoint_lookup(p->a, name, &x, &err) || checkpoint_lookup(p->b, name, &y, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(x.ndim, ndim);
+    assert_int_equal(y.ndim, ndim);
+    size_t n = rl_dtype_size(x.dtype);
+    for (int i = 0; i < ndim; i++) {
+        assert_int_equal(x.shape[i], shape[i]);
+        assert_int_equal(y.shape[i], shape[i]);
+        n *= (size_t)shape[i];
+    }
+    assert_int_equal(x.dtype, y.dtype);
+    assert_memory_equal(x.data, y.data, n);
+    return 0;
+}
+
+static void expect_same_weights(const char *dir_a, const char *dir_b) {
+    rlModelConfig ca, cb;
+    SamePair p = {open_ok(dir_a, &ca), open_ok(dir_b, &cb)};
+    assert_memory_equal(&ca, &cb, sizeof(ca));
+    assert_int_equal(rl_model_expected_tensors(&ca, same_tensor, &p), 0);
+    checkpoint_close(p.a);
+    checkpoint_close(p.b);
+}
+
+static void test_one_file_vs_sharded(void **state) {
+    (void)state;
+    /* The sharded fixture merged into one file. */
+    WModel *m = calloc(1, sizeof(*m));
+    read_fixture(GQA3, SHARD1, m);
+    read_fixture(GQA3, SHARD2, m);
+    const char *merged = copy_model(GQA3, "merged");
+    remove_file(merged, SHARD1);
+    remove_file(merged, SHARD2);
+    remove_file(merged, "model.safetensors.index.json");
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/model.safetensors", merged);
+    write_tensors(path, m, 0, m->n);
+    expect_same_weights(fixture(GQA3), merged);
+    free_tensors(m);
+
+    /* The one-file fixture split into three shards with an index. */
+    read_fixture(HD128, "model.safetensors", m);
+    const char *split = copy_model(HD128, "split");
+    remove_file(split, "model.safetensors");
+    json_t *map = json_object();
+    int cut[4] = {0, m->n / 3, 2 * m->n / 3, m->n};
+    for (int k = 0; k < 3; k++) {
+        char name[64];
+        snprintf(name, sizeof(name), "model-%05d-of-00003.safetensors", k + 1);
+        snprintf(path, sizeof(path), "%s/%s", split, name);
+        write_tensors(path, m, cut[k], cut[k + 1]);
+        for (int i = cut[k]; i < cut[k + 1]; i++) json_object_set_new(map, m->t[i].name, json_string(name));
+    }
+    json_t *index = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)0,
+                              "weight_map", map);
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", split);
+    assert_int_equal(json_dump_file(index, path, JSON_INDENT(2)), 0);
+    json_decref(index);
+    expect_same_weights(fixture(HD128), split);
+    free_tensors(m);
+    free(m);
+}
+
+static void test_fp32_checkpoint(void **state) {
+    (void)state;
+    WModel *m = calloc(1, sizeof(*m));
+    read_fixture(HD128, "model.safetensors", m);
+    for (int i = 0; i < m->n; i++) {
+        WTensor *t = &m->t[i];
+        size_t n = t->nbytes / 2;
+        unsigned char *f = malloc(n * 4);
+        for (size_t j = 0; j < n; j++) {
+            float x = bf16_value(t->data, j);
+            memcpy(f + 4 * j, &x, 4);
+        }
+        free(t->data);
+        t->data = f;
+        t->nbytes = n * 4;
+        snprintf(t->dtype, sizeof(t->dtype), "F32");
+    }
+    const char *dir = write_model("fp32", m);
+    free_tensors(m);
+    free(m);
+
+    rlModelConfig cfg;
+    rlCheckpoint *c = open_ok(dir, &cfg);
+    assert_int_equal(cfg.torch_dtype, RL_F32);  /* what is stored, not what config.json says */
+    rlTensorView v;
+    rlError err = {0};
+    assert_int_equal(checkpoint_lookup(c, "model.norm.weight", &v, &err), 0);
+    assert_int_equal(v.dtype, RL_F32);
+    float x[4];
+    memcpy(x, v.data, sizeof(x));
+    assert_true(x[0] == 0.99609375f);
+    assert_true(x[1] == 1.3046875f);
+    checkpoint_close(c);
+}
+
+static void test_tied_with_stored_head(void **state) {
+    (void)state;
+    WModel *m = calloc(1, sizeof(*m));
+    read_fixture(HD128, "model.safetensors", m);
+    WTensor *e = find_tensor(m, "model.embed_tokens.weight");
+    WTensor *h = &m->t[m->n++];
+    *h = *e;
+    snprintf(h->name, sizeof(h->name), "lm_head.weight");
+    h->data = malloc(e->nbytes);
+    memcpy(h->data, e->data, e->nbytes);
+    const char *dir = write_model("tied-head", m);
+    free_tensors(m);
+    free(m);
+    rlModelConfig cfg;
+    checkpoint_close(open_ok(dir, &cfg));
+}
+
+/* hd128 with one tensor edited by fn, expected to fail with phrase. */
+static void expect_tensor_error(const char *name, void (*fn)(WModel *), const char *phrase) {
+    WModel *m = calloc(1, sizeof(*m));
+    read_fixture(HD128, "model.safetensors", m);
+    fn(m);
+    const char *dir = write_model(name, m);
+    free_tensors(m);
+    free(m);
+    expect_open_error(dir, phrase);
+}
+
+static void rename_norm(WModel *m) {
+    snprintf(find_tensor(m, "model.norm.weight")->name, 128, "model.final_norm.weight");
+}
+static void transpose_k(WModel *m) {
+    WTensor *t = find_tensor(m, "model.layers.0.self_attn.k_proj.weight");
+    int64_t r = t->shape[0];
+    t->shape[0] = t->shape[1];
+    t->shape[1] = r;
+}
+static void add_layer_tensor(WModel *m) {
+    WTensor *t = &m->t[m->n++];
+    *t = *find_tensor(m, "model.norm.weight");
+    snprintf(t->name, sizeof(t->name), "model.layers.2.input_layernorm.weight");
+    t->data = malloc(t->nbytes);
+    memset(t->data, 0, t->nbytes);
+}
+static void norm_to_fp32(WModel *m) {
+    WTensor *t = find_tensor(m, "model.norm.weight");
+    unsigned char *f = calloc(t->nbytes / 2, 4);
+    free(t->data);
+    t->data = f;
+    t->nbytes *= 2;
+    snprintf(t->dtype, sizeof(t->dtype), "F32");
+}
+static void norm_to_i16(WModel *m) {
+    snprintf(find_tensor(m, "model.norm.weight")->dtype, 8, "I16");
+}
+
+static void test_tensor_renamed(void **state) {
+    (void)state;
+    expect_tensor_error("renamed", rename_norm, "tensor \"model.norm.weight\" is missing");
+}
+
+static void test_tensor_wrong_shape(void **state) {
+    (void)state;
+    expect_tensor_error("shape", transpose_k,
+                        "has shape [256, 128], but config.json implies [128, 256]");
+}
+
+static void test_tensor_extra(void **state) {
+    (void)state;
+    expect_tensor_error("extra", add_layer_tensor,
+                        "holds tensor \"model.layers.2.input_layernorm.weight\", which a Qwen2 "
+                        "model with this config.json does not have");
+}
+
+static void test_mixed_dtypes(void **state) {
+    (void)state;
+    expect_tensor_error("mixed", norm_to_fp32, "mix dtypes");
+}
+
+static void test_unsupported_dtype(void **state) {
+    (void)state;
+    expect_tensor_error("i16", norm_to_i16,
+                        "tensor \"model.norm.weight\" has unsupported dtype I16");
+}
+
+/* hd128 with model.safetensors replaced by a raw header and zero data. */
+static void expect_raw_error(const char *name, const char *header, size_t data_len,
+                             const char *phrase) {
+    const char *dir = copy_model(HD128, name);
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    write_raw(path, header, data_len);
+    expect_open_error(dir, phrase);
+}
+
+static void test_corrupt_header(void **state) {
+    (void)state;
+    expect_raw_error("not-json", "{\"a\": [1, 2", 16, "corrupt safetensors header: the header is "
+                     "not valid JSON");
+    expect_raw_error("not-object", "[1, 2]", 16, "corrupt safetensors header: the header is "
+                     "not a JSON object");
+    expect_raw_error("bad-entry", "{\"x\": {\"dtype\": \"F32\", \"shape\": \"4\", "
+                     "\"data_offsets\": [0, 16]}}", 16, "lacks a string \"dtype\"");
+    expect_raw_error("bad-span", "{\"x\": {\"dtype\": \"F32\", \"shape\": [3], "
+                     "\"data_offsets\": [0, 16]}}", 16, "does not match its shape and dtype");
+    expect_raw_error("overlap", "{\"x\": {\"dtype\": \"F32\", \"shape\": [4], "
+                     "\"data_offsets\": [0, 16]}, \"y\": {\"dtype\": \"F32\", \"shape\": [4], "
+                     "\"data_offsets\": [8, 24]}}", 24, "byte ranges overlap");
+    expect_raw_error("misaligned", "{\"x\": {\"dtype\": \"F32\", \"shape\": [1], "
+                     "\"data_offsets\": [2, 6]}}", 8, "is not aligned to its 4-byte elements");
+    expect_raw_error("dup", "{\"x\": {\"dtype\": \"F32\", \"shape\": [1], "
+                     "\"data_offsets\": [0, 4]}, \"x\": {\"dtype\": \"F32\", \"shape\": [1], "
+                     "\"data_offsets\": [4, 8]}}", 8, "not valid JSON");
+
+    const char *dir = copy_model(HD128, "huge-length");
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fwrite("\xff\xff\xff\xff\xff\xff\xff\x7f", 1, 8, f);
+    assert_int_equal(fclose(f), 0);
+    expect_open_error(dir, "header length field is not plausible");
+}
+
+static void test_gguf_given(void **state) {
+    (void)state;
+    static const char gguf[] = "GGUF\x03\x00\x00\x00 not really a model";
+    /* In place of model.safetensors. */
+    const char *dir = copy_model(HD128, "gguf-inside");
+    write_bytes(dir, "model.safetensors", gguf, sizeof(gguf));
+    expect_open_error(dir, "model.safetensors is a GGUF file");
+    /* Beside the config, with no safetensors. */
+    dir = copy_model(HD128, "gguf-only");
+    remove_file(dir, "model.safetensors");
+    write_bytes(dir, "qwen2.5-0.5b-instruct-q4_k_m.gguf", gguf, sizeof(gguf));
+    expect_open_error(dir, "holds a GGUF file (qwen2.5-0.5b-instruct-q4_k_m.gguf)");
+    /* As the model path itself. */
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/qwen2.5-0.5b-instruct-q4_k_m.gguf", dir);
+    expect_open_error(path, "is a GGUF file (llama.cpp's format), not a Hugging Face model");
+    rlModelConfig cfg;
+    rlError err = {0};
+    assert_int_equal(checkpoint_read_config(path, &cfg, &err), -1);
+    assert_non_null(strstr(err.msg, "GGUF"));
+}
+
+static void test_pytorch_given(void **state) {
+    (void)state;
+    const char *dir = copy_model(HD128, "torch-only");
+    remove_file(dir, "model.safetensors");
+    write_text(dir, "pytorch_model.bin", "PK\x03\x04 archive");
+    expect_open_error(dir, "holds PyTorch weights (pytorch_model.bin)");
+    dir = copy_model(HD128, "torch-inside");
+    write_text(dir, "model.safetensors", "PK\x03\x04 archive");
+    expect_open_error(dir, "is a PyTorch checkpoint (torch.save zip archive)");
+}
+
+static void test_no_weights(void **state) {
+    (void)state;
+    const char *dir = copy_model(HD128, "no-weights");
+    remove_file(dir, "model.safetensors");
+    expect_open_error(dir, "has a config.json but no weights");
+    dir = copy_model(GQA3, "no-index");
+    remove_file(dir, "model.safetensors.index.json");
+    expect_open_error(dir, "no model.safetensors.index.json");
+}
+
+static void test_index_mismatch(void **state) {
+    (void)state;
+    const char *dir = copy_model(GQA3, "index-wrong");
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    json_object_set_new(json_object_get(root, "weight_map"), "model.norm.weight",
+                        json_string(SHARD1));
+    assert_int_equal(json_dump_file(root, path, 0), 0);
+    json_decref(root);
+    expect_open_error(dir, "places tensor \"model.norm.weight\" in " SHARD1
+                      ", but another shard holds it");
+}
+
+static void test_not_a_directory(void **state) {
+    (void)state;
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/model.safetensors", fixture(HD128));
+    expect_open_error(path, "is a file, not a model directory");
+}
+
+/* Runs as nobody in a child (tests run as root, who may read anything). */
+static void expect_error_as_nobody(const char *dir, const char *phrase) {
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setgid(65534) || setuid(65534)) _exit(2);
+        rlError err = {0};
+        rlModelConfig cfg;
+        rlCheckpoint *c = checkpoint_open(dir, &cfg, &err);
+        if (c) _exit(3);
+        if (err.code != RL_EMODEL || !strstr(err.msg, phrase)) {
+            fprintf(stderr, "expected \"%s\" in: %s\n", phrase, err.msg);
+            _exit(4);
+        }
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_unreadable(void **state) {
+    (void)state;
+    if (getuid() != 0) skip();  /* setuid needs root */
+    assert_int_equal(chmod(g_tmp, 0755), 0);
+    const char *dir = copy_model(HD128, "unreadable-dir");
+    assert_int_equal(chmod(dir, 0700), 0);
+    expect_error_as_nobody(dir, "cannot be read: permission denied");
+    assert_int_equal(chmod(g_tmp, 0700), 0);
+    expect_error_as_nobody(dir, "cannot be reached: permission denied");
+    assert_int_equal(chmod(g_tmp, 0755), 0);
+    dir = copy_model(HD128, "unreadable-file");
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    assert_int_equal(chmod(path, 0600), 0);
+    expect_error_as_nobody(dir, "model.safetensors cannot be read: permission denied");
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    assert_int_equal(chmod(path, 0600), 0);
+    expect_error_as_nobody(dir, "config.json cannot be read: permission denied");
+}
+
+static void test_config_values(void **state) {
+    (void)state;
+    expect_config_error("no-hidden", "hidden_size", NULL, "has no \"hidden_size\"");
+    expect_config_error("zero-layers", "num_hidden_layers", json_integer(0),
+                        "\"num_hidden_layers\" must be an integer between 1");
+    expect_config_error("str-heads", "num_attention_heads", json_string("2"),
+                        "\"num_attention_heads\" must be an integer");
+    expect_config_error("kv3", "num_key_value_heads", json_integer(3),
+                        "is not a multiple of num_key_value_heads");
+    expect_config_error("odd-hd", "head_dim", json_integer(127), "rotary embeddings need");
+    expect_config_error("eps", "rms_norm_eps", json_real(-1), "\"rms_norm_eps\" must be a "
+                        "positive number");
+    expect_config_error("gelu", "hidden_act", json_string("gelu"), "hidden_act \"gelu\" is "
+                        "unsupported");
+    expect_config_error("yarn", "rope_scaling",
+                        json_pack("{s:s, s:f}", "type", "yarn", "factor", 4.0),
+                        "rope_scaling of type \"yarn\" is unsupported");
+    const char *dir = copy_model(HD128, "sliding");
+    edit_json(dir, "config.json", "sliding_window", json_integer(1024));
+    edit_json(dir, "config.json", "max_window_layers", json_integer(1));
+    edit_json(dir, "config.json", "use_sliding_window", json_true());
+    expect_open_error(dir, "sliding-window attention is enabled");
+    expect_config_error("layer-types", "layer_types",
+                        json_pack("[s, s]", "full_attention", "sliding_attention"),
+                        "sliding-window attention is enabled");
+    expect_config_error("tie", "tie_word_embeddings", json_string("yes"),
+                        "\"tie_word_embeddings\" must be true or false");
+    expect_config_error("int8", "torch_dtype", json_string("int8"),
+                        "torch_dtype \"int8\" is unsupported");
+    expect_config_error("arch", "architectures", json_pack("[s]", "Qwen2ForSequenceClassification"),
+                        "architecture Qwen2ForSequenceClassification is not supported");
+    expect_config_error("no-type", "model_type", NULL, "has no \"model_type\" string");
+    expect_config_error("moe", "model_type", json_string("qwen2_moe"),
+                        "model_type \"qwen2_moe\" is not supported");
+}
+
+static void test_config_variants(void **state) {
+    (void)state;
+    /* Defaults, an explicit head_dim, EOS lists, a sliding window that no layer uses. */
+    const char *dir = copy_model(HD128, "variants");
+    edit_json(dir, "config.json", "rope_theta", NULL);
+    edit_json(dir, "config.json", "rms_norm_eps", NULL);
+    edit_json(dir, "config.json", "tie_word_embeddings", NULL);
+    edit_json(dir, "config.json", "head_dim", json_integer(64));
+    edit_json(dir, "config.json", "sliding_window", json_integer(4096));
+    edit_json(dir, "config.json", "use_sliding_window", json_true());
+    edit_json(dir, "config.json", "max_window_layers", json_integer(2));
+    edit_json(dir, "generation_config.json", "eos_token_id", json_pack("[i, i]", 2002, 2000));
+    rlModelConfig cfg;
+    rlError err = {0};
+    if (checkpoint_read_config(dir, &cfg, &err)) fail_msg("%s", err.msg);
+    assert_true(cfg.rope_theta == 10000.0);
+    assert_true(cfg.rms_norm_eps == 1e-6);
+    assert_int_equal(cfg.tie_word_embeddings, 0);
+    assert_int_equal(cfg.head_dim, 64);
+    assert_int_equal(cfg.n_eos, 2);
+    assert_int_equal(cfg.eos_ids[1], 2000);
+
+    /* transformers 5 spells the rope and dtype keys differently. */
+    edit_json(dir, "config.json", "rope_parameters",
+              json_pack("{s:s, s:f}", "rope_type", "default", "rope_theta", 500000.0));
+    edit_json(dir, "config.json", "torch_dtype", NULL);
+    edit_json(dir, "config.json", "dtype", json_string("float16"));
+    if (checkpoint_read_config(dir, &cfg, &err)) fail_msg("%s", err.msg);
+    assert_true(cfg.rope_theta == 500000.0);
+    assert_int_equal(cfg.torch_dtype, RL_F16);
+
+    /* Without generation_config.json the config's own EOS id is used. */
+    remove_file(dir, "generation_config.json");
+    edit_json(dir, "config.json", "eos_token_id", json_integer(7));
+    edit_json(dir, "config.json", "bos_token_id", json_null());
+    if (checkpoint_read_config(dir, &cfg, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(cfg.n_eos, 1);
+    assert_int_equal(cfg.eos_ids[0], 7);
+    assert_int_equal(cfg.bos_id, -1);
+
+    /* A damaged generation_config.json is reported, not skipped. */
+    write_text(dir, "generation_config.json", "{\"eos_token_id\": [");
+    assert_int_equal(checkpoint_read_config(dir, &cfg, &err), -1);
+    assert_non_null(strstr(err.msg, "generation_config.json is not valid JSON"));
+}
+
+/* Random damage to a small file's header and length field: every open
+ * either succeeds or fails with RL_EMODEL, never reads out of bounds (run
+ * under ASan by `make test-asan`). */
+static void test_header_mutations(void **state) {
+    (void)state;
+    WModel *m = calloc(1, sizeof(*m));
+    read_fixture(GQA3, SHARD2, m);
+    WModel *small = calloc(1, sizeof(*small));
+    for (int i = 0; i < m->n && small->n < 6; i++)
+        if (m->t[i].ndim == 1) small->t[small->n++] = m->t[i];
+    char path[2048];
+    snprintf(path, sizeof(path), "%s/mutant.safetensors", g_tmp);
+    write_tensors(path, small, 0, small->n);
+    free(small);
+    free_tensors(m);
+    free(m);
+
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static unsigned char good[16384], bad[16384];
+    size_t len = fread(good, 1, sizeof(good), f);
+    fclose(f);
+    assert_true(len > 64 && len < sizeof(good));
+    size_t hlen = good[0] | (size_t)good[1] << 8;
+
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    int opened = 0;
+    for (int iter = 0; iter < 1500; iter++) {
+        memcpy(bad, good, len);
+        size_t n = len;
+        int edits = 1 + iter % 4;
+        for (int e = 0; e < edits; e++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            size_t at = iter % 10 == 0 ? x % 8 : 8 + (x >> 8) % hlen;
+            bad[at] = (unsigned char)(x >> 40);
+        }
+        if (iter % 7 == 0) n = 8 + (x >> 20) % (len - 8);  /* also cut it short */
+        FILE *o = fopen(path, "wb");
+        assert_non_null(o);
+        assert_int_equal(fwrite(bad, 1, n, o), n);
+        assert_int_equal(fclose(o), 0);
+        rlSafetensors st;
+        rlError err = {0};
+        if (safetensors_open(&st, path, &err) == 0) {
+            for (int i = 0; i < st.n_tensors; i++) {
+                const unsigned char *p = st.tensors[i].data;
+                assert_true(p >= (const unsigned char *)st.map);
+                assert_true(p + st.tensors[i].nbytes <= (const unsigned char *)st.map + n);
+            }
+            safetensors_close(&st);
+            opened++;
+        } else {
+            assert_int_equal(err.code, RL_EMODEL);
+        }
+    }
+    assert_true(opened < 1500);
 }
 
 int main(void) {
@@ -291,6 +929,24 @@ int main(void) {
         cmocka_unit_test(test_config_not_qwen2),
         cmocka_unit_test(test_shard_missing),
         cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_one_file_vs_sharded),
+        cmocka_unit_test(test_fp32_checkpoint),
+        cmocka_unit_test(test_tied_with_stored_head),
+        cmocka_unit_test(test_tensor_renamed),
+        cmocka_unit_test(test_tensor_wrong_shape),
+        cmocka_unit_test(test_tensor_extra),
+        cmocka_unit_test(test_mixed_dtypes),
+        cmocka_unit_test(test_unsupported_dtype),
+        cmocka_unit_test(test_corrupt_header),
+        cmocka_unit_test(test_header_mutations),
+        cmocka_unit_test(test_gguf_given),
+        cmocka_unit_test(test_pytorch_given),
+        cmocka_unit_test(test_no_weights),
+        cmocka_unit_test(test_index_mismatch),
+        cmocka_unit_test(test_not_a_directory),
+        cmocka_unit_test(test_unreadable),
+        cmocka_unit_test(test_config_values),
+        cmocka_unit_test(test_config_variants),
     };
     return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
 }

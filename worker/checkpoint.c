@@ -56,21 +56,24 @@ static int ck_has_suffix(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* A file given where a directory or config was expected: say what it is. */
-static int ck_explain_file(const char *path, rlError *err) {
+static int ck_is_gguf(const char *path) {
     unsigned char magic[4] = {0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t got = read(fd, magic, sizeof(magic));
-        close(fd);
-        if (got == 4 && memcmp(magic, "GGUF", 4) == 0)
-            return rl_error(err, RL_EMODEL,
-                            "%s is a GGUF file (llama.cpp's format), not a Hugging Face model "
-                            "directory. redlm loads Hugging Face checkpoints: download the "
-                            "model's original repository instead of a -GGUF one, e.g. "
-                            "`huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct --local-dir "
-                            "DIR`, and pass DIR.", path);
-    }
+    if (fd < 0) return 0;
+    ssize_t got = read(fd, magic, sizeof(magic));
+    close(fd);
+    return got == 4 && memcmp(magic, "GGUF", 4) == 0;
+}
+
+/* A file given where a directory or config was expected: say what it is. */
+static int ck_explain_file(const char *path, rlError *err) {
+    if (ck_is_gguf(path))
+        return rl_error(err, RL_EMODEL,
+                        "%s is a GGUF file (llama.cpp's format), not a Hugging Face model "
+                        "directory. redlm loads Hugging Face checkpoints: download the "
+                        "model's original repository instead of a -GGUF one, e.g. "
+                        "`huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct --local-dir "
+                        "DIR`, and pass DIR.", path);
     return rl_error(err, RL_EMODEL,
                     "%s is a file, not a model directory. Pass the directory that holds "
                     "config.json and the *.safetensors files.", path);
@@ -108,15 +111,14 @@ static int ck_check_dir(const char *dir, rlError *err) {
 
 int checkpoint_read_config(const char *path, rlModelConfig *cfg, rlError *err) {
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
-        unsigned char magic[4] = {0};
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t got = fd >= 0 ? read(fd, magic, sizeof(magic)) : 0;
-        if (fd >= 0) close(fd);
-        if (got == 4 && memcmp(magic, "GGUF", 4) == 0) return ck_explain_file(path, err);
-        return modelcfg_load(path, cfg, err);
+    int found = stat(path, &sb) == 0;
+    if (found && S_ISDIR(sb.st_mode)) {
+        if (ck_check_dir(path, err)) return -1;
+    } else if (found && ck_is_gguf(path)) {
+        return ck_explain_file(path, err);
+    } else if (!found && !ck_has_suffix(path, ".json")) {
+        return ck_check_dir(path, err);  /* explains the missing directory */
     }
-    if (ck_check_dir(path, err)) return -1;
     return modelcfg_load(path, cfg, err);
 }
 
@@ -129,8 +131,9 @@ static int ck_explain_no_weights(const char *dir, rlError *err) {
         const char *n = de->d_name;
         if (!gguf[0] && ck_has_suffix(n, ".gguf"))
             snprintf(gguf, sizeof(gguf), "%s", n);
-        else if (!torch[0] && (ck_has_suffix(n, ".bin") || ck_has_suffix(n, ".pt") ||
-                               ck_has_suffix(n, ".pth")))
+        else if (!torch[0] && ((strncmp(n, "pytorch_model", 13) == 0 &&
+                                ck_has_suffix(n, ".bin")) ||
+                               ck_has_suffix(n, ".pt") || ck_has_suffix(n, ".pth")))
             snprintf(torch, sizeof(torch), "%s", n);
         else if (!shard[0] && ck_has_suffix(n, ".safetensors"))
             snprintf(shard, sizeof(shard), "%s", n);
@@ -355,11 +358,12 @@ rlCheckpoint *checkpoint_open(const char *dir, rlModelConfig *cfg, rlError *err)
     json_t *map = NULL;
     char path[RL_CK_PATH];
     int rc = modelcfg_load(dir, &c->cfg, err);
-    if (rc == 0) rc = ck_join(path, dir, RL_CK_INDEX, err);
+    /* As transformers does: one file wins over an index. */
+    if (rc == 0) rc = ck_join(path, dir, RL_CK_SINGLE, err);
     if (rc == 0) {
-        if (ck_exists(path)) rc = ck_read_index(c, path, &map, err);
-        else if (ck_join(path, dir, RL_CK_SINGLE, err) == 0 && ck_exists(path))
-            rc = ck_add_file(c, RL_CK_SINGLE, err);
+        if (ck_exists(path)) rc = ck_add_file(c, RL_CK_SINGLE, err);
+        else if (ck_join(path, dir, RL_CK_INDEX, err) == 0 && ck_exists(path))
+            rc = ck_read_index(c, path, &map, err);
         else rc = ck_explain_no_weights(dir, err);
     }
     if (rc == 0) rc = ck_open_files(c, err);

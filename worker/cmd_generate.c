@@ -67,6 +67,11 @@ static void gen_write_ready(genRun *g) {
 
 static void gen_put(genRun *g, int line, int index, json_t *ev) {
     genLine *l = &g->lines[line];
+    if (!l->events && !(l->events = calloc((size_t)l->n, sizeof(json_t *)))) {
+        json_decref(ev);
+        g->failed = 1;
+        return;
+    }
     if (!ev) ev = json_pack("{s:s, s:{s:s, s:s}}", "event", "error", "error", "code",
                             "internal", "message", "out of memory building the result");
     l->events[index] = ev;
@@ -81,7 +86,7 @@ static void gen_output(void *ctx, const rlOutput *out) {
     genLine *l = &g->lines[line];
     if (out->kind == RL_OUT_ERROR) {
         /* An error answers the whole request, whatever its n. */
-        for (int i = 0; i < l->n; i++) json_decref(l->events[i]), l->events[i] = NULL;
+        for (int i = 0; l->events && i < l->n; i++) json_decref(l->events[i]), l->events[i] = NULL;
         l->n = 1;
         l->got = 0;
         gen_put(g, line, 0, rl_output_event(out, 0));
@@ -209,8 +214,6 @@ static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *
     r->stream = 0;              /* one result with everything per sample */
     r->user = (void *)(intptr_t)i;
     g->lines[i].n = r->n;
-    if (!(g->lines[i].events = calloc((size_t)r->n, sizeof(json_t *))))
-        return rl_error(err, RL_EINTERNAL, "out of memory");
     return engine_add(e, r, err);
 }
 

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "engine_flags.h"
 #include "serve.h"
+#include "startup.h"
 
 static void worker_usage(FILE *f) {
     fprintf(f,
@@ -23,7 +24,8 @@ static void worker_usage(FILE *f) {
             "  --reply-ttl S           reply stream expiry in seconds (default 86400)\n"
             "  --drain-timeout S       on SIGTERM, finish running jobs for up to S s (default 30)\n"
             "  --max-backlog BYTES     unwritten replies kept while Redis is away (default 256MiB)\n"
-            "  --metrics-port N        serve Prometheus metrics on http://0.0.0.0:N/metrics\n\n"
+            "  --metrics-port N        serve Prometheus metrics on http://0.0.0.0:N/metrics\n"
+            "  --redis-wait S          at start, wait up to S s for Redis, then exit 8 (default 10)\n\n"
             "engine:\n"
             "  --model DIR             Hugging Face model directory\n%s",
             engine_flags_help);
@@ -46,6 +48,7 @@ int cmd_worker(int argc, char **argv) {
     rlServeOptions so;
     serve_options_init(&so);
     const char *url = NULL;
+    int redis_wait = 10;
     char consumer[300];
     rlError err = {0};
     for (int i = 1; i < argc; i++) {
@@ -91,6 +94,9 @@ int cmd_worker(int argc, char **argv) {
         } else if (!strcmp(a, "--max-backlog")) {
             if (worker_int(a, v, 1 << 20, 1L << 40, &x)) return RL_EUSAGE;
             so.max_backlog = (size_t)x;
+        } else if (!strcmp(a, "--redis-wait")) {
+            if (worker_int(a, v, 0, 3600, &x)) return RL_EUSAGE;
+            redis_wait = (int)x;
         } else if (!strcmp(a, "--metrics-port")) {
             if (worker_int(a, v, 1, 65535, &x)) return RL_EUSAGE;
             so.metrics_port = (int)x;
@@ -105,7 +111,8 @@ int cmd_worker(int argc, char **argv) {
         worker_usage(stderr);
         return RL_EUSAGE;
     }
-    if (redis_url_parse(url, &so.url, &err)) {
+    /* Before the weights: an unreachable Redis is found in seconds, not after loading. */
+    if (redis_url_parse(url, &so.url, &err) || startup_wait_redis(&so.url, redis_wait, &err)) {
         fprintf(stderr, "redlm worker: %s\n", err.msg);
         return err.code;
     }

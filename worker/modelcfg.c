@@ -170,8 +170,9 @@ static int modelcfg_check_features(json_t *root, const char *path, int num_layer
         if (json_is_object(rs) && (!t || strcmp(t, "default") == 0)) continue;
         return rl_error(err, RL_EMODEL,
                         "%s: %s of type \"%s\" is unsupported: redlm implements plain rotary "
-                        "embeddings only. Remove \"%s\" from config.json to run the model at its "
-                        "native context length (max_position_embeddings).",
+                        "embeddings only. Set its \"rope_type\" to \"default\" (or \"%s\" to "
+                        "null) in config.json to run the model at its native context length "
+                        "(max_position_embeddings).",
                         path, rope_keys[k], t ? t : "?", rope_keys[k]);
     }
 
@@ -310,6 +311,11 @@ int modelcfg_load(const char *path, rlModelConfig *cfg, rlError *err) {
                             "directory. Download the whole model repository (config.json, "
                             "generation_config.json, *.safetensors), e.g. `huggingface-cli "
                             "download Qwen/Qwen2.5-0.5B-Instruct --local-dir DIR`.", path);
+        if (missing)
+            return rl_error(err, RL_EMODEL,
+                            "%s does not exist. Pass a model directory, or a config.json for "
+                            "--load-format dummy (e.g. tests/fixtures/configs/qwen2.5-0.5b.json).",
+                            path);
         return -1;
     }
     int rc = modelcfg_parse(root, cfg_path, cfg, err);

@@ -29,6 +29,10 @@ typedef struct rlRanksOptions {
     int n_blocks;               /* KV blocks per rank (every rank holds every block's slice) */
     int max_tokens;             /* most new tokens in one step */
     int max_rows;               /* most logit rows in one step */
+    int micro_batches;          /* pipeline micro-batches per step, 0 = automatic */
+    double nccl_timeout_s;      /* CUDA ranks: a hung NCCL init or collective ends the
+                                 * process after this long, 0 = 600 s */
+    int quiet;                  /* 0: print each rank's share of the model at open */
 } rlRanksOptions;
 
 typedef struct rlRanks rlRanks;
@@ -36,6 +40,14 @@ typedef struct rlRanks rlRanks;
 rlRanks *ranks_open(const rlRanksOptions *o, rlError *err);
 /* One step over all ranks; fills out[0 .. b->n_rows). */
 int ranks_forward(rlRanks *r, const rlBatch *b, rlRowResult *out, rlError *err);
+
+/* The same step without waiting, so a pipeline holds several steps (of
+ * disjoint sequences) at once and no stage idles between them: submit returns
+ * a ticket; b's arrays and out must stay untouched until ranks_wait on that
+ * ticket (or a later one) returns.  Steps complete in submission order.
+ * ranks_forward is submit + wait. */
+int ranks_submit(rlRanks *r, const rlBatch *b, rlRowResult *out, uint64_t *ticket, rlError *err);
+int ranks_wait(rlRanks *r, uint64_t ticket, rlError *err);
 void ranks_close(rlRanks *r);
 
 #endif

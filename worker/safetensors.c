@@ -55,9 +55,11 @@ static int st_parse_dtype(const char *s, rlDtype *out) {
     return 0;
 }
 
-/* Fills t from one header entry; data_len bounds the offsets. */
+/* Fills t from one header entry.  An entry reaching past data_len only
+ * raises *data_end, so a truncated file is reported with its full extent. */
 static int st_parse_entry(rlSafetensors *st, rlStTensor *t, const char *name, json_t *e,
-                          const unsigned char *data, size_t data_len, rlError *err) {
+                          const unsigned char *data, size_t data_len, uint64_t *data_end,
+                          rlError *err) {
     const char *path = st->path;
     json_t *dtype = json_object_get(e, "dtype");
     json_t *shape = json_object_get(e, "shape");
@@ -94,16 +96,18 @@ static int st_parse_entry(rlSafetensors *st, rlStTensor *t, const char *name, js
     uint64_t begin = (uint64_t)json_integer_value(b), end = (uint64_t)json_integer_value(en);
     if (end - begin != count * rl_dtype_size(t->dtype))
         return st_corrupt(err, path, "a byte range does not match its shape and dtype", name);
-    if (end > data_len)
+    if (end > *data_end) *data_end = end;
+    if (end > data_len) return 0;  /* truncated: reported once all entries are read */
+    /* The mapping is page-aligned; HF writers pad the header so every
+     * tensor is aligned too, which lets readers use typed pointers. */
+    if ((uintptr_t)(data + begin) % rl_dtype_size(t->dtype) != 0)
         return rl_error(err, RL_EMODEL,
-                        "%s is truncated: its header places tensor \"%s\" up to byte %llu of the "
-                        "data, but the file holds only %zu bytes of data. This is usually an "
-                        "interrupted download. " RL_ST_REDOWNLOAD,
-                        path, name, (unsigned long long)end, data_len);
+                        "%s: tensor \"%s\" is not aligned to its %zu-byte elements in the file "
+                        "(an unpadded header, from a non-standard writer). Re-save the checkpoint "
+                        "with transformers' save_pretrained(OUT, safe_serialization=True).",
+                        path, name, rl_dtype_size(t->dtype));
     t->data = data + begin;
     t->nbytes = (size_t)(end - begin);
-    t->name = strdup(name);
-    if (!t->name) return rl_error(err, RL_EMEMORY, "out of memory reading %s", path);
     return 0;
 }
 
@@ -166,14 +170,27 @@ static int st_parse_header(rlSafetensors *st, const unsigned char *p, size_t len
     const char *name;
     json_t *e;
     int rc = 0;
+    uint64_t data_end = 0;
     json_object_foreach(root, name, e) {
         if (strcmp(name, "__metadata__") == 0) continue;
-        rc = st_parse_entry(st, &st->tensors[st->n_tensors], name, e, data, data_len, err);
+        rlStTensor *t = &st->tensors[st->n_tensors];
+        rc = st_parse_entry(st, t, name, e, data, data_len, &data_end, err);
         if (rc) break;
+        if (!(t->name = strdup(name))) {
+            rc = rl_error(err, RL_EMEMORY, "out of memory reading %s", st->path);
+            break;
+        }
         st->n_tensors++;
     }
     json_decref(root);
     if (rc) return rc;
+    if (data_end > data_len)
+        return rl_error(err, RL_EMODEL,
+                        "%s is truncated: it is %zu bytes long but its header describes "
+                        "%llu bytes (%llu missing). This is usually an interrupted download. "
+                        RL_ST_REDOWNLOAD, st->path, len,
+                        (unsigned long long)(8 + hlen + data_end),
+                        (unsigned long long)(data_end - data_len));
     qsort(st->tensors, (size_t)st->n_tensors, sizeof(*st->tensors), st_cmp_name);
     return st_check_overlap(st, err);
 }
@@ -199,15 +216,7 @@ int safetensors_open(rlSafetensors *st, const char *path, rlError *err) {
                         "was expected.", path);
     }
     size_t len = (size_t)sb.st_size;
-    if (len < 8) {
-        close(fd);
-        safetensors_close(st);
-        return rl_error(err, RL_EMODEL,
-                        "%s is truncated: it is %zu bytes long, too short even for a "
-                        "safetensors header. This is usually an interrupted download. "
-                        RL_ST_REDOWNLOAD, path, len);
-    }
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     int map_errno = errno;
     close(fd);
     if (map == MAP_FAILED) {
@@ -217,7 +226,18 @@ int safetensors_open(rlSafetensors *st, const char *path, rlError *err) {
     }
     st->map = map;
     st->map_len = len;
-    if (st_check_magic(map, len, path, err) || st_parse_header(st, map, len, err)) {
+    if (st_check_magic(map, len, path, err)) {
+        safetensors_close(st);
+        return -1;
+    }
+    if (len < 8) {
+        safetensors_close(st);
+        return rl_error(err, RL_EMODEL,
+                        "%s is truncated: it is %zu bytes long, too short even for a "
+                        "safetensors header. This is usually an interrupted download. "
+                        RL_ST_REDOWNLOAD, path, len);
+    }
+    if (st_parse_header(st, map, len, err)) {
         safetensors_close(st);
         return -1;
     }

@@ -21,7 +21,7 @@ typedef struct rlStTensor {
     rlDtype dtype;
     int ndim;
     int64_t shape[RL_ST_MAX_DIMS];
-    const void *data;      /* inside the mapping */
+    const void *data;      /* inside the mapping, aligned to the element size */
     size_t nbytes;
 } rlStTensor;
 

@@ -36,6 +36,11 @@ int tokenizer_decode(const rlTokenizer *t, const int32_t *ids, int n_ids, char *
  * <|im_start|>assistant\n.  *text is malloc'd. */
 int tokenizer_render_chat(const rlMessage *msgs, int n_msgs, char **text, rlError *err);
 
+/* Fill r->prompt_ids from r->prompt (encoded as is) or r->messages
+ * (rendered as ChatML, then encoded); a request that already has ids is
+ * left alone, one with no prompt form at all is an RL_EINPUT error. */
+int tokenizer_prompt_ids(const rlTokenizer *t, rlRequest *r, rlError *err);
+
 /* Incremental detokenizer for one generated sequence.  Emits only complete
  * UTF-8; the concatenation of everything emitted equals the full decode of
  * the pushed ids (minus a stop string and what follows it).  Text that could

@@ -82,6 +82,24 @@ void cpu_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *s
     }
 }
 
+/* Eight partial sums the compiler can keep in one vector register: a plain
+ * float reduction may not be reordered, so it would stay scalar. */
+static float attn_dot(const float *a, const float *b, int n) {
+    float part[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) part[l] += a[i + l] * b[i + l];
+    float dot = 0;
+    for (; i < n; i++) dot += a[i] * b[i];
+    for (int l = 0; l < 8; l++) dot += part[l];
+    return dot;
+}
+
+/* acc += w * v; restrict lets the compiler vectorise without alias checks. */
+static void attn_axpy(float *restrict acc, const float *restrict v, float w, int n) {
+    for (int i = 0; i < n; i++) acc[i] += w * v[i];
+}
+
 /* Queries of one sequence are cut into chunks so a long prompt spreads over
  * the threads as well as many short sequences do. */
 #define ATTN_CHUNK 16
@@ -129,9 +147,7 @@ static void attn_item(void *ctx, int item) {
         for (int p = 0; p < n; p++) {
             size_t slot = (size_t)bt[p / bs] * bs + p % bs;
             const float *k = j->kc + slot * kv_row + (size_t)kvh * hd;
-            float dot = 0;
-            for (int i = 0; i < hd; i++) dot += q[i] * k[i];
-            score[p] = dot * scale;
+            score[p] = attn_dot(q, k, hd) * scale;
             if (score[p] > max) max = score[p];
         }
         float sum = 0;
@@ -140,8 +156,7 @@ static void attn_item(void *ctx, int item) {
         for (int p = 0; p < n; p++) {
             size_t slot = (size_t)bt[p / bs] * bs + p % bs;
             const float *v = j->vc + slot * kv_row + (size_t)kvh * hd;
-            float w = score[p];
-            for (int i = 0; i < hd; i++) acc[i] += w * v[i];
+            attn_axpy(acc, v, score[p], hd);
         }
         float *o = j->out + (size_t)t * s->n_q * hd + (size_t)h * hd;
         for (int i = 0; i < hd; i++) o[i] = acc[i] / sum;

@@ -191,21 +191,9 @@ static void cpu_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out
     }
 }
 
-/* One row is a matrix-vector product: gemv streams the weights once and is
- * what batch-1 decode lives on; larger batches go to sgemm. */
 static void cpu_matmul_f32(rlBackend *be, float *out, const void *in, const void *w, int rows,
                            int n, int k) {
-    (void)be;
-    if (rows <= 0 || n <= 0) return;
-    if (k <= 0) {
-        memset(out, 0, (size_t)rows * n * sizeof(float));
-        return;
-    }
-    if (rows == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, in, 1, 0.0f, out, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, k, 1.0f, in, k, w, k,
-                    0.0f, out, n);
+    cpu_matmul_rows(cpu_of(be), out, in, w, rows, n, k);
 }
 
 static void cpu_matmul(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
@@ -243,12 +231,34 @@ static void cpu_add(rlBackend *be, void *a, const void *b, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+typedef struct copyJob {
+    char *dst;
+    const char *src;
+    size_t dst_pitch, src_pitch, width, part;
+    int rows;
+} copyJob;
+
+/* Item i copies bytes [i * part, (i + 1) * part) of every row. */
+static void copy_item(void *ctx, int i) {
+    copyJob *j = ctx;
+    size_t off = (size_t)i * j->part;
+    if (off >= j->width) return;
+    size_t n = j->width - off < j->part ? j->width - off : j->part;
+    for (int r = 0; r < j->rows; r++)
+        memcpy(j->dst + (size_t)r * j->dst_pitch + off, j->src + (size_t)r * j->src_pitch + off,
+               n);
+}
+
+/* Large copies are split over the pool: one core alone cannot saturate the
+ * memory bus, and `redlm bench` measures the bandwidth floor with this op. */
 static void cpu_copy2d(rlBackend *be, void *dst, size_t dst_pitch, const void *src,
                        size_t src_pitch, size_t width, int rows) {
-    (void)be;
-    for (int r = 0; r < rows; r++)
-        memcpy((char *)dst + (size_t)r * dst_pitch, (const char *)src + (size_t)r * src_pitch,
-               width);
+    cpuPool *pool = cpu_of(be)->pool;
+    copyJob j = {.dst = dst, .src = src, .dst_pitch = dst_pitch, .src_pitch = src_pitch,
+                 .width = width, .rows = rows};
+    int parts = width * (size_t)rows >= (1 << 20) ? cpu_pool_threads(pool) : 1;
+    j.part = ((width + (size_t)parts - 1) / (size_t)parts + 63) / 64 * 64;
+    cpu_pool_run(pool, parts, copy_item, &j);
 }
 
 static int cpu_sync(rlBackend *be, rlError *err) {

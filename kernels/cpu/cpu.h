@@ -36,6 +36,9 @@ static inline float *cpu_v(cpuBackend *c, int layer) {
 void cpu_fail(cpuBackend *c, rlErrorCode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* out[rows, n] = in[rows, k] . w[n, k]^T (matmul.c) */
+void cpu_matmul_rows(cpuBackend *c, float *out, const float *in, const float *w, int rows, int n,
+                     int k);
 void cpu_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *s);
 void cpu_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
 int cpu_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err);

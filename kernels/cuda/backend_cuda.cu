@@ -1,0 +1,355 @@
+/* backend_cuda.cu: the CUDA backend's life cycle, memory and step staging.
+ *
+ * Creates the device context (with one clear message per way it can fail),
+ * moves tensors on and off the device, owns the KV cache, stages each step's
+ * batch in one pinned transfer, and turns the first recorded failure into the
+ * rlError that sync() returns.  The math lives in the sibling .cu files. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+int cuda_check(rlCuda *c, cudaError_t e, const char *op) {
+    if (e == cudaSuccess) return 0;
+    if (c->err.code == RL_OK) {
+        rlErrorCode code = e == cudaErrorMemoryAllocation ? RL_EMEMORY : RL_EDEVICE;
+        rl_error(&c->err, code,
+                 "CUDA backend, device %d, in %s: %s (%s). The GPU work of this step is lost; "
+                 "if this repeats, run `compute-sanitizer build/redlm ...` or check `nvidia-smi` "
+                 "for a failing or busy device.",
+                 c->device, op, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    return -1;
+}
+
+void cuda_fail(rlCuda *c, rlErrorCode code, const char *fmt, ...) {
+    if (c->err.code != RL_OK) return;
+    char msg[RL_ERROR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    rl_error(&c->err, code, "CUDA backend, device %d: %s", c->device, msg);
+}
+
+int cuda_scratch(rlCuda *c, size_t bytes, const char *op) {
+    if (bytes <= c->scratch_cap) return 0;
+    /* Growing replaces a buffer queued work may still read: wait for it. */
+    if (cuda_check(c, cudaStreamSynchronize(c->stream), op)) return -1;
+    cudaFree(c->scratch);
+    c->scratch = NULL;
+    c->scratch_cap = 0;
+    size_t cap = bytes + bytes / 4;
+    if (cuda_check(c, cudaMalloc(&c->scratch, cap), op)) return -1;
+    c->scratch_cap = cap;
+    return 0;
+}
+
+static void *cuda_alloc(rlBackend *be, size_t bytes, rlError *err) {
+    rlCuda *c = cuda_of(be);
+    void *p = NULL;
+    cudaSetDevice(c->device);
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        rl_error(err, RL_EMEMORY,
+                 "CUDA backend, device %d: cannot allocate %.3f GiB (%s); %.2f of %.2f GiB free. "
+                 "Use a smaller model shard (more --tp / --pp ranks), a lower --max-num-seqs or "
+                 "--max-num-batched-tokens, or free the GPU of other processes.",
+                 c->device, bytes / 1073741824.0, cudaGetErrorString(e), free_b / 1073741824.0,
+                 total_b / 1073741824.0);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free_buf(rlBackend *be, void *p) {
+    cudaSetDevice(cuda_of(be)->device);
+    cudaFree(p);
+}
+
+/* Report (and clear) a failure recorded by a synchronous call. */
+static int cuda_take_error(rlCuda *c, rlError *err) {
+    if (c->err.code == RL_OK) return 0;
+    if (err) *err = c->err;
+    c->err.code = RL_OK;
+    c->err.msg[0] = 0;
+    return -1;
+}
+
+/* Host tensors of another dtype are converted on the device, a chunk at a
+ * time, so a multi-GiB fp32 checkpoint never needs a converted host copy. */
+static int cuda_upload(rlBackend *be, void *dst, rlDtype dst_dtype, const void *src,
+                       rlDtype src_dtype, size_t n, rlError *err) {
+    rlCuda *c = cuda_of(be);
+    cudaSetDevice(c->device);
+    if (dst_dtype == src_dtype) {
+        cuda_check(c, cudaMemcpyAsync(dst, src, n * rl_dtype_size(src_dtype),
+                                      cudaMemcpyHostToDevice, c->stream), "upload");
+    } else {
+        const size_t chunk = (size_t)16 << 20;   /* elements */
+        size_t ss = rl_dtype_size(src_dtype), ds = rl_dtype_size(dst_dtype);
+        for (size_t off = 0; off < n && c->err.code == RL_OK; off += chunk) {
+            size_t m = n - off < chunk ? n - off : chunk;
+            if (cuda_scratch(c, chunk * ss, "upload")) break;
+            if (cuda_check(c, cudaMemcpyAsync(c->scratch, (const char *)src + off * ss, m * ss,
+                                              cudaMemcpyHostToDevice, c->stream), "upload"))
+                break;
+            cuda_convert(c, (char *)dst + off * ds, dst_dtype, c->scratch, src_dtype, m);
+        }
+    }
+    cuda_check(c, cudaStreamSynchronize(c->stream), "upload");
+    return cuda_take_error(c, err);
+}
+
+static int cuda_download(rlBackend *be, void *dst_host, const void *src, size_t bytes,
+                         rlError *err) {
+    rlCuda *c = cuda_of(be);
+    cudaSetDevice(c->device);
+    cuda_check(c, cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, c->stream),
+               "download");
+    cuda_check(c, cudaStreamSynchronize(c->stream), "download");
+    return cuda_take_error(c, err);
+}
+
+static int cuda_fill_random_op(rlBackend *be, void *dst, rlDtype dtype, size_t n, uint64_t seed,
+                               float scale, rlError *err) {
+    rlCuda *c = cuda_of(be);
+    cudaSetDevice(c->device);
+    cuda_fill_random(c, dst, dtype, n, seed, scale);
+    cuda_check(c, cudaStreamSynchronize(c->stream), "fill_random");
+    return cuda_take_error(c, err);
+}
+
+static int cuda_kv_init(rlBackend *be, int n_layers, int n_blocks, int block_size, int n_kv,
+                        int head_dim, rlError *err) {
+    rlCuda *c = cuda_of(be);
+    if (head_dim % 2 || head_dim > 256)
+        return rl_error(err, RL_EMODEL,
+                        "CUDA backend: head_dim %d is not supported by the attention kernels "
+                        "(even head dims up to 256 are; Qwen2 models use 64 or 128). Run this "
+                        "model with --backend cpu.", head_dim);
+    cudaSetDevice(c->device);
+    cudaFree(c->k_cache);
+    cudaFree(c->v_cache);
+    c->k_cache = c->v_cache = NULL;
+    size_t bytes = (size_t)n_layers * n_blocks * block_size * n_kv * head_dim *
+                   rl_dtype_size(be->act_dtype);
+    if (!(c->k_cache = cuda_alloc(be, bytes, err)) || !(c->v_cache = cuda_alloc(be, bytes, err)))
+        return rl_error_wrap(err, "allocating the KV cache (%d blocks of %d tokens)", n_blocks,
+                             block_size);
+    /* Zeroed so a stray read of an unwritten slot is a small number, never NaN. */
+    cuda_check(c, cudaMemsetAsync(c->k_cache, 0, bytes, c->stream), "kv_init");
+    cuda_check(c, cudaMemsetAsync(c->v_cache, 0, bytes, c->stream), "kv_init");
+    cuda_check(c, cudaStreamSynchronize(c->stream), "kv_init");
+    c->kv_layers = n_layers;
+    c->kv_blocks = n_blocks;
+    c->kv_block_size = block_size;
+    c->kv_heads = n_kv;
+    c->kv_head_dim = head_dim;
+    return cuda_take_error(c, err);
+}
+
+static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
+
+/* Packs the batch's arrays at 16-byte aligned offsets of one pinned buffer
+ * and copies it in one transfer; the device pointers index the same offsets. */
+static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
+    rlCuda *c = cuda_of(be);
+    if (!c->k_cache) return rl_error(err, RL_EINTERNAL, "CUDA backend: begin_step before kv_init");
+    if (rl_batch_check(b, c->kv_blocks, c->kv_block_size, err)) return -1;
+    cudaSetDevice(c->device);
+    size_t sz[7] = {
+        (size_t)b->n_tokens * 4, (size_t)b->n_tokens * 4, (size_t)b->n_tokens * 4,
+        (size_t)(b->n_seqs + 1) * 4, (size_t)b->n_seqs * 4,
+        (size_t)b->n_seqs * b->max_blocks * 4, (size_t)b->n_rows * sizeof(rlRowSpec)};
+    const void *src[7] = {b->tokens, b->positions, b->slots, b->seq_start, b->seq_len,
+                          b->block_tables, b->rows};
+    size_t off[7], total = 0;
+    for (int i = 0; i < 7; i++) {
+        off[i] = total;
+        total += align16(sz[i]);
+    }
+    if (total > c->stage_cap) {
+        cuda_check(c, cudaStreamSynchronize(c->stream), "begin_step");
+        cudaFreeHost(c->stage_host);
+        cudaFree(c->stage_dev);
+        c->stage_host = c->stage_dev = NULL;
+        c->stage_cap = 0;
+        size_t cap = total * 2 > 65536 ? total * 2 : 65536;
+        if (cuda_check(c, cudaMallocHost((void **)&c->stage_host, cap), "begin_step") ||
+            cuda_check(c, cudaMalloc((void **)&c->stage_dev, cap), "begin_step"))
+            return cuda_take_error(c, err);
+        c->stage_cap = cap;
+    }
+    for (int i = 0; i < 7; i++)
+        if (sz[i]) memcpy(c->stage_host + off[i], src[i], sz[i]);
+    cuda_check(c, cudaMemcpyAsync(c->stage_dev, c->stage_host, total, cudaMemcpyHostToDevice,
+                                  c->stream), "begin_step");
+    c->d_tokens = (int32_t *)(c->stage_dev + off[0]);
+    c->d_positions = (int32_t *)(c->stage_dev + off[1]);
+    c->d_slots = (int32_t *)(c->stage_dev + off[2]);
+    c->d_seq_start = (int32_t *)(c->stage_dev + off[3]);
+    c->d_seq_len = (int32_t *)(c->stage_dev + off[4]);
+    c->d_block_tables = (int32_t *)(c->stage_dev + off[5]);
+    c->d_rows = (rlRowSpec *)(c->stage_dev + off[6]);
+    c->n_seqs = b->n_seqs;
+    c->n_tokens = b->n_tokens;
+    c->n_rows = b->n_rows;
+    c->max_blocks = b->max_blocks;
+    c->max_new = c->max_seq_len = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int n_new = b->seq_start[s + 1] - b->seq_start[s];
+        if (n_new > c->max_new) c->max_new = n_new;
+        if (b->seq_len[s] > c->max_seq_len) c->max_seq_len = b->seq_len[s];
+    }
+    return cuda_take_error(c, err);
+}
+
+static void cuda_copy2d(rlBackend *be, void *dst, size_t dst_pitch, const void *src,
+                        size_t src_pitch, size_t width, int rows) {
+    rlCuda *c = cuda_of(be);
+    if (!rows || !width) return;
+    /* A pitch of 0 means "packed" (one row, or rows back to back). */
+    cuda_check(c, cudaMemcpy2DAsync(dst, dst_pitch ? dst_pitch : width, src,
+                                    src_pitch ? src_pitch : width, width, rows,
+                                    cudaMemcpyDeviceToDevice, c->stream), "copy2d");
+}
+
+static int cuda_sync(rlBackend *be, rlError *err) {
+    rlCuda *c = cuda_of(be);
+    cudaSetDevice(c->device);
+    cuda_check(c, cudaStreamSynchronize(c->stream), "sync");
+    cuda_check(c, cudaGetLastError(), "sync");
+    return cuda_take_error(c, err);
+}
+
+static void cuda_destroy(rlBackend *be) {
+    if (!be) return;
+    rlCuda *c = cuda_of(be);
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream);
+    cuda_gemm_free(c);
+    cudaFree(c->k_cache);
+    cudaFree(c->v_cache);
+    cudaFree(c->stage_dev);
+    cudaFreeHost(c->stage_host);
+    cudaFree(c->scratch);
+    cudaFree(c->d_results);
+    cudaFreeHost(c->h_results);
+    cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+int cuda_kv_capacity(rlBackend *be, size_t bytes_per_block, int block_size, int min_blocks,
+                     double util, int *n_blocks, rlError *err);
+
+static const rlBackendOps cuda_ops = {
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free_buf,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .fill_random = cuda_fill_random_op,
+    .kv_init = cuda_kv_init,
+    .begin_step = cuda_begin_step,
+    .embed = cuda_embed,
+    .rmsnorm = cuda_rmsnorm,
+    .add_rmsnorm = cuda_add_rmsnorm,
+    .matmul = cuda_matmul,
+    .matmul_f32 = cuda_matmul_f32,
+    .rope_kv_store = cuda_rope_kv_store,
+    .attention = cuda_attention,
+    .swiglu = cuda_swiglu,
+    .gather_rows = cuda_gather_rows,
+    .add = cuda_add,
+    .copy2d = cuda_copy2d,
+    .sample = cuda_sample,
+    .sync = cuda_sync,
+    .destroy = cuda_destroy,
+    .kv_capacity = cuda_kv_capacity,
+};
+
+/* One message per way a GPU can be unusable, each saying what to do. */
+static int cuda_open_device(int device, rlError *err) {
+    int n = 0, drv = 0, rt = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    if (drv == 0)
+        return rl_error(err, RL_EDEVICE,
+                        "no NVIDIA driver is loaded on this machine, so no GPU can be used. "
+                        "Install the NVIDIA driver (check with `nvidia-smi`), or run with "
+                        "--backend cpu.");
+    if (e == cudaErrorInsufficientDriver || drv < rt)
+        return rl_error(err, RL_EDEVICE,
+                        "the NVIDIA driver is too old for this build: it supports CUDA %d.%d, "
+                        "redlm was built with CUDA %d.%d. Update the driver, or rebuild redlm "
+                        "with a CUDA Toolkit no newer than %d.%d.",
+                        drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10, drv / 1000,
+                        drv % 1000 / 10);
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0))
+        return rl_error(err, RL_EDEVICE,
+                        "no NVIDIA GPU is visible to this process (CUDA found no device). Check "
+                        "`nvidia-smi`, CUDA_VISIBLE_DEVICES and the container's GPU access, or "
+                        "run with --backend cpu.");
+    if (e != cudaSuccess)
+        return rl_error(err, RL_EDEVICE,
+                        "the CUDA runtime could not list GPUs: %s (%s). Check that the NVIDIA "
+                        "driver is loaded (`nvidia-smi`), or run with --backend cpu.",
+                        cudaGetErrorString(e), cudaGetErrorName(e));
+    if (device < 0 || device >= n)
+        return rl_error(err, RL_EDEVICE,
+                        "GPU %d was asked for but this process sees %d GPU%s (ordinals 0..%d). "
+                        "Fix --devices (or CUDA_VISIBLE_DEVICES).",
+                        device, n, n == 1 ? "" : "s", n - 1);
+    cudaDeviceProp p;
+    if ((e = cudaGetDeviceProperties(&p, device)) != cudaSuccess ||
+        (e = cudaSetDevice(device)) != cudaSuccess || (e = cudaFree(0)) != cudaSuccess)
+        return rl_error(err, RL_EDEVICE,
+                        "GPU %d could not be opened: %s (%s). Another process may hold it in "
+                        "exclusive mode, or it is failing: check `nvidia-smi`.",
+                        device, cudaGetErrorString(e), cudaGetErrorName(e));
+    if (p.major < 8)
+        return rl_error(err, RL_EDEVICE,
+                        "GPU %d (%s) has compute capability %d.%d; the CUDA backend needs 8.0 "
+                        "or newer for bf16. Use --backend cpu.",
+                        device, p.name, p.major, p.minor);
+    return 0;
+}
+
+extern "C" rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlError *err) {
+    if (opt->dtype != RL_BF16 && opt->dtype != RL_F16) {
+        rl_error(err, RL_EUSAGE,
+                 "the CUDA backend computes in bf16 or fp16, not %s: use --dtype bf16 or "
+                 "--dtype fp16 (or --backend cpu for fp32).", rl_dtype_name(opt->dtype));
+        return NULL;
+    }
+    if (cuda_open_device(opt->device, err)) return NULL;
+    rlCuda *c = (rlCuda *)calloc(1, sizeof *c);
+    if (!c) {
+        rl_error(err, RL_EMEMORY, "CUDA backend: out of host memory");
+        return NULL;
+    }
+    c->device = opt->device;
+    c->be.ops = &cuda_ops;
+    c->be.act_dtype = c->be.weight_dtype = opt->dtype;
+    c->be.impl = c;
+    cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, c->device);
+    cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        rl_error(err, RL_EDEVICE, "CUDA backend, device %d: cannot create a stream: %s",
+                 c->device, cudaGetErrorString(e));
+        free(c);
+        return NULL;
+    }
+    if (cuda_gemm_init(c, err)) {
+        cuda_destroy(&c->be);
+        return NULL;
+    }
+    return &c->be;
+}

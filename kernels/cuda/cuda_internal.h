@@ -1,0 +1,109 @@
+/* cuda_internal.h: the CUDA backend's private state, shared by its files.
+ *
+ * One rlCuda is one backend instance: one device, one stream, one cuBLASLt
+ * handle, this rank's KV cache, and the current step's batch staged on the
+ * device.  Operations launch on the stream and never block; a failure is
+ * recorded once (the first) with the operation's name and reported by sync().
+ * Each .cu file holds one family of operations and exposes it through the
+ * cuda_* functions below, which backend_cuda.cu puts in the vtable. */
+#ifndef RL_CUDA_INTERNAL_H
+#define RL_CUDA_INTERNAL_H
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "../backend.h"
+}
+
+#define RL_CUDA_GEMM_CACHE 128
+
+typedef struct rlGemmAlgo {
+    int rows, n, k, bias, f32out;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} rlGemmAlgo;
+
+typedef struct rlCuda {
+    rlBackend be;
+    int device;
+    int sm_count;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    size_t lt_ws_bytes;
+    rlGemmAlgo gemm[RL_CUDA_GEMM_CACHE];
+    int n_gemm;
+
+    /* First failure since the last sync (code RL_OK when none). */
+    rlError err;
+
+    /* KV cache: for each layer, block, KV head: block_size x head_dim values,
+     * K and V in two arrays, so one block of one head is one contiguous run. */
+    void *k_cache, *v_cache;
+    int kv_layers, kv_blocks, kv_block_size, kv_heads, kv_head_dim;
+
+    /* The step's batch: packed into pinned host memory, copied in one transfer. */
+    unsigned char *stage_host, *stage_dev;
+    size_t stage_cap;
+    int n_seqs, n_tokens, n_rows, max_blocks;
+    int max_new;        /* most new tokens of one sequence in this step */
+    int max_seq_len;    /* longest KV length in this step */
+    int32_t *d_tokens, *d_positions, *d_slots, *d_seq_start, *d_seq_len, *d_block_tables;
+    rlRowSpec *d_rows;
+
+    /* Scratch: attention's split partials and sampling's per-row workspace. */
+    void *scratch;
+    size_t scratch_cap;
+    rlRowResult *d_results, *h_results;
+    int results_cap;
+} rlCuda;
+
+static inline rlCuda *cuda_of(rlBackend *be) { return (rlCuda *)be->impl; }
+
+/* Record err (first failure wins); returns 0 when e is cudaSuccess. */
+int cuda_check(rlCuda *c, cudaError_t e, const char *op);
+/* Check the launch that just happened. */
+static inline void cuda_launched(rlCuda *c, const char *op) { cuda_check(c, cudaGetLastError(), op); }
+/* Record a failure that is not a CUDA error (unsupported shape, library status). */
+void cuda_fail(rlCuda *c, rlErrorCode code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Make sure scratch holds at least bytes; 0 on success (failure recorded). */
+int cuda_scratch(rlCuda *c, size_t bytes, const char *op);
+
+/* elementwise.cu */
+void cuda_convert(rlCuda *c, void *dst, rlDtype dt, const void *src, rlDtype st, size_t n);
+void cuda_fill_random(rlCuda *c, void *dst, rlDtype dt, size_t n, uint64_t seed, float scale);
+void cuda_embed(rlBackend *be, void *out, const void *table, int vocab0, int n_vocab, int dim);
+void cuda_swiglu(rlBackend *be, void *out, const void *gate_up, int rows, int m);
+void cuda_gather_rows(rlBackend *be, void *out, const void *in, int dim);
+void cuda_add(rlBackend *be, void *a, const void *b, size_t n);
+
+/* norm_rope.cu */
+void cuda_rmsnorm(rlBackend *be, void *out, const void *in, const void *w, int rows, int dim,
+                  float eps);
+void cuda_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out, const void *w,
+                      int rows, int dim, float eps);
+void cuda_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *s);
+
+/* gemm.cu */
+int cuda_gemm_init(rlCuda *c, rlError *err);
+void cuda_gemm_free(rlCuda *c);
+void cuda_matmul(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
+                 int rows, int n, int k);
+void cuda_matmul_f32(rlBackend *be, float *out, const void *in, const void *w, int rows, int n,
+                     int k);
+
+/* attention.cu */
+void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
+
+/* sample.cu */
+int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err);
+
+#endif

@@ -1,0 +1,115 @@
+/* elementwise.cu: the operations that touch each element once.
+ *
+ * dtype conversion (uploads), dummy weights drawn on the device, embedding
+ * gather, SwiGLU, the logit-row gather and the residual add.  All are bound
+ * by memory and tiny next to the GEMMs; they are written plainly, with
+ * grid-stride loops, and vectorised only where it is free. */
+#include "cuda_internal.h"
+#include "cuda_types.cuh"
+
+extern "C" {
+#include "../rng.h"
+}
+
+template <typename D, typename S>
+__global__ void convert_kernel(D *dst, const S *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        st(dst + i, ld(src + i));
+}
+
+void cuda_convert(rlCuda *c, void *dst, rlDtype dt, const void *src, rlDtype st_, size_t n) {
+    RL_DISPATCH(dt, D, RL_DISPATCH(st_, S, convert_kernel<D, S><<<rl_blocks(n, 256), 256, 0,
+                                                     c->stream>>>((D *)dst, (const S *)src, n)));
+    cuda_launched(c, "upload (dtype conversion)");
+}
+
+/* Element i is a pure function of (seed, i), so a shard draws the same values
+ * whatever else was drawn before it. */
+template <typename T>
+__global__ void fill_random_kernel(T *dst, size_t n, uint64_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t h = rl_mix64(seed ^ rl_mix64((uint64_t)i));
+        float u = (float)(h >> 40) * (1.0f / 16777216.0f);
+        st(dst + i, (2.0f * u - 1.0f) * scale);
+    }
+}
+
+void cuda_fill_random(rlCuda *c, void *dst, rlDtype dt, size_t n, uint64_t seed, float scale) {
+    RL_DISPATCH(dt, T, fill_random_kernel<T><<<rl_blocks(n, 256), 256, 0, c->stream>>>(
+                           (T *)dst, n, seed, scale));
+    cuda_launched(c, "fill_random");
+}
+
+template <typename T>
+__global__ void embed_kernel(T *out, const T *table, const int32_t *tokens, int vocab0,
+                             int n_vocab, int dim) {
+    int t = blockIdx.x;
+    int id = tokens[t] - vocab0;
+    T *o = out + (size_t)t * dim;
+    if (id < 0 || id >= n_vocab) {
+        for (int j = threadIdx.x; j < dim; j += blockDim.x) st(o + j, 0.0f);
+        return;
+    }
+    const T *row = table + (size_t)id * dim;
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) o[j] = row[j];
+}
+
+void cuda_embed(rlBackend *be, void *out, const void *table, int vocab0, int n_vocab, int dim) {
+    rlCuda *c = cuda_of(be);
+    if (!c->n_tokens) return;
+    RL_DISPATCH(be->act_dtype, T, embed_kernel<T><<<c->n_tokens, 256, 0, c->stream>>>(
+                                      (T *)out, (const T *)table, c->d_tokens, vocab0, n_vocab,
+                                      dim));
+    cuda_launched(c, "embed");
+}
+
+template <typename T>
+__global__ void swiglu_kernel(T *out, const T *gu, int rows, int m) {
+    size_t n = (size_t)rows * m;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / m, j = i % m;
+        float g = ld(gu + r * 2 * m + j), u = ld(gu + r * 2 * m + m + j);
+        st(out + i, g / (1.0f + expf(-g)) * u);
+    }
+}
+
+void cuda_swiglu(rlBackend *be, void *out, const void *gate_up, int rows, int m) {
+    rlCuda *c = cuda_of(be);
+    size_t n = (size_t)rows * m;
+    if (!n) return;
+    RL_DISPATCH(be->act_dtype, T, swiglu_kernel<T><<<rl_blocks(n, 256), 256, 0, c->stream>>>(
+                                      (T *)out, (const T *)gate_up, rows, m));
+    cuda_launched(c, "swiglu");
+}
+
+template <typename T>
+__global__ void gather_rows_kernel(T *out, const T *in, const rlRowSpec *rows, int dim) {
+    int r = blockIdx.x;
+    const T *src = in + (size_t)rows[r].token * dim;
+    for (int j = threadIdx.x; j < dim; j += blockDim.x) out[(size_t)r * dim + j] = src[j];
+}
+
+void cuda_gather_rows(rlBackend *be, void *out, const void *in, int dim) {
+    rlCuda *c = cuda_of(be);
+    if (!c->n_rows) return;
+    RL_DISPATCH(be->act_dtype, T, gather_rows_kernel<T><<<c->n_rows, 256, 0, c->stream>>>(
+                                      (T *)out, (const T *)in, c->d_rows, dim));
+    cuda_launched(c, "gather_rows");
+}
+
+template <typename T> __global__ void add_kernel(T *a, const T *b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        st(a + i, ld(a + i) + ld(b + i));
+}
+
+void cuda_add(rlBackend *be, void *a, const void *b, size_t n) {
+    rlCuda *c = cuda_of(be);
+    if (!n) return;
+    RL_DISPATCH(be->act_dtype, T, add_kernel<T><<<rl_blocks(n, 256), 256, 0, c->stream>>>(
+                                      (T *)a, (const T *)b, n));
+    cuda_launched(c, "add");
+}

@@ -1,0 +1,330 @@
+/* sample.cu: logprobs and sampling on the GPU, with the CPU backend's semantics.
+ *
+ * One block per logit row.  Logprobs are log-softmax of the raw logits in
+ * double; the top alternatives are the highest logits, ties to the lowest id;
+ * greedy (temperature 0) takes the top one.  Otherwise tokens are ordered by
+ * logit descending (ties: lower id first) with masses q_i = exp((l_i - max) / T)
+ * in double: top-k keeps the first k, top-p the shortest prefix whose mass
+ * reaches top_p of the kept mass, min-p those with q_i >= min_p (q_max = 1),
+ * and u = rl_uniform(seed, sample_index, step) takes the first kept token
+ * whose cumulative mass exceeds u times the kept mass.
+ *
+ * Nothing is sorted: every "k-th largest" or "where does this mass fall" is a
+ * radix descent over the logits' bits (four 8-bit passes of histograms of
+ * counts or masses), and the tokens of one tied logit are ordered by id with
+ * a block scan.  A kept set is always a prefix of that order, so it is held
+ * as (key threshold, id bound among the threshold's ties, min-p floor). */
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "cuda_reduce.cuh"
+
+extern "C" {
+#include "../rng.h"
+}
+
+#define SAMPLE_THREADS 512
+
+/* Float order as unsigned order. */
+static __device__ __forceinline__ uint32_t okey(float f) {
+    uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* Token i is kept when (key > tk, or key == tk and i < tid) and q_i >= qmin
+ * (min-p; q falls with the key, so this too keeps a prefix). */
+struct Kept {
+    uint32_t tk;
+    int tid;
+    double qmin;
+};
+
+static __device__ __forceinline__ bool kept_has(Kept k, uint32_t key, int i, double qi) {
+    return (key > k.tk || (key == k.tk && i < k.tid)) && qi >= k.qmin;
+}
+
+/* q_i when the row has masses, else 1 (the keys-only selections). */
+static __device__ __forceinline__ double q_at(const double *q, int i) { return q ? q[i] : 1.0; }
+
+/* The smaller of two nested prefixes (qmin kept from a). */
+static __device__ __forceinline__ Kept kept_min(Kept a, Kept b) {
+    Kept r = a.tk != b.tk ? (a.tk > b.tk ? a : b) : (a.tid < b.tid ? a : b);
+    r.qmin = a.qmin;
+    return r;
+}
+
+struct SampleShm {
+    unsigned hist[256];
+    double mass[256];
+    double redd[32];
+    float redf[32];
+    int scan[32];
+    uint32_t prefix;
+    int rem;
+    double crem;
+    int strict;
+    int id;
+    int n_found;
+    int top_id[RL_MAX_TOP];
+    float top_val[RL_MAX_TOP];
+};
+
+/* Exclusive prefix sum of v over the block's threads (in thread order). */
+static __device__ int block_exclusive_scan(int v, SampleShm *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int inc = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += y;
+    }
+    __syncthreads();
+    if (lane == 31) sh->scan[warp] = inc;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < nw ? sh->scan[lane] : 0, wi = w;
+        for (int o = 1; o < 32; o <<= 1) {
+            int y = __shfl_up_sync(0xffffffffu, wi, o);
+            if (lane >= o) wi += y;
+        }
+        if (lane < nw) sh->scan[lane] = wi - w;
+    }
+    __syncthreads();
+    return sh->scan[warp] + inc - v;
+}
+
+/* The id of the r-th (1-based) kept token with key kv, counting by id. */
+static __device__ int nth_equal(const float *x, const double *q, int V, Kept kept, uint32_t kv,
+                                int r, SampleShm *sh) {
+    int C = (V + blockDim.x - 1) / blockDim.x, b = threadIdx.x * C, e = min(V, b + C);
+    int cnt = 0;
+    for (int i = b; i < e; i++) {
+        uint32_t k = okey(x[i]);
+        cnt += k == kv && kept_has(kept, k, i, q_at(q, i));
+    }
+    if (threadIdx.x == 0) sh->id = -1;
+    int before = block_exclusive_scan(cnt, sh);
+    if (before < r && r <= before + cnt) {
+        int want = r - before;
+        for (int i = b; i < e; i++) {
+            uint32_t k = okey(x[i]);
+            if (k == kv && kept_has(kept, k, i, q_at(q, i)) && --want == 0) {
+                sh->id = i;
+                break;
+            }
+        }
+    }
+    __syncthreads();
+    int id = sh->id;
+    __syncthreads();   /* the next call resets sh->id */
+    return id;
+}
+
+/* The key of the n-th largest kept token (n >= 1, at most the kept count);
+ * *need: how many tokens of exactly that key the n largest include. */
+static __device__ uint32_t select_nth(const float *x, int V, Kept kept, int n, int *need,
+                                      SampleShm *sh) {
+    /* Callers select before min-p applies: kept needs no masses here. */
+    uint32_t prefix = 0, mask = 0;
+    int rem = n;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) sh->hist[b] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            uint32_t k = okey(x[i]);
+            if ((k & mask) == prefix && kept_has(kept, k, i, 1.0))
+                atomicAdd(&sh->hist[(k >> shift) & 255], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int b = 255;
+            for (; b > 0 && (int)sh->hist[b] < rem; b--) rem -= sh->hist[b];
+            sh->prefix = prefix | ((uint32_t)b << shift);
+            sh->rem = rem;
+        }
+        __syncthreads();
+        prefix = sh->prefix;
+        rem = sh->rem;
+        mask |= 255u << shift;
+    }
+    *need = rem;
+    return prefix;
+}
+
+/* Where mass c falls in the kept tokens ordered by logit descending then id:
+ * the token j with before(j) <= c < before(j) + q_j (strict), or
+ * before(j) < c <= before(j) + q_j (not strict: the last token top-p keeps).
+ * Rounding that puts c past the end gives the last kept token.  Tokens of
+ * one logit share one q = exp((l - mx) * inv_t). */
+static __device__ int find_mass(const float *l, const double *q, int V, Kept kept, double c,
+                                bool strict, float mx, double inv_t, SampleShm *sh) {
+    uint32_t prefix = 0, mask = 0;
+    if (threadIdx.x == 0) sh->strict = strict;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) sh->mass[b] = 0, sh->hist[b] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            uint32_t k = okey(l[i]);
+            if ((k & mask) == prefix && kept_has(kept, k, i, q[i])) {
+                atomicAdd(&sh->mass[(k >> shift) & 255], q[i]);
+                atomicAdd(&sh->hist[(k >> shift) & 255], 1u);
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int b = 255, last = -1;
+            for (; b >= 0; b--) {
+                if (!sh->hist[b]) continue;
+                last = b;
+                double mb = sh->mass[b];
+                if (sh->strict ? c < mb : c <= mb) break;
+                c -= mb;
+            }
+            if (b < 0) {          /* past the end: stay on the last non-empty bucket */
+                b = last < 0 ? 0 : last;
+                c = sh->mass[b];
+                sh->strict = 0;
+            }
+            sh->prefix = prefix | ((uint32_t)b << shift);
+            sh->crem = c;
+        }
+        __syncthreads();
+        prefix = sh->prefix;
+        c = sh->crem;
+        mask |= 255u << shift;
+    }
+    strict = sh->strict;
+    /* prefix is now one exact key; its tokens each weigh qv, in id order. */
+    unsigned n_eq = sh->hist[prefix & 255];
+    float lv = __uint_as_float(prefix & 0x80000000u ? prefix & 0x7fffffffu : ~prefix);
+    double qv = exp(((double)lv - mx) * inv_t);
+    int r;
+    if (qv <= 0) r = (int)n_eq;
+    else if (strict) r = (int)floor(c / qv) + 1;
+    else r = (int)ceil(c / qv);
+    r = max(1, min(r, (int)n_eq));
+    __syncthreads();
+    return nth_equal(l, q, V, kept, prefix, r, sh);
+}
+
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+sample_kernel(const float *logits, int V, const rlRowSpec *rows, double *qbuf,
+              rlRowResult *results) {
+    __shared__ SampleShm sh;
+    const int row = blockIdx.x;
+    const float *l = logits + (size_t)row * V;
+    double *q = qbuf + (size_t)row * V;
+    const rlRowSpec spec = rows[row];
+    rlRowResult res;
+    memset(&res, 0, sizeof res);
+    res.token = -1;
+
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, l[i]);
+    mx = block_max(mx, sh.redf);
+    double se = 0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) se += exp((double)l[i] - mx);
+    se = block_sum(se, sh.redd);
+    const double log_z = mx + log(se);
+    if (spec.target >= 0 && spec.target < V) res.target_logprob = (float)(l[spec.target] - log_z);
+
+    const Kept all = {0u, 0x7fffffff, 0.0};
+    const bool greedy = spec.sample && spec.temperature <= 0.0f;
+    int n_top = min(max(spec.n_top, 0), min(RL_MAX_TOP, V));
+    int n_sel = max(n_top, greedy ? 1 : 0);
+    if (n_sel > 0) {
+        int need;
+        uint32_t kth = select_nth(l, V, all, n_sel, &need, &sh);
+        int tie_id = nth_equal(l, NULL, V, all, kth, need, &sh);
+        Kept top = {kth, tie_id + 1, 0.0};
+        if (threadIdx.x == 0) sh.n_found = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            if (kept_has(top, okey(l[i]), i, 1.0)) {
+                int slot = atomicAdd(&sh.n_found, 1);
+                if (slot < RL_MAX_TOP) sh.top_id[slot] = i, sh.top_val[slot] = l[i];
+            }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int n = min(sh.n_found, RL_MAX_TOP);
+            for (int a = 1; a < n; a++)   /* insertion sort: value desc, id asc */
+                for (int b = a; b > 0; b--) {
+                    bool before = sh.top_val[b] > sh.top_val[b - 1] ||
+                                  (sh.top_val[b] == sh.top_val[b - 1] && sh.top_id[b] < sh.top_id[b - 1]);
+                    if (!before) break;
+                    int ti = sh.top_id[b]; sh.top_id[b] = sh.top_id[b - 1]; sh.top_id[b - 1] = ti;
+                    float tv = sh.top_val[b]; sh.top_val[b] = sh.top_val[b - 1]; sh.top_val[b - 1] = tv;
+                }
+        }
+        __syncthreads();
+        res.n_top = n_top;
+        for (int a = 0; a < n_top; a++) {
+            res.top_ids[a] = sh.top_id[a];
+            res.top_logprobs[a] = (float)(sh.top_val[a] - log_z);
+        }
+        if (greedy) res.token = sh.top_id[0];
+    }
+
+    if (spec.sample && !greedy) {
+        const double inv_t = 1.0 / (double)spec.temperature;
+        for (int i = threadIdx.x; i < V; i += blockDim.x) q[i] = exp(((double)l[i] - mx) * inv_t);
+        __syncthreads();
+        Kept kept = all;
+        if (spec.top_k > 0 && spec.top_k < V) {
+            int need;
+            uint32_t kth = select_nth(l, V, all, spec.top_k, &need, &sh);
+            kept = {kth, nth_equal(l, NULL, V, all, kth, need, &sh) + 1, 0.0};
+        }
+        if (spec.top_p < 1.0f) {
+            double z = 0;
+            for (int i = threadIdx.x; i < V; i += blockDim.x)
+                if (kept_has(kept, okey(l[i]), i, q[i])) z += q[i];
+            z = block_sum(z, sh.redd);
+            int last = find_mass(l, q, V, kept, (double)spec.top_p * z, false, mx, inv_t, &sh);
+            kept = kept_min(kept, Kept{okey(l[last]), last + 1, 0.0});
+        }
+        /* The most likely token has q = 1, so min-p's floor is min_p itself. */
+        kept.qmin = spec.min_p > 0.0f ? (double)spec.min_p : 0.0;
+        double z = 0;
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            if (kept_has(kept, okey(l[i]), i, q[i])) z += q[i];
+        z = block_sum(z, sh.redd);
+        double u = rl_uniform(spec.seed, spec.sample_index, spec.step);
+        res.token = find_mass(l, q, V, kept, u * z, true, mx, inv_t, &sh);
+    }
+    if (res.token >= 0) res.token_logprob = (float)(l[res.token] - log_z);
+    if (threadIdx.x == 0) results[row] = res;
+}
+
+int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err) {
+    rlCuda *c = cuda_of(be);
+    cudaSetDevice(c->device);
+    int n = c->n_rows;
+    if (n > c->results_cap) {
+        cuda_check(c, cudaStreamSynchronize(c->stream), "sample");
+        cudaFree(c->d_results);
+        cudaFreeHost(c->h_results);
+        c->d_results = NULL;
+        c->h_results = NULL;
+        c->results_cap = 0;
+        if (cuda_check(c, cudaMalloc((void **)&c->d_results, n * sizeof(rlRowResult)), "sample") ||
+            cuda_check(c, cudaMallocHost((void **)&c->h_results, n * sizeof(rlRowResult)), "sample"))
+            goto done;
+        c->results_cap = n;
+    }
+    if (n > 0 && !cuda_scratch(c, (size_t)n * vocab * sizeof(double), "sample")) {
+        sample_kernel<<<n, SAMPLE_THREADS, 0, c->stream>>>(logits, vocab, c->d_rows,
+                                                           (double *)c->scratch, c->d_results);
+        cuda_launched(c, "sample");
+        cuda_check(c, cudaMemcpyAsync(c->h_results, c->d_results, n * sizeof(rlRowResult),
+                                      cudaMemcpyDeviceToHost, c->stream), "sample");
+    }
+done:
+    cuda_check(c, cudaStreamSynchronize(c->stream), "sample");
+    if (c->err.code != RL_OK) {
+        if (err) *err = c->err;
+        c->err.code = RL_OK;
+        return -1;
+    }
+    if (n > 0) memcpy(out, c->h_results, n * sizeof(rlRowResult));
+    return 0;
+}

@@ -1,0 +1,546 @@
+/* test_cuda_ops.c: every CUDA backend operation against a float64 reference
+ * on fresh random inputs, in bf16 and fp16.
+ *
+ * Inputs are rounded to the device dtype on the host first, so the reference
+ * and the GPU see the same numbers; the check is ||out - ref|| / ||ref||
+ * (bf16 < 1e-2, fp16 < 1e-3), with outputs poisoned first so an unwritten
+ * element fails.  Without a GPU it prints "skipped: no GPU" and passes (CPU
+ * CI); RL_REQUIRE_GPU=1 (tests/gpu_kernels.sh) makes that a failure.
+ * RL_TEST_SEED=N repeats a run's inputs. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "../kernels/backend.h"
+#include "../kernels/rng.h"
+
+static rlBackend *backends[2];   /* bf16, fp16 */
+static uint64_t rng_state;
+
+static double urand(void) {      /* [0, 1) */
+    rng_state = rl_mix64(rng_state);
+    return (double)(rng_state >> 11) * (1.0 / 9007199254740992.0);
+}
+static float srand_f(float scale) { return (float)((2 * urand() - 1) * scale); }
+
+static float round_dt(float v, rlDtype t) {
+    if (t == RL_F16) return (float)(_Float16)v;
+    if (t == RL_BF16) {
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&v, &u, 4);
+    }
+    return v;
+}
+
+static float *rand_vec(size_t n, float scale, rlDtype t) {
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = round_dt(srand_f(scale), t);
+    return v;
+}
+
+static void *to_dev(rlBackend *be, const float *h, size_t n) {
+    rlError err;
+    void *d = be->ops->alloc(be, n * rl_dtype_size(be->act_dtype) + 16, &err);
+    assert_non_null(d);
+    assert_int_equal(be->ops->upload(be, d, be->act_dtype, h, RL_F32, n, &err), 0);
+    return d;
+}
+
+/* A device buffer full of NaN (0xffff in both 16-bit types). */
+static void *poisoned(rlBackend *be, size_t n) {
+    size_t bytes = n * rl_dtype_size(be->act_dtype);
+    unsigned char *h = malloc(bytes);
+    memset(h, 0xff, bytes);
+    rlError err;
+    void *d = be->ops->alloc(be, bytes + 16, &err);
+    assert_non_null(d);
+    assert_int_equal(be->ops->upload(be, d, be->act_dtype, h, be->act_dtype, n, &err), 0);
+    free(h);
+    return d;
+}
+
+static float *from_dev(rlBackend *be, const void *d, size_t n) {
+    rlError err;
+    assert_int_equal(be->ops->sync(be, &err), 0);
+    size_t es = rl_dtype_size(be->act_dtype);
+    unsigned char *raw = malloc(n * es);
+    assert_int_equal(be->ops->download(be, raw, d, n * es, &err), 0);
+    float *f = malloc(n * sizeof *f);
+    for (size_t i = 0; i < n; i++) {
+        if (be->act_dtype == RL_F16) {
+            _Float16 h;
+            memcpy(&h, raw + 2 * i, 2);
+            f[i] = (float)h;
+        } else {
+            uint32_t u = (uint32_t)(raw[2 * i] | raw[2 * i + 1] << 8) << 16;
+            memcpy(&f[i], &u, 4);
+        }
+    }
+    free(raw);
+    return f;
+}
+
+static double tolerance(rlBackend *be) { return be->act_dtype == RL_F16 ? 1e-3 : 1e-2; }
+
+static void check_close(rlBackend *be, const char *what, const float *out, const double *ref,
+                        size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(out[i])) {
+            fail_msg("%s (%s): element %zu is %f (unwritten or overflow)", what,
+                     rl_dtype_name(be->act_dtype), i, out[i]);
+        }
+        num += (out[i] - ref[i]) * (out[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    printf("  %-28s %-5s rel err %.2e\n", what, rl_dtype_name(be->act_dtype), rel);
+    if (!(rel < tolerance(be)))
+        fail_msg("%s (%s): relative error %.3e over %.0e", what, rl_dtype_name(be->act_dtype),
+                 rel, tolerance(be));
+}
+
+/* A one-sequence batch of n <= 16 tokens (positions 0..n-1, KV block 0) for
+ * row-wise ops; the backend needs a KV cache of 16-token blocks. */
+static void begin_rows(rlBackend *be, int n, const int32_t *tokens, int n_rows,
+                       const rlRowSpec *rows) {
+    int32_t *pos = calloc(n, 4), *slots = calloc(n, 4), start[2] = {0, n}, len[1] = {n};
+    int32_t tab[1] = {0};
+    for (int i = 0; i < n; i++) pos[i] = i, slots[i] = i;
+    rlBatch b = {1, n, tokens, pos, slots, start, len, tab, 1, n_rows, rows};
+    rlError err;
+    assert_int_equal(be->ops->begin_step(be, &b, &err), 0);
+    free(pos);
+    free(slots);
+}
+
+static void test_matmul(void **state) {
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        rlBackend *be = backends[d];
+        rlDtype t = be->act_dtype;
+        int shapes[3][3] = {{37, 96, 128}, {1, 512, 256}, {64, 200, 72}};
+        for (int si = 0; si < 3; si++) {
+            int rows = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+            float *x = rand_vec((size_t)rows * k, 1, t), *w = rand_vec((size_t)n * k, 0.1f, t);
+            float *bias = rand_vec(n, 0.5f, t);
+            void *dx = to_dev(be, x, (size_t)rows * k), *dw = to_dev(be, w, (size_t)n * k);
+            void *db = to_dev(be, bias, n), *dout = poisoned(be, (size_t)rows * n);
+            be->ops->matmul(be, dout, dx, dw, si == 1 ? NULL : db, rows, n, k);
+            float *out = from_dev(be, dout, (size_t)rows * n);
+            double *ref = malloc((size_t)rows * n * sizeof *ref);
+            for (int r = 0; r < rows; r++)
+                for (int j = 0; j < n; j++) {
+                    double s = si == 1 ? 0 : bias[j];
+                    for (int i = 0; i < k; i++) s += (double)x[r * k + i] * w[(size_t)j * k + i];
+                    ref[r * n + j] = s;
+                }
+            check_close(be, "matmul (+bias)", out, ref, (size_t)rows * n);
+            /* The LM head's fp32-output variant. */
+            rlError err;
+            float *df = be->ops->alloc(be, (size_t)rows * n * 4, &err);
+            be->ops->matmul_f32(be, df, dx, dw, rows, n, k);
+            assert_int_equal(be->ops->sync(be, &err), 0);
+            float *outf = malloc((size_t)rows * n * 4);
+            assert_int_equal(be->ops->download(be, outf, df, (size_t)rows * n * 4, &err), 0);
+            for (int r = 0; r < rows; r++)
+                for (int j = 0; j < n; j++)
+                    if (si != 1) ref[r * n + j] -= bias[j];
+            check_close(be, "matmul_f32", outf, ref, (size_t)rows * n);
+            be->ops->free(be, df);
+            be->ops->free(be, dx), be->ops->free(be, dw), be->ops->free(be, db);
+            be->ops->free(be, dout);
+            free(x), free(w), free(bias), free(out), free(outf), free(ref);
+        }
+    }
+}
+
+static void test_norms(void **state) {
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        rlBackend *be = backends[d];
+        rlDtype t = be->act_dtype;
+        int rows = 7, dim = 384;
+        size_t n = (size_t)rows * dim;
+        float eps = 1e-6f;
+        float *x = rand_vec(n, 2, t), *res = rand_vec(n, 2, t), *w = rand_vec(dim, 1, t);
+        void *dx = to_dev(be, x, n), *dres = to_dev(be, res, n), *dw = to_dev(be, w, dim);
+        void *dout = poisoned(be, n);
+        double *ref = malloc(n * sizeof *ref), *rres = malloc(n * sizeof *rres);
+        be->ops->rmsnorm(be, dout, dx, dw, rows, dim, eps);
+        float *out = from_dev(be, dout, n);
+        for (int r = 0; r < rows; r++) {
+            double ss = 0;
+            for (int j = 0; j < dim; j++) ss += (double)x[r * dim + j] * x[r * dim + j];
+            double rs = 1 / sqrt(ss / dim + eps);
+            for (int j = 0; j < dim; j++) ref[r * dim + j] = x[r * dim + j] * rs * w[j];
+        }
+        check_close(be, "rmsnorm", out, ref, n);
+        free(out);
+        be->ops->add_rmsnorm(be, dres, dx, dout, dw, rows, dim, eps);
+        out = from_dev(be, dout, n);
+        float *newres = from_dev(be, dres, n);
+        for (int r = 0; r < rows; r++) {
+            double ss = 0;
+            for (int j = 0; j < dim; j++) {
+                rres[r * dim + j] = (double)res[r * dim + j] + x[r * dim + j];
+                ss += rres[r * dim + j] * rres[r * dim + j];
+            }
+            double rs = 1 / sqrt(ss / dim + eps);
+            for (int j = 0; j < dim; j++) ref[r * dim + j] = rres[r * dim + j] * rs * w[j];
+        }
+        check_close(be, "add_rmsnorm (residual)", newres, rres, n);
+        check_close(be, "add_rmsnorm (output)", out, ref, n);
+        be->ops->free(be, dx), be->ops->free(be, dres), be->ops->free(be, dw);
+        be->ops->free(be, dout);
+        free(x), free(res), free(w), free(ref), free(rres), free(out), free(newres);
+    }
+}
+
+static void test_elementwise(void **state) {
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        rlBackend *be = backends[d];
+        rlDtype t = be->act_dtype;
+        int rows = 9, m = 300, vocab = 50, dim = 64, vocab0 = 10;
+        rlError kerr;
+        assert_int_equal(be->ops->kv_init(be, 1, 1, 16, 1, 64, &kerr), 0);
+        /* swiglu */
+        float *gu = rand_vec((size_t)rows * 2 * m, 4, t);
+        void *dgu = to_dev(be, gu, (size_t)rows * 2 * m), *dout = poisoned(be, (size_t)rows * m);
+        double *ref = malloc((size_t)rows * 2 * m * sizeof *ref);
+        begin_rows(be, rows, (int32_t[9]){0}, 0, NULL);
+        be->ops->swiglu(be, dout, dgu, rows, m);
+        float *out = from_dev(be, dout, (size_t)rows * m);
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < m; j++) {
+                double g = gu[r * 2 * m + j], u = gu[r * 2 * m + m + j];
+                ref[r * m + j] = g / (1 + exp(-g)) * u;
+            }
+        check_close(be, "swiglu", out, ref, (size_t)rows * m);
+        free(out);
+        /* add */
+        float *a = rand_vec((size_t)rows * m, 1, t), *b = rand_vec((size_t)rows * m, 1, t);
+        void *da = to_dev(be, a, (size_t)rows * m), *dbb = to_dev(be, b, (size_t)rows * m);
+        be->ops->add(be, da, dbb, (size_t)rows * m);
+        out = from_dev(be, da, (size_t)rows * m);
+        for (int i = 0; i < rows * m; i++) ref[i] = (double)a[i] + b[i];
+        check_close(be, "add", out, ref, (size_t)rows * m);
+        free(out);
+        /* embed: ids outside this shard's [vocab0, vocab0 + vocab) give zeros */
+        int32_t tokens[9] = {10, 59, 12, 5, 60, 33, 10, 47, 1000};
+        float *table = rand_vec((size_t)vocab * dim, 1, t);
+        void *dtab = to_dev(be, table, (size_t)vocab * dim), *demb = poisoned(be, (size_t)rows * dim);
+        rlRowSpec specs[3] = {{.token = 4}, {.token = 0}, {.token = 7}};
+        begin_rows(be, rows, tokens, 3, specs);
+        be->ops->embed(be, demb, dtab, vocab0, vocab, dim);
+        out = from_dev(be, demb, (size_t)rows * dim);
+        double *eref = calloc((size_t)rows * dim, sizeof *eref);
+        for (int r = 0; r < rows; r++) {
+            int id = tokens[r] - vocab0;
+            for (int j = 0; j < dim; j++)
+                eref[r * dim + j] = id >= 0 && id < vocab ? table[id * dim + j] : 0;
+        }
+        check_close(be, "embed", out, eref, (size_t)rows * dim);
+        for (int r = 0; r < rows; r++)
+            if (tokens[r] - vocab0 < 0 || tokens[r] - vocab0 >= vocab)
+                for (int j = 0; j < dim; j++) assert_true(out[r * dim + j] == 0.0f);
+        free(out);
+        /* gather_rows: the rows' tokens 4, 0, 7 */
+        void *dg = poisoned(be, 3 * (size_t)dim);
+        be->ops->gather_rows(be, dg, demb, dim);
+        out = from_dev(be, dg, 3 * (size_t)dim);
+        double gref[3 * 64];
+        for (int r = 0; r < 3; r++)
+            for (int j = 0; j < dim; j++) gref[r * dim + j] = eref[specs[r].token * dim + j];
+        check_close(be, "gather_rows", out, gref, 3 * (size_t)dim);
+        free(out);
+        /* fill_random: deterministic, in range, not constant */
+        rlError err;
+        void *dr = be->ops->alloc(be, 4096 * 2, &err);
+        assert_int_equal(be->ops->fill_random(be, dr, t, 4096, 42, 0.5f, &err), 0);
+        float *r1 = from_dev(be, dr, 4096);
+        assert_int_equal(be->ops->fill_random(be, dr, t, 4096, 42, 0.5f, &err), 0);
+        float *r2 = from_dev(be, dr, 4096);
+        double mean = 0;
+        for (int i = 0; i < 4096; i++) {
+            assert_true(r1[i] == r2[i]);
+            assert_true(r1[i] >= -0.5f && r1[i] <= 0.5f);
+            mean += r1[i] / 4096;
+        }
+        assert_true(fabs(mean) < 0.05 && r1[0] != r1[1]);
+        free(r1), free(r2), free(eref), free(table), free(gu), free(a), free(b), free(ref);
+        be->ops->free(be, dr), be->ops->free(be, dg), be->ops->free(be, dtab);
+        be->ops->free(be, demb), be->ops->free(be, da), be->ops->free(be, dbb);
+        be->ops->free(be, dgu), be->ops->free(be, dout);
+    }
+}
+
+/* ---- attention: several sequences at mixed positions over shuffled blocks ---- */
+
+typedef struct AttCase {
+    int n_q, n_kv, q_head0, kv_head0, group, head_dim;
+} AttCase;
+
+/* HF rotate-half RoPE with fp32 angles and cos/sin rounded to the dtype. */
+static void rope_ref(float *x, int D, int pos, float theta, rlDtype t) {
+    int half = D / 2;
+    for (int i = 0; i < half; i++) {
+        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)D);
+        float ang = (float)pos * inv;
+        double c = round_dt(cosf(ang), t), s = round_dt(sinf(ang), t);
+        double x1 = x[i], x2 = x[i + half];
+        x[i] = round_dt((float)(x1 * c - x2 * s), t);
+        x[i + half] = round_dt((float)(x2 * c + x1 * s), t);
+    }
+}
+
+static void run_attention_case(rlBackend *be, const AttCase *ac) {
+    rlDtype t = be->act_dtype;
+    const int bs = 16, n_blocks = 160, layers = 2, layer = 1, D = ac->head_dim;
+    const int n_seqs = 4;
+    /* cached prefix, new tokens: a prompt, a chunk after a cached prefix, two long decodes */
+    const int cached[4] = {0, 20, 700, 1500}, fresh[4] = {13, 5, 1, 1};
+    rlError err;
+    assert_int_equal(be->ops->kv_init(be, layers, n_blocks, bs, ac->n_kv, D, &err), 0);
+    int perm[160];
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)(urand() * (i + 1)), x = perm[i];
+        perm[i] = perm[j], perm[j] = x;
+    }
+    int max_blocks = 0, used = 0, tab[4][100];
+    for (int s = 0; s < n_seqs; s++) {
+        int nb = (cached[s] + fresh[s] + bs - 1) / bs;
+        if (nb > max_blocks) max_blocks = nb;
+        for (int b = 0; b < nb; b++) tab[s][b] = perm[used++];
+    }
+    assert_true(used <= n_blocks);
+    int32_t *btab = calloc((size_t)n_seqs * max_blocks, 4);
+    for (int s = 0; s < n_seqs; s++)
+        for (int b = 0; b < (cached[s] + fresh[s] + bs - 1) / bs; b++) btab[s * max_blocks + b] = tab[s][b];
+    const int W = (ac->n_q + 2 * ac->n_kv) * D;
+    const float theta = 1e6f;
+    /* Host copies of every token's rotated q, k and v, by sequence and position. */
+    int total = 0;
+    for (int s = 0; s < n_seqs; s++) total += cached[s] + fresh[s];
+    float *all = rand_vec((size_t)total * W, 1, t);
+    float *rot = malloc((size_t)total * W * sizeof *rot);
+    memcpy(rot, all, (size_t)total * W * sizeof *rot);
+    int base[4];
+    for (int s = 0, o = 0; s < n_seqs; s++) {
+        base[s] = o;
+        for (int p = 0; p < cached[s] + fresh[s]; p++)
+            for (int h = 0; h < ac->n_q + ac->n_kv; h++)
+                rope_ref(rot + (size_t)(o + p) * W + h * D, D, p, theta, t);
+        o += cached[s] + fresh[s];
+    }
+    rlAttnShape sh = {ac->n_q, ac->n_kv, ac->q_head0, ac->kv_head0, ac->group, D, theta};
+    /* Two steps: first the cached prefixes, then the new tokens. */
+    for (int step = 0; step < 2; step++) {
+        int32_t tokens[2300], pos[2300], slots[2300], start[5], len[4];
+        int n = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            start[s] = n;
+            int p0 = step ? cached[s] : 0, p1 = step ? cached[s] + fresh[s] : cached[s];
+            for (int p = p0; p < p1; p++, n++) {
+                tokens[n] = 0, pos[n] = p;
+                slots[n] = tab[s][p / bs] * bs + p % bs;
+            }
+            len[s] = p1;
+        }
+        start[n_seqs] = n;
+        float *in = malloc((size_t)n * W * sizeof *in);
+        for (int s = 0; s < n_seqs; s++)
+            for (int i = start[s]; i < start[s + 1]; i++)
+                memcpy(in + (size_t)i * W, all + (size_t)(base[s] + pos[i]) * W, W * sizeof *in);
+        rlBatch b = {n_seqs, n, tokens, pos, slots, start, len, btab, max_blocks, 0, NULL};
+        assert_int_equal(be->ops->begin_step(be, &b, &err), 0);
+        void *dqkv = to_dev(be, in, (size_t)n * W);
+        be->ops->rope_kv_store(be, dqkv, layer, &sh);
+        if (step == 1) {
+            float *q = from_dev(be, dqkv, (size_t)n * W);
+            double *qref = malloc((size_t)n * W * sizeof *qref);
+            for (int s = 0; s < n_seqs; s++)
+                for (int i = start[s]; i < start[s + 1]; i++)
+                    for (int j = 0; j < W; j++)
+                        qref[(size_t)i * W + j] = rot[(size_t)(base[s] + pos[i]) * W + j];
+            check_close(be, "rope_kv_store (q, k, v)", q, qref, (size_t)n * W);
+            free(q), free(qref);
+            void *dout = poisoned(be, (size_t)n * ac->n_q * D);
+            be->ops->attention(be, dout, dqkv, layer, &sh);
+            float *out = from_dev(be, dout, (size_t)n * ac->n_q * D);
+            double *ref = calloc((size_t)n * ac->n_q * D, sizeof *ref);
+            double *sc = malloc(2300 * sizeof *sc);
+            for (int s = 0; s < n_seqs; s++)
+                for (int i = start[s]; i < start[s + 1]; i++)
+                    for (int h = 0; h < ac->n_q; h++) {
+                        int kvh = (ac->q_head0 + h) / ac->group - ac->kv_head0;
+                        const float *qv = rot + (size_t)(base[s] + pos[i]) * W + h * D;
+                        double mx = -INFINITY, z = 0;
+                        for (int p = 0; p <= pos[i]; p++) {
+                            const float *kv = rot + (size_t)(base[s] + p) * W + (ac->n_q + kvh) * D;
+                            double d = 0;
+                            for (int e = 0; e < D; e++) d += (double)qv[e] * kv[e];
+                            sc[p] = d / sqrt((double)D);
+                            if (sc[p] > mx) mx = sc[p];
+                        }
+                        for (int p = 0; p <= pos[i]; p++) z += sc[p] = exp(sc[p] - mx);
+                        double *o = ref + ((size_t)i * ac->n_q + h) * D;
+                        for (int p = 0; p <= pos[i]; p++) {
+                            const float *vv = all + (size_t)(base[s] + p) * W +
+                                              (ac->n_q + ac->n_kv + kvh) * D;
+                            for (int e = 0; e < D; e++) o[e] += sc[p] / z * vv[e];
+                        }
+                    }
+            char what[64];
+            snprintf(what, sizeof what, "attention hd%d q%d/kv%d@%d", D, ac->n_q, ac->n_kv,
+                     ac->q_head0);
+            check_close(be, what, out, ref, (size_t)n * ac->n_q * D);
+            free(out), free(ref), free(sc);
+            be->ops->free(be, dout);
+        }
+        be->ops->free(be, dqkv);
+        free(in);
+    }
+    free(all), free(rot), free(btab);
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    const AttCase cases[] = {
+        {6, 2, 0, 0, 3, 64},     /* GQA 3 */
+        {7, 1, 0, 0, 7, 128},    /* Qwen2.5-7B's group of 7 */
+        {4, 2, 2, 0, 3, 128},    /* a TP shard: KV head 0 serves one of its query heads */
+        {4, 4, 0, 0, 1, 32},     /* MHA at the tiny fixtures' head dim */
+        {2, 1, 0, 0, 2, 96},     /* an untuned head dim */
+        {3, 1, 0, 0, 3, 34},     /* one that takes the 4-byte load path */
+    };
+    for (int d = 0; d < 2; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            run_attention_case(backends[d], &cases[i]);
+}
+
+/* ---- sampling: equal to the CPU backend's sampler on the same logits ---- */
+
+static void test_sample(void **state) {
+    (void)state;
+    rlBackend *be = backends[0];
+    const int V = 151936, n_rows = 8;
+    rlRowSpec rows[8] = {
+        {.token = 0, .target = 17, .n_top = 5, .sample = 1, .temperature = 0, .top_p = 1},
+        {.token = 1, .target = -1, .n_top = 20, .sample = 0, .top_p = 1},
+        {.token = 2, .target = 3, .sample = 1, .temperature = 1, .top_p = 1, .seed = 7},
+        {.token = 3, .target = -1, .n_top = 2, .sample = 1, .temperature = 0.7f, .top_k = 40,
+         .top_p = 0.9f, .seed = 11, .step = 3},
+        {.token = 4, .target = -1, .sample = 1, .temperature = 1.3f, .top_p = 0.5f,
+         .min_p = 0.02f, .seed = 99, .sample_index = 2, .step = 9},
+        {.token = 5, .target = -1, .n_top = 3, .sample = 1, .temperature = 0, .top_p = 1},
+        {.token = 6, .target = -1, .sample = 1, .temperature = 0.5f, .top_k = 1000, .top_p = 1,
+         .min_p = 0.1f, .seed = 5},
+        {.token = 7, .target = -1, .n_top = 4, .sample = 1, .temperature = 1, .top_k = 7,
+         .top_p = 1, .seed = 123456789},
+    };
+    float *logits = malloc((size_t)V * n_rows * sizeof *logits);
+    for (int r = 0; r < n_rows; r++)
+        for (int i = 0; i < V; i++) {
+            float x = srand_f(6);
+            /* rows 5 and 7: coarse values, so many logits tie */
+            if (r == 5 || r == 7) x = floorf(x);
+            logits[(size_t)r * V + i] = x;
+        }
+    rlError err;
+    int32_t tok[8] = {0};
+    rlBackendOptions co = {1, 0, RL_F32};
+    rlBackend *cpu = rl_backend_cpu_create(&co, &err);
+    assert_non_null(cpu);
+    assert_int_equal(cpu->ops->kv_init(cpu, 1, 1, 16, 1, 64, &err), 0);
+    assert_int_equal(be->ops->kv_init(be, 1, 1, 16, 1, 64, &err), 0);
+    rlRowResult got[8], want[8];
+    for (int k = 0; k < 2; k++) {
+        rlBackend *b = k ? cpu : be;
+        begin_rows(b, n_rows, tok, n_rows, rows);
+        float *dl = b->ops->alloc(b, (size_t)V * n_rows * 4, &err);
+        assert_non_null(dl);
+        assert_int_equal(b->ops->upload(b, dl, RL_F32, logits, RL_F32, (size_t)V * n_rows, &err), 0);
+        assert_int_equal(b->ops->sample(b, dl, V, k ? want : got, &err), 0);
+        b->ops->free(b, dl);
+    }
+    for (int r = 0; r < n_rows; r++) {
+        printf("  sample row %d: token %d (cpu %d) logprob %.5f (cpu %.5f)\n", r, got[r].token,
+               want[r].token, got[r].token_logprob, want[r].token_logprob);
+        assert_int_equal(got[r].token, want[r].token);
+        assert_true(fabsf(got[r].token_logprob - want[r].token_logprob) < 1e-4f);
+        assert_true(fabsf(got[r].target_logprob - want[r].target_logprob) < 1e-4f);
+        assert_int_equal(got[r].n_top, want[r].n_top);
+        for (int a = 0; a < want[r].n_top; a++) {
+            assert_int_equal(got[r].top_ids[a], want[r].top_ids[a]);
+            assert_true(fabsf(got[r].top_logprobs[a] - want[r].top_logprobs[a]) < 1e-4f);
+        }
+    }
+    cpu->ops->destroy(cpu);
+    free(logits);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    rlError err;
+    rlBackendOptions bad = {0, 4096, RL_BF16};
+    assert_null(rl_backend_cuda_create(&bad, &err));
+    assert_int_equal(err.code, RL_EDEVICE);
+    printf("  device out of range: %s\n", err.msg);
+    rlBackendOptions f32 = {0, 0, RL_F32};
+    assert_null(rl_backend_cuda_create(&f32, &err));
+    printf("  fp32: %s\n", err.msg);
+    rlBackend *be = backends[0];
+    /* An impossible allocation is a clear error, not a crash. */
+    assert_null(be->ops->alloc(be, (size_t)1 << 50, &err));
+    assert_int_equal(err.code, RL_EMEMORY);
+    printf("  huge alloc: %s\n", err.msg);
+    int n_blocks = 0;
+    assert_int_equal(be->ops->kv_capacity(be, (size_t)1 << 40, 16, 10, 0.9, &n_blocks, &err), -1);
+    assert_int_equal(err.code, RL_EMEMORY);
+    printf("  kv plan: %s\n", err.msg);
+    assert_int_equal(be->ops->kv_capacity(be, (size_t)1 << 20, 16, 10, 0.9, &n_blocks, &err), 0);
+    assert_true(n_blocks > 10);
+}
+
+int main(void) {
+    rlError err;
+    rlBackendOptions o = {0, 0, RL_BF16};
+    if (!(backends[0] = rl_backend_cuda_create(&o, &err))) {
+        if (getenv("RL_REQUIRE_GPU")) {
+            fprintf(stderr, "test_cuda_ops: no usable GPU: %s\n", err.msg);
+            return 1;
+        }
+        printf("skipped: no GPU (%s)\n", err.msg);
+        return 0;
+    }
+    o.dtype = RL_F16;
+    if (!(backends[1] = rl_backend_cuda_create(&o, &err))) {
+        fprintf(stderr, "test_cuda_ops: fp16 backend: %s\n", err.msg);
+        return 1;
+    }
+    const char *seed = getenv("RL_TEST_SEED");
+    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
+    printf("test_cuda_ops: RL_TEST_SEED=%llu\n", (unsigned long long)rng_state);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),     cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_elementwise), cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_sample),     cmocka_unit_test(test_errors),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    backends[0]->ops->destroy(backends[0]);
+    backends[1]->ops->destroy(backends[1]);
+    return rc;
+}

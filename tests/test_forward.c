@@ -1,0 +1,352 @@
+/* test_forward.c: the CPU forward pass against Hugging Face's reference.
+ *
+ * RL_TEST_BACKEND=cuda (tests/gpu_model.sh) runs the same checks on the CUDA
+ * backend in bf16 (RL_TEST_DTYPE=fp16 for fp16), with the tolerances of
+ * 16-bit activations: logprobs within 5e-2, greedy compared up to the first
+ * margin under 0.1.
+ *
+ * For both fixture models and every prompt of their reference.json:
+ * prompt logprobs within 1e-3, the first generated token's top-5 logprobs
+ * equal to log-softmax(last_logits) within 1e-3, and 24 greedy tokens equal
+ * up to the first step whose greedy margin is under 1e-2.  Then the same
+ * prompts run together (prefills next to decode tokens) and one prompt in
+ * chunks over several steps must give what they gave alone.  Batches and
+ * block tables are built here by hand with a trivial block allocator. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/model.h"
+#include "../worker/checkpoint.h"
+
+#define N_GEN 24
+#define BLOCK 16
+#define MAX_BLOCKS 128          /* 2048 tokens per sequence */
+#define N_BLOCKS 640
+#define MAX_TOKENS 4096
+static double TOL = 1e-3, MARGIN = 1e-2, SAME = 1e-4;
+
+typedef struct tSeq {
+    int *ids, n_ids, n_prompt;
+    int n_cached;
+    int32_t blocks[MAX_BLOCKS];
+    int n_blocks;
+    float *prompt_lp;           /* [n_prompt]: entry i is token i's logprob, i >= 1 */
+    int top_ids[5];
+    float top_lp[5];
+    int n_gen;
+    int gen[N_GEN];
+    json_t *ref;                /* this prompt's reference.json entry */
+} tSeq;
+
+typedef struct tModel {
+    const char *name;
+    rlCheckpoint *ck;
+    rlModelConfig cfg;
+    rlBackend *be;
+    rlModel m;
+    json_t *ref;
+    int n_seqs;
+    int next_block;
+    struct tSeq *alone;         /* every prompt run alone, the baseline for the rest */
+} tModel;
+
+static void fixture_path(char *out, size_t n, const char *model, const char *file) {
+    const char *root = getenv("FIXTURES");
+    snprintf(out, n, "%s/models/%s/%s", root ? root : "tests/fixtures", model, file);
+}
+
+static int model_setup(void **state, const char *name) {
+    tModel *t = calloc(1, sizeof(*t));
+    rlError err = {0};
+    char dir[512], ref[512];
+    t->name = name;
+    fixture_path(dir, sizeof(dir), name, "");
+    fixture_path(ref, sizeof(ref), name, "reference.json");
+    t->ck = checkpoint_open(dir, &t->cfg, &err);
+    if (!t->ck) fail_msg("%s", err.msg);
+    json_error_t jerr;
+    t->ref = json_load_file(ref, 0, &jerr);
+    if (!t->ref) fail_msg("%s: %s", ref, jerr.text);
+    t->n_seqs = (int)json_array_size(json_object_get(t->ref, "prompts"));
+
+    rlBackendOptions opt = {.threads = 2};
+    const char *backend = getenv("RL_TEST_BACKEND"), *dtype = getenv("RL_TEST_DTYPE");
+    if (backend && strcmp(backend, "cuda") == 0) {
+        opt.dtype = dtype && strcmp(dtype, "fp16") == 0 ? RL_F16 : RL_BF16;
+        TOL = 5e-2, MARGIN = 0.1, SAME = 5e-2;
+        t->be = rl_backend_cuda_create(&opt, &err);
+    } else {
+        t->be = rl_backend_cpu_create(&opt, &err);
+    }
+    if (!t->be) fail_msg("%s", err.msg);
+    rlShard shard;
+    if (rl_shard_plan(&t->cfg, 1, 1, NULL, &shard, &err) != 0 ||
+        rl_model_init(&t->m, &t->cfg, &shard, t->be, NULL, NULL, checkpoint_lookup, t->ck, 0,
+                      MAX_TOKENS, MAX_TOKENS, &err) != 0 ||
+        t->be->ops->kv_init(t->be, shard.n_layers, N_BLOCKS, BLOCK, shard.n_kv_heads,
+                            t->cfg.head_dim, &err) != 0)
+        fail_msg("%s", err.msg);
+    *state = t;
+    return 0;
+}
+
+static int setup_hd128(void **state) { return model_setup(state, "qwen2-tiny-hd128"); }
+static int setup_gqa3(void **state) { return model_setup(state, "qwen2-tiny-gqa3"); }
+
+static void seqs_free(tModel *t, struct tSeq *s);
+
+static int model_teardown(void **state) {
+    tModel *t = *state;
+    if (t->alone) seqs_free(t, t->alone);
+    rl_model_free(&t->m);
+    t->be->ops->destroy(t->be);
+    checkpoint_close(t->ck);
+    json_decref(t->ref);
+    free(t);
+    return 0;
+}
+
+/* Fresh sequences for every prompt; the KV cache is reused from block 0. */
+static tSeq *seqs_new(tModel *t) {
+    tSeq *s = calloc((size_t)t->n_seqs, sizeof(*s));
+    for (int i = 0; i < t->n_seqs; i++) {
+        json_t *p = json_array_get(json_object_get(t->ref, "prompts"), (size_t)i);
+        json_t *ids = json_object_get(p, "ids");
+        s[i].ref = p;
+        s[i].n_prompt = (int)json_array_size(ids);
+        s[i].ids = malloc(((size_t)s[i].n_prompt + N_GEN) * sizeof(int));
+        s[i].prompt_lp = calloc((size_t)s[i].n_prompt, sizeof(float));
+        for (int j = 0; j < s[i].n_prompt; j++)
+            s[i].ids[j] = (int)json_integer_value(json_array_get(ids, (size_t)j));
+        s[i].n_ids = s[i].n_prompt;
+    }
+    t->next_block = 0;
+    return s;
+}
+
+static void seqs_free(tModel *t, tSeq *s) {
+    for (int i = 0; i < t->n_seqs; i++) free(s[i].ids), free(s[i].prompt_lp);
+    free(s);
+}
+
+/* One step: n_new[i] new tokens of sequence which[i].  Every prompt token
+ * but the last asks for the next one's logprob; the last token of a
+ * sequence's new run, once past the prompt, samples greedily with top 5. */
+static void step(tModel *t, tSeq **which, const int *n_new, int n) {
+    static int32_t tokens[MAX_TOKENS], pos[MAX_TOKENS], slots[MAX_TOKENS];
+    static rlRowSpec rows[MAX_TOKENS];
+    static rlRowResult res[MAX_TOKENS];
+    static int row_seq[MAX_TOKENS], row_pos[MAX_TOKENS];
+    int32_t seq_start[n + 1], seq_len[n], tables[n * MAX_BLOCKS];
+    int nt = 0, nr = 0;
+    for (int i = 0; i < n; i++) {
+        tSeq *s = which[i];
+        int len = s->n_cached + n_new[i];
+        assert_true(len <= s->n_ids);
+        while (s->n_blocks * BLOCK < len) {
+            assert_true(t->next_block < N_BLOCKS);
+            s->blocks[s->n_blocks++] = t->next_block++;
+        }
+        seq_start[i] = nt;
+        seq_len[i] = len;
+        memcpy(tables + i * MAX_BLOCKS, s->blocks, sizeof(s->blocks));
+        for (int p = s->n_cached; p < len; p++) {
+            tokens[nt] = s->ids[p];
+            pos[nt] = p;
+            slots[nt] = s->blocks[p / BLOCK] * BLOCK + p % BLOCK;
+            rlRowSpec r = {.token = nt, .target = -1, .top_p = 1};
+            if (p < s->n_prompt - 1) {
+                r.target = s->ids[p + 1];
+            } else if (p == len - 1) {
+                r.sample = 1;
+                r.n_top = 5;
+            } else {
+                nt++;
+                continue;
+            }
+            row_seq[nr] = i, row_pos[nr] = p;
+            rows[nr++] = r;
+            nt++;
+        }
+        seq_start[i + 1] = nt;
+    }
+    rlBatch b = {.n_seqs = n, .n_tokens = nt, .tokens = tokens, .positions = pos, .slots = slots,
+                 .seq_start = seq_start, .seq_len = seq_len, .block_tables = tables,
+                 .max_blocks = MAX_BLOCKS, .n_rows = nr, .rows = rows};
+    rlError err = {0};
+    if (rl_model_forward(&t->m, &b, res, &err) != 0) fail_msg("%s", err.msg);
+    for (int r = 0; r < nr; r++) {
+        tSeq *s = which[row_seq[r]];
+        if (!rows[r].sample) {
+            s->prompt_lp[row_pos[r] + 1] = res[r].target_logprob;
+            continue;
+        }
+        if (s->n_gen == 0)
+            for (int k = 0; k < 5; k++)
+                s->top_ids[k] = res[r].top_ids[k], s->top_lp[k] = res[r].top_logprobs[k];
+        s->gen[s->n_gen++] = res[r].token;
+        if (s->n_gen < N_GEN) s->ids[s->n_ids++] = res[r].token;
+    }
+    for (int i = 0; i < n; i++) which[i]->n_cached += n_new[i];
+}
+
+/* A sequence alone: the whole prompt in one step, then greedy decoding. */
+static void run_alone(tModel *t, tSeq *s) {
+    int n = s->n_prompt;
+    step(t, &s, &n, 1);
+    while (s->n_gen < N_GEN) {
+        int one = 1;
+        step(t, &s, &one, 1);
+    }
+}
+
+static double json_num(json_t *a, size_t i) { return json_number_value(json_array_get(a, i)); }
+
+/* Steps before the first whose reference margin is too thin to call. */
+static int reliable_steps(json_t *ref) {
+    json_t *margin = json_object_get(ref, "greedy_margin");
+    int n = 0;
+    while (n < N_GEN && json_num(margin, (size_t)n) >= MARGIN) n++;
+    return n;
+}
+
+static void check_reference(tModel *t, tSeq *s) {
+    const char *name = json_string_value(json_object_get(s->ref, "name"));
+    json_t *plp = json_object_get(s->ref, "prompt_logprobs");
+    double worst = 0;
+    for (int i = 1; i < s->n_prompt; i++) {
+        double d = fabs(s->prompt_lp[i] - json_num(plp, (size_t)i - 1));
+        if (d > worst) worst = d;
+    }
+    if (worst > TOL) fail_msg("%s %s: prompt logprob off by %g", t->name, name, worst);
+
+    /* The reference's log-softmax of the last logits, in double. */
+    json_t *logits = json_object_get(s->ref, "last_logits");
+    int V = t->cfg.vocab_size;
+    double max = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++) max = fmax(max, json_num(logits, (size_t)i));
+    for (int i = 0; i < V; i++) sum += exp(json_num(logits, (size_t)i) - max);
+    double lse = max + log(sum), ref_top = INFINITY;
+    for (int k = 0; k < 5; k++) {
+        /* our k-th id has the reference's logprob, and the k-th best value */
+        double ref_lp = json_num(logits, (size_t)s->top_ids[k]) - lse, best = -INFINITY;
+        for (int i = 0; i < V; i++) {
+            double v = json_num(logits, (size_t)i) - lse;
+            if (v > best && v < ref_top - 1e-12) best = v;
+        }
+        ref_top = best;
+        if (fabs(ref_lp - s->top_lp[k]) > TOL || fabs(best - s->top_lp[k]) > TOL)
+            fail_msg("%s %s: top-%d logprob %g (id %d), reference %g for that id, %g k-th best",
+                     t->name, name, k + 1, s->top_lp[k], s->top_ids[k], ref_lp, best);
+    }
+
+    json_t *greedy = json_object_get(s->ref, "greedy");
+    int n = reliable_steps(s->ref);
+    for (int i = 0; i < n; i++)
+        if (s->gen[i] != (int)json_integer_value(json_array_get(greedy, (size_t)i)))
+            fail_msg("%s %s: greedy token %d is %d, reference %lld", t->name, name, i, s->gen[i],
+                     (long long)json_integer_value(json_array_get(greedy, (size_t)i)));
+}
+
+static tSeq *alone(tModel *t) {
+    if (t->alone) return t->alone;
+    t->alone = seqs_new(t);
+    for (int i = 0; i < t->n_seqs; i++) {
+        t->next_block = 0;
+        run_alone(t, &t->alone[i]);
+    }
+    return t->alone;
+}
+
+static void test_reference(void **state) {
+    tModel *t = *state;
+    tSeq *s = alone(t);
+    for (int i = 0; i < t->n_seqs; i++) check_reference(t, &s[i]);
+}
+
+/* a (run some other way) must match b (run alone) to within fp32 noise. */
+static void check_same(tModel *t, const tSeq *a, const tSeq *b, const char *how) {
+    const char *name = json_string_value(json_object_get(b->ref, "name"));
+    for (int i = 1; i < b->n_prompt; i++)
+        if (fabsf(a->prompt_lp[i] - b->prompt_lp[i]) > SAME)
+            fail_msg("%s %s %s: prompt logprob %d is %g, alone %g", t->name, name, how, i,
+                     a->prompt_lp[i], b->prompt_lp[i]);
+    for (int k = 0; k < 5; k++)
+        if (fabsf(a->top_lp[k] - b->top_lp[k]) > SAME)
+            fail_msg("%s %s %s: top-%d logprob %g, alone %g", t->name, name, how, k + 1,
+                     a->top_lp[k], b->top_lp[k]);
+    int n = reliable_steps(b->ref);
+    for (int i = 0; i < n; i++)
+        if (a->gen[i] != b->gen[i])
+            fail_msg("%s %s %s: greedy token %d is %d, alone %d", t->name, name, how, i,
+                     a->gen[i], b->gen[i]);
+}
+
+/* Every prompt together: the even ones prefill first, then the odd ones
+ * prefill in the same steps as the even ones' first decode tokens, then
+ * all decode together. */
+static void test_batch(void **state) {
+    tModel *t = *state;
+    tSeq *base = alone(t), *s = seqs_new(t);
+    int n = t->n_seqs;
+    tSeq *which[n];
+    int n_new[n];
+    int k = 0;
+    for (int i = 0; i < n; i += 2) which[k] = &s[i], n_new[k++] = s[i].n_prompt;
+    step(t, which, n_new, k);
+    for (;;) {
+        k = 0;
+        for (int i = 0; i < n; i++) {
+            if (s[i].n_gen >= N_GEN) continue;
+            which[k] = &s[i];
+            n_new[k++] = s[i].n_cached == 0 ? s[i].n_prompt : 1;
+        }
+        if (k == 0) break;
+        step(t, which, n_new, k);
+    }
+    for (int i = 0; i < n; i++) check_same(t, &s[i], &base[i], "in one batch");
+    seqs_free(t, s);
+}
+
+/* The longest prompt over steps of uneven chunks gives what one step gave. */
+static void test_chunked(void **state) {
+    tModel *t = *state;
+    tSeq *s = seqs_new(t);
+    int longest = 0;
+    for (int i = 1; i < t->n_seqs; i++)
+        if (s[i].n_prompt > s[longest].n_prompt) longest = i;
+    tSeq *a = &alone(t)[longest], *c = &s[longest];
+    static const int chunks[] = {1, 7, 16, 100, 33, 250};
+    for (int i = 0; c->n_cached < c->n_prompt; i++) {
+        int n = chunks[i % 6];
+        if (n > c->n_prompt - c->n_cached) n = c->n_prompt - c->n_cached;
+        step(t, &c, &n, 1);
+    }
+    while (c->n_gen < N_GEN) {
+        int one = 1;
+        step(t, &c, &one, 1);
+    }
+    check_same(t, c, a, "in chunks");
+    seqs_free(t, s);
+}
+
+int main(void) {
+    const struct CMUnitTest hd128[] = {
+        cmocka_unit_test(test_reference),
+        cmocka_unit_test(test_batch),
+        cmocka_unit_test(test_chunked),
+    };
+    int failed = cmocka_run_group_tests_name("qwen2-tiny-hd128", hd128, setup_hd128,
+                                             model_teardown);
+    failed += cmocka_run_group_tests_name("qwen2-tiny-gqa3", hd128, setup_gqa3, model_teardown);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# test_generate.sh: `redlm generate` end to end on the fixture models.
+#
+# Greedy tokens match reference.json (up to the first step whose greedy
+# margin is under 1e-2) and are identical with prefix caching off, one
+# sequence at a time, tiny prefill chunks, and a KV pool so small that
+# preemption happens many times; seeded sampling is reproducible and does not
+# depend on the batch; invalid lines get one error result each.
+set -euo pipefail
+: "${REDLM:?}" "${FIXTURES:?}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
+    dir=$FIXTURES/models/$model
+    ref=$dir/reference.json
+    gen() { "$REDLM" generate --model "$dir" --threads 2 --kv-cache-memory 32MiB "$@"; }
+
+    # Greedy: every prompt of the reference in one batch.
+    jq -c '.prompts[] | {id: .name, prompt_ids: .ids, max_tokens: 24, temperature: 0,
+                         ignore_eos: true}' "$ref" > "$tmp/greedy.jsonl"
+    gen --input "$tmp/greedy.jsonl" --output "$tmp/base.jsonl"
+    [ "$(wc -l < "$tmp/base.jsonl")" = "$(wc -l < "$tmp/greedy.jsonl")" ] || fail "$model: result count"
+    # Per prompt: the number of leading tokens that must match.
+    jq -c --slurpfile got "$tmp/base.jsonl" '
+        .prompts[] as $p
+        | ($got[] | select(.id == $p.name) | .token_ids) as $t
+        | ([range(0; 24) | select($p.greedy_margin[.] < 1e-2)] | first // 24) as $n
+        | select($t[0:$n] != $p.greedy[0:$n]) | {name: $p.name, n: $n, got: $t[0:$n], want: $p.greedy[0:$n]}
+    ' "$ref" > "$tmp/mismatch"
+    [ -s "$tmp/mismatch" ] && { cat "$tmp/mismatch"; fail "$model: greedy tokens differ from reference.json"; }
+
+    tokens() { jq -c '[.id, .index, .token_ids]' "$1"; }
+    check_same() {   # name, input, reference tokens, options...
+        local name=$1 input=$2 want=$3; shift 3
+        gen --input "$input" --output "$tmp/$name.jsonl" --stats "$@" 2> "$tmp/$name.err" \
+            || { cat "$tmp/$name.err"; fail "$model $name: exit status"; }
+        tokens "$tmp/$name.jsonl" | cmp -s - "$want" || fail "$model $name: tokens differ"
+    }
+    # The same prompts under other schedules (the 1,500-token one only costs time here).
+    grep -v long-1500 "$tmp/greedy.jsonl" > "$tmp/short.jsonl"
+    grep -v long-1500 "$tmp/base.jsonl" | jq -c '[.id, .index, .token_ids]' > "$tmp/short.tok"
+    check_same nocache "$tmp/short.jsonl" "$tmp/short.tok" --no-prefix-caching
+    check_same oneseq "$tmp/short.jsonl" "$tmp/short.tok" --max-num-seqs 1
+    check_same chunks "$tmp/short.jsonl" "$tmp/short.tok" --max-num-batched-tokens 40 --max-num-seqs 8
+    check_same small "$tmp/short.jsonl" "$tmp/short.tok" --kv-cache-memory 1200KiB
+
+    # Many short prompts with long outputs, greedy and seeded (n = 3), in a
+    # pool of a few dozen blocks: running requests keep outgrowing it.
+    # Sampled requests use top_k: recomputed KV differs from decoded KV in
+    # the last bits, which over the whole vocabulary's long tail of near-equal
+    # probabilities is enough to reorder two neighbours the draw falls on.
+    seeded='{"id":"s","prompt_ids":[5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21],"max_tokens":40,"temperature":0.9,"top_p":0.95,"top_k":50,"seed":7,"n":3,"ignore_eos":true}'
+    for i in $(seq 1 24); do
+        echo "{\"id\":\"g$i\",\"prompt_ids\":[$i,$((i * 7 % 2000)),$((i * 13 % 2000)),3,4],\"max_tokens\":40,\"temperature\":$((i % 2)),\"top_k\":20,\"seed\":$i,\"ignore_eos\":true}"
+    done > "$tmp/many.jsonl"
+    echo "$seeded" >> "$tmp/many.jsonl"
+    gen --input "$tmp/many.jsonl" --output "$tmp/many.out"
+    tokens "$tmp/many.out" > "$tmp/many.tok"
+    check_same tiny "$tmp/many.jsonl" "$tmp/many.tok" --kv-cache-memory 600KiB
+    preempt=$(sed -n 's/.*preemptions=\([0-9]*\).*/\1/p' "$tmp/tiny.err")
+    [ "${preempt:-0}" -ge 10 ] || fail "$model: expected many preemptions with a tiny pool, got ${preempt:-none}"
+    check_same tiny-nocache "$tmp/many.jsonl" "$tmp/many.tok" --kv-cache-memory 600KiB --no-prefix-caching
+
+    # Seeded sampling does not depend on the batch; the samples differ.
+    echo "$seeded" > "$tmp/seeded.jsonl"
+    gen --input "$tmp/seeded.jsonl" --output "$tmp/alone.jsonl"
+    diff <(tokens "$tmp/alone.jsonl") <(grep '^\["s",' "$tmp/many.tok") > /dev/null \
+        || fail "$model: seeded sampling depends on the batch"
+    [ "$(jq -s 'map(.token_ids) | unique | length' "$tmp/alone.jsonl")" = 3 ] \
+        || fail "$model: the 3 samples should differ"
+done
+
+# Invalid lines: one error each, in input order, while the others still run.
+dir=$FIXTURES/models/qwen2-tiny-gqa3
+cat > "$tmp/bad.jsonl" <<'JSON'
+{"id":"ok1","prompt_ids":[1,2,3],"max_tokens":2,"temperature":0}
+not json
+{"id":"typo","prompt_ids":[1],"temprature":0}
+{"id":"vocab","prompt_ids":[1,99999]}
+{"id":"long","prompt_ids":[1,2],"max_tokens":5000}
+{"id":"two","prompt_ids":[1],"prompt":"x"}
+{"id":"ok2","prompt_ids":[4,5],"max_tokens":3,"temperature":0,"n":2}
+{"id":"score","prompt_ids":[4,5,6,7],"max_tokens":0,"prompt_logprobs":2}
+JSON
+"$REDLM" generate --model "$dir" --input "$tmp/bad.jsonl" --output "$tmp/bad.out"
+got=$(jq -r '[.id // "-", .event, (.error.code // .finish_reason)] | join(" ")' "$tmp/bad.out")
+want="ok1 done length
+- error invalid_encoding
+typo error invalid_request
+vocab error invalid_request
+long error prompt_too_long
+two error invalid_request
+ok2 done length
+ok2 done length
+score done length"
+[ "$got" = "$want" ] || { echo "$got"; fail "invalid lines"; }
+[ "$(jq -c 'select(.id == "score") | [.token_ids, (.prompt_logprobs | length), .prompt_logprobs[0], (.prompt_logprobs[1].top | length)]' "$tmp/bad.out")" = '[[],4,null,2]' ] \
+    || fail "score-only request"
+echo "generate: all checks passed"

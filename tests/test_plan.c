@@ -1,0 +1,378 @@
+/* test_plan.c: the memory plan's arithmetic against numbers worked out by
+ * hand, and every real Qwen2.5 shape on "6 x 24 GiB" and "1 x 141 GiB".
+ *
+ * The hand computations follow the model's own buffers (kernels/shard.c,
+ * kernels/model_weights.c) and the constants in worker/plan.c: the CUDA
+ * context 500 MiB, cuBLASLt workspace 64 MiB, the backend's 2 GiB reserve
+ * (sampling scratch + graph pools), NCCL 400 MiB per TP communicator. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../worker/checkpoint.h"
+#include "../worker/plan.h"
+
+#define GiB ((size_t)1 << 30)
+
+static void load_config(const char *name, rlModelConfig *cfg) {
+    const char *root = getenv("FIXTURES");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/configs/%s", root ? root : "tests/fixtures", name);
+    rlError err = {0};
+    if (checkpoint_read_config(path, cfg, &err)) fail_msg("%s: %s", path, err.msg);
+}
+
+static const rlPlanLayout *find_layout(const rlPlan *p, int instances, int tp, int pp) {
+    for (int i = 0; i < p->n_layouts; i++)
+        if (p->layouts[i].instances == instances && p->layouts[i].tp == tp &&
+            p->layouts[i].pp == pp)
+            return &p->layouts[i];
+    fail_msg("no layout %d x TP%d PP%d in the plan", instances, tp, pp);
+    return NULL;
+}
+
+/* Qwen2.5-0.5B on one 141 GiB GPU, TP 1, bf16, --max-model-len 4096,
+ * --max-num-seqs 16, --max-num-batched-tokens 512, --block-size 16, 0.90.
+ *
+ * D 896, 24 layers, 14 heads / 2 KV heads of 64, MLP 4864, vocab 151936, tied.
+ * weights, per layer: norms 2*896 = 1792; qkv rows (14 + 2*2) * 64 = 1152:
+ *   wqkv 1152*896 = 1032192, bqkv 1152; wo 896*896 = 802816;
+ *   gate/up/down 3*4864*896 = 13074432; sum 14912384, x24 = 357897216;
+ *   embedding 151936*896 = 136134656 (tied: also the LM head); final norm 896;
+ *   494032768 parameters x 2 bytes = 988065536.
+ * activations, T = 512 tokens, R = 512 + 16 = 528 logit rows:
+ *   per token x/resid/delta 3*896 + qkv 1152 + att 896 + gu/mlp 3*4864 = 19328,
+ *   x512 x2 bytes = 19791872; rows_x 528*896*2 = 946176;
+ *   logits 528*151936*4 = 320888832; total 341626880.
+ * workspace: 64 MiB + sampling scratch 1.25*320888832 = 401111040 -> 468219904.
+ * graphs: 2 GiB - 401111040 = 1746372608.  NCCL 0.  runtime 524288000.
+ * fixed 4068572928; budget 0.9 * 141 GiB = 136257837465 (truncated);
+ * left 132189264537; KV per token 2*24*2*64*2 = 12288, per block 196608;
+ * blocks 132189264537 / 196608 = 672349 -> 10757584 tokens;
+ * sequences of 4096 tokens (256 blocks): 672349 / 256 = 2626. */
+static void test_hand_05b_one_gpu(void **state) {
+    (void)state;
+    rlModelConfig cfg;
+    load_config("qwen2.5-0.5b.json", &cfg);
+    rlPlanOptions o;
+    plan_options_init(&o, 1, 141 * GiB);
+    o.max_model_len = 4096, o.max_num_seqs = 16, o.max_num_batched_tokens = 512;
+    rlPlan p;
+    rlError err = {0};
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    assert_int_equal(p.n_layouts, 1);
+    const rlPlanLayout *l = &p.layouts[0];
+    const rlPlanRank *r = &l->ranks[0];
+    assert_true(l->fits);
+    assert_int_equal(r->weights, 988065536);
+    assert_int_equal(r->activations, 341626880);
+    assert_int_equal(r->workspace, 468219904);
+    assert_int_equal(r->graphs, 1746372608);
+    assert_int_equal(r->nccl, 0);
+    assert_int_equal(r->runtime, 524288000);
+    assert_int_equal(r->budget, 136257837465ULL);
+    assert_int_equal(r->kv_bytes_per_block, 196608);
+    assert_int_equal(l->kv_blocks[0], 672349);
+    assert_int_equal(l->kv_tokens, 10757584);
+    assert_int_equal(r->kv, 672349ULL * 196608);
+    assert_int_equal(l->max_seqs, 2626);
+    assert_int_equal(l->collectives, 0);
+    assert_int_equal(p.throughput, 0);
+    assert_int_equal(p.latency, 0);
+    plan_free(&p);
+}
+
+/* Qwen2.5-7B on six 24 GiB GPUs as 2 instances of TP 3, bf16,
+ * --max-model-len 8192, --max-num-seqs 16, defaults otherwise (2048 batched
+ * tokens, block 16, 0.90).
+ *
+ * D 3584, 28 layers, 28 heads / 4 KV heads of 128 (7 per group), MLP 18944,
+ * vocab 152064, untied.  TP 3 cuts the heads at 0, 9, 18, 28: rank 2 has
+ * heads 18-27, reading KV heads 2-3 (2 stored); MLP in 128-column units,
+ * 148 units cut at 0, 49, 98, 148: rank 2 has 50 units = 6400 columns;
+ * vocabulary 152064 / 3 = 50688 rows each.  Rank 2 is the largest:
+ * weights, per layer: norms 7168; qkv rows (10 + 2*2) * 128 = 1792:
+ *   wqkv 1792*3584 = 6422528, bqkv 1792; wo 3584*1280 = 4587520;
+ *   gate/up/down 3*6400*3584 = 68812800; sum 79831808, x28 = 2235290624;
+ *   embedding and LM head rows 2 * 50688*3584 = 363331584; norm 3584;
+ *   2598625792 x 2 bytes = 5197251584.
+ * activations, T = 2048, R = 2048 + 16 = 2064:
+ *   per token 3*3584 + 1792 + 1280 + 3*6400 = 33024, x2048 x2 = 135266304;
+ *   rows_x 2064*3584*2 = 14794752; logits at TP 3: the padded slice
+ *   2064*50688 + all three slices 3*2064*50688 + full rows 2064*152064 =
+ *   732340224 floats = 2929360896; total 3079421952.
+ * workspace: 64 MiB + 1.25 * 2064*152064*4 = 1569300480 -> 1636409344.
+ * graphs: 2 GiB - 1569300480 = 578183168.  NCCL 400 MiB = 419430400.
+ * runtime 524288000.  fixed 11434984448; budget 0.9 * 24 GiB = 23192823398;
+ * left 11757838950; KV per token 2*28*2*128*2 = 28672, per block 458752;
+ * blocks 11757838950 / 458752 = 25630 -> 410080 tokens per instance;
+ * sequences of 8192 tokens (512 blocks): 25630 / 512 = 50.
+ * Every rank stores 2 KV heads, so rank 2 (the most weights) sets it. */
+static void test_hand_7b_two_tp3(void **state) {
+    (void)state;
+    rlModelConfig cfg;
+    load_config("qwen2.5-7b.json", &cfg);
+    rlPlanOptions o;
+    plan_options_init(&o, 6, 24 * GiB);
+    o.max_model_len = 8192, o.max_num_seqs = 16;
+    rlPlan p;
+    rlError err = {0};
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    const rlPlanLayout *l = find_layout(&p, 2, 3, 1);
+    assert_true(l->fits);
+    assert_int_equal(l->tight, 2);
+    const rlPlanRank *r = &l->ranks[2];
+    assert_int_equal(r->shard.n_q_heads, 10);
+    assert_int_equal(r->shard.n_kv_heads, 2);
+    assert_int_equal(r->shard.n_mlp, 6400);
+    assert_int_equal(r->weights, 5197251584ULL);
+    assert_int_equal(r->activations, 3079421952ULL);
+    assert_int_equal(r->workspace, 1636409344);
+    assert_int_equal(r->graphs, 578183168);
+    assert_int_equal(r->nccl, 419430400);
+    assert_int_equal(r->runtime, 524288000);
+    assert_int_equal(r->budget, 23192823398ULL);
+    assert_int_equal(r->kv_bytes_per_block, 458752);
+    assert_int_equal(l->kv_blocks[0], 25630);
+    assert_int_equal(l->kv_blocks[1], 25630);
+    assert_int_equal(l->kv_tokens, 410080);
+    assert_int_equal(l->max_seqs, 50);
+    /* the second instance sits on GPUs 3-5 */
+    assert_int_equal(l->ranks[3].gpu, 3);
+    assert_int_equal(l->ranks[5].gpu, 5);
+    /* 2 all-reduces per layer and the logits gather */
+    assert_int_equal(l->collectives, 57);
+    plan_free(&p);
+}
+
+/* Every fixture config, on both machines: no crash, every layout either fits
+ * with a KV cache for at least one full sequence or says why not, and the
+ * recommendations are layouts that fit. */
+static void check_machine(const rlModelConfig *cfg, const char *name, int gpus, size_t mem) {
+    rlPlanOptions o;
+    plan_options_init(&o, gpus, mem);
+    o.max_model_len = 8192, o.max_num_seqs = 16;
+    rlPlan p;
+    rlError err = {0};
+    if (plan_compute(cfg, &o, &p, &err)) fail_msg("%s: %s", name, err.msg);
+    int n_fit = 0;
+    for (int i = 0; i < p.n_layouts; i++) {
+        const rlPlanLayout *l = &p.layouts[i];
+        assert_true(l->instances * l->tp * l->pp <= gpus);
+        assert_true(l->instances >= 1);
+        if (l->fits) {
+            n_fit++;
+            assert_true(l->kv_tokens >= 8192);
+            assert_true(l->max_seqs >= 1);
+            assert_int_equal(l->why[0], 0);
+            for (int k = 0; k < l->instances * l->tp * l->pp; k++) {
+                const rlPlanRank *r = &l->ranks[k];
+                assert_true(r->weights + r->activations + r->workspace + r->graphs + r->nccl +
+                                r->runtime + r->kv <= r->budget);
+            }
+        } else {
+            assert_true(strlen(l->why) > 40);
+            assert_non_null(strstr(l->why, "--"));  /* names a flag to change */
+        }
+    }
+    if (n_fit) {
+        assert_true(p.throughput >= 0 && p.layouts[p.throughput].fits);
+        assert_true(p.latency >= 0 && p.layouts[p.latency].fits);
+        assert_true(strlen(p.throughput_why) > 20 && strlen(p.latency_why) > 20);
+    } else {
+        assert_int_equal(p.throughput, -1);
+        assert_int_equal(p.latency, -1);
+    }
+    /* JSON and the table never fail on a plan */
+    FILE *devnull = fopen("/dev/null", "w");
+    assert_non_null(devnull);
+    assert_int_equal(plan_print_json(devnull, &p, &err), 0);
+    plan_print(devnull, &p);
+    fclose(devnull);
+    plan_free(&p);
+}
+
+static void test_every_config(void **state) {
+    (void)state;
+    const char *root = getenv("FIXTURES");
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/configs", root ? root : "tests/fixtures");
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strstr(e->d_name, ".json")) continue;
+        rlModelConfig cfg;
+        load_config(e->d_name, &cfg);
+        check_machine(&cfg, e->d_name, 6, 24 * GiB);
+        check_machine(&cfg, e->d_name, 1, 141 * GiB);
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 7);
+}
+
+static int fits_anywhere(const rlPlan *p) {
+    for (int i = 0; i < p->n_layouts; i++)
+        if (p->layouts[i].fits) return 1;
+    return 0;
+}
+
+/* The cases a deployment asks about, with their expected answers. */
+static void test_known_answers(void **state) {
+    (void)state;
+    rlModelConfig cfg;
+    rlPlanOptions o;
+    rlPlan p;
+    rlError err = {0};
+
+    /* 72B on 6 x 24 GiB: 135 GiB of bf16 weights against 129.6 GiB of budget. */
+    load_config("qwen2.5-72b.json", &cfg);
+    plan_options_init(&o, 6, 24 * GiB);
+    o.max_model_len = 8192;
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    assert_false(fits_anywhere(&p));
+    for (int i = 0; i < p.n_layouts; i++)
+        assert_non_null(strstr(p.layouts[i].why, "weights alone need"));
+    plan_free(&p);
+
+    /* 72B on one 141 GiB GPU: the weights are over 0.90 of it. */
+    plan_options_init(&o, 1, 141 * GiB);
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    assert_false(fits_anywhere(&p));
+    plan_free(&p);
+
+    /* 7B on one 141 GiB GPU: fits, with room for many full-length sequences. */
+    load_config("qwen2.5-7b.json", &cfg);
+    plan_options_init(&o, 1, 141 * GiB);
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    assert_true(p.layouts[0].fits);
+    assert_true(p.layouts[0].max_seqs >= 16);
+    plan_free(&p);
+
+    /* 7B on 6 x 24 GiB with 16 sequences each: every GPU holds a copy, so
+     * six instances win throughput; latency takes the largest even TP. */
+    plan_options_init(&o, 6, 24 * GiB);
+    o.max_model_len = 8192, o.max_num_seqs = 16;
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    assert_int_equal(p.layouts[p.throughput].instances, 6);
+    assert_int_equal(p.layouts[p.throughput].tp, 1);
+    assert_int_equal(p.layouts[p.latency].pp, 1);
+    assert_true(p.layouts[p.latency].tp >= 4);
+    plan_free(&p);
+
+    /* A max-model-len whose one sequence cannot fit: the reason says so. */
+    load_config("qwen2.5-14b.json", &cfg);
+    plan_options_init(&o, 2, 24 * GiB);
+    o.max_model_len = 32768;
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    const rlPlanLayout *l = find_layout(&p, 1, 2, 1);
+    assert_false(l->fits);
+    assert_non_null(strstr(l->why, "less than one --max-model-len 32768 sequence"));
+    plan_free(&p);
+    o.max_model_len = 4096;
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    assert_true(find_layout(&p, 1, 2, 1)->fits);
+    plan_free(&p);
+}
+
+/* The worker's start: one layout, its errors and codes. */
+static void test_one_layout(void **state) {
+    (void)state;
+    rlModelConfig cfg;
+    load_config("qwen2.5-14b.json", &cfg);
+    rlPlanOptions o;
+    rlPlan p;
+    rlError err = {0};
+
+    plan_options_init(&o, 2, 24 * GiB);
+    assert_int_equal(plan_layout(&cfg, &o, 1, 3, 1, &p, &err), -1);
+    assert_int_equal(err.code, RL_EDEVICE);
+    assert_non_null(strstr(err.msg, "needs 3 GPUs but 2 are given"));
+    assert_int_equal(p.n_layouts, 0);
+
+    assert_int_equal(plan_layout(&cfg, &o, 1, 1, 1, &p, &err), -1);
+    assert_int_equal(err.code, RL_EMEMORY);
+    assert_non_null(strstr(err.msg, "weights alone need"));
+    assert_int_equal(p.n_layouts, 1);   /* kept for printing the evidence */
+    plan_free(&p);
+
+    plan_options_init(&o, 1, 141 * GiB);
+    o.max_num_batched_tokens = 1 << 20;  /* a million-token step: activations eat the GPU */
+    assert_int_equal(plan_layout(&cfg, &o, 1, 1, 1, &p, &err), -1);
+    assert_int_equal(err.code, RL_EMEMORY);
+    assert_non_null(strstr(err.msg, "--max-num-batched-tokens"));
+    plan_free(&p);
+
+    plan_options_init(&o, 1, 141 * GiB);
+    o.max_model_len = 1 << 20;
+    assert_int_equal(plan_layout(&cfg, &o, 1, 1, 1, &p, &err), -1);
+    assert_int_equal(err.code, RL_EUSAGE);
+    assert_non_null(strstr(err.msg, "max_position_embeddings"));
+
+    plan_options_init(&o, 1, 141 * GiB);
+    assert_int_equal(plan_layout(&cfg, &o, 1, 1, 1, &p, &err), 0);
+    assert_true(p.layouts[0].fits);
+    plan_free(&p);
+
+    /* another process holding most of a GPU shrinks its budget */
+    plan_options_init(&o, 1, 80 * GiB);
+    o.gpu_used[0] = 60 * GiB;
+    assert_int_equal(plan_layout(&cfg, &o, 1, 1, 1, &p, &err), -1);
+    assert_non_null(strstr(err.msg, "less other processes"));
+    plan_free(&p);
+}
+
+static void test_parse(void **state) {
+    (void)state;
+    size_t b;
+    rlError err = {0};
+    assert_int_equal(plan_parse_size("24GiB", &b, &err), 0);
+    assert_int_equal(b, 24 * GiB);
+    assert_int_equal(plan_parse_size("141GB", &b, &err), 0);
+    assert_int_equal(b, 141000000000ULL);
+    assert_int_equal(plan_parse_size("512MiB", &b, &err), 0);
+    assert_int_equal(b, 512ULL << 20);
+    assert_int_equal(plan_parse_size("80", &b, &err), 0);
+    assert_int_equal(b, 80 * GiB);
+    assert_int_equal(plan_parse_size("lots", &b, &err), -1);
+    assert_int_equal(err.code, RL_EUSAGE);
+    assert_int_equal(plan_parse_size("-3GiB", &b, &err), -1);
+    assert_int_equal(plan_parse_size("3 parsecs", &b, &err), -1);
+
+    int d[RL_PLAN_MAX_GPUS], n;
+    assert_int_equal(plan_parse_devices("0-5", d, RL_PLAN_MAX_GPUS, &n, &err), 0);
+    assert_int_equal(n, 6);
+    assert_int_equal(d[5], 5);
+    assert_int_equal(plan_parse_devices("0,2,4", d, RL_PLAN_MAX_GPUS, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(d[2], 4);
+    assert_int_equal(plan_parse_devices("3", d, RL_PLAN_MAX_GPUS, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(plan_parse_devices("1,1", d, RL_PLAN_MAX_GPUS, &n, &err), -1);
+    assert_int_equal(plan_parse_devices("5-2", d, RL_PLAN_MAX_GPUS, &n, &err), -1);
+    assert_int_equal(plan_parse_devices("0,", d, RL_PLAN_MAX_GPUS, &n, &err), -1);
+    assert_int_equal(plan_parse_devices("", d, RL_PLAN_MAX_GPUS, &n, &err), -1);
+    assert_int_equal(plan_parse_devices("gpu0", d, RL_PLAN_MAX_GPUS, &n, &err), -1);
+    assert_int_equal(err.code, RL_EUSAGE);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hand_05b_one_gpu),
+        cmocka_unit_test(test_hand_7b_two_tp3),
+        cmocka_unit_test(test_every_config),
+        cmocka_unit_test(test_known_answers),
+        cmocka_unit_test(test_one_layout),
+        cmocka_unit_test(test_parse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,271 @@
+/* test_ranks.c: every TP x PP layout of CPU ranks against the reference.
+ *
+ * For both fixture models and the layouts 1x1, 2x1, 3x1, 4x1, 6x1, 1x2,
+ * 1x3, 3x2, 2x3 (TP 4 and 6 leave ranks with no query heads on these
+ * models): the prompts prefill together in one step (so the pipeline cuts
+ * it into micro-batches), then decode 24 greedy tokens in two halves whose
+ * steps are in flight at once (ranks_submit / ranks_wait).  Prompt logprobs
+ * must be within 1e-3 of reference.json, greedy tokens equal to the
+ * reference up to its first margin under 1e-2, and equal to the 1x1 run's
+ * up to the first margin under 1e-3.  hd128 has two layers, so its three-stage
+ * layouts must be refused with a reason instead.  The prompts are those of up to 100
+ * tokens; RL_TEST_FULL=1 takes all of them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../worker/checkpoint.h"
+#include "../worker/ranks.h"
+
+#define N_GEN 24
+#define BLOCK 16
+#define MAX_SEQS 32
+#define MAX_TOKENS 4096
+#define MAX_BLOCKS 128
+#define TOL 1e-3
+#define MARGIN 1e-2
+
+typedef struct tSeq {
+    json_t *ref;
+    int ids[2048 + N_GEN];
+    int n_prompt, n_ids;
+    int32_t blocks[MAX_BLOCKS];
+    float prompt_lp[2048];
+    int gen[N_GEN];
+} tSeq;
+
+typedef struct tFix {
+    const char *name;
+    rlCheckpoint *ck;
+    rlModelConfig cfg;
+    json_t *ref;
+    int n;
+    tSeq seqs[MAX_SEQS];
+    int n_blocks;
+    int base_gen[MAX_SEQS][N_GEN]; /* the 1x1 run */
+    int have_base;
+} tFix;
+
+static double json_num(json_t *a, size_t i) { return json_number_value(json_array_get(a, i)); }
+
+static int fix_setup(void **state, const char *name) {
+    tFix *f = calloc(1, sizeof(*f));
+    char dir[512], ref[600];
+    const char *root = getenv("FIXTURES");
+    snprintf(dir, sizeof(dir), "%s/models/%s", root ? root : "tests/fixtures", name);
+    snprintf(ref, sizeof(ref), "%s/reference.json", dir);
+    rlError err;
+    f->name = name;
+    f->ck = checkpoint_open(dir, &f->cfg, &err);
+    if (!f->ck) fail_msg("%s", err.msg);
+    json_error_t jerr;
+    f->ref = json_load_file(ref, 0, &jerr);
+    if (!f->ref) fail_msg("%s: %s", ref, jerr.text);
+    int full = getenv("RL_TEST_FULL") != NULL, next_block = 0;
+    json_t *prompts = json_object_get(f->ref, "prompts"), *p;
+    size_t i;
+    json_array_foreach(prompts, i, p) {
+        json_t *ids = json_object_get(p, "ids");
+        int n = (int)json_array_size(ids);
+        if ((!full && n > 100) || f->n == MAX_SEQS) continue;
+        tSeq *s = &f->seqs[f->n++];
+        s->ref = p;
+        s->n_prompt = n;
+        for (int j = 0; j < n; j++) s->ids[j] = (int)json_integer_value(json_array_get(ids, (size_t)j));
+        for (int b = 0; b * BLOCK < n + N_GEN; b++) s->blocks[b] = next_block++;
+    }
+    f->n_blocks = next_block;
+    *state = f;
+    return 0;
+}
+
+static int setup_hd128(void **state) { return fix_setup(state, "qwen2-tiny-hd128"); }
+static int setup_gqa3(void **state) { return fix_setup(state, "qwen2-tiny-gqa3"); }
+
+static int fix_teardown(void **state) {
+    tFix *f = *state;
+    checkpoint_close(f->ck);
+    json_decref(f->ref);
+    free(f);
+    return 0;
+}
+
+/* One step's arrays, kept alive while the step is in flight. */
+typedef struct tStep {
+    int32_t tokens[MAX_TOKENS], pos[MAX_TOKENS], slots[MAX_TOKENS];
+    int32_t seq_start[MAX_SEQS + 1], seq_len[MAX_SEQS], tables[MAX_SEQS * MAX_BLOCKS];
+    rlRowSpec rows[MAX_TOKENS];
+    rlRowResult res[MAX_TOKENS];
+    int row_seq[MAX_TOKENS], row_pos[MAX_TOKENS];
+    rlBatch b;
+} tStep;
+
+/* Build a step over seqs[which[0..n)]: new tokens from each one's cached
+ * length (n_ids - new) to n_ids. */
+static void step_build(tStep *st, tSeq **which, const int *cached, int n) {
+    int nt = 0, nr = 0;
+    for (int i = 0; i < n; i++) {
+        tSeq *s = which[i];
+        st->seq_start[i] = nt;
+        st->seq_len[i] = s->n_ids;
+        memcpy(st->tables + i * MAX_BLOCKS, s->blocks, sizeof(s->blocks));
+        for (int p = cached[i]; p < s->n_ids; p++) {
+            st->tokens[nt] = s->ids[p];
+            st->pos[nt] = p;
+            st->slots[nt] = s->blocks[p / BLOCK] * BLOCK + p % BLOCK;
+            rlRowSpec r = {.token = nt, .target = -1, .top_p = 1};
+            if (p < s->n_prompt - 1) r.target = s->ids[p + 1];
+            else if (p == s->n_ids - 1) r.sample = 1;
+            if (r.target >= 0 || r.sample) {
+                st->row_seq[nr] = i, st->row_pos[nr] = p;
+                st->rows[nr++] = r;
+            }
+            nt++;
+        }
+    }
+    st->seq_start[n] = nt;
+    st->b = (rlBatch){.n_seqs = n, .n_tokens = nt, .tokens = st->tokens, .positions = st->pos,
+                      .slots = st->slots, .seq_start = st->seq_start, .seq_len = st->seq_len,
+                      .block_tables = st->tables, .max_blocks = MAX_BLOCKS, .n_rows = nr,
+                      .rows = st->rows};
+}
+
+static void step_take(tStep *st, tSeq **which) {
+    for (int r = 0; r < st->b.n_rows; r++) {
+        tSeq *s = which[st->row_seq[r]];
+        if (!st->rows[r].sample) {
+            s->prompt_lp[st->row_pos[r] + 1] = st->res[r].target_logprob;
+        } else {
+            int g = s->n_ids - s->n_prompt;
+            s->gen[g] = st->res[r].token;
+            s->ids[s->n_ids++] = st->res[r].token;
+        }
+    }
+}
+
+/* Steps before the first whose reference margin is under m. */
+static int steps_above(json_t *ref, double m) {
+    json_t *margin = json_object_get(ref, "greedy_margin");
+    int n = 0;
+    while (n < N_GEN && json_num(margin, (size_t)n) >= m) n++;
+    return n;
+}
+
+static void run_layout(tFix *f, int tp, int pp) {
+    rlRanksOptions o = {
+        .cfg = f->cfg, .backend = "cpu", .dtype = RL_F32, .threads = 2, .tp = tp, .pp = pp,
+        .src = checkpoint_lookup, .src_ctx = f->ck, .block_size = BLOCK,
+        .n_blocks = f->n_blocks, .max_tokens = MAX_TOKENS, .max_rows = MAX_TOKENS, .quiet = 1,
+    };
+    rlError err = {0};
+    rlRanks *r = ranks_open(&o, &err);
+    if (pp > f->cfg.num_layers) {
+        /* More stages than layers (hd128 has 2): refused with a reason. */
+        assert_null(r);
+        assert_int_equal(err.code, RL_EUSAGE);
+        return;
+    }
+    if (!r) fail_msg("%s %dx%d: %s", f->name, tp, pp, err.msg);
+    tStep *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+    tSeq *which[MAX_SEQS];
+    int cached[MAX_SEQS];
+    for (int i = 0; i < f->n; i++) {
+        which[i] = &f->seqs[i];
+        cached[i] = 0;
+        f->seqs[i].n_ids = f->seqs[i].n_prompt;
+    }
+    /* Every prompt in one step. */
+    step_build(a, which, cached, f->n);
+    if (ranks_forward(r, &a->b, a->res, &err)) fail_msg("%s %dx%d: %s", f->name, tp, pp, err.msg);
+    step_take(a, which);
+    /* Decode in two halves, both steps in flight before waiting. */
+    int h = f->n / 2;
+    for (int g = 1; g < N_GEN; g++) {
+        for (int i = 0; i < f->n; i++) cached[i] = f->seqs[i].n_ids - 1;
+        step_build(a, which, cached, h);
+        step_build(b, which + h, cached + h, f->n - h);
+        uint64_t ta, tb;
+        if (ranks_submit(r, &a->b, a->res, &ta, &err) || ranks_submit(r, &b->b, b->res, &tb, &err) ||
+            ranks_wait(r, tb, &err))
+            fail_msg("%s %dx%d decode: %s", f->name, tp, pp, err.msg);
+        step_take(a, which);
+        step_take(b, which + h);
+    }
+    ranks_close(r);
+    free(a);
+    free(b);
+
+    for (int i = 0; i < f->n; i++) {
+        tSeq *s = &f->seqs[i];
+        const char *name = json_string_value(json_object_get(s->ref, "name"));
+        json_t *plp = json_object_get(s->ref, "prompt_logprobs");
+        for (int p = 1; p < s->n_prompt; p++)
+            if (fabs(s->prompt_lp[p] - json_num(plp, (size_t)p - 1)) > TOL)
+                fail_msg("%s %dx%d %s: prompt logprob %d is %g, reference %g", f->name, tp, pp,
+                         name, p, s->prompt_lp[p], json_num(plp, (size_t)p - 1));
+        json_t *greedy = json_object_get(s->ref, "greedy");
+        for (int g = 0; g < steps_above(s->ref, MARGIN); g++)
+            if (s->gen[g] != (int)json_integer_value(json_array_get(greedy, (size_t)g)))
+                fail_msg("%s %dx%d %s: greedy token %d is %d, reference %d", f->name, tp, pp,
+                         name, g, s->gen[g],
+                         (int)json_integer_value(json_array_get(greedy, (size_t)g)));
+        if (!f->have_base) {
+            memcpy(f->base_gen[i], s->gen, sizeof(s->gen));
+            continue;
+        }
+        for (int g = 0; g < steps_above(s->ref, 1e-3); g++)
+            if (s->gen[g] != f->base_gen[i][g])
+                fail_msg("%s %dx%d %s: greedy token %d is %d, 1x1 gave %d", f->name, tp, pp,
+                         name, g, s->gen[g], f->base_gen[i][g]);
+    }
+    f->have_base = 1;
+}
+
+#define LAYOUT(tp, pp)                                                  \
+    static void test_##tp##x##pp(void **state) { run_layout(*state, tp, pp); }
+LAYOUT(1, 1)
+LAYOUT(2, 1)
+LAYOUT(3, 1)
+LAYOUT(4, 1)
+LAYOUT(6, 1)
+LAYOUT(1, 2)
+LAYOUT(1, 3)
+LAYOUT(3, 2)
+LAYOUT(2, 3)
+
+/* A layout the model cannot take fails cleanly at open. */
+static void test_bad_layout(void **state) {
+    tFix *f = *state;
+    int partition[2] = {1, 5};
+    rlRanksOptions o = {.cfg = f->cfg, .backend = "cpu", .threads = 1, .tp = 1, .pp = 2,
+                        .pp_partition = partition, .src = checkpoint_lookup, .src_ctx = f->ck,
+                        .block_size = BLOCK, .n_blocks = 4, .max_tokens = 64, .max_rows = 64,
+                        .quiet = 1};
+    rlError err = {0};
+    assert_null(ranks_open(&o, &err));
+    assert_int_equal(err.code, RL_EUSAGE);
+    o.pp = 4;
+    o.pp_partition = NULL;
+    assert_null(ranks_open(&o, &err));
+    assert_non_null(strstr(err.msg, "stages"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_1x1), cmocka_unit_test(test_2x1), cmocka_unit_test(test_3x1),
+        cmocka_unit_test(test_4x1), cmocka_unit_test(test_6x1), cmocka_unit_test(test_1x2),
+        cmocka_unit_test(test_1x3), cmocka_unit_test(test_3x2), cmocka_unit_test(test_2x3),
+        cmocka_unit_test(test_bad_layout),
+    };
+    int failed = cmocka_run_group_tests_name("qwen2-tiny-hd128", tests, setup_hd128, fix_teardown);
+    failed += cmocka_run_group_tests_name("qwen2-tiny-gqa3", tests, setup_gqa3, fix_teardown);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# test_startup.sh: every way a start can fail ends in one clear message and
+# its own exit status (kernels/error.h), from each command that can hit it:
+# broken model files, a plan that does not fit, more ranks than devices, an
+# unreachable Redis.  Each case runs under a time limit, so a hang fails.
+#
+# Cases for behaviour still being built elsewhere are marked `pending`: they
+# are checked as soon as the command stops answering with its interim
+# message (given as the case's last argument), and reported until then.
+source "$(dirname "$0")/worker_lib.sh"
+
+GOOD=$FIXTURES/models/qwen2-tiny-gqa3
+CONFIGS=$FIXTURES/configs
+n_pending=0
+
+# expect CODE PHRASE CMD...: exit status CODE and PHRASE in the output.
+expect() {
+    local code=$1 phrase=$2; shift 2
+    local out rc
+    out=$(timeout 30 "$@" 2>&1); rc=$?
+    [ $rc = 124 ] && fail "hung (30 s): $*"
+    [ $rc = "$code" ] || fail "exit $rc, want $code: $*
+$out"
+    grep -qF -- "$phrase" <<<"$out" || fail "no '$phrase' in the output of: $*
+$out"
+    echo "ok   $code  $*"
+}
+
+# pending INTERIM CODE PHRASE CMD...: as expect, unless the command still
+# gives an interim answer (INTERIM: an extended regular expression).
+pending() {
+    local interim=$1 code=$2 phrase=$3; shift 3
+    local out
+    out=$(timeout 30 "$@" 2>&1)
+    if grep -qE -- "$interim" <<<"$out"; then
+        echo "pending  $*: still answers '$interim'"
+        n_pending=$((n_pending + 1))
+        return
+    fi
+    expect "$code" "$phrase" "$@"
+}
+
+# broken copy NAME: a fresh copy of the good model in $T/NAME
+copy() { rm -rf "$T/$1"; cp -r "$GOOD" "$T/$1"; echo "$T/$1"; }
+SHARD=model-00002-of-00002.safetensors
+
+start_redis
+GEN=("$REDLM" generate --threads 1 --prompt-ids 1,2,3 --max-tokens 2)
+WORK=("$REDLM" worker --threads 1 --redis "$(URL)" --redis-wait 2)
+
+# --- the good model starts (the cases below differ from it by one fault)
+expect 0 '"event":"done"' "${GEN[@]}" --model "$GOOD"
+expect 0 "0 fail" "$REDLM" doctor --model "$GOOD"
+
+# --- model directory missing
+for cmd in GEN WORK; do
+    eval "c=(\"\${$cmd[@]}\")"
+    expect 3 "does not exist" "${c[@]}" --model "$T/nowhere"
+done
+expect 3 "does not exist" "$REDLM" plan --model "$T/nowhere"
+expect 3 "does not exist" "$REDLM" doctor --model "$T/nowhere"
+
+# --- config.json missing
+M=$(copy noconfig); rm "$M/config.json"
+expect 3 "config.json" "${GEN[@]}" --model "$M"
+expect 3 "config.json" "$REDLM" doctor --model "$M"
+
+# --- a shard named by the index is missing
+M=$(copy noshard); rm "$M/$SHARD"
+expect 3 "is missing from" "${GEN[@]}" --model "$M"
+expect 3 "is missing from" "${WORK[@]}" --model "$M"
+expect 3 "is missing from" "$REDLM" doctor --model "$M"
+
+# --- a shard truncated (an interrupted download)
+M=$(copy truncated); truncate -s 100000 "$M/$SHARD"
+expect 3 "is truncated" "${GEN[@]}" --model "$M"
+expect 3 "is truncated" "${WORK[@]}" --model "$M"
+expect 3 "is truncated" "$REDLM" doctor --model "$M"
+
+# --- a shard's header overwritten
+M=$(copy corrupt); printf 'GARBAGE!GARBAGE!' | dd of="$M/$SHARD" bs=1 seek=8 conv=notrunc status=none
+expect 3 "corrupt safetensors header" "${GEN[@]}" --model "$M"
+expect 3 "corrupt safetensors header" "$REDLM" doctor --model "$M"
+
+# --- a shard unreadable (root reads everything, so only as another user)
+M=$(copy unreadable); chmod 000 "$M/$SHARD"
+if [ "$(id -u)" != 0 ]; then
+    expect 3 "permission denied" "${GEN[@]}" --model "$M"
+    expect 3 "permission denied" "$REDLM" doctor --model "$M"
+else
+    echo "skip unreadable shard: running as root"
+fi
+chmod 644 "$M/$SHARD"
+
+# --- checksums: right, then one file changed after the manifest was made
+M=$(copy verify)
+(cd "$M" && sha256sum ./*.safetensors | sed 's| \./| |') > "$T/sha256sums"
+expect 0 "matches" "$REDLM" doctor --model "$M" --verify "$T/sha256sums"
+printf 'X' | dd of="$M/$SHARD" bs=1 seek=$(( $(stat -c %s "$M/$SHARD") - 1 )) conv=notrunc status=none
+expect 3 "the manifest says" "$REDLM" doctor --model "$M" --verify "$T/sha256sums"
+echo '{"model-00001-of-00002.safetensors": "00"}' > "$T/bad.json"
+expect 3 "the manifest says" "$REDLM" doctor --model "$GOOD" --verify "$T/bad.json"
+
+# --- a plan that does not fit
+expect 5 "weights alone need" "$REDLM" plan --model "$CONFIGS/qwen2.5-72b.json" --gpus 6 --gpu-memory 24GiB
+expect 5 "weights alone need" "$REDLM" plan --model "$CONFIGS/qwen2.5-14b.json" --gpu-memory 24GiB --tp 1 --pp 1
+expect 5 "less than one --max-model-len 32768 sequence" \
+    "$REDLM" plan --model "$CONFIGS/qwen2.5-14b.json" --gpus 2 --gpu-memory 24GiB --tp 2 --pp 1 --max-model-len 32768
+expect 0 "For throughput" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24GiB --max-model-len 8192
+out=$("$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24GiB --json) || fail "plan --json"
+[ "$(jq '.layouts | length' <<<"$out")" -ge 10 ] || fail "plan --json: too few layouts"
+[ "$(jq -r '.throughput.layout' <<<"$out")" != null ] || fail "plan --json: no throughput pick"
+
+# --- more ranks than devices
+expect 6 "needs 3 GPUs but 2 are given" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 2 --gpu-memory 80GiB --tp 3 --pp 1
+expect 6 "" "$REDLM" doctor --devices 0-7
+pending "unknown option --devices|runs one rank only" 6 "devices" \
+    "${GEN[@]}" --model "$GOOD" --backend cuda --tp 2 --devices 0
+expect 6 "CUDA" "${GEN[@]}" --model "$GOOD" --backend cuda
+
+# --- Redis unreachable: the worker stops in seconds with the address
+P=$(free_port)
+expect 8 "127.0.0.1:$P" "$REDLM" worker --threads 1 --model "$GOOD" --redis "redis://127.0.0.1:$P" --redis-wait 0
+expect 8 "127.0.0.1:$P" "$REDLM" doctor --redis "redis://127.0.0.1:$P"
+expect 0 "answers PING" "$REDLM" doctor --redis "$(URL)"
+
+echo "startup: all cases passed ($n_pending pending)"

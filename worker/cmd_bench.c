@@ -1,0 +1,345 @@
+/* cmd_bench.c: `redlm bench`: prefill and decode tokens/s of one backend on
+ * a model shape, beside the memory-bandwidth floor measured in the same run.
+ *
+ * Decode at small batch reads every weight once per step, so its ceiling is
+ * (bytes read per step) / (copy bandwidth); the table prints that floor next
+ * to the measured step time, on the same machine, at the same moment.  The
+ * timing loop drives rl_model_forward with hand-built batches and measures
+ * the copy with the backend's own copy2d, so nothing in it is CPU-specific:
+ * `--backend cuda` times the GPU the same way.  Weights are dummy unless a
+ * checkpoint directory is given with --load-format auto. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../kernels/model.h"
+#include "checkpoint.h"
+#include "commands.h"
+
+/* Weak while the CUDA backend's sources may be absent from a CUDA build. */
+#pragma weak rl_backend_cuda_create
+
+#define BENCH_MAX_BATCHES 8
+#define BENCH_BLOCK 16
+#define BENCH_COPY_BYTES ((size_t)256 << 20)
+#define BENCH_COPY_REPS 7
+
+typedef struct benchOpts {
+    const char *backend, *model, *load_format;
+    int threads, prompt_len, gen, max_tokens, json;
+    int batches[BENCH_MAX_BATCHES], n_batches;
+} benchOpts;
+
+typedef struct benchRow {
+    int batch;
+    double prefill_s, decode_s;      /* wall time of all prefill / decode steps */
+    double floor_s;                  /* one decode step at the bandwidth floor */
+} benchRow;
+
+static double bench_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int bench_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Copy bandwidth (bytes read + written per second), median of several reps
+ * of a copy far larger than any cache. */
+static int bench_bandwidth(rlBackend *be, double *out, rlError *err) {
+    void *a = be->ops->alloc(be, BENCH_COPY_BYTES, err), *b = a ? be->ops->alloc(be, BENCH_COPY_BYTES, err) : NULL;
+    if (!a || !b) {
+        if (a) be->ops->free(be, a);
+        return -1;
+    }
+    double t[BENCH_COPY_REPS + 1];
+    int rc = 0;
+    for (int i = 0; i <= BENCH_COPY_REPS && rc == 0; i++) {   /* rep 0 faults pages in */
+        double t0 = bench_now();
+        be->ops->copy2d(be, b, 0, a, 0, BENCH_COPY_BYTES, 1);
+        rc = be->ops->sync(be, err);
+        t[i] = bench_now() - t0;
+    }
+    be->ops->free(be, a);
+    be->ops->free(be, b);
+    if (rc != 0) return -1;
+    qsort(t + 1, BENCH_COPY_REPS, sizeof(double), bench_cmp);
+    *out = 2.0 * BENCH_COPY_BYTES / t[1 + BENCH_COPY_REPS / 2];
+    return 0;
+}
+
+/* Sequences of the current run: prompt + generated ids, block tables. */
+typedef struct benchSeqs {
+    int n, len_max, max_blocks;
+    int32_t *ids;          /* [n][len_max] */
+    int32_t *tables;       /* [n][max_blocks] */
+    int *cached;
+} benchSeqs;
+
+/* One step: `take[i]` new tokens of sequence i (0 = not in this step); the
+ * last token of each sequence that reaches its prompt end samples greedily. */
+static int bench_step(rlModel *m, benchSeqs *s, const int *take, int prompt_len,
+                      rlRowResult *res, rlError *err) {
+    int nt = 0, ns = 0, nr = 0;
+    for (int i = 0; i < s->n; i++) nt += take[i];
+    int32_t *tok = malloc((size_t)nt * 3 * sizeof(int32_t));
+    int32_t *start = malloc(((size_t)s->n + 1) * sizeof(int32_t));
+    int32_t *len = malloc((size_t)s->n * sizeof(int32_t));
+    int32_t *tables = malloc((size_t)s->n * s->max_blocks * sizeof(int32_t));
+    rlRowSpec *rows = calloc((size_t)s->n, sizeof(rlRowSpec));
+    int *row_seq = malloc((size_t)s->n * sizeof(int));
+    int rc = -1;
+    if (!tok || !start || !len || !tables || !rows || !row_seq) {
+        rl_error(err, RL_EMEMORY, "out of host memory building a benchmark step");
+        goto out;
+    }
+    int32_t *pos = tok + nt, *slots = pos + nt;
+    int t = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (!take[i]) continue;
+        const int32_t *bt = s->tables + (size_t)i * s->max_blocks;
+        start[ns] = t;
+        for (int p = s->cached[i]; p < s->cached[i] + take[i]; p++, t++) {
+            tok[t] = s->ids[(size_t)i * s->len_max + p];
+            pos[t] = p;
+            slots[t] = bt[p / BENCH_BLOCK] * BENCH_BLOCK + p % BENCH_BLOCK;
+        }
+        len[ns] = s->cached[i] + take[i];
+        memcpy(tables + (size_t)ns * s->max_blocks, bt, (size_t)s->max_blocks * sizeof(int32_t));
+        if (len[ns] >= prompt_len) {
+            rows[nr] = (rlRowSpec){.token = t - 1, .target = -1, .sample = 1, .top_p = 1};
+            row_seq[nr++] = i;
+        }
+        ns++;
+    }
+    start[ns] = t;
+    rlBatch b = {.n_seqs = ns, .n_tokens = nt, .tokens = tok, .positions = pos, .slots = slots,
+                 .seq_start = start, .seq_len = len, .block_tables = tables,
+                 .max_blocks = s->max_blocks, .n_rows = nr, .rows = rows};
+    if (rl_model_forward(m, &b, res, err) != 0) goto out;
+    for (int i = 0; i < s->n; i++) s->cached[i] += take[i];
+    for (int r = 0; r < nr; r++) {
+        int i = row_seq[r];
+        if (s->cached[i] < s->len_max) s->ids[(size_t)i * s->len_max + s->cached[i]] = res[r].token;
+    }
+    rc = 0;
+out:
+    free(tok), free(start), free(len), free(tables), free(rows), free(row_seq);
+    return rc;
+}
+
+/* Prefill `batch` prompts (chunked to max_tokens per step), then decode. */
+static int bench_batch(rlModel *m, const benchOpts *o, int batch, benchRow *row, rlError *err) {
+    benchSeqs s = {.n = batch, .len_max = o->prompt_len + o->gen};
+    s.max_blocks = (s.len_max + BENCH_BLOCK - 1) / BENCH_BLOCK;
+    s.ids = malloc((size_t)batch * s.len_max * sizeof(int32_t));
+    s.tables = malloc((size_t)batch * s.max_blocks * sizeof(int32_t));
+    s.cached = calloc((size_t)batch, sizeof(int));
+    int *take = calloc((size_t)batch, sizeof(int));
+    rlRowResult *res = calloc((size_t)batch, sizeof(rlRowResult));
+    int rc = -1;
+    if (!s.ids || !s.tables || !s.cached || !take || !res) {
+        rl_error(err, RL_EMEMORY, "out of host memory for a batch of %d", batch);
+        goto out;
+    }
+    uint64_t x = 0x9e3779b97f4a7c15ULL * (uint64_t)(batch + 1);
+    for (size_t i = 0; i < (size_t)batch * s.len_max; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        s.ids[i] = (int32_t)((x >> 33) % (uint64_t)m->cfg.vocab_size);
+    }
+    for (int i = 0; i < batch * s.max_blocks; i++) s.tables[i] = i;
+
+    double t0 = bench_now();
+    for (int i = 0; i < batch;) {          /* whole prompts while they fit, else chunks */
+        int budget = o->max_tokens;
+        memset(take, 0, (size_t)batch * sizeof(int));
+        for (; i < batch && budget > 0; budget -= take[i], i += s.cached[i] + take[i] == o->prompt_len) {
+            int left = o->prompt_len - s.cached[i];
+            take[i] = left < budget ? left : budget;
+            if (take[i] < left) break;
+        }
+        if (bench_step(m, &s, take, o->prompt_len, res, err) != 0) goto out;
+    }
+    double t1 = bench_now();
+    for (int i = 0; i < batch; i++) take[i] = 1;
+    for (int g = 0; g < o->gen; g++)
+        if (bench_step(m, &s, take, o->prompt_len, res, err) != 0) goto out;
+    row->batch = batch;
+    row->prefill_s = t1 - t0;
+    row->decode_s = bench_now() - t1;
+    rc = 0;
+out:
+    free(s.ids), free(s.tables), free(s.cached), free(take), free(res);
+    return rc;
+}
+
+static int bench_parse(int argc, char **argv, benchOpts *o, rlError *err) {
+    *o = (benchOpts){.backend = "cpu", .load_format = "dummy", .prompt_len = 512, .gen = 32,
+                     .max_tokens = 2048, .batches = {1, 8}, .n_batches = 2};
+    static const struct option opts[] = {
+        {"backend", required_argument, 0, 'b'}, {"model", required_argument, 0, 'm'},
+        {"load-format", required_argument, 0, 'l'}, {"threads", required_argument, 0, 't'},
+        {"prompt-len", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
+        {"batch", required_argument, 0, 'B'}, {"max-num-batched-tokens", required_argument, 0, 'T'},
+        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        switch (c) {
+        case 'b': o->backend = optarg; break;
+        case 'm': o->model = optarg; break;
+        case 'l': o->load_format = optarg; break;
+        case 't': o->threads = atoi(optarg); break;
+        case 'p': o->prompt_len = atoi(optarg); break;
+        case 'g': o->gen = atoi(optarg); break;
+        case 'T': o->max_tokens = atoi(optarg); break;
+        case 'j': o->json = 1; break;
+        case 'B': {
+            o->n_batches = 0;
+            for (char *p = optarg; *p && o->n_batches < BENCH_MAX_BATCHES;) {
+                char *end;
+                long v = strtol(p, &end, 10);
+                if (end == p || v < 1 || v > 4096)
+                    return rl_error(err, RL_EUSAGE, "--batch %s: give batch sizes from 1 to "
+                                    "4096 separated by commas, e.g. --batch 1,8", optarg);
+                o->batches[o->n_batches++] = (int)v;
+                p = *end == ',' ? end + 1 : end;
+            }
+            break;
+        }
+        case 'h':
+            printf("usage: redlm bench --model DIR|config.json [--backend cpu|cuda] "
+                   "[--load-format dummy|auto] [--threads N] [--prompt-len 512] [--gen 32] "
+                   "[--batch 1,8] [--max-num-batched-tokens 2048] [--json]\n");
+            return 1;
+        default:
+            return rl_error(err, RL_EUSAGE, "unknown option; see `redlm bench --help`");
+        }
+    }
+    if (!o->model)
+        return rl_error(err, RL_EUSAGE, "--model is required: a model directory, or a "
+                        "config.json with --load-format dummy (e.g. "
+                        "tests/fixtures/configs/qwen2.5-0.5b.json)");
+    if (o->prompt_len < 1 || o->gen < 1 || o->max_tokens < 1 || o->threads < 0)
+        return rl_error(err, RL_EUSAGE, "--prompt-len, --gen and --max-num-batched-tokens must "
+                        "be at least 1, --threads at least 0");
+    if (strcmp(o->load_format, "dummy") && strcmp(o->load_format, "auto"))
+        return rl_error(err, RL_EUSAGE, "--load-format %s: use dummy or auto", o->load_format);
+    return 0;
+}
+
+static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t step_bytes,
+                        const benchRow *rows, int n) {
+    const char *name = strrchr(o->model, '/') ? strrchr(o->model, '/') + 1 : o->model;
+    size_t wb = rl_model_weight_bytes(&m->cfg, &m->shard, m->be->weight_dtype);
+    if (o->json) {
+        printf("{\"backend\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"weight_bytes\":%zu,"
+               "\"decode_bytes_per_step\":%zu,\"bandwidth_bytes_per_s\":%.0f,"
+               "\"prompt_len\":%d,\"gen\":%d,\"results\":[",
+               m->be->ops->name, name, rl_dtype_name(m->be->weight_dtype), wb, step_bytes, bw,
+               o->prompt_len, o->gen);
+        for (int i = 0; i < n; i++)
+            printf("%s{\"batch\":%d,\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.2f,"
+                   "\"decode_ms_per_step\":%.3f,\"floor_ms_per_step\":%.3f}",
+                   i ? "," : "", rows[i].batch,
+                   rows[i].batch * (double)o->prompt_len / rows[i].prefill_s,
+                   rows[i].batch * (double)o->gen / rows[i].decode_s,
+                   1e3 * rows[i].decode_s / o->gen, 1e3 * rows[i].floor_s);
+        printf("]}\n");
+        return;
+    }
+    printf("backend %s, %s (%s weights, %.2f GB; a decode step reads %.2f GB of them)\n",
+           m->be->ops->name, name, rl_dtype_name(m->be->weight_dtype), wb / 1e9,
+           step_bytes / 1e9);
+    printf("memory bandwidth (copy, bytes read + written): %.1f GB/s, median of %d\n", bw / 1e9,
+           BENCH_COPY_REPS);
+    printf("prompt %d tokens, %d generated\n\n", o->prompt_len, o->gen);
+    printf("%5s %14s %13s %14s %15s %9s\n", "batch", "prefill tok/s", "decode tok/s",
+           "decode ms/step", "floor ms/step", "x floor");
+    for (int i = 0; i < n; i++) {
+        double step = rows[i].decode_s / o->gen;
+        printf("%5d %14.1f %13.2f %14.2f %15.2f %9.2f\n", rows[i].batch,
+               rows[i].batch * (double)o->prompt_len / rows[i].prefill_s,
+               rows[i].batch * (double)o->gen / rows[i].decode_s, 1e3 * step,
+               1e3 * rows[i].floor_s, step / rows[i].floor_s);
+    }
+}
+
+int cmd_bench(int argc, char **argv) {
+    benchOpts o;
+    rlError err = {0};
+    rlModelConfig cfg;
+    rlCheckpoint *ck = NULL;
+    rlBackend *be = NULL;
+    rlModel m = {0};
+    benchRow rows[BENCH_MAX_BATCHES];
+    int rc = bench_parse(argc, argv, &o, &err);
+    if (rc > 0) return 0;                       /* --help */
+    if (rc != 0) goto fail;
+
+    int dummy = !strcmp(o.load_format, "dummy");
+    if (dummy ? checkpoint_read_config(o.model, &cfg, &err) != 0
+              : !(ck = checkpoint_open(o.model, &cfg, &err)))
+        goto fail;
+    rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16};
+    if (!strcmp(o.backend, "cpu")) {
+        be = rl_backend_cpu_create(&bo, &err);
+    } else if (!strcmp(o.backend, "cuda") && !rl_backend_cuda_create) {
+        rl_error(&err, RL_EDEVICE, "this build has no CUDA backend; use --backend cpu");
+        goto fail;
+    } else if (!strcmp(o.backend, "cuda")) {
+        be = rl_backend_cuda_create(&bo, &err);
+    } else {
+        rl_error(&err, RL_EUSAGE, "--backend %s: use cpu or cuda", o.backend);
+        goto fail;
+    }
+    if (!be) goto fail;
+
+    int max_batch = 1;
+    for (int i = 0; i < o.n_batches; i++)
+        if (o.batches[i] > max_batch) max_batch = o.batches[i];
+    int len = o.prompt_len + o.gen, max_tokens = o.max_tokens;
+    if (max_tokens < max_batch) max_tokens = max_batch;   /* a decode step of every sequence */
+    rlShard shard;
+    if (rl_shard_plan(&cfg, 1, 1, NULL, &shard, &err) != 0 ||
+        rl_model_init(&m, &cfg, &shard, be, NULL, NULL, ck ? checkpoint_lookup : NULL, ck, 1,
+                      max_tokens, max_batch, &err) != 0 ||
+        be->ops->kv_init(be, shard.n_layers, max_batch * ((len + BENCH_BLOCK - 1) / BENCH_BLOCK),
+                         BENCH_BLOCK, shard.n_kv_heads, cfg.head_dim, &err) != 0)
+        goto fail;
+
+    if (!be->ops->copy2d) {
+        rl_error(&err, RL_EINTERNAL, "the %s backend has no copy2d to measure bandwidth with",
+                 be->ops->name);
+        goto fail;
+    }
+    double bw;
+    if (bench_bandwidth(be, &bw, &err) != 0) goto fail;
+    /* A decode step reads every weight but the embedding table (one row of
+     * it), unless that table is also the LM head, plus the KV cache. */
+    size_t step_bytes = rl_model_weight_bytes(&cfg, &shard, be->weight_dtype);
+    if (!cfg.tie_word_embeddings)
+        step_bytes -= (size_t)cfg.vocab_size * cfg.hidden_size * rl_dtype_size(be->weight_dtype);
+    size_t kv_token = rl_model_kv_bytes_per_token(&cfg, &shard, be->act_dtype);
+    for (int i = 0; i < o.n_batches; i++) {
+        if (bench_batch(&m, &o, o.batches[i], &rows[i], &err) != 0) goto fail;
+        /* mean context over the decode steps, every sequence's cache read once */
+        double ctx = o.prompt_len + o.gen / 2.0;
+        rows[i].floor_s = (step_bytes + o.batches[i] * ctx * kv_token) / bw;
+    }
+    bench_print(&o, &m, bw, step_bytes, rows, o.n_batches);
+    rl_model_free(&m);
+    be->ops->destroy(be);
+    if (ck) checkpoint_close(ck);
+    return 0;
+fail:
+    fprintf(stderr, "redlm bench: %s\n", err.msg);
+    rl_model_free(&m);
+    if (be) be->ops->destroy(be);
+    if (ck) checkpoint_close(ck);
+    return err.code ? (int)err.code : 1;
+}

@@ -1,0 +1,274 @@
+/* cmd_tokenize.c: `redlm tokenize` and `redlm detokenize`, JSONL in and out,
+ * for checking redlm's tokenizer against Hugging Face's and for scripts
+ * that need ids without running a model.
+ *
+ *   redlm tokenize   (--model DIR | --tokenizer FILE) [--input F] [--output F] [--bench N]
+ *   redlm detokenize (--model DIR | --tokenizer FILE) [--input F] [--output F]
+ *
+ * --bench N encodes every text N times on this thread after one warm-up
+ * pass and prints throughput instead of ids, so file I/O and JSON do not
+ * count. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bytebuf.h"
+#include "commands.h"
+#include "tokenizer.h"
+
+typedef struct tokArgs {
+    const char *model, *tokenizer, *input, *output;
+    int bench;
+} tokArgs;
+
+static double tok_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void tok_usage(FILE *f, const char *cmd) {
+    fprintf(f,
+            "usage: redlm %s (--model DIR | --tokenizer FILE) [--input F] [--output F]%s\n"
+            "  reads JSONL %s per line, writes %s per line, in order\n"
+            "  --model DIR        use DIR/tokenizer.json\n"
+            "  --tokenizer FILE   a Hugging Face tokenizer.json\n"
+            "  --input F          input file (default or '-': stdin)\n"
+            "  --output F         output file (default or '-': stdout)\n%s",
+            cmd, strcmp(cmd, "tokenize") ? "" : " [--bench N]",
+            strcmp(cmd, "tokenize") ? "{\"ids\": [...]}" : "{\"text\": ...}",
+            strcmp(cmd, "tokenize") ? "{\"text\": ...}" : "{\"ids\": [...]}",
+            strcmp(cmd, "tokenize") ? ""
+                                    : "  --bench N          encode all texts N times, print bytes/s and tokens/s\n");
+}
+
+/* Returns -1 to continue, else an exit status. */
+static int tok_parse_args(int argc, char **argv, tokArgs *a) {
+    const char *cmd = argv[0];
+    memset(a, 0, sizeof(*a));
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i];
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            tok_usage(stdout, cmd);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "redlm %s: %s needs a value (or is unknown); see --help\n", cmd, o);
+            return RL_EUSAGE;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(o, "--model")) a->model = v;
+        else if (!strcmp(o, "--tokenizer")) a->tokenizer = v;
+        else if (!strcmp(o, "--input")) a->input = v;
+        else if (!strcmp(o, "--output")) a->output = v;
+        else if (!strcmp(o, "--bench") && !strcmp(cmd, "tokenize")) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 1000000) {
+                fprintf(stderr, "redlm %s: --bench wants a repeat count 1..1000000, not '%s'\n", cmd, v);
+                return RL_EUSAGE;
+            }
+            a->bench = (int)n;
+        } else {
+            fprintf(stderr, "redlm %s: unknown option %s; see --help\n", cmd, o);
+            return RL_EUSAGE;
+        }
+    }
+    if (!a->model == !a->tokenizer) {
+        fprintf(stderr, "redlm %s: give exactly one of --model DIR or --tokenizer FILE\n", cmd);
+        return RL_EUSAGE;
+    }
+    return -1;
+}
+
+static rlTokenizer *tok_open(const tokArgs *a, rlError *err) {
+    if (a->tokenizer) return tokenizer_load(a->tokenizer, err);
+    bytebuf path = {0};
+    if (bytebuf_append(&path, a->model, strlen(a->model)) ||
+        bytebuf_append(&path, "/tokenizer.json", 15)) {
+        bytebuf_free(&path);
+        rl_error(err, RL_EMEMORY, "out of memory");
+        return NULL;
+    }
+    rlTokenizer *t = tokenizer_load(path.data, err);
+    bytebuf_free(&path);
+    return t;
+}
+
+typedef struct tokIO {
+    FILE *in, *out;
+    const char *in_name, *out_name;
+} tokIO;
+
+static int tok_open_io(const tokArgs *a, tokIO *io, rlError *err) {
+    io->in_name = a->input && strcmp(a->input, "-") ? a->input : "stdin";
+    io->out_name = a->output && strcmp(a->output, "-") ? a->output : "stdout";
+    io->in = a->input && strcmp(a->input, "-") ? fopen(a->input, "rb") : stdin;
+    if (!io->in) return rl_error(err, RL_EIO, "cannot open %s: %m", a->input);
+    io->out = a->output && strcmp(a->output, "-") ? fopen(a->output, "wb") : stdout;
+    if (!io->out) return rl_error(err, RL_EIO, "cannot create %s: %m", a->output);
+    return 0;
+}
+
+static int tok_close_io(tokIO *io, rlError *err) {
+    int bad = 0;
+    if (io->in && io->in != stdin) fclose(io->in);
+    if (io->out) {
+        bad = fflush(io->out) || ferror(io->out);
+        if (io->out != stdout) bad |= fclose(io->out) != 0;
+    }
+    if (bad && err && err->code == RL_OK) return rl_error(err, RL_EIO, "writing %s failed", io->out_name);
+    return bad ? -1 : 0;
+}
+
+/* One JSONL line as an object; NULL for a blank line (err untouched) or
+ * a bad one (err set). */
+static json_t *tok_line_object(const char *line, size_t len, rlError *err) {
+    size_t i = 0;
+    while (i < len && strchr(" \t\r\n", line[i])) i++;
+    if (i == len) return NULL;
+    json_error_t je;
+    json_t *o = json_loadb(line, len, JSON_ALLOW_NUL, &je);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        rl_error(err, RL_EINPUT, "not a JSON object: %s", o ? "another JSON value" : je.text);
+        return NULL;
+    }
+    return o;
+}
+
+/* {"text"} -> {"ids"}, appended to out. */
+static int tok_encode_line(const rlTokenizer *t, json_t *o, bytebuf *out, rlError *err) {
+    json_t *s = json_object_get(o, "text");
+    if (!json_is_string(s)) return rl_error(err, RL_EINPUT, "needs \"text\": a string");
+    int32_t *ids;
+    int n_ids;
+    if (tokenizer_encode(t, json_string_value(s), json_string_length(s), &ids, &n_ids, err)) return -1;
+    int bad = bytebuf_append(out, "{\"ids\": [", 9);
+    for (int k = 0; k < n_ids && !bad; k++) {
+        char num[16];
+        int w = snprintf(num, sizeof(num), k ? ", %d" : "%d", ids[k]);
+        bad = bytebuf_append(out, num, (size_t)w);
+    }
+    free(ids);
+    if (bad || bytebuf_append(out, "]}\n", 3)) return rl_error(err, RL_EMEMORY, "out of memory");
+    return 0;
+}
+
+/* {"ids"} -> {"text"}, appended to out. */
+static int tok_decode_line(const rlTokenizer *t, json_t *o, bytebuf *out, rlError *err) {
+    json_t *ids = json_object_get(o, "ids"), *v;
+    if (!json_is_array(ids)) return rl_error(err, RL_EINPUT, "needs \"ids\": an array of token ids");
+    size_t k, n = json_array_size(ids);
+    int32_t *buf = malloc((n ? n : 1) * sizeof(*buf));
+    if (!buf) return rl_error(err, RL_EMEMORY, "out of memory");
+    json_array_foreach(ids, k, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+            free(buf);
+            return rl_error(err, RL_EINPUT, "ids[%zu] is not a token id (an integer 0..%d)", k, INT32_MAX);
+        }
+        buf[k] = (int32_t)json_integer_value(v);
+    }
+    char *text = NULL;
+    size_t len;
+    int rc = tokenizer_decode(t, buf, (int)n, &text, &len, err);
+    free(buf);
+    if (rc) return -1;
+    json_t *js = json_stringn_nocheck(text, len);
+    char *dump = js ? json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    free(text);
+    json_decref(js);
+    rc = !dump || bytebuf_append(out, "{\"text\": ", 9) || bytebuf_append(out, dump, strlen(dump)) ||
+         bytebuf_append(out, "}\n", 2);
+    free(dump);
+    return rc ? rl_error(err, RL_EMEMORY, "out of memory") : 0;
+}
+
+static int tok_bench(const rlTokenizer *t, json_t *texts, int repeat, double load_s, FILE *out,
+                     rlError *err) {
+    size_t n = json_array_size(texts), bytes = 0;
+    long long tokens = 0;
+    double t0 = 0;
+    for (int r = -1; r < repeat; r++) {   /* r = -1: the warm-up pass */
+        if (r == 0) t0 = tok_now();
+        for (size_t i = 0; i < n; i++) {
+            json_t *s = json_array_get(texts, i);
+            int32_t *ids;
+            int n_ids;
+            if (tokenizer_encode(t, json_string_value(s), json_string_length(s), &ids, &n_ids, err)) return -1;
+            free(ids);
+            if (r >= 0) {
+                tokens += n_ids;
+                bytes += json_string_length(s);
+            }
+        }
+    }
+    double dt = tok_now() - t0;
+    fprintf(out, "{\"tool\": \"redlm\", \"bytes_per_s\": %.0f, \"tokens_per_s\": %.0f, \"load_s\": %.3f, "
+                 "\"texts\": %zu, \"repeat\": %d}\n",
+            (double)bytes / dt, (double)tokens / dt, load_s, n, repeat);
+    return 0;
+}
+
+static int tok_run(int argc, char **argv, int detok) {
+    tokArgs a;
+    int rc = tok_parse_args(argc, argv, &a);
+    if (rc >= 0) return rc;
+    rlError err = {0};
+    tokIO io = {0};
+    json_t *texts = json_array();   /* --bench: every text, kept for the timed passes */
+    bytebuf out = {0};
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0;
+    double t0 = tok_now();
+    rlTokenizer *t = tok_open(&a, &err);
+    double load_s = tok_now() - t0;
+    if (!t || tok_open_io(&a, &io, &err)) goto done;
+    /* Line by line, so any size of input runs in constant memory. */
+    while ((n = getline(&line, &cap, io.in)) >= 0) {
+        lineno++;
+        json_t *o = tok_line_object(line, (size_t)n, &err);
+        if (!o && err.code == RL_OK) continue;
+        bytebuf_clear(&out);
+        if (o && a.bench) {
+            json_t *s = json_object_get(o, "text");
+            rc = json_is_string(s) ? json_array_append(texts, s) : rl_error(&err, RL_EINPUT, "needs \"text\": a string");
+        } else if (o) {
+            rc = detok ? tok_decode_line(t, o, &out, &err) : tok_encode_line(t, o, &out, &err);
+        }
+        json_decref(o);
+        if (!o || rc) {
+            rl_error_wrap(&err, "%s line %ld", io.in_name, lineno);
+            goto done;
+        }
+        fwrite(out.data ? out.data : "", 1, out.len, io.out);
+    }
+    if (ferror(io.in)) {
+        rl_error(&err, RL_EIO, "reading %s failed", io.in_name);
+        goto done;
+    }
+    if (a.bench) tok_bench(t, texts, a.bench, load_s, io.out, &err);
+done:
+    tok_close_io(&io, &err);
+    free(line);
+    bytebuf_free(&out);
+    json_decref(texts);
+    tokenizer_free(t);
+    if (err.code != RL_OK) {
+        fprintf(stderr, "redlm %s: %s\n", argv[0], err.msg);
+        return (int)err.code;
+    }
+    return 0;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    return tok_run(argc, argv, 0);
+}
+
+int cmd_detokenize(int argc, char **argv) {
+    return tok_run(argc, argv, 1);
+}
