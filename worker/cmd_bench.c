@@ -298,6 +298,14 @@ int cmd_bench(int argc, char **argv) {
         goto fail;
     }
     if (!be) goto fail;
+    if (!strcmp(o.backend, "cuda")) {
+        /* The GPU's two ceilings, measured now, before the model takes its memory. */
+        double copy_bw, gemm;
+        if (rl_cuda_ceilings(bo.device, &copy_bw, &gemm, &err) != 0) goto fail;
+        fprintf(o.json ? stderr : stdout,
+                "GPU ceilings, measured now: copy %.2f TB/s (bytes read + written), bf16 GEMM "
+                "8192^3 %.0f TFLOP/s\n", copy_bw / 1e12, gemm / 1e12);
+    }
 
     int max_batch = 1;
     for (int i = 0; i < o.n_batches; i++)
