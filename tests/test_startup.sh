@@ -119,7 +119,7 @@ out=$("$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24G
 # --- more ranks than devices
 expect 6 "needs 3 GPUs but 2 are given" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 2 --gpu-memory 80GiB --tp 3 --pp 1
 expect 6 "" "$REDLM" doctor --devices 0-7
-pending "unknown option --devices|runs one rank only" 6 "devices" \
+pending "unknown option --devices|runs one rank only" 6 "needs 2 GPUs but 1 is given" \
     "${GEN[@]}" --model "$GOOD" --backend cuda --tp 2 --devices 0
 expect 6 "--backend cpu" "${GEN[@]}" --model "$GOOD" --backend cuda
 
