@@ -248,10 +248,6 @@ int cmd_generate(int argc, char **argv) {
         gen_usage(stderr);
         return RL_EUSAGE;
     }
-    if (layout_check(&lay, 0, &err)) {
-        fprintf(stderr, "redlm generate: %s\n", err.msg);
-        return RL_EUSAGE;
-    }
     o.tp = lay.tp;
     o.pp = lay.pp;
     o.devices = lay.n_devices ? lay.devices : NULL;

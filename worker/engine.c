@@ -208,6 +208,12 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         rl_error(err, RL_EUSAGE, "--tp and --pp must be at least 1");
         goto fail;
     }
+    if (o->devices && o->n_devices != o->tp * o->pp) {
+        rl_error(err, RL_EDEVICE, "--devices lists %d device%s but --tp %d x --pp %d needs %d: "
+                 "list one device per rank", o->n_devices, o->n_devices == 1 ? "" : "s", o->tp,
+                 o->pp, o->tp * o->pp);
+        goto fail;
+    }
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
     if (file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;
