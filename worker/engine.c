@@ -565,6 +565,10 @@ int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     for (int i = 0; i < p->n_seqs; i++) {
         engReq *q = p->seq_req[i]->user;
         if (q->t_scheduled == 0) q->t_scheduled = now;
+        /* Prompt tokens computed (recomputation after preemption included). */
+        int start = p->positions[p->seq_start[i]];
+        int end = p->seq_len[i] < q->req->n_prompt_ids ? p->seq_len[i] : q->req->n_prompt_ids;
+        if (end > start) e->prompt_tokens += (uint64_t)(end - start);
     }
     for (int i = 0; i < p->n_rows; i++) row_spec(&p->rows[i], &e->specs[i]);
     rlBatch b = {.n_seqs = p->n_seqs, .n_tokens = p->n_tokens, .tokens = p->tokens,
@@ -577,7 +581,6 @@ int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
         const rlSchedRow *row = &p->rows[i];
         engReq *q = row->req->user;
         if (row->kind == RL_ROW_PROMPT) {
-            e->prompt_tokens++;
             logprob_fill(&q->prompt_lp[row->position + 1], row->target,
                          e->results[i].target_logprob, &e->results[i]);
         } else if (q->samples[row->seq].finish == RL_FINISH_NONE &&
