@@ -48,7 +48,7 @@ static inline int redis_server_start(rlRedisServer *s) {
     snprintf(port, sizeof(port), "%d", s->port);
     s->pid = fork();
     if (s->pid == 0) {
-        freopen("/dev/null", "w", stdout);
+        if (!freopen("/dev/null", "w", stdout)) _exit(127);
         execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", s->dir,
                "--save", "", "--appendonly", "no", (char *)NULL);
         _exit(127);

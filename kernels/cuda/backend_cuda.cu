@@ -282,7 +282,8 @@ static int cuda_open_device(int device, rlError *err) {
     cudaRuntimeGetVersion(&rt);
     if (drv == 0)
         return rl_error(err, RL_EDEVICE,
-                        "no NVIDIA driver is loaded on this machine, so no GPU can be used. "
+                        "no NVIDIA driver is loaded on this machine, so the CUDA backend has "
+                        "no GPU to use. "
                         "Install the NVIDIA driver (check with `nvidia-smi`), or run with "
                         "--backend cpu.");
     if (e == cudaErrorInsufficientDriver || drv < rt)
