@@ -206,6 +206,8 @@ static void *rank_main(void *arg) {
         }
     }
     pthread_mutex_unlock(&r->mu);
+    /* Device memory is freed by the thread whose device it is. */
+    rank_teardown(k);
     return NULL;
 }
 
