@@ -70,6 +70,7 @@ struct rlRanks {
     ranksItem queue[RANKS_QUEUE];
     uint64_t head, tail;    /* items [head, tail) are queued; head is the oldest unfinished */
     int starting;           /* ranks still setting up */
+    int backends_ready;     /* ranks whose backend exists (set-up's first phase) */
     int quit;
     int failed;             /* a rank failed: the ranks are out of step for good */
     rlError err;            /* the first failure */
@@ -100,6 +101,21 @@ static int ranks_cpu_threads(const rlRanks *r) {
     return each > 0 ? each : 1;
 }
 
+/* Every rank waits here until all have a backend, so a rank that cannot
+ * even open its device (missing, busy, no driver) stops the set-up before
+ * the others block in NCCL's init waiting for it; its own error is the one
+ * ranks_open reports. */
+static int ranks_backends_barrier(rlRanks *r, rlError *err) {
+    pthread_mutex_lock(&r->mu);
+    r->backends_ready++;
+    pthread_cond_broadcast(&r->cv);
+    while (r->backends_ready < r->n && !r->failed) pthread_cond_wait(&r->cv, &r->mu);
+    int failed = r->failed;
+    pthread_mutex_unlock(&r->mu);
+    return failed ? rl_error(err, RL_EINTERNAL, "stopped because another rank failed to start")
+                  : 0;
+}
+
 static int rank_setup(ranksRank *k, rlError *err) {
     rlRanks *r = k->r;
     const rlRanksOptions *o = &r->o;
@@ -111,6 +127,7 @@ static int rank_setup(ranksRank *k, rlError *err) {
     };
     k->be = cuda ? rl_backend_cuda_create(&bo, err) : rl_backend_cpu_create(&bo, err);
     if (!k->be) return -1;
+    if (r->n > 1 && ranks_backends_barrier(r, err)) return -1;
     if (r->comms && r->comms->ops->join(r->comms, k->index, &k->tp, &k->pp, err)) return -1;
     rlTensorLookup src = o->src ? (r->n > 1 ? ranks_lookup : o->src) : NULL;
     void *src_ctx = r->n > 1 ? (void *)r : o->src_ctx;
@@ -384,6 +401,12 @@ static int ranks_check(const rlRanks *r, const rlBatch *b, rlError *err) {
     if (b->n_seqs < 0 || (b->n_seqs > 0 && b->seq_start[b->n_seqs] != b->n_tokens))
         return rl_error(err, RL_EINTERNAL, "a step whose sequences cover %d of its %d tokens",
                         b->n_seqs > 0 ? b->seq_start[b->n_seqs] : 0, b->n_tokens);
+    /* Checked here as well as in the model: a rank refusing a step after the
+     * others ran part of it would leave the layout out of step for good. */
+    for (int t = 0; t < b->n_tokens; t++)
+        if (b->tokens[t] < 0 || b->tokens[t] >= r->o.cfg.vocab_size)
+            return rl_error(err, RL_EINPUT, "token id %d is outside the model's vocabulary "
+                            "(0..%d)", b->tokens[t], r->o.cfg.vocab_size - 1);
     for (int i = 0; i < b->n_rows; i++)
         if (b->rows[i].token < 0 || b->rows[i].token >= b->n_tokens)
             return rl_error(err, RL_EINTERNAL, "logit row %d points at token %d of %d", i,
@@ -409,15 +432,22 @@ int ranks_submit(rlRanks *r, const rlBatch *b, rlRowResult *out, uint64_t *ticke
         if (m == k - 1) s1 = b->n_seqs;
         while (r->tail - r->head >= RANKS_QUEUE && !r->failed) pthread_cond_wait(&r->cv, &r->mu);
         if (r->failed) break;
-        if (ranks_item_make(&r->queue[r->tail % RANKS_QUEUE], b, out, s0, s1, r->n, err)) {
+        rlError e;
+        if (ranks_item_make(&r->queue[r->tail % RANKS_QUEUE], b, out, s0, s1, r->n, &e)) {
+            /* Part of the step may be queued already: the layout cannot
+             * finish it, so it is failed like a rank failure. */
             pthread_mutex_unlock(&r->mu);
-            return -1;
+            ranks_fail(r, &e);
+            pthread_mutex_lock(&r->mu);
+            break;
         }
         r->tail++;
         pthread_cond_broadcast(&r->cv);
         s0 = s1;
     }
     *ticket = r->tail;
+    /* As in ranks_wait: on failure, return only once no rank reads b. */
+    while (r->failed && r->head < r->tail) pthread_cond_wait(&r->cv, &r->mu);
     int failed = r->failed;
     if (failed && err) *err = r->err;
     pthread_mutex_unlock(&r->mu);

@@ -40,7 +40,7 @@ int startup_wait_redis(const rlRedisUrl *u, int wait_s, rlError *err) {
 }
 
 int startup_check_plan(const rlModelConfig *cfg, const rlEngineOptions *o, FILE *log,
-                       rlError *err) {
+                       long long *kv_blocks, rlError *err) {
     int tp = o->tp > 0 ? o->tp : 1, pp = o->pp > 0 ? o->pp : 1;
     int dev[RL_PLAN_MAX_GPUS], n = o->devices ? o->n_devices : tp * pp;
     if (n > RL_PLAN_MAX_GPUS || n < 1)
@@ -59,6 +59,7 @@ int startup_check_plan(const rlModelConfig *cfg, const rlEngineOptions *o, FILE 
     rlPlan p;
     int rc = plan_layout(cfg, &po, 1, tp, pp, &p, err);
     if (p.n_layouts) plan_print(log, &p);
+    if (!rc) *kv_blocks = p.layouts[0].kv_blocks[0];
     plan_free(&p);
     return rc;
 }

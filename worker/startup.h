@@ -21,8 +21,9 @@ int startup_wait_redis(const rlRedisUrl *u, int wait_s, rlError *err);
  * free memory of its devices, printed to log.  RL_EMEMORY with the plan's
  * numbers and the flags to change when it does not fit; RL_EDEVICE when the
  * GPUs cannot be read or are fewer than the ranks.  Runs before any weight
- * is loaded, and before this process creates a CUDA context. */
+ * is loaded, and before this process creates a CUDA context.  *kv_blocks:
+ * the KV blocks every rank has room for. */
 int startup_check_plan(const rlModelConfig *cfg, const rlEngineOptions *o, FILE *log,
-                       rlError *err);
+                       long long *kv_blocks, rlError *err);
 
 #endif
