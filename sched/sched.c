@@ -42,6 +42,8 @@ rlSched *sched_create(const rlSchedConfig *cfg) {
     rlSched *s = calloc(1, sizeof(*s));
     if (!s) return NULL;
     s->cfg = *cfg;
+    if (s->cfg.max_prompt_rows <= 0 || s->cfg.max_prompt_rows > cfg->max_num_batched_tokens)
+        s->cfg.max_prompt_rows = cfg->max_num_batched_tokens;
     s->max_blocks = ceil_div(cfg->max_model_len, cfg->block_size);
     s->pool = block_pool_create(cfg->n_blocks, cfg->block_size);
     rlSchedPlan *p = &s->plan;
@@ -53,7 +55,7 @@ rlSched *sched_create(const rlSchedConfig *cfg) {
     p->seq_start = malloc((ns + 1) * sizeof(int32_t));
     p->seq_len = malloc(ns * sizeof(int32_t));
     p->block_tables = malloc(ns * (size_t)s->max_blocks * sizeof(int32_t));
-    p->rows = malloc((nt + ns) * sizeof(rlSchedRow));
+    p->rows = malloc(((size_t)s->cfg.max_prompt_rows + ns) * sizeof(rlSchedRow));
     p->seq_req = malloc(ns * sizeof(rlSchedReq *));
     p->seq_index = malloc(ns * sizeof(int32_t));
     if (!s->pool || !p->tokens || !p->positions || !p->slots || !p->seq_start || !p->seq_len ||
@@ -225,6 +227,23 @@ static int seq_new_blocks(const rlSched *s, const rlSchedSeq *q, int chunk) {
     return need > 0 ? need : 0;
 }
 
+/* How many of q's uncomputed tokens to run: at most left, and no more prompt
+ * positions wanting a logit row than *rows allows (sample rows need no
+ * budget: there is at most one per running sequence).  Takes the rows used. */
+static int seq_chunk(const rlSchedReq *r, const rlSchedSeq *q, int left, int *rows) {
+    int start = q->n_computed;
+    int chunk = q->n_tokens - start < left ? q->n_tokens - start : left;
+    if (!r->prompt_logprobs) return chunk;
+    int lo = start > r->plp_done ? start : r->plp_done;
+    int hi = start + chunk < r->n_prompt - 1 ? start + chunk : r->n_prompt - 1;
+    if (hi - lo > *rows) {
+        hi = lo + *rows;
+        chunk = hi - start;
+    }
+    if (hi > lo) *rows -= hi - lo;
+    return chunk;
+}
+
 static void plan_row(rlSched *s, rlRowKind kind, int32_t token, rlSchedReq *r, int seq,
                      int step, int position, int target) {
     rlSchedPlan *p = &s->plan;
@@ -250,8 +269,9 @@ static void req_fork(rlSched *s, rlSchedReq *r, const rlSchedSeq *lead) {
 }
 
 /* Put chunk tokens of sample k into the plan; its blocks must be available. */
-static void plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
+static int plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
     rlSchedPlan *p = &s->plan;
+    int rows0 = p->n_rows;
     rlSchedSeq *q = &r->seqs[k];
     int bs = s->cfg.block_size;
     int start = q->n_computed, end = start + chunk;
@@ -268,6 +288,7 @@ static void plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
         if (r->prompt_logprobs && pos < r->n_prompt - 1 && pos >= r->plp_done)
             plan_row(s, RL_ROW_PROMPT, t, r, k, 0, pos, q->tokens[pos + 1]);
     }
+    int prompt_rows = p->n_rows - rows0;
     if (r->prompt_logprobs && end > r->plp_done)
         r->plp_done = end < r->n_prompt - 1 ? end : r->n_prompt - 1;
     if (end == q->n_tokens && r->max_tokens > 0) {
@@ -286,26 +307,24 @@ static void plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
             block_register(s->pool, q->blocks[j], j ? q->blocks[j - 1] : -1, q->tokens + j * bs);
     q->n_computed = end;
 
-    int32_t *table = p->block_tables + (size_t)idx * (size_t)p->max_blocks;
-    memcpy(table, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
-    memset(table + q->n_blocks, 0, (size_t)(p->max_blocks - q->n_blocks) * sizeof(int32_t));
     p->seq_len[idx] = end;
     p->seq_start[idx + 1] = p->n_tokens;
     if (k == seq_leader(r) && end >= r->n_prompt / bs * bs) req_fork(s, r, q);
+    return prompt_rows;
 }
 
 /* Schedule every runnable sample of running request i, preempting the
  * youngest running requests while blocks are short.  Returns 1 when r itself
  * had to be preempted. */
-static int plan_running(rlSched *s, rlSchedReq *r, int *budget) {
+static int plan_running(rlSched *s, rlSchedReq *r, int *budget, int *rows) {
     int chunks[r->n];
     for (;;) {
-        int left = *budget, need = 0;
+        int left = *budget, rows_left = *rows, need = 0;
         for (int k = 0; k < r->n; k++) {
             rlSchedSeq *q = &r->seqs[k];
             chunks[k] = 0;
             if (!seq_runnable(q) || left == 0) continue;
-            chunks[k] = q->n_tokens - q->n_computed < left ? q->n_tokens - q->n_computed : left;
+            chunks[k] = seq_chunk(r, q, left, &rows_left);
             left -= chunks[k];
             need += seq_new_blocks(s, q, chunks[k]);
         }
@@ -316,7 +335,7 @@ static int plan_running(rlSched *s, rlSchedReq *r, int *budget) {
     }
     for (int k = 0; k < r->n; k++) {
         if (!chunks[k]) continue;
-        plan_seq(s, r, k, chunks[k]);
+        *rows -= plan_seq(s, r, k, chunks[k]);
         *budget -= chunks[k];
     }
     return 0;
@@ -335,7 +354,7 @@ static int plan_expire(rlSched *s, rlSchedReq *r) {
 
 /* Admit the first waiting request if its sequences and first chunk fit:
  * 1 admitted, 0 not now (order is kept: nothing behind it jumps ahead). */
-static int plan_admit(rlSched *s, rlSchedReq *r, int *budget, int *n_running_seqs) {
+static int plan_admit(rlSched *s, rlSchedReq *r, int *budget, int *rows, int *n_running_seqs) {
     int active = req_active_seqs(r), bs = s->cfg.block_size;
     if (*n_running_seqs + active > s->cfg.max_num_seqs) return 0;
     int lead = seq_leader(r);
@@ -350,8 +369,9 @@ static int plan_admit(rlSched *s, rlSchedReq *r, int *budget, int *n_running_seq
         }
         q->n_computed = q->n_blocks * bs;
     }
-    int chunk = q->n_tokens - q->n_computed < *budget ? q->n_tokens - q->n_computed : *budget;
-    if (seq_new_blocks(s, q, chunk) > block_pool_available(s->pool)) {
+    int rows_left = *rows;
+    int chunk = seq_chunk(r, q, *budget, &rows_left);
+    if (chunk == 0 || seq_new_blocks(s, q, chunk) > block_pool_available(s->pool)) {
         seq_release(s, q);
         return 0;
     }
@@ -363,9 +383,26 @@ static int plan_admit(rlSched *s, rlSchedReq *r, int *budget, int *n_running_seq
     list_insert(s->running, &s->n_running, r);
     r->state = RL_REQ_RUNNING;
     *n_running_seqs += active;
-    plan_seq(s, r, lead, chunk);
+    *rows -= plan_seq(s, r, lead, chunk);
     *budget -= chunk;
     return 1;
+}
+
+/* Block tables as wide as this step's longest one, not max_model_len: a
+ * device backend copies them every step. */
+static void plan_tables(rlSchedPlan *p) {
+    int width = 1;
+    for (int i = 0; i < p->n_seqs; i++) {
+        const rlSchedSeq *q = &p->seq_req[i]->seqs[p->seq_index[i]];
+        if (q->n_blocks > width) width = q->n_blocks;
+    }
+    p->max_blocks = width;
+    for (int i = 0; i < p->n_seqs; i++) {
+        const rlSchedSeq *q = &p->seq_req[i]->seqs[p->seq_index[i]];
+        int32_t *table = p->block_tables + (size_t)i * (size_t)width;
+        memcpy(table, q->blocks, (size_t)q->n_blocks * sizeof(int32_t));
+        memset(table + q->n_blocks, 0, (size_t)(width - q->n_blocks) * sizeof(int32_t));
+    }
 }
 
 int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan **out) {
@@ -374,9 +411,9 @@ int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan **out) {
     p->seq_start[0] = 0;
     p->n_expired = 0;
     p->n_preempted = 0;
-    int budget = s->cfg.max_num_batched_tokens;
+    int budget = s->cfg.max_num_batched_tokens, rows = s->cfg.max_prompt_rows;
     for (int i = 0; i < s->n_running && budget > 0;)
-        if (!plan_running(s, s->running[i], &budget)) i++;
+        if (!plan_running(s, s->running[i], &budget, &rows)) i++;
     int n_seqs = running_seqs(s);
     while (s->n_waiting > 0 && budget > 0) {
         rlSchedReq *r = s->waiting[0];
@@ -384,8 +421,9 @@ int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan **out) {
             if (plan_expire(s, r)) return -1;
             continue;
         }
-        if (!plan_admit(s, r, &budget, &n_seqs)) break;
+        if (!plan_admit(s, r, &budget, &rows, &n_seqs)) break;
     }
+    plan_tables(p);
     *out = p;
     return 0;
 }
@@ -463,3 +501,5 @@ int sched_check(const rlSched *s) {
     free(refs);
     return rc;
 }
+
+int sched_max_rows(const rlSched *s) { return s->cfg.max_prompt_rows + s->cfg.max_num_seqs; }

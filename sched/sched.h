@@ -34,7 +34,10 @@ typedef struct rlSchedConfig {
     int max_num_batched_tokens; /* new tokens per step */
     int max_model_len;          /* prompt + generated tokens of one sequence */
     int prefix_caching;
+    int max_prompt_rows;        /* prompt-logprob rows per step (0: one per token);
+                                 * a step has at most this + max_num_seqs rows */
 } rlSchedConfig;
+
 
 typedef enum rlReqState {
     RL_REQ_WAITING = 0,     /* not started yet */
@@ -113,7 +116,7 @@ typedef struct rlSchedPlan {
     int32_t *slots;         /* [n_tokens] block * block_size + offset */
     int32_t *seq_start;     /* [n_seqs + 1] */
     int32_t *seq_len;       /* [n_seqs] KV length after the step */
-    int32_t *block_tables;  /* [n_seqs * max_blocks] */
+    int32_t *block_tables;  /* [n_seqs * max_blocks]; max_blocks is this step's widest table */
     rlSchedRow *rows;       /* [n_rows] */
     rlSchedReq **seq_req;   /* [n_seqs] whose sequence each is ... */
     int32_t *seq_index;     /* [n_seqs] ... and which sample */
@@ -164,6 +167,8 @@ void sched_finish_seq(rlSched *s, rlSchedReq *r, int seq);
 void sched_remove(rlSched *s, rlSchedReq *r);
 
 int sched_has_work(const rlSched *s);
+/* Rows a step may hold: what the engine sizes its logits for. */
+int sched_max_rows(const rlSched *s);
 /* How many more sequences could be admitted now. */
 int sched_free_seqs(const rlSched *s);
 void sched_stats(const rlSched *s, rlSchedStats *st);

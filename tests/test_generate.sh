@@ -31,6 +31,20 @@ for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
     ' "$ref" > "$tmp/mismatch"
     [ -s "$tmp/mismatch" ] && { cat "$tmp/mismatch"; fail "$model: greedy tokens differ from reference.json"; }
 
+    # Scoring only: prompt logprobs of every prompt (the long one spans many
+    # steps of the per-step row budget) within 1e-3 of the reference.
+    jq -c '.prompts[] | {id: .name, prompt_ids: .ids, max_tokens: 0, prompt_logprobs: 1}' "$ref" \
+        > "$tmp/score.jsonl"
+    gen --input "$tmp/score.jsonl" --output "$tmp/score.out"
+    jq -c --slurpfile got "$tmp/score.out" '
+        .prompts[] as $p
+        | ($got[] | select(.id == $p.name) | .prompt_logprobs) as $lp
+        | select(($lp | length) != ($p.ids | length) or $lp[0] != null
+                 or ([range(1; $p.ids | length)
+                      | ($lp[.].logprob - $p.prompt_logprobs[. - 1]) | fabs] | max // 0) > 1e-3)
+        | $p.name' "$ref" > "$tmp/score.bad"
+    [ -s "$tmp/score.bad" ] && { cat "$tmp/score.bad"; fail "$model: prompt logprobs differ from reference.json"; }
+
     tokens() { jq -c '[.id, .index, .token_ids]' "$1"; }
     check_same() {   # name, input, reference tokens, options...
         local name=$1 input=$2 want=$3; shift 3
@@ -41,6 +55,10 @@ for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
     # The same prompts under other schedules (the 1,500-token one only costs time here).
     grep -v long-1500 "$tmp/greedy.jsonl" > "$tmp/short.jsonl"
     grep -v long-1500 "$tmp/base.jsonl" | jq -c '[.id, .index, .token_ids]' > "$tmp/short.tok"
+    if [ "$model" = qwen2-tiny-gqa3 ]; then
+        head -8 "$tmp/short.jsonl" > "$tmp/layout.jsonl"
+        head -8 "$tmp/short.tok" | jq -c '.[2]' > "$tmp/layout.tok"
+    fi
     check_same nocache "$tmp/short.jsonl" "$tmp/short.tok" --no-prefix-caching
     check_same oneseq "$tmp/short.jsonl" "$tmp/short.tok" --max-num-seqs 1
     check_same chunks "$tmp/short.jsonl" "$tmp/short.tok" --max-num-batched-tokens 40 --max-num-seqs 8
@@ -72,8 +90,37 @@ for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
         || fail "$model: the 3 samples should differ"
 done
 
-# Invalid lines: one error each, in input order, while the others still run.
+# Text prompts go through the model's tokenizer: the same tokens as their ids.
 dir=$FIXTURES/models/qwen2-tiny-gqa3
+gen() { "$REDLM" generate --model "$dir" --threads 2 --kv-cache-memory 32MiB "$@"; }
+head -3 "$FIXTURES/tokenizer-small/encode.jsonl" | jq -c '{id: "t", prompt: .text, max_tokens: 12, temperature: 0, ignore_eos: true}' > "$tmp/text.jsonl"
+head -3 "$FIXTURES/tokenizer-small/encode.jsonl" | jq -c '{id: "t", prompt_ids: .ids, max_tokens: 12, temperature: 0, ignore_eos: true}' > "$tmp/ids.jsonl"
+gen --input "$tmp/text.jsonl" --output "$tmp/text.out"
+gen --input "$tmp/ids.jsonl" --output "$tmp/ids.out"
+cmp -s <(jq -c '[.token_ids, .text, .usage.prompt_tokens]' "$tmp/text.out") \
+       <(jq -c '[.token_ids, .text, .usage.prompt_tokens]' "$tmp/ids.out") || fail "text prompt != its ids"
+echo '{"id":"chat","messages":[{"role":"user","content":"Hello"}],"max_tokens":4}' | gen > "$tmp/chat.out"
+[ "$(jq -r .event "$tmp/chat.out")" = done ] || fail "chat request"
+
+# A stop string from the middle of a greedy output: the text ends right
+# before it, finish_reason "stop".
+line=$(sed -n 1p "$tmp/text.out")
+full=$(jq -r .text <<< "$line")
+stop=$(jq -r '.text | explode | .[6:9] | implode' <<< "$line")
+want=${full%%"$stop"*}
+jq -c --arg s "$stop" '.max_tokens = 12 | .stop = [$s]' <(sed -n 1p "$tmp/text.jsonl") | gen > "$tmp/stop.out"
+[ "$(jq -r .finish_reason "$tmp/stop.out")" = stop ] || fail "stop string: finish_reason"
+[ "$(jq -r .text "$tmp/stop.out")" = "$want" ] || fail "stop string: text '$(jq -r .text "$tmp/stop.out")' != '$want'"
+
+# Parallel layouts (threads over the CPU backend) give the same greedy tokens.
+for layout in "--tp 2" "--pp 3" "--tp 3 --pp 2"; do
+    # shellcheck disable=SC2086
+    gen $layout --input "$tmp/layout.jsonl" --output "$tmp/layout.out" 2> /dev/null \
+        || fail "layout $layout: exit status"
+    cmp -s <(jq -c .token_ids "$tmp/layout.out") "$tmp/layout.tok" || fail "layout $layout: tokens differ"
+done
+
+# Invalid lines: one error each, in input order, while the others still run.
 cat > "$tmp/bad.jsonl" <<'JSON'
 {"id":"ok1","prompt_ids":[1,2,3],"max_tokens":2,"temperature":0}
 not json

@@ -347,22 +347,6 @@ static void test_parse(void **state) {
     assert_int_equal(err.code, RL_EUSAGE);
     assert_int_equal(plan_parse_size("-3GiB", &b, &err), -1);
     assert_int_equal(plan_parse_size("3 parsecs", &b, &err), -1);
-
-    int d[RL_PLAN_MAX_GPUS], n;
-    assert_int_equal(plan_parse_devices("0-5", d, RL_PLAN_MAX_GPUS, &n, &err), 0);
-    assert_int_equal(n, 6);
-    assert_int_equal(d[5], 5);
-    assert_int_equal(plan_parse_devices("0,2,4", d, RL_PLAN_MAX_GPUS, &n, &err), 0);
-    assert_int_equal(n, 3);
-    assert_int_equal(d[2], 4);
-    assert_int_equal(plan_parse_devices("3", d, RL_PLAN_MAX_GPUS, &n, &err), 0);
-    assert_int_equal(n, 1);
-    assert_int_equal(plan_parse_devices("1,1", d, RL_PLAN_MAX_GPUS, &n, &err), -1);
-    assert_int_equal(plan_parse_devices("5-2", d, RL_PLAN_MAX_GPUS, &n, &err), -1);
-    assert_int_equal(plan_parse_devices("0,", d, RL_PLAN_MAX_GPUS, &n, &err), -1);
-    assert_int_equal(plan_parse_devices("", d, RL_PLAN_MAX_GPUS, &n, &err), -1);
-    assert_int_equal(plan_parse_devices("gpu0", d, RL_PLAN_MAX_GPUS, &n, &err), -1);
-    assert_int_equal(err.code, RL_EUSAGE);
 }
 
 int main(void) {

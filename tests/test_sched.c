@@ -90,14 +90,18 @@ typedef struct simReq {
     int n_out[4];
     int finished[4];
     int cached;
+    int prompt_rows;                /* PROMPT rows seen: one per position 0 .. n_prompt - 2 */
 } simReq;
 
 /* Apply one step's rows to the requests (stop on EOS or max_tokens). */
 static void sim_apply(rlSched *s, const rlSchedPlan *p, const int32_t *row_tokens) {
     for (int r = 0; r < p->n_rows; r++) {
         const rlSchedRow *row = &p->rows[r];
-        if (row->kind != RL_ROW_SAMPLE) continue;
         simReq *u = row->req->user;
+        if (row->kind == RL_ROW_PROMPT) {
+            u->prompt_rows++;
+            continue;
+        }
         assert_int_equal(row->step, u->n_out[row->seq]);
         u->out[row->seq][u->n_out[row->seq]++] = row_tokens[r];
         sched_append(s, row->req, row->seq, row_tokens[r]);
@@ -122,6 +126,7 @@ static void sim_apply(rlSched *s, const rlSchedPlan *p, const int32_t *row_token
         if (all) {
             u->done = 1;
             u->cached = h->cached_tokens;
+            if (h->prompt_logprobs) assert_int_equal(u->prompt_rows, h->n_prompt - 1);
             done[n_done++] = h;
         }
     }
@@ -422,9 +427,10 @@ static void test_lru_eviction(void **state) {
  * Outputs must equal those of a roomy run without prefix caching, and at the
  * end every block is free or cached. */
 static void run_random(uint64_t seed, int n_reqs, int n_blocks, int max_seqs, int budget,
-                       int caching, simReq *reqs, rlSchedStats *st) {
+                       int caching, int prompt_rows, simReq *reqs, rlSchedStats *st) {
     rlSchedConfig c = config(n_blocks, max_seqs, budget, caching);
     c.max_model_len = 512;
+    c.max_prompt_rows = prompt_rows;
     rlSched *s = sched_create(&c);
     assert_non_null(s);
     fakeKV kv;
@@ -453,6 +459,10 @@ static void run_random(uint64_t seed, int n_reqs, int n_blocks, int max_seqs, in
         rlSchedPlan *p;
         assert_int_equal(sched_step(s, 0, &p), 0);
         assert_true(p->n_tokens <= budget && p->n_seqs <= max_seqs);
+        assert_true(p->n_rows <= sched_max_rows(s));
+        int n_prompt_rows = 0;
+        for (int i = 0; i < p->n_rows; i++) n_prompt_rows += p->rows[i].kind == RL_ROW_PROMPT;
+        if (prompt_rows) assert_true(n_prompt_rows <= prompt_rows);
         assert_true(p->n_tokens > 0 || p->n_expired > 0 || !sched_has_work(s) || added < n_reqs);
         kv_forward(&kv, p, rt);
         sim_apply(s, p, rt);
@@ -482,11 +492,12 @@ static void test_random_property(void **state) {
     enum { N = 3000 };
     simReq *ref = calloc(N, sizeof(simReq)), *got = calloc(N, sizeof(simReq));
     rlSchedStats st_ref, st;
-    run_random(42, N, 4096, 64, 2048, 0, ref, &st_ref);
-    const struct { int blocks, seqs, budget, caching; } runs[] = {
-        {64, 16, 64, 1}, {40, 8, 256, 0}, {2048, 4, 512, 1}, {128, 32, 48, 1}};
+    run_random(42, N, 4096, 64, 2048, 0, 0, ref, &st_ref);
+    const struct { int blocks, seqs, budget, caching, prompt_rows; } runs[] = {
+        {64, 16, 64, 1, 0}, {40, 8, 256, 0, 5}, {2048, 4, 512, 1, 0}, {128, 32, 48, 1, 1}};
     for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
-        run_random(42, N, runs[k].blocks, runs[k].seqs, runs[k].budget, runs[k].caching, got, &st);
+        run_random(42, N, runs[k].blocks, runs[k].seqs, runs[k].budget, runs[k].caching,
+                   runs[k].prompt_rows, got, &st);
         if (runs[k].blocks <= 64) assert_true(st.preemptions > 10);
         if (runs[k].caching) assert_true(st.prefix_hit_tokens > 0);
         for (int i = 0; i < N; i++) {

@@ -7,7 +7,7 @@
 
 #include "commands.h"
 #include "doctor.h"
-#include "plan.h"
+#include "layout.h"
 
 static const char doctor_help[] =
     "usage: redlm doctor [--model DIR] [--devices LIST] [--redis URL] [--verify MANIFEST]\n"
@@ -51,7 +51,8 @@ int cmd_doctor(int argc, char **argv) {
     doctor_init(&d, stdout);
     if (devices) {
         rlError err = {0};
-        if (plan_parse_devices(devices, d.devices, RL_DOC_MAX_DEVICES, &d.n_devices, &err)) {
+        if (layout_parse_list(devices, d.devices, RL_DOC_MAX_DEVICES, &d.n_devices, "--devices",
+                              &err)) {
             fprintf(stderr, "redlm doctor: %s\n", err.msg);
             return RL_EUSAGE;
         }

@@ -17,28 +17,23 @@
 
 #include "commands.h"
 #include "engine.h"
+#include "engine_flags.h"
+#include "layout.h"
 #include "output.h"
 
-static const char USAGE[] =
+static const char USAGE_HEAD[] =
     "usage: redlm generate --model DIR [options]\n"
-    "  --input FILE|-            requests, one JSON object per line (default -)\n"
-    "  --output FILE|-           results, one JSON object per line (default -)\n"
-    "  --prompt-ids 1,2,3        one greedy request from token ids instead of --input\n"
-    "  --max-tokens N            tokens to generate for --prompt-ids (default 16)\n"
-    "  --backend cpu|cuda        (default cpu)\n"
-    "  --load-format auto|dummy  dummy: random weights from config.json alone\n"
-    "  --dtype auto|bf16|fp16    CUDA weights and activations (auto: the config's)\n"
-    "  --gpu-memory-utilization F  CUDA: share of GPU memory to use (default 0.90)\n"
-    "  --threads N               CPU threads (default: all cores)\n"
-    "  --block-size N            KV block size in tokens (default 16)\n"
-    "  --max-num-seqs N          sequences per step (default 256)\n"
-    "  --max-num-batched-tokens N  new tokens per step (default 2048)\n"
-    "  --max-model-len N         prompt + generated tokens (default: the model's)\n"
-    "  --kv-cache-memory SIZE    KV cache bytes, e.g. 1GiB, 64MiB (default 1GiB at most)\n"
-    "  --no-prefix-caching       compute every prompt in full\n"
-    "  --tp N --pp M             tensor x pipeline parallel ranks (default 1 x 1)\n"
-    "  --seed N                  seed for dummy weights and unseeded requests (default 0)\n"
-    "  --stats                   print scheduler counters to stderr at the end\n";
+    "  --input FILE|-                requests, one JSON object per line (default -)\n"
+    "  --output FILE|-               results, one JSON object per line (default -)\n"
+    "  --prompt-ids 1,2,3            one greedy request from token ids instead of --input\n"
+    "  --max-tokens N                tokens to generate for --prompt-ids (default 16)\n"
+    "  --stats                       scheduler counters to stderr at the end\n";
+
+static void gen_usage(FILE *f) {
+    fputs(USAGE_HEAD, f);
+    fputs(engine_flags_help, f);
+    fputs(LAYOUT_USAGE, f);
+}
 
 /* One input line's results, kept until every earlier line is written. */
 typedef struct genLine {
@@ -105,22 +100,6 @@ static void gen_line_error(genRun *g, int line, const char *id, const char *code
     rlOutput o = {.kind = RL_OUT_ERROR, .req = &r, .error_code = code, .error_message = msg};
     g->lines[line].n = 1;
     gen_put(g, line, 0, rl_output_event(&o, 0));
-}
-
-static int parse_size(const char *s, size_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v <= 0) return -1;
-    static const struct { const char *suffix; double mult; } units[] = {
-        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"M", 1048576.0}, {"MiB", 1048576.0},
-        {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}};
-    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
-        if (!strcmp(end, units[i].suffix)) {
-            *out = (size_t)(v * units[i].mult);
-            return 0;
-        }
-    return -1;
 }
 
 static int parse_int(const char *s, int lo, int *out) {
@@ -224,64 +203,57 @@ int cmd_generate(int argc, char **argv) {
     rl_engine_options_init(&o);
     const char *input = "-", *output = "-", *prompt_ids = NULL;
     int max_tokens = 16, stats = 0;
+    rlLayout lay;
+    layout_init(&lay);
+    rlError err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(USAGE, stdout);
-            return 0;
-        } else if (!strcmp(a, "--no-prefix-caching")) {
-            o.prefix_caching = 0;
+        /* Layout first: it owns --tp and --pp along with --devices. */
+        int next = i, known = layout_parse_flag(&lay, argc, argv, &next, &err);
+        if (known > 0) {
+            i = next - 1;
             continue;
+        }
+        if (!known) known = engine_flags_parse(argc, argv, &i, &o, &err);
+        if (known < 0) {
+            fprintf(stderr, "redlm generate: %s\n", err.msg);
+            return RL_EUSAGE;
+        }
+        if (known) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            gen_usage(stdout);
+            return 0;
         } else if (!strcmp(a, "--stats") || !strcmp(a, "--verbose")) {
             stats = 1;
             continue;
-        } else if (!v) {
-            fprintf(stderr, "redlm generate: %s needs a value (or is unknown)\n\n%s", a, USAGE);
-            return RL_EUSAGE;
         }
-        i++;
-        if (!strcmp(a, "--model")) o.model = v;
-        else if (!strcmp(a, "--backend")) o.backend = v;
-        else if (!strcmp(a, "--load-format")) o.load_format = v;
-        else if (!strcmp(a, "--dtype")) o.dtype = v;
-        else if (!strcmp(a, "--gpu-memory-utilization")) {
-            char *end;
-            o.gpu_memory_utilization = strtod(v, &end);
-            bad = end == v || *end || !(o.gpu_memory_utilization > 0) ||
-                  o.gpu_memory_utilization > 1;
-        } else if (!strcmp(a, "--input")) input = v;
+        int bad = !v;
+        if (!strcmp(a, "--input")) input = v;
         else if (!strcmp(a, "--output")) output = v;
         else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
-        else if (!strcmp(a, "--max-tokens")) bad = parse_int(v, 0, &max_tokens);
-        else if (!strcmp(a, "--threads")) bad = parse_int(v, 0, &o.threads);
-        else if (!strcmp(a, "--block-size")) bad = parse_int(v, 1, &o.block_size);
-        else if (!strcmp(a, "--max-num-seqs")) bad = parse_int(v, 1, &o.max_num_seqs);
-        else if (!strcmp(a, "--max-num-batched-tokens")) bad = parse_int(v, 1, &o.max_num_batched_tokens);
-        else if (!strcmp(a, "--max-model-len")) bad = parse_int(v, 1, &o.max_model_len);
-        else if (!strcmp(a, "--kv-cache-memory")) bad = parse_size(v, &o.kv_cache_memory);
-        else if (!strcmp(a, "--tp")) bad = parse_int(v, 1, &o.tp);
-        else if (!strcmp(a, "--pp")) bad = parse_int(v, 1, &o.pp);
-        else if (!strcmp(a, "--seed")) {
-            char *end;
-            errno = 0;
-            o.seed = strtoull(v, &end, 10);
-            bad = errno || *end || end == v;
-        } else {
-            fprintf(stderr, "redlm generate: unknown option %s\n\n%s", a, USAGE);
+        else if (!strcmp(a, "--max-tokens")) bad = bad || parse_int(v, 0, &max_tokens);
+        else {
+            fprintf(stderr, "redlm generate: unknown option %s\n\n", a);
+            gen_usage(stderr);
             return RL_EUSAGE;
         }
         if (bad) {
-            fprintf(stderr, "redlm generate: bad value '%s' for %s\n", v, a);
+            fprintf(stderr, "redlm generate: %s needs a %svalue\n", a, v ? "valid " : "");
             return RL_EUSAGE;
         }
+        i++;
     }
     if (!o.model) {
-        fprintf(stderr, "redlm generate: --model DIR is required\n\n%s", USAGE);
+        fprintf(stderr, "redlm generate: --model DIR is required\n\n");
+        gen_usage(stderr);
         return RL_EUSAGE;
     }
-
-    rlError err = {0};
+    o.tp = lay.tp;
+    o.pp = lay.pp;
+    o.devices = lay.n_devices ? lay.devices : NULL;
+    o.n_devices = lay.n_devices;
+    o.pp_partition = lay.n_partition ? lay.partition : NULL;
+    o.nccl_timeout_s = lay.nccl_timeout_s;
     char **lines = NULL;
     int n_lines = 0;
     genRun g = {0};
@@ -324,7 +296,7 @@ int cmd_generate(int argc, char **argv) {
         double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
         fprintf(stderr,
                 "stats: requests=%d steps=%d seconds=%.3f generated_tokens=%llu "
-                "prompt_logprob_rows=%llu preemptions=%d prefix_hit_tokens=%llu "
+                "prompt_tokens_computed=%llu preemptions=%d prefix_hit_tokens=%llu "
                 "prefix_query_tokens=%llu kv_blocks_total=%d kv_blocks_cached=%d\n",
                 n_lines, steps, secs, (unsigned long long)st.generation_tokens,
                 (unsigned long long)st.prompt_tokens, st.preempted,

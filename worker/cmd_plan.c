@@ -10,6 +10,7 @@
 
 #include "checkpoint.h"
 #include "commands.h"
+#include "layout.h"
 #include "plan.h"
 
 static const char plan_help[] =
@@ -109,7 +110,7 @@ static int plan_gpus(planArgs *a, rlError *err) {
     rlPlanOptions *o = &a->opt;
     if (a->devices) {
         int dev[RL_PLAN_MAX_GPUS], n;
-        if (plan_parse_devices(a->devices, dev, RL_PLAN_MAX_GPUS, &n, err)) return -1;
+        if (layout_parse_list(a->devices, dev, RL_PLAN_MAX_GPUS, &n, "--devices", err)) return -1;
         return plan_read_devices(dev, n, o, err);
     }
     size_t bytes = (size_t)80 << 30;

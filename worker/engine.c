@@ -18,21 +18,9 @@
 #include "../kernels/rng.h"
 #include "../sched/sched.h"
 #include "checkpoint.h"
+#include "ranks.h"
+#include "startup.h"
 #include "tokenizer.h"
-
-/* The tokenizer is optional at link time while its branch lands: without it
- * text prompts are refused with a clear invalid_request. */
-#pragma weak tokenizer_load
-#pragma weak tokenizer_free
-#pragma weak tokenizer_encode
-#pragma weak tokenizer_render_chat
-#pragma weak detok_create
-#pragma weak detok_push
-#pragma weak detok_take
-#pragma weak detok_finish
-#pragma weak detok_free
-/* Likewise the CUDA backend, while kernels/cuda/ is being written. */
-#pragma weak rl_backend_cuda_create
 
 void rl_engine_options_init(rlEngineOptions *o) {
     memset(o, 0, sizeof(*o));
@@ -79,9 +67,7 @@ struct rlEngine {
     rlModelConfig cfg;
     rlCheckpoint *ckpt;
     rlTokenizer *tok;
-    rlBackend *be;
-    rlModel model;
-    int model_ready;
+    rlRanks *ranks;
     rlSched *sched;
     int n_blocks;
     int max_rows;
@@ -104,81 +90,77 @@ static int64_t wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- the model on its backend (one rank) ---- */
+/* ---- the model over its ranks ---- */
 
-/* --dtype: auto takes the checkpoint's bf16 or fp16 (bf16 for an fp32
- * checkpoint, since the CUDA backend computes in 16 bits; the CPU backend
- * computes in fp32 whatever is asked). */
 static int engine_dtype(const rlEngine *e, rlDtype *out, rlError *err) {
-    const char *d = e->opt.dtype ? e->opt.dtype : "auto";
-    if (!strcmp(d, "auto")) *out = e->cfg.torch_dtype == RL_F16 ? RL_F16 : RL_BF16;
-    else if (!strcmp(d, "bf16") || !strcmp(d, "bfloat16")) *out = RL_BF16;
-    else if (!strcmp(d, "fp16") || !strcmp(d, "float16")) *out = RL_F16;
-    else if (!strcmp(d, "fp32") || !strcmp(d, "float32")) *out = RL_F32;
+    const char *d = e->opt.dtype;
+    if (!d || !strcmp(d, "auto")) *out = e->cfg.torch_dtype == RL_F32 ? RL_BF16 : e->cfg.torch_dtype;
+    else if (!strcmp(d, "bf16")) *out = RL_BF16;
+    else if (!strcmp(d, "fp16")) *out = RL_F16;
+    else if (!strcmp(d, "fp32")) *out = RL_F32;
     else return rl_error(err, RL_EUSAGE, "--dtype %s: expected auto, bf16, fp16 or fp32", d);
     return 0;
 }
 
-/* The backend and the weights; the KV cache comes after (engine_kv_blocks),
- * sized from what the weights left. */
-static int engine_model_open(rlEngine *e, rlError *err) {
+/* KV bytes one token costs: on CPU all ranks share host memory, so the sum
+ * over ranks; on GPUs each rank has its own, so the largest rank's share. */
+static int engine_kv_bytes_per_token(const rlEngine *e, rlDtype dtype, size_t *out, rlError *err) {
     const rlEngineOptions *o = &e->opt;
-    if (o->tp != 1 || o->pp != 1)
-        return rl_error(err, RL_EUSAGE,
-                        "--tp %d --pp %d: this build runs one rank only; use --tp 1 --pp 1",
-                        o->tp, o->pp);
-    rlBackendOptions bo = {.threads = o->threads, .device = o->devices ? o->devices[0] : 0};
-    if (engine_dtype(e, &bo.dtype, err)) return -1;
-    if (!strcmp(o->backend, "cpu")) e->be = rl_backend_cpu_create(&bo, err);
-    else if (!strcmp(o->backend, "cuda") && !rl_backend_cuda_create)
-        return rl_error(err, RL_EDEVICE, "--backend cuda: this build has no CUDA backend");
-    else if (!strcmp(o->backend, "cuda")) e->be = rl_backend_cuda_create(&bo, err);
-    else return rl_error(err, RL_EUSAGE, "--backend %s: expected cpu or cuda", o->backend);
-    if (!e->be) return -1;
-    rlShard shard;
-    if (rl_shard_plan(&e->cfg, 1, 1, NULL, &shard, err)) return -1;
-    if (rl_model_init(&e->model, &e->cfg, &shard, e->be, NULL, NULL,
-                      e->ckpt ? checkpoint_lookup : NULL, e->ckpt, o->seed,
-                      o->max_num_batched_tokens, e->max_rows, err))
-        return -1;
-    e->model_ready = 1;
-    return 0;
+    int n = o->tp * o->pp;
+    rlShard *plan = calloc((size_t)n, sizeof(*plan));
+    if (!plan) return rl_error(err, RL_EINTERNAL, "out of memory");
+    int rc = rl_shard_plan(&e->cfg, o->tp, o->pp, o->pp_partition, plan, err);
+    int cpu = !strcmp(o->backend, "cpu");
+    *out = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        size_t b = rl_model_kv_bytes_per_token(&e->cfg, &plan[i], cpu ? RL_F32 : dtype);
+        *out = cpu ? *out + b : (b > *out ? b : *out);
+    }
+    free(plan);
+    return rc;
 }
 
-static int engine_model_forward(rlEngine *e, const rlBatch *b, rlError *err) {
-    return rl_model_forward(&e->model, b, e->results, err);
+static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
+    const rlEngineOptions *o = &e->opt;
+    rlRanksOptions ro = {.cfg = e->cfg, .backend = o->backend, .dtype = dtype,
+                         .threads = o->threads, .tp = o->tp, .pp = o->pp,
+                         .pp_partition = o->pp_partition, .devices = o->devices,
+                         .src = e->ckpt ? checkpoint_lookup : NULL, .src_ctx = e->ckpt,
+                         .dummy_seed = o->seed, .block_size = o->block_size,
+                         .n_blocks = e->n_blocks, .max_tokens = o->max_num_batched_tokens,
+                         .max_rows = e->max_rows, .nccl_timeout_s = o->nccl_timeout_s,
+                         .quiet = o->tp * o->pp == 1};
+    e->ranks = ranks_open(&ro, err);
+    return e->ranks ? 0 : -1;
 }
 
 /* ---- opening ---- */
 
-/* KV blocks: on a device, what fits under --gpu-memory-utilization once the
- * weights are there (the backend's memory plan); on the CPU, --kv-cache-memory. */
-static int engine_kv_blocks(rlEngine *e, rlError *err) {
+static int engine_kv_blocks(rlEngine *e, rlDtype dtype, rlError *err) {
     const rlEngineOptions *o = &e->opt;
-    rlBackend *be = e->be;
-    rlShard shard;
-    if (rl_shard_plan(&e->cfg, 1, 1, NULL, &shard, err)) return -1;
-    size_t per_block = rl_model_kv_bytes_per_token(&e->cfg, &shard, be->act_dtype) *
-                       (size_t)o->block_size;
-    int per_seq = (o->max_model_len + o->block_size - 1) / o->block_size;
-    /* Never more than every sequence at full length needs. */
-    size_t full = (size_t)o->max_num_seqs * (size_t)per_seq;
-    if (be->ops->kv_capacity) {
-        double util = o->gpu_memory_utilization > 0 ? o->gpu_memory_utilization : 0.90;
-        int fit;
-        if (be->ops->kv_capacity(be, per_block, o->block_size, per_seq, util, &fit, err))
-            return -1;
-        return (size_t)fit > full ? (int)(full < ((size_t)1 << 30) ? full : (size_t)1 << 30)
-                                  : fit;
+    (void)dtype;
+    if (!strcmp(o->backend, "cuda")) {
+        /* Before any weight is on a GPU: a layout that cannot fit stops
+         * here with the plan.  The KV cache is then what each GPU has left
+         * under gpu_memory_utilization once its weights are there (0: the
+         * ranks measure it), unless --kv-cache-memory says how much. */
+        long long planned;
+        if (startup_check_plan(&e->cfg, o, stderr, &planned, err)) return -1;
+        if (!o->kv_cache_memory) return 0;
     }
+    size_t per_token;
+    if (engine_kv_bytes_per_token(e, dtype, &per_token, err)) return -1;
+    size_t per_block = per_token * (size_t)o->block_size;
     size_t budget = o->kv_cache_memory ? o->kv_cache_memory : (size_t)1 << 30;
+    /* By default never more than every sequence at full length needs. */
+    size_t full = (size_t)o->max_num_seqs * (size_t)((o->max_model_len + o->block_size - 1) / o->block_size);
     size_t n = budget / per_block;
     if (!o->kv_cache_memory && n > full) n = full;
     if (n < 1)
         return rl_error(err, RL_EMEMORY,
                         "--kv-cache-memory %zu bytes holds no KV block (one block of %d tokens "
-                        "takes %zu bytes for this model); give more", budget, o->block_size,
-                        per_block);
+                        "takes %zu bytes for this model and layout); give more", budget,
+                        o->block_size, per_block);
     if (n > (size_t)1 << 30) n = (size_t)1 << 30;
     return (int)n;
 }
@@ -223,18 +205,32 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         }
         o->max_model_len = e->cfg.max_position_embeddings;
     }
+    if (o->tp < 1 || o->pp < 1) {
+        rl_error(err, RL_EUSAGE, "--tp and --pp must be at least 1");
+        goto fail;
+    }
+    if (o->devices && o->n_devices != o->tp * o->pp) {
+        rl_error(err, RL_EDEVICE, "--devices lists %d device%s but --tp %d x --pp %d needs %d: "
+                 "list one device per rank", o->n_devices, o->n_devices == 1 ? "" : "s", o->tp,
+                 o->pp, o->tp * o->pp);
+        goto fail;
+    }
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
-    if (tokenizer_load && file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;
+    if (file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;
 
-    e->max_rows = o->max_num_batched_tokens + o->max_num_seqs;
-    if (engine_model_open(e, err)) goto fail;
-    int n_blocks = e->n_blocks = engine_kv_blocks(e, err);
+    rlDtype dtype = RL_BF16;
+    if (engine_dtype(e, &dtype, err)) goto fail;
+    int n_blocks = e->n_blocks = engine_kv_blocks(e, dtype, err);
     if (n_blocks < 0) goto fail;
+    e->max_rows = rl_engine_max_rows(o->max_num_batched_tokens, o->max_num_seqs);
+    if (engine_ranks_open(e, dtype, err)) goto fail;
+    n_blocks = e->n_blocks = ranks_n_blocks(e->ranks);
     rlSchedConfig sc = {.block_size = o->block_size, .n_blocks = n_blocks,
                         .max_num_seqs = o->max_num_seqs,
                         .max_num_batched_tokens = o->max_num_batched_tokens,
-                        .max_model_len = o->max_model_len, .prefix_caching = o->prefix_caching};
+                        .max_model_len = o->max_model_len, .prefix_caching = o->prefix_caching,
+                        .max_prompt_rows = RL_ENGINE_PROMPT_ROWS};
     e->sched = sched_create(&sc);
     e->specs = calloc((size_t)e->max_rows, sizeof(*e->specs));
     e->results = calloc((size_t)e->max_rows, sizeof(*e->results));
@@ -243,9 +239,6 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
                  n_blocks);
         goto fail;
     }
-    if (e->be->ops->kv_init(e->be, e->cfg.num_layers, n_blocks, o->block_size,
-                            e->model.shard.n_kv_heads, e->cfg.head_dim, err))
-        goto fail;
     return e;
 fail:
     engine_close(e);
@@ -297,22 +290,12 @@ static int ereq_tokenize(rlEngine *e, engReq *q, rlError *err) {
     if (r->prompt_ids) return 0;
     if (!e->tok)
         return ereq_refuse(q, "invalid_request",
-                           "'%s' needs the model's tokenizer.json, which %s; send prompt_ids "
-                           "instead", r->prompt ? "prompt" : "messages",
-                           tokenizer_load ? "this model directory lacks"
-                                          : "this build cannot read yet");
-    char *chat = NULL;
-    const char *text = r->prompt;
-    if (!text) {
-        if (tokenizer_render_chat(r->messages, r->n_messages, &chat, err)) return -1;
-        text = chat;
-    }
-    int rc = tokenizer_encode(e->tok, text, strlen(text), &r->prompt_ids, &r->n_prompt_ids, err);
-    free(chat);
-    if (rc && err->code == RL_EINPUT)
-        return ereq_refuse(q, strncmp(err->msg, "invalid_utf8", 12) ? "invalid_request"
-                                                                    : "invalid_utf8", "%s", err->msg);
-    return rc;
+                           "'%s' needs the model's tokenizer.json, which this model directory "
+                           "lacks; send prompt_ids instead", r->prompt ? "prompt" : "messages");
+    if (!tokenizer_prompt_ids(e->tok, r, err)) return 0;
+    if (err->code != RL_EINPUT) return -1;
+    return ereq_refuse(q, strncmp(err->msg, "invalid_utf8", 12) ? "invalid_request" : "invalid_utf8",
+                       "%s", err->msg);
 }
 
 static int ereq_check(rlEngine *e, engReq *q) {
@@ -584,19 +567,22 @@ int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     for (int i = 0; i < p->n_seqs; i++) {
         engReq *q = p->seq_req[i]->user;
         if (q->t_scheduled == 0) q->t_scheduled = now;
+        /* Prompt tokens computed (recomputation after preemption included). */
+        int start = p->positions[p->seq_start[i]];
+        int end = p->seq_len[i] < q->req->n_prompt_ids ? p->seq_len[i] : q->req->n_prompt_ids;
+        if (end > start) e->prompt_tokens += (uint64_t)(end - start);
     }
     for (int i = 0; i < p->n_rows; i++) row_spec(&p->rows[i], &e->specs[i]);
     rlBatch b = {.n_seqs = p->n_seqs, .n_tokens = p->n_tokens, .tokens = p->tokens,
                  .positions = p->positions, .slots = p->slots, .seq_start = p->seq_start,
                  .seq_len = p->seq_len, .block_tables = p->block_tables,
                  .max_blocks = p->max_blocks, .n_rows = p->n_rows, .rows = e->specs};
-    if (engine_model_forward(e, &b, err)) return -1;
+    if (ranks_forward(e->ranks, &b, e->results, err)) return -1;
 
     for (int i = 0; i < p->n_rows; i++) {
         const rlSchedRow *row = &p->rows[i];
         engReq *q = row->req->user;
         if (row->kind == RL_ROW_PROMPT) {
-            e->prompt_tokens++;
             logprob_fill(&q->prompt_lp[row->position + 1], row->target,
                          e->results[i].target_logprob, &e->results[i]);
         } else if (q->samples[row->seq].finish == RL_FINISH_NONE &&
@@ -650,8 +636,7 @@ void engine_stats(const rlEngine *e, rlEngineStats *st) {
 void engine_close(rlEngine *e) {
     if (!e) return;
     while (e->head) ereq_free(e, e->head);
-    if (e->model_ready) rl_model_free(&e->model);
-    if (e->be) e->be->ops->destroy(e->be);
+    if (e->ranks) ranks_close(e->ranks);
     sched_free(e->sched);
     free(e->specs);
     free(e->results);

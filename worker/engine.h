@@ -33,10 +33,21 @@ typedef struct rlEngineOptions {
     const int *pp_partition;    /* layers per stage, or NULL */
     const int *devices;         /* CUDA device ordinals, or NULL for 0..tp*pp-1 */
     int n_devices;
+    double nccl_timeout_s;      /* CUDA ranks: a hung collective ends the process; 0 = default */
     uint64_t seed;              /* dummy weights and unseeded requests */
 } rlEngineOptions;
 
 void rl_engine_options_init(rlEngineOptions *o);
+
+/* Logit rows one step may hold, what the model's logits are sized for: one
+ * per sequence for sampling, plus a budget of prompt-logprob rows (a row is
+ * vocab x 4 bytes, 0.6 MB at 152k entries, so not one per batched token). */
+#define RL_ENGINE_PROMPT_ROWS 256
+static inline int rl_engine_max_rows(int max_num_batched_tokens, int max_num_seqs) {
+    int prompt = max_num_batched_tokens < RL_ENGINE_PROMPT_ROWS ? max_num_batched_tokens
+                                                                : RL_ENGINE_PROMPT_ROWS;
+    return prompt + max_num_seqs;
+}
 
 typedef enum rlFinish { RL_FINISH_NONE = 0, RL_FINISH_STOP, RL_FINISH_LENGTH, RL_FINISH_ABORT } rlFinish;
 

@@ -90,6 +90,10 @@ int plan_layout(const rlModelConfig *cfg, const rlPlanOptions *o, int instances,
  * be read. */
 int plan_read_devices(const int *devices, int n, rlPlanOptions *o, rlError *err);
 
+/* RL_EDEVICE, saying which flags to change, when the layout needs more
+ * GPUs than n_gpus. */
+int plan_check_gpu_count(int instances, int tp, int pp, int n_gpus, rlError *err);
+
 void plan_layout_free(rlPlanLayout *l);
 void plan_free(rlPlan *p);
 
@@ -100,7 +104,5 @@ int plan_print_json(FILE *f, const rlPlan *p, rlError *err);
 
 /* "24GiB", "141GB", "512MiB", "80G" (G = GiB) into bytes. */
 int plan_parse_size(const char *s, size_t *out, rlError *err);
-/* "0-5", "0,2,4" or "1" into CUDA ordinals (at most max, no repeats). */
-int plan_parse_devices(const char *s, int *out, int max, int *n, rlError *err);
 
 #endif
