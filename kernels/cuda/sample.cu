@@ -107,7 +107,6 @@ struct SampleShm {
     unsigned hist[256];
     double mass[256];
     double redd[32];
-    float redf[32];
     int scan[32];
     uint32_t prefix;
     int rem;
