@@ -573,7 +573,8 @@ static bool attention_decode_fits(const rlCuda *c, int D, int g_max) {
 
 template <typename T>
 static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a) {
-    /* Splits enough to give every SM several blocks, none under DEC_MIN_SPLIT keys. */
+    /* Splits enough to give every SM several blocks, none under DEC_MIN_SPLIT
+     * keys (more splits were measured slower: PERF.md v4). */
     int base = c->n_seqs * a.n_kv, want = 4 * c->sm_count;
     int splits = (want + base - 1) / base, most = (c->att_len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT;
     if (splits > most) splits = most;
