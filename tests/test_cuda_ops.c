@@ -213,7 +213,7 @@ static void test_elementwise(void **state) {
     for (int d = 0; d < 2; d++) {
         rlBackend *be = backends[d];
         rlDtype t = be->act_dtype;
-        int rows = 9, m = 300, vocab = 50, dim = 64, vocab0 = 10;
+        int rows = 9, m = 304, vocab = 50, dim = 64, vocab0 = 10;   /* m % 8 == 0: the 16-byte path */
         rlError kerr;
         assert_int_equal(be->ops->kv_init(be, 1, 1, 16, 1, 64, &kerr), 0);
         /* swiglu */

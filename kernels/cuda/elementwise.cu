@@ -77,11 +77,40 @@ __global__ void swiglu_kernel(T *out, const T *gu, int rows, int m) {
     }
 }
 
+/* The same for m a multiple of 8: one row per grid row, 16-byte loads and
+ * stores, no divisions (prefill spends ~18 ms per 8192-token step here). */
+template <typename T>
+__global__ void swiglu8_kernel(T *out, const T *gu, int m) {
+    int j = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (j >= m) return;
+    const T *g = gu + (size_t)blockIdx.y * 2 * m + j;
+    uint4 gv = *(const uint4 *)g, uv = *(const uint4 *)(g + m), ov;
+    const T *gs = (const T *)&gv, *us = (const T *)&uv;
+    T *os = (T *)&ov;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float x = ld(gs + i);
+        st(os + i, x / (1.0f + expf(-x)) * ld(us + i));
+    }
+    *(uint4 *)(out + (size_t)blockIdx.y * m + j) = ov;
+}
+
 void cuda_swiglu(rlBackend *be, void *out, const void *gate_up, int rows, int m) {
     rlCuda *c = cuda_of(be);
     size_t n = (size_t)rows * m;
     if (!n) return;
     PROF(c, "swiglu");
+    if (m % 8 == 0 && rows <= 65535 && be->act_dtype != RL_F32 &&
+        !(((uintptr_t)out | (uintptr_t)gate_up) & 15)) {
+        dim3 grid((unsigned)((m / 8 + 255) / 256), (unsigned)rows);
+        if (be->act_dtype == RL_F16)
+            swiglu8_kernel<f16><<<grid, 256, 0, c->stream>>>((f16 *)out, (const f16 *)gate_up, m);
+        else
+            swiglu8_kernel<bf16><<<grid, 256, 0, c->stream>>>((bf16 *)out, (const bf16 *)gate_up,
+                                                              m);
+        cuda_launched(c, "swiglu");
+        return;
+    }
     RL_DISPATCH(be->act_dtype, T, swiglu_kernel<T><<<rl_blocks(n, 256), 256, 0, c->stream>>>(
                                       (T *)out, (const T *)gate_up, rows, m));
     cuda_launched(c, "swiglu");
