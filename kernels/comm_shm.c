@@ -19,6 +19,7 @@
  * Waits use condition variables, not spinning: ranks often share few cores.
  * A failing rank aborts the set, which wakes every waiter with an error. */
 #include "comm.h"
+#include "half.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -82,64 +83,11 @@ static int shm_barrier(shmGroup *g, rlError *err) {
     return released ? 0 : shm_aborted(g, err);
 }
 
-/* bf16 and fp16 to and from fp32, rounding to nearest even. */
-static float shm_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t shm_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
-
-static float shm_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
-    if (exp == 0x1f) {
-        u = sign | 0x7f800000u | (man << 13);
-    } else if (exp) {
-        u = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (man) { /* subnormal: normalise */
-        int e = -1;
-        do { man <<= 1; e++; } while (!(man & 0x400));
-        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-    } else {
-        u = sign;
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t shm_f32_to_f16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00;           /* NaN */
-    if (a >= 0x477ff000u) return sign | 0x7c00;          /* rounds past 65504: inf */
-    if (a < 0x38800000u) {                               /* subnormal or zero */
-        if (a < 0x33000000u) return sign;                /* below half the smallest subnormal */
-        uint32_t man = (a & 0x7fffff) | 0x800000, shift = 126 - (a >> 23);
-        uint32_t half = 1u << (shift - 1), rest = man & ((1u << shift) - 1);
-        uint32_t r = man >> shift;
-        if (rest > half || (rest == half && (r & 1))) r++;
-        return sign | (uint16_t)r;
-    }
-    uint32_t r = a - 0x38000000u;                        /* rebias 127 -> 15 */
-    r = (r + 0xfffu + ((r >> 13) & 1)) >> 13;
-    return sign | (uint16_t)r;
-}
-
 static float shm_load(const void *p, size_t i, rlDtype t) {
     switch (t) {
     case RL_F32: return ((const float *)p)[i];
-    case RL_BF16: return shm_bf16_to_f32(((const uint16_t *)p)[i]);
-    case RL_F16: return shm_f16_to_f32(((const uint16_t *)p)[i]);
+    case RL_BF16: return rl_bf16_to_f32(((const uint16_t *)p)[i]);
+    case RL_F16: return rl_f16_to_f32(((const uint16_t *)p)[i]);
     }
     return 0;
 }
@@ -147,8 +95,8 @@ static float shm_load(const void *p, size_t i, rlDtype t) {
 static void shm_store(void *p, size_t i, rlDtype t, float v) {
     switch (t) {
     case RL_F32: ((float *)p)[i] = v; break;
-    case RL_BF16: ((uint16_t *)p)[i] = shm_f32_to_bf16(v); break;
-    case RL_F16: ((uint16_t *)p)[i] = shm_f32_to_f16(v); break;
+    case RL_BF16: ((uint16_t *)p)[i] = rl_f32_to_bf16(v); break;
+    case RL_F16: ((uint16_t *)p)[i] = rl_f32_to_f16(v); break;
     }
 }
 

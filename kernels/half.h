@@ -1,4 +1,4 @@
-/* half.h: bf16 and fp16 to fp32 on the host.
+/* half.h: bf16 and fp16 to and from fp32 on the host.
  *
  * Checkpoints store bf16 or fp16; the CPU backend computes in fp32 and
  * converts once at upload.  Plain bit manipulation, so results do not depend
@@ -32,6 +32,36 @@ static inline float rl_f16_to_f32(uint16_t h) {
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+/* fp32 to bf16 and fp16, rounding to nearest even (NaN stays NaN, fp16
+ * overflows to infinity): one rounding after an fp32 sum, as the CPU
+ * collectives do for 16-bit buffers. */
+static inline uint16_t rl_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+static inline uint16_t rl_f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00;           /* NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00;          /* rounds past 65504: inf */
+    if (a < 0x38800000u) {                               /* subnormal or zero */
+        if (a < 0x33000000u) return sign;                /* below half the smallest subnormal */
+        uint32_t man = (a & 0x7fffff) | 0x800000, shift = 126 - (a >> 23);
+        uint32_t half = 1u << (shift - 1), rest = man & ((1u << shift) - 1);
+        uint32_t r = man >> shift;
+        if (rest > half || (rest == half && (r & 1))) r++;
+        return sign | (uint16_t)r;
+    }
+    uint32_t r = a - 0x38000000u;                        /* rebias 127 -> 15 */
+    r = (r + 0xfffu + ((r >> 13) & 1)) >> 13;
+    return sign | (uint16_t)r;
 }
 
 #endif

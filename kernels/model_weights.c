@@ -156,6 +156,11 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
         return rl_error(err, RL_EMODEL,
                         "cannot run head_dim %d (rotary embedding needs it even) with %d tokens "
                         "and %d logit rows per step", cfg->head_dim, max_tokens, max_rows);
+    if ((s->tp_size > 1 && (!tp || tp->size != s->tp_size)) ||
+        (s->pp_size > 1 && (!pp || pp->size != s->pp_size)))
+        return rl_error(err, RL_EINTERNAL,
+                        "shard of a TP %d x PP %d layout given communicators of %d and %d ranks",
+                        s->tp_size, s->pp_size, tp ? tp->size : 1, pp ? pp->size : 1);
     m->attn = (rlAttnShape){.n_q = s->n_q_heads, .n_kv = s->n_kv_heads, .q_head0 = s->q_head0,
                             .kv_head0 = s->kv_head0, .group = cfg->num_heads / cfg->num_kv_heads,
                             .head_dim = cfg->head_dim, .rope_theta = (float)cfg->rope_theta};

@@ -1,14 +1,16 @@
 /* fuzz_tokenizer.c: libFuzzer target for encode, decode and streaming
  * (`make fuzz`, clang with -fsanitize=fuzzer,address,undefined).
  *
- * The first byte picks the mode:
- *   even: the rest is text; encoding must succeed exactly when it is valid
+ * The first byte picks the mode (mod 3):
+ *   0: the rest is text; encoding must succeed exactly when it is valid
  *         UTF-8 (else invalid_utf8), and decoding the ids must give valid
  *         UTF-8;
- *   odd:  the rest is token ids (any values, unknown ones included) and a
+ *   1: the rest is token ids (any values, unknown ones included) and a
  *         stop string; decoding must give valid UTF-8, and streaming them
  *         must give the full decode up to the stop string's first
- *         occurrence.
+ *         occurrence;
+ *   2: the rest is a tokenizer.json: loading it fails cleanly or gives a
+ *      tokenizer that encodes a fixed text.
  * The tokenizer is tests/fixtures/tokenizer-small (or $REDLM_FUZZ_TOKENIZER). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 
 #include "../worker/bytebuf.h"
 #include "../worker/tokenizer.h"
+#include "../worker/tokenizer_impl.h"
 #include "../worker/utf8.h"
 
 static rlTokenizer *tok;
@@ -102,12 +105,26 @@ static void fuzz_ids(const unsigned char *data, size_t size) {
     free(ids);
 }
 
+static void fuzz_json(const char *s, size_t n) {
+    rlError err = {0};
+    rlTokenizer *t = tokenizer_parse(s, n, &err);
+    if (!t) {
+        if (!err.msg[0]) abort();
+        return;
+    }
+    int32_t *ids;
+    int n_ids;
+    static const char text[] = "Hello, world! <|im_start|>x\xC3\xA9 12";
+    if (tokenizer_encode(t, text, sizeof(text) - 1, &ids, &n_ids, &err) == 0) free(ids);
+    tokenizer_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (size < 1) return 0;
-    if (data[0] % 2 == 0) {
-        fuzz_text((const char *)data + 1, size - 1);
-        return 0;
+    switch (data[0] % 3) {
+    case 0: fuzz_text((const char *)data + 1, size - 1); break;
+    case 1: fuzz_ids(data + 1, size - 1); break;
+    default: fuzz_json((const char *)data + 1, size - 1); break;
     }
-    fuzz_ids(data + 1, size - 1);
     return 0;
 }

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "../kernels/comm.h"
+#include "../kernels/half.h"
 
 #define MAXR 8
 
@@ -239,12 +240,31 @@ static void test_size_mismatch(void **state) {
     assert_int_equal(rcs[1], 0);
 }
 
+/* The 16-bit roundings the all-reduce ends with: every finite value survives
+ * a round trip, and halfway cases go to the even neighbour. */
+static void test_half_rounding(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        uint16_t x = (uint16_t)h;
+        if ((x & 0x7c00) != 0x7c00) assert_int_equal(rl_f32_to_f16(rl_f16_to_f32(x)), x);
+        if ((x & 0x7f80) != 0x7f80) assert_int_equal(rl_f32_to_bf16(rl_bf16_to_f32(x)), x);
+    }
+    /* 1 + 2^-11 is halfway between 1 and 1 + 2^-10: to 1 (even); 1 + 3 * 2^-11 to 1 + 2^-9 */
+    assert_int_equal(rl_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);
+    assert_int_equal(rl_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
+    assert_int_equal(rl_f32_to_f16(70000.0f), 0x7c00);
+    assert_int_equal(rl_f32_to_f16(0x1p-25f), 0x0000);       /* half the smallest subnormal: even */
+    assert_int_equal(rl_f32_to_f16(0x1.8p-24f), 0x0002);     /* 1.5 subnormal units: even (2) */
+    assert_int_equal(rl_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+    assert_int_equal(rl_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_reduce_f32),    cmocka_unit_test(test_all_reduce_half),
         cmocka_unit_test(test_all_reduce_repeated), cmocka_unit_test(test_all_gather_broadcast),
         cmocka_unit_test(test_pipeline_order),    cmocka_unit_test(test_abort_wakes),
-        cmocka_unit_test(test_size_mismatch),
+        cmocka_unit_test(test_size_mismatch),     cmocka_unit_test(test_half_rounding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/gpuinfo.h"
 #include "../worker/checkpoint.h"
 #include "../worker/ranks.h"
 
@@ -30,8 +31,12 @@
 #define MAX_SEQS 32
 #define MAX_TOKENS 8192
 #define MAX_BLOCKS 128
-#define TOL 1e-3
-#define MARGIN 1e-2
+/* CPU fp32 tolerances; RL_TEST_BACKEND=cuda (tests/gpu_ranks.sh) widens
+ * them to 16-bit ones, as tests/test_forward.c does. */
+static double TOL = 1e-3, MARGIN = 1e-2, SAME = 1e-3;
+static const char *BACKEND = "cpu";
+static rlDtype DTYPE = RL_F32;
+static int GPUS = 64;           /* layouts with more ranks are skipped on GPUs */
 
 typedef struct tSeq {
     json_t *ref;
@@ -161,11 +166,18 @@ static int steps_above(json_t *ref, double m) {
 
 static void run_layout(tFix *f, int tp, int pp) {
     rlRanksOptions o = {
-        .cfg = f->cfg, .backend = "cpu", .dtype = RL_F32, .threads = 2, .tp = tp, .pp = pp,
+        .cfg = f->cfg, .backend = BACKEND, .dtype = DTYPE, .threads = 2, .tp = tp, .pp = pp,
         .src = checkpoint_lookup, .src_ctx = f->ck, .block_size = BLOCK,
         .n_blocks = f->n_blocks, .max_tokens = MAX_TOKENS, .max_rows = MAX_TOKENS, .quiet = 1,
     };
+    /* GPU ranks size their KV cache from what their devices have left. */
+    if (!strcmp(BACKEND, "cuda")) o.n_blocks = 0, o.gpu_memory_utilization = 0.3;
     rlError err = {0};
+    if (tp * pp > GPUS) {
+        print_message("%s %dx%d: skipped, %d GPU%s here\n", f->name, tp, pp, GPUS,
+                      GPUS == 1 ? "" : "s");
+        return;
+    }
     rlRanks *r = ranks_open(&o, &err);
     if (pp > f->cfg.num_layers) {
         /* More stages than layers (hd128 has 2): refused with a reason. */
@@ -174,6 +186,9 @@ static void run_layout(tFix *f, int tp, int pp) {
         return;
     }
     if (!r) fail_msg("%s %dx%d: %s", f->name, tp, pp, err.msg);
+    if (ranks_n_blocks(r) < f->n_blocks)
+        fail_msg("%s %dx%d: %d KV blocks, the test needs %d", f->name, tp, pp, ranks_n_blocks(r),
+                 f->n_blocks);
     tStep *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
     tSeq *which[MAX_SEQS];
     int cached[MAX_SEQS];
@@ -221,7 +236,7 @@ static void run_layout(tFix *f, int tp, int pp) {
             memcpy(f->base_gen[i], s->gen, sizeof(s->gen));
             continue;
         }
-        for (int g = 0; g < steps_above(s->ref, 1e-3); g++)
+        for (int g = 0; g < steps_above(s->ref, SAME); g++)
             if (s->gen[g] != f->base_gen[i][g])
                 fail_msg("%s %dx%d %s: greedy token %d is %d, 1x1 gave %d", f->name, tp, pp,
                          name, g, s->gen[g], f->base_gen[i][g]);
@@ -256,14 +271,75 @@ static void test_bad_layout(void **state) {
     o.pp_partition = NULL;
     assert_null(ranks_open(&o, &err));
     assert_non_null(strstr(err.msg, "stages"));
+    /* CPU ranks cannot size the KV cache from free memory: they are told. */
+    o.pp = 2;
+    o.tp = 2;
+    o.n_blocks = 0;
+    assert_null(ranks_open(&o, &err));
+    assert_int_equal(err.code, RL_EUSAGE);
+    assert_non_null(strstr(err.msg, "KV"));
+}
+
+/* GPU ranks on a machine without a GPU: one clear device error from
+ * ranks_open, no rank left waiting in NCCL for the others. */
+static void test_no_gpu(void **state) {
+    tFix *f = *state;
+    rlGpuHost host;
+    char why[256];
+    if (rl_gpu_probe(&host, why, sizeof(why)) == 0 && host.count > 0) {
+        print_message("skipped: this machine has GPUs\n");
+        return;
+    }
+    rlRanksOptions o = {.cfg = f->cfg, .backend = "cuda", .dtype = RL_BF16, .tp = 2, .pp = 1,
+                        .src = checkpoint_lookup, .src_ctx = f->ck, .block_size = BLOCK,
+                        .n_blocks = 4, .max_tokens = 64, .max_rows = 64, .quiet = 1,
+                        .nccl_timeout_s = 5};
+    rlError err = {0};
+    assert_null(ranks_open(&o, &err));
+    assert_int_equal(err.code, RL_EDEVICE);
+}
+
+/* A step with a token outside the vocabulary is refused before any rank
+ * runs it, and the layout keeps working. */
+static void test_bad_token(void **state) {
+    tFix *f = *state;
+    rlRanksOptions o = {.cfg = f->cfg, .backend = "cpu", .dtype = RL_F32, .threads = 1, .tp = 2,
+                        .pp = 2, .src = checkpoint_lookup, .src_ctx = f->ck, .block_size = BLOCK,
+                        .n_blocks = 4, .max_tokens = 64, .max_rows = 64, .quiet = 1};
+    rlError err = {0};
+    rlRanks *r = ranks_open(&o, &err);
+    if (!r) fail_msg("%s", err.msg);
+    int32_t tokens[2] = {5, f->cfg.vocab_size}, pos[2] = {0, 1}, slots[2] = {0, 1};
+    int32_t start[2] = {0, 2}, len[1] = {2}, table[1] = {0};
+    rlRowSpec row = {.token = 1, .target = -1, .sample = 1, .top_p = 1};
+    rlRowResult res;
+    rlBatch b = {.n_seqs = 1, .n_tokens = 2, .tokens = tokens, .positions = pos, .slots = slots,
+                 .seq_start = start, .seq_len = len, .block_tables = table, .max_blocks = 1,
+                 .n_rows = 1, .rows = &row};
+    assert_int_equal(ranks_forward(r, &b, &res, &err), -1);
+    assert_int_equal(err.code, RL_EINPUT);
+    tokens[1] = 7;
+    if (ranks_forward(r, &b, &res, &err)) fail_msg("after a refused step: %s", err.msg);
+    assert_true(res.token >= 0 && res.token < f->cfg.vocab_size);
+    ranks_close(r);
 }
 
 int main(void) {
+    const char *backend = getenv("RL_TEST_BACKEND"), *dtype = getenv("RL_TEST_DTYPE");
+    if (backend && !strcmp(backend, "cuda")) {
+        rlGpuHost host;
+        char why[256];
+        BACKEND = "cuda";
+        DTYPE = dtype && !strcmp(dtype, "fp16") ? RL_F16 : RL_BF16;
+        TOL = 5e-2, MARGIN = 0.1, SAME = 0.1;
+        GPUS = rl_gpu_probe(&host, why, sizeof(why)) == 0 ? host.count : 1;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_1x1), cmocka_unit_test(test_2x1), cmocka_unit_test(test_3x1),
         cmocka_unit_test(test_4x1), cmocka_unit_test(test_6x1), cmocka_unit_test(test_1x2),
         cmocka_unit_test(test_1x3), cmocka_unit_test(test_3x2), cmocka_unit_test(test_2x3),
-        cmocka_unit_test(test_bad_layout),
+        cmocka_unit_test(test_bad_layout), cmocka_unit_test(test_bad_token),
+        cmocka_unit_test(test_no_gpu),
     };
     int failed = cmocka_run_group_tests_name("qwen2-tiny-hd128", tests, setup_hd128, fix_teardown);
     failed += cmocka_run_group_tests_name("qwen2-tiny-gqa3", tests, setup_gqa3, fix_teardown);

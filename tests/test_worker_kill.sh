@@ -6,14 +6,8 @@ source "$(dirname "$0")/worker_lib.sh"
 
 N=${N_JOBS:-1000}
 start_redis
-# half stream (chunks of 4 + done), half one done; greedy so every run agrees
-for i in $(seq 1 "$N"); do
-    st=false; [ $((i % 2)) = 0 ] && st=true
-    echo "{\"id\":\"j$i\",\"prompt_ids\":[$((i % 97 + 1)),$((i * 7 % 50 + 1)),3],\"max_tokens\":$((i % 9 + 4)),\"temperature\":0,\"stream\":$st}"
-done > "$T/jobs.jsonl"
-jq -r '"XADD redlm:jobs * json " + (. + {reply_to: "redlm:test:replies"} | tojson | tojson)' "$T/jobs.jsonl" |
-    rcli > /dev/null
-[ "$(rcli XLEN redlm:jobs)" = "$N" ] || fail "queued $(rcli XLEN redlm:jobs) jobs, want $N"
+# half streamed in chunks of 4, half one done; greedy so every run agrees
+queue_jobs "$N" 4
 
 start_worker a --claim-idle-ms 1500 --stream-interval 4
 A=$LAST_PID
@@ -26,18 +20,8 @@ a_pending=$(rcli XINFO CONSUMERS redlm:jobs redlm | awk '/^a$/ { getline; getlin
 kill -KILL "$A"
 echo "killed worker a with $a_pending jobs pending on it, $(replies) reply events so far"
 
-# per job: the events of its highest attempt, in seq order
-summary() {
-    rcli --raw XRANGE redlm:test:replies - + | awk 'p { print; p = 0 } /^json$/ { p = 1 }' |
-        jq -sc 'group_by(.id)[] | (map(.attempt) | max) as $m | map(select(.attempt == $m))
-                | unique_by(.seq) | sort_by(.seq)
-                | {id: .[0].id, attempt: $m, dones: map(select(.event == "done")) | length,
-                   token_ids: map(.token_ids) | add}'
-}
 # every entry read by the group and none pending: all acknowledged
-group() { rcli XINFO GROUPS redlm:jobs | awk -v k="$1" '$0 == k { getline; print }'; }
-all_acked() { [ "$(group entries-read)" = "$N" ] && [ "$(group pending)" = 0 ]; }
-wait_until 120 all_acked || fail "not finished: read $(group entries-read), pending $(group pending)"
+wait_until 120 all_acked "$N" || fail "not finished: read $(group entries-read), pending $(group pending)"
 summary > "$T/got.jsonl"
 [ "$(wc -l < "$T/got.jsonl")" = "$N" ] || fail "replies for $(wc -l < "$T/got.jsonl") jobs, want $N"
 bad=$(jq -c 'select(.dones != 1)' "$T/got.jsonl" | head -3)

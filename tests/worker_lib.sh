@@ -64,3 +64,30 @@ wait_until() {
 # the JSON payloads of a stream, one per line
 stream_json() { rcli --raw XRANGE "$1" - + | awk 'p { print; p = 0 } /^json$/ { p = 1 }'; }
 pending_count() { rcli XPENDING redlm:jobs redlm | head -1; }
+
+# queue_jobs N MAX_TOKENS [,"more":"fields"]: jobs j1..jN (max_tokens
+# MAX_TOKENS + i % 5, every other one streamed), greedy, all replying to
+# redlm:test:replies; the requests are kept in $T/jobs.jsonl
+queue_jobs() {
+    local n=$1 mt=$2 extra=${3:-} st
+    for i in $(seq 1 "$n"); do
+        st=false; [ $((i % 2)) = 0 ] && st=true
+        echo "{\"id\":\"j$i\",\"prompt_ids\":[$((i % 97 + 1)),$((i * 7 % 50 + 1)),3],\"max_tokens\":$((mt + i % 5)),\"temperature\":0,\"stream\":$st$extra}"
+    done > "$T/jobs.jsonl"
+    jq -r '"XADD redlm:jobs * json " + (. + {reply_to: "redlm:test:replies"} | tojson | tojson)' "$T/jobs.jsonl" |
+        rcli > /dev/null
+    [ "$(rcli XLEN redlm:jobs)" = "$n" ] || fail "queued $(rcli XLEN redlm:jobs) jobs, want $n"
+}
+
+# per job: the events of its highest attempt, repeats dropped, in seq order
+summary() {
+    rcli --raw XRANGE redlm:test:replies - + | awk 'p { print; p = 0 } /^json$/ { p = 1 }' |
+        jq -sc 'group_by(.id)[] | (map(.attempt) | max) as $m | map(select(.attempt == $m))
+                | unique_by(.seq) | sort_by(.seq)
+                | {id: .[0].id, attempt: $m, dones: map(select(.event == "done")) | length,
+                   token_ids: map(.token_ids) | add}'
+}
+
+# a field of the group's XINFO GROUPS row (pending, entries-read, lag ...)
+group() { rcli XINFO GROUPS redlm:jobs | awk -v k="$1" '$0 == k { getline; v = $0 } END { print v == "" ? 0 : v }'; }
+all_acked() { [ "$(group entries-read)" = "$1" ] && [ "$(group pending)" = 0 ]; }

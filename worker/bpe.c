@@ -84,8 +84,7 @@ static void bpe_cache_free(bpeCache *c) {
 void bpe_free(bpeModel *m) {
     bytebuf_free(&m->strs);
     bytebuf_free(&m->bytes);
-    free(m->str_off);
-    free(m->str_len);
+    free(m->str);
     free(m->slots);
     free(m->byte_off);
     free(m->byte_len);
@@ -98,13 +97,10 @@ void bpe_free(bpeModel *m) {
 static int bpe_grow_ids(bpeModel *m, long long need) {
     int cap = m->ids_cap ? m->ids_cap : 1024;
     while (cap < need) cap *= 2;
-    uint32_t *off = realloc(m->str_off, (size_t)cap * sizeof(*off));
-    if (!off) return -1;
-    m->str_off = off;
-    uint32_t *len = realloc(m->str_len, (size_t)cap * sizeof(*len));
-    if (!len) return -1;
-    m->str_len = len;
-    for (int i = m->ids_cap; i < cap; i++) m->str_len[i] = UINT32_MAX;
+    bpeSpan *str = realloc(m->str, (size_t)cap * sizeof(*str));
+    if (!str) return -1;
+    m->str = str;
+    for (int i = m->ids_cap; i < cap; i++) m->str[i] = (bpeSpan){0, UINT32_MAX};
     m->ids_cap = cap;
     return 0;
 }
@@ -116,9 +112,8 @@ int bpe_add_token(bpeModel *m, const char *s, size_t n, long long id, rlError *e
     if (n >= UINT16_MAX || m->strs.len > UINT32_MAX - n)
         return rl_error(err, RL_EMODEL, "model.vocab: token of id %lld is too long", id);
     if (id >= m->ids_cap && bpe_grow_ids(m, id + 1)) return rl_error(err, RL_EMEMORY, "out of memory");
-    if (m->str_len[id] == UINT32_MAX) m->n_tokens++;
-    m->str_off[id] = (uint32_t)m->strs.len;
-    m->str_len[id] = (uint32_t)n;
+    if (m->str[id].len == UINT32_MAX) m->n_tokens++;
+    m->str[id] = (bpeSpan){(uint32_t)m->strs.len, (uint32_t)n};
     if (bytebuf_append(&m->strs, s, n)) return rl_error(err, RL_EMEMORY, "out of memory");
     if (id + 1 > m->n_ids) m->n_ids = (int)id + 1;
     return 0;
@@ -132,7 +127,7 @@ int32_t bpe_lookup(const bpeModel *m, const char *s, size_t n) {
         bpeSlot v = m->slots[i];
         if (!v.id1) return -1;
         uint32_t id = v.id1 - 1;
-        if (v.tag == tag && m->str_len[id] == n && !memcmp(m->strs.data + m->str_off[id], s, n))
+        if (v.tag == tag && m->str[id].len == n && !memcmp(m->strs.data + m->str[id].off, s, n))
             return (int32_t)id;
     }
 }
@@ -148,14 +143,16 @@ int bpe_index(bpeModel *m, rlError *err) {
     m->slot_mask = cap - 1;
     /* Later ids win a duplicated string, as in Hugging Face's vocab map. */
     for (int id = 0; id < m->n_ids; id++) {
-        if (m->str_len[id] == UINT32_MAX) continue;
-        const char *s = m->strs.data + m->str_off[id];
-        size_t n = m->str_len[id];
+        if (m->str[id].len == UINT32_MAX) continue;
+        const char *s = m->strs.data + m->str[id].off;
+        size_t n = m->str[id].len;
         uint64_t h = bpe_hash(s, n);
         uint32_t i = (uint32_t)h & m->slot_mask;
         for (; m->slots[i].id1; i = (i + 1) & m->slot_mask) {
             uint32_t o = m->slots[i].id1 - 1;
-            if (m->str_len[o] == n && !memcmp(m->strs.data + m->str_off[o], s, n)) break;
+            if (m->slots[i].tag == (uint32_t)(h >> 32) && m->str[o].len == n &&
+                !memcmp(m->strs.data + m->str[o].off, s, n))
+                break;
         }
         m->slots[i] = (bpeSlot){(uint32_t)id + 1, (uint32_t)(h >> 32)};
         m->byte_off[id] = (uint32_t)m->bytes.len;

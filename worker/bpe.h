@@ -31,6 +31,10 @@ typedef struct bpeMerge {
 
 typedef struct bpeCache bpeCache;
 
+typedef struct bpeSpan {
+    uint32_t off, len;  /* together: one cache line visit per lookup */
+} bpeSpan;
+
 typedef struct bpeSlot {
     uint32_t id1;       /* id + 1; 0 = empty */
     uint32_t tag;       /* high hash bits: most mismatches end here */
@@ -39,7 +43,7 @@ typedef struct bpeSlot {
 typedef struct bpeModel {
     /* vocab: token strings as tokenizer.json spells them (byte-level) */
     bytebuf strs;
-    uint32_t *str_off, *str_len;    /* by id; str_len = UINT32_MAX: no such id */
+    bpeSpan *str;                   /* by id; len = UINT32_MAX: no such id */
     bpeSlot *slots;                 /* string hash */
     uint32_t slot_mask;
     int n_ids;                      /* highest id + 1 */

@@ -3,9 +3,9 @@
  * 68 bytes to U+0100.. in increasing byte order. */
 #include "bytelevel.h"
 
-#include "utf8.h"
-
 #include <pthread.h>
+
+#include "utf8.h"
 
 static unsigned bytelevel_chars[256];   /* byte -> character */
 static int bytelevel_bytes[0x144];      /* character -> byte, or -1 */
@@ -19,11 +19,6 @@ static void bytelevel_init(void) {
         bytelevel_chars[b] = self ? b : next++;
         bytelevel_bytes[bytelevel_chars[b]] = (int)b;
     }
-}
-
-unsigned bytelevel_char(unsigned char b) {
-    pthread_once(&bytelevel_once, bytelevel_init);
-    return bytelevel_chars[b];
 }
 
 int bytelevel_decode(const char *s, size_t n, bytebuf *out) {

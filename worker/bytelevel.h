@@ -11,9 +11,6 @@
 
 #include "bytebuf.h"
 
-/* The character standing for byte b. */
-unsigned bytelevel_char(unsigned char b);
-
 /* Append the bytes a byte-level token string stands for.  Returns 1 when
  * every character belongs to the alphabet; 0 when one does not, in which
  * case the string's own UTF-8 is appended instead (Hugging Face's

@@ -18,17 +18,14 @@
 #include "checkpoint.h"
 #include "commands.h"
 
-/* Weak while the CUDA backend's sources may be absent from a CUDA build. */
-#pragma weak rl_backend_cuda_create
-
 #define BENCH_MAX_BATCHES 8
 #define BENCH_BLOCK 16
-#define BENCH_COPY_BYTES ((size_t)256 << 20)
 #define BENCH_COPY_REPS 7
 
 typedef struct benchOpts {
     const char *backend, *model, *load_format;
     int threads, prompt_len, gen, max_tokens, json;
+    size_t copy_bytes;      /* the bandwidth copy: far larger than any cache */
     int batches[BENCH_MAX_BATCHES], n_batches;
 } benchOpts;
 
@@ -51,8 +48,8 @@ static int bench_cmp(const void *a, const void *b) {
 
 /* Copy bandwidth (bytes read + written per second), median of several reps
  * of a copy far larger than any cache. */
-static int bench_bandwidth(rlBackend *be, double *out, rlError *err) {
-    void *a = be->ops->alloc(be, BENCH_COPY_BYTES, err), *b = a ? be->ops->alloc(be, BENCH_COPY_BYTES, err) : NULL;
+static int bench_bandwidth(rlBackend *be, size_t bytes, double *out, rlError *err) {
+    void *a = be->ops->alloc(be, bytes, err), *b = a ? be->ops->alloc(be, bytes, err) : NULL;
     if (!a || !b) {
         if (a) be->ops->free(be, a);
         return -1;
@@ -61,7 +58,7 @@ static int bench_bandwidth(rlBackend *be, double *out, rlError *err) {
     int rc = 0;
     for (int i = 0; i <= BENCH_COPY_REPS && rc == 0; i++) {   /* rep 0 faults pages in */
         double t0 = bench_now();
-        be->ops->copy2d(be, b, 0, a, 0, BENCH_COPY_BYTES, 1);
+        be->ops->copy2d(be, b, 0, a, 0, bytes, 1);
         rc = be->ops->sync(be, err);
         t[i] = bench_now() - t0;
     }
@@ -69,7 +66,7 @@ static int bench_bandwidth(rlBackend *be, double *out, rlError *err) {
     be->ops->free(be, b);
     if (rc != 0) return -1;
     qsort(t + 1, BENCH_COPY_REPS, sizeof(double), bench_cmp);
-    *out = 2.0 * BENCH_COPY_BYTES / t[1 + BENCH_COPY_REPS / 2];
+    *out = 2.0 * bytes / t[1 + BENCH_COPY_REPS / 2];
     return 0;
 }
 
@@ -180,13 +177,14 @@ out:
 
 static int bench_parse(int argc, char **argv, benchOpts *o, rlError *err) {
     *o = (benchOpts){.backend = "cpu", .load_format = "dummy", .prompt_len = 512, .gen = 32,
-                     .max_tokens = 2048, .batches = {1, 8}, .n_batches = 2};
+                     .max_tokens = 2048, .batches = {1, 8}, .n_batches = 2,
+                     .copy_bytes = (size_t)256 << 20};
     static const struct option opts[] = {
         {"backend", required_argument, 0, 'b'}, {"model", required_argument, 0, 'm'},
         {"load-format", required_argument, 0, 'l'}, {"threads", required_argument, 0, 't'},
         {"prompt-len", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
         {"batch", required_argument, 0, 'B'}, {"max-num-batched-tokens", required_argument, 0, 'T'},
-        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"copy-mib", required_argument, 0, 'c'}, {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (c) {
@@ -198,6 +196,14 @@ static int bench_parse(int argc, char **argv, benchOpts *o, rlError *err) {
         case 'g': o->gen = atoi(optarg); break;
         case 'T': o->max_tokens = atoi(optarg); break;
         case 'j': o->json = 1; break;
+        case 'c': {
+            long mib = atol(optarg);
+            if (mib < 1 || mib > 65536)
+                return rl_error(err, RL_EUSAGE, "--copy-mib %s: give 1 to 65536 (default 256, "
+                                "well above the last-level cache)", optarg);
+            o->copy_bytes = (size_t)mib << 20;
+            break;
+        }
         case 'B': {
             o->n_batches = 0;
             for (char *p = optarg; *p && o->n_batches < BENCH_MAX_BATCHES;) {
@@ -214,7 +220,7 @@ static int bench_parse(int argc, char **argv, benchOpts *o, rlError *err) {
         case 'h':
             printf("usage: redlm bench --model DIR|config.json [--backend cpu|cuda] "
                    "[--load-format dummy|auto] [--threads N] [--prompt-len 512] [--gen 32] "
-                   "[--batch 1,8] [--max-num-batched-tokens 2048] [--json]\n");
+                   "[--batch 1,8] [--max-num-batched-tokens 2048] [--copy-mib 256] [--json]\n");
             return 1;
         default:
             return rl_error(err, RL_EUSAGE, "unknown option; see `redlm bench --help`");
@@ -234,13 +240,23 @@ static int bench_parse(int argc, char **argv, benchOpts *o, rlError *err) {
 
 static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t step_bytes,
                         const benchRow *rows, int n) {
-    const char *name = strrchr(o->model, '/') ? strrchr(o->model, '/') + 1 : o->model;
+    /* the file name, or the directory's for a model dir or its config.json */
+    char name[256];
+    snprintf(name, sizeof(name), "%s", o->model);
+    size_t len = strlen(name);
+    while (len > 1 && name[len - 1] == '/') name[--len] = 0;
+    char *slash = strrchr(name, '/');
+    if (slash && !strcmp(slash + 1, "config.json") && slash != name) {
+        *slash = 0;
+        slash = strrchr(name, '/');
+    }
+    const char *base = slash ? slash + 1 : name;
     size_t wb = rl_model_weight_bytes(&m->cfg, &m->shard, m->be->weight_dtype);
     if (o->json) {
         printf("{\"backend\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"weight_bytes\":%zu,"
                "\"decode_bytes_per_step\":%zu,\"bandwidth_bytes_per_s\":%.0f,"
                "\"prompt_len\":%d,\"gen\":%d,\"results\":[",
-               m->be->ops->name, name, rl_dtype_name(m->be->weight_dtype), wb, step_bytes, bw,
+               m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), wb, step_bytes, bw,
                o->prompt_len, o->gen);
         for (int i = 0; i < n; i++)
             printf("%s{\"batch\":%d,\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.2f,"
@@ -253,7 +269,7 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         return;
     }
     printf("backend %s, %s (%s weights, %.2f GB; a decode step reads %.2f GB of them)\n",
-           m->be->ops->name, name, rl_dtype_name(m->be->weight_dtype), wb / 1e9,
+           m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), wb / 1e9,
            step_bytes / 1e9);
     printf("memory bandwidth (copy, bytes read + written): %.1f GB/s, median of %d\n", bw / 1e9,
            BENCH_COPY_REPS);
@@ -288,9 +304,6 @@ int cmd_bench(int argc, char **argv) {
     rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16};
     if (!strcmp(o.backend, "cpu")) {
         be = rl_backend_cpu_create(&bo, &err);
-    } else if (!strcmp(o.backend, "cuda") && !rl_backend_cuda_create) {
-        rl_error(&err, RL_EDEVICE, "this build has no CUDA backend; use --backend cpu");
-        goto fail;
     } else if (!strcmp(o.backend, "cuda")) {
         be = rl_backend_cuda_create(&bo, &err);
     } else {
@@ -326,7 +339,7 @@ int cmd_bench(int argc, char **argv) {
         goto fail;
     }
     double bw;
-    if (bench_bandwidth(be, &bw, &err) != 0) goto fail;
+    if (bench_bandwidth(be, o.copy_bytes, &bw, &err) != 0) goto fail;
     /* A decode step reads every weight but the embedding table (one row of
      * it), unless that table is also the LM head, plus the KV cache. */
     size_t step_bytes = rl_model_weight_bytes(&cfg, &shard, be->weight_dtype);

@@ -250,6 +250,15 @@ static int plan_fill(const rlModelConfig *cfg, const rlPlanOptions *o, int insta
     return 0;
 }
 
+int plan_check_gpu_count(int instances, int tp, int pp, int n_gpus, rlError *err) {
+    if (instances * tp * pp <= n_gpus) return 0;
+    return rl_error(err, RL_EDEVICE,
+                    "%d instance%s of TP %d x PP %d need%s %d GPUs but %d %s given: list as many "
+                    "devices (--devices), or lower --tp / --pp",
+                    instances, instances > 1 ? "s" : "", tp, pp, instances > 1 ? "" : "s",
+                    instances * tp * pp, n_gpus, n_gpus == 1 ? "is" : "are");
+}
+
 int plan_layout(const rlModelConfig *cfg, const rlPlanOptions *o, int instances, int tp, int pp,
                 rlPlan *p, rlError *err) {
     memset(p, 0, sizeof(*p));
@@ -261,12 +270,7 @@ int plan_layout(const rlModelConfig *cfg, const rlPlanOptions *o, int instances,
         return rl_error(err, RL_EUSAGE,
                         "%d instances of TP %d x PP %d: every count must be at least 1",
                         instances, tp, pp);
-    if (instances * tp * pp > p->opt.n_gpus)
-        return rl_error(err, RL_EDEVICE,
-                        "%d instance%s of TP %d x PP %d need%s %d GPUs but %d %s given: list as "
-                        "many devices (--devices), or lower --tp / --pp",
-                        instances, instances > 1 ? "s" : "", tp, pp, instances > 1 ? "" : "s",
-                        instances * tp * pp, p->opt.n_gpus, p->opt.n_gpus == 1 ? "is" : "are");
+    if (plan_check_gpu_count(instances, tp, pp, p->opt.n_gpus, err)) return -1;
     if (!(p->layouts = calloc(1, sizeof(rlPlanLayout))))
         return rl_error(err, RL_EINTERNAL, "out of host memory for a layout");
     if (plan_fill(cfg, &p->opt, instances, tp, pp, &p->layouts[0], err)) {

@@ -8,14 +8,16 @@
 #include "bytebuf.h"
 
 /* Hugging Face runs the pattern with Oniguruma, whose Unicode \s is
- * U+0009..U+000D, U+0085 and the Z categories, and \w letters, marks,
- * decimal digits and connector punctuation.  PCRE2's \s also takes U+180E
- * (a format character since Unicode 6.3), which would cut "\u180E\u180Ex"
- * differently, and its \w takes all numbers but no marks.  So these
- * escapes are spelled out as Oniguruma means them. */
+ * U+0009..U+000D, U+0085 and the Z categories, \w letters, marks, decimal
+ * digits and connector punctuation, and \h a hex digit.  PCRE2's \s also
+ * takes U+180E (a format character since Unicode 6.3), which would cut
+ * "\u180E\u180Ex" differently, its \w takes all numbers but no marks, and
+ * its \h is horizontal space.  So these escapes are spelled out as
+ * Oniguruma means them. */
 static const struct { char esc; const char *members; } pretok_classes[] = {
     {'s', "\\t\\n\\x0B\\f\\r\\x{85}\\p{Z}"},
     {'w', "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"},
+    {'h', "0-9a-fA-F"},
 };
 
 /* Append the replacement for \<e>, or return 1 when e is not rewritten. */

@@ -45,6 +45,7 @@ int startup_check_plan(const rlModelConfig *cfg, const rlEngineOptions *o, FILE 
     int dev[RL_PLAN_MAX_GPUS], n = o->devices ? o->n_devices : tp * pp;
     if (n > RL_PLAN_MAX_GPUS || n < 1)
         return rl_error(err, RL_EUSAGE, "%d devices: give between 1 and %d", n, RL_PLAN_MAX_GPUS);
+    if (plan_check_gpu_count(1, tp, pp, n, err)) return -1;
     for (int i = 0; i < n; i++) dev[i] = o->devices ? o->devices[i] : i;
     rlPlanOptions po;
     plan_options_init(&po, 0, 0);

@@ -99,7 +99,7 @@ tokPieceKind tokenizer_piece(const rlTokenizer *t, int32_t id, const char **s, s
         *n = t->added_len[id];
         return TOK_ADDED;
     }
-    if (id < t->bpe.n_ids && t->bpe.str_len[id] != UINT32_MAX) {
+    if (id < t->bpe.n_ids && t->bpe.str[id].len != UINT32_MAX) {
         *s = t->bpe.bytes.data + t->bpe.byte_off[id];
         *n = t->bpe.byte_len[id];
         return TOK_MODEL;

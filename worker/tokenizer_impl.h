@@ -19,6 +19,9 @@ struct rlTokenizer {
     int n_ids;              /* highest id + 1, added tokens included */
 };
 
+/* tokenizer_load on a tokenizer.json already in memory (for the fuzzer). */
+rlTokenizer *tokenizer_parse(const char *data, size_t len, rlError *err);
+
 typedef enum tokPieceKind { TOK_NONE, TOK_MODEL, TOK_ADDED } tokPieceKind;
 
 /* What an id decodes to: a model token's bytes (to be joined with its

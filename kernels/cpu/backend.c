@@ -116,34 +116,7 @@ static int cpu_kv_init(rlBackend *be, int n_layers, int n_blocks, int block_size
 static int cpu_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     cpuBackend *c = cpu_of(be);
     if (!c->kv) return rl_error(err, RL_EINTERNAL, "begin_step before kv_init");
-    int capacity = c->n_blocks * c->block_size;
-    if (b->n_seqs < 0 || b->n_tokens < 0 || b->seq_start[0] != 0 ||
-        b->seq_start[b->n_seqs] != b->n_tokens)
-        return rl_error(err, RL_EINPUT, "invalid step: %d sequences, %d tokens, seq_start does "
-                        "not cover the tokens", b->n_seqs, b->n_tokens);
-    for (int s = 0; s < b->n_seqs; s++) {
-        int t0 = b->seq_start[s], t1 = b->seq_start[s + 1], len = b->seq_len[s];
-        if (t1 < t0 || len < t1 - t0 || (len + c->block_size - 1) / c->block_size > b->max_blocks)
-            return rl_error(err, RL_EINPUT, "invalid step: sequence %d has %d new tokens, KV "
-                            "length %d and %d blocks per table", s, t1 - t0, len, b->max_blocks);
-        const int32_t *bt = b->block_tables + (size_t)s * b->max_blocks;
-        for (int i = 0; i < (len + c->block_size - 1) / c->block_size; i++)
-            if (bt[i] < 0 || bt[i] >= c->n_blocks)
-                return rl_error(err, RL_EINPUT, "invalid step: sequence %d's block %d is %d, "
-                                "outside the cache's %d blocks", s, i, bt[i], c->n_blocks);
-        for (int t = t0; t < t1; t++) {
-            int pos = b->positions[t];
-            if (pos < 0 || pos >= len || b->slots[t] < 0 || b->slots[t] >= capacity ||
-                b->slots[t] != bt[pos / c->block_size] * c->block_size + pos % c->block_size)
-                return rl_error(err, RL_EINPUT, "invalid step: token %d of sequence %d at "
-                                "position %d has KV slot %d, not the one its block table "
-                                "gives", t, s, pos, b->slots[t]);
-        }
-    }
-    for (int r = 0; r < b->n_rows; r++)
-        if (b->rows[r].token < 0 || b->rows[r].token >= b->n_tokens)
-            return rl_error(err, RL_EINPUT, "invalid step: logit row %d reads token %d of a "
-                            "%d-token batch", r, b->rows[r].token, b->n_tokens);
+    if (rl_batch_check(b, c->n_blocks, c->block_size, err) != 0) return -1;
     c->b = b;
     c->rope_ready = 0;
     return 0;

@@ -13,8 +13,9 @@
  *   sample_index, step) and take the first kept token whose cumulative mass
  *   exceeds u times the kept mass (the last kept one if rounding leaves none).
  *
- * Sorting the whole vocabulary costs ~10 ms per sampled row at 152k tokens;
- * a top_k row selects its k first and sorts only those. */
+ * Sorting the whole vocabulary costs ~10 ms per sampled row at 152k tokens,
+ * so the candidates are sorted lazily: a quickselect finds the best 1024
+ * (or top_k) and only those are sorted unless a walk goes past them. */
 #include "sample.h"
 
 #include <math.h>
@@ -73,31 +74,72 @@ static void sample_top(const float *l, int vocab, int n, int *ids) {
     }
 }
 
-/* Sort the first k candidates by (logit desc, id asc): quickselect-free
- * partial sort, by a full sort when k is most of the vocabulary. */
-static int sample_candidates(const float *l, int vocab, int k, int *ids) {
-    if (k > 0 && k <= 64) {
-        sample_top(l, vocab, k, ids);
-        return k;
+/* Rearrange ids[0, n) so that ids[0, k) are the k best (in any order):
+ * quickselect, O(n) on average.  The order is total (ties by id), so the
+ * result does not depend on the pivots. */
+static void sample_select(const float *l, int *ids, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int p = ids[lo + (hi - lo) / 2], i = lo, j = hi;
+        while (i <= j) {
+            while (sample_before(l[ids[i]], ids[i], l[p], p)) i++;
+            while (sample_before(l[p], p, l[ids[j]], ids[j])) j--;
+            if (i <= j) {
+                int t = ids[i];
+                ids[i++] = ids[j];
+                ids[j--] = t;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
     }
-    for (int i = 0; i < vocab; i++) ids[i] = i;
-    sort_logits = l;
-    qsort(ids, (size_t)vocab, sizeof(int), sample_cmp);
-    return k > 0 && k < vocab ? k : vocab;
+}
+
+/* The candidates, best first, sorted lazily: the head by a quickselect and a
+ * small sort; the tail only when a walk gets past the head, which a peaked
+ * distribution almost never makes it do. */
+#define SAMPLE_HEAD 1024
+
+typedef struct sampleOrder {
+    const float *l;
+    int *ids;
+    int n, sorted;
+} sampleOrder;
+
+static void order_sort(sampleOrder *o, int from, int to) {
+    sort_logits = o->l;
+    qsort(o->ids + from, (size_t)(to - from), sizeof(int), sample_cmp);
+}
+
+/* ids[i] of the sorted order. */
+static int order_at(sampleOrder *o, int i) {
+    if (i >= o->sorted) {
+        order_sort(o, o->sorted, o->n);
+        o->sorted = o->n;
+    }
+    return o->ids[i];
 }
 
 static int sample_draw(const float *l, int vocab, float max, const rlRowSpec *sp, int *ids) {
-    int n = sample_candidates(l, vocab, sp->top_k, ids);
+    for (int i = 0; i < vocab; i++) ids[i] = i;
+    sampleOrder o = {.l = l, .ids = ids, .n = sp->top_k > 0 && sp->top_k < vocab ? sp->top_k : vocab};
+    if (o.n < vocab) sample_select(l, ids, vocab, o.n);
+    o.sorted = o.n < SAMPLE_HEAD ? o.n : SAMPLE_HEAD;
+    if (o.sorted < o.n) sample_select(l, ids, o.n, o.sorted);
+    order_sort(&o, 0, o.sorted);
+
     double inv_t = 1.0 / sp->temperature;
     /* p is recomputed where needed rather than stored: exp is cheap next to
-     * the sort, and it saves a vocab-sized buffer. */
-#define P(i) exp(((double)l[ids[i]] - max) * inv_t)
+     * the selection, and it saves a vocab-sized buffer. */
+#define P(id) exp(((double)l[id] - max) * inv_t)
+    int n = o.n;
     double total = 0;
-    for (int i = 0; i < n; i++) total += P(i);
+    for (int i = 0; i < n; i++) total += P(ids[i]);
     if (sp->top_p < 1) {
         double cum = 0, want = sp->top_p * total;
         for (int i = 0; i < n; i++) {
-            cum += P(i);
+            cum += P(order_at(&o, i));
             if (cum >= want) {
                 n = i + 1;
                 break;
@@ -105,20 +147,23 @@ static int sample_draw(const float *l, int vocab, float max, const rlRowSpec *sp
         }
     }
     if (sp->min_p > 0) {
-        double floor = sp->min_p * P(0);
+        double floor = sp->min_p * P(ids[0]);
         int keep = 1;
-        while (keep < n && P(keep) >= floor) keep++;
+        while (keep < n && P(order_at(&o, keep)) >= floor) keep++;
         n = keep;
     }
-    total = 0;
-    for (int i = 0; i < n; i++) total += P(i);
+    if (n < o.n) {
+        total = 0;
+        for (int i = 0; i < n; i++) total += P(ids[i]);
+    }
     double target = rl_uniform(sp->seed, sp->sample_index, sp->step) * total, cum = 0;
     for (int i = 0; i < n; i++) {
-        cum += P(i);
-        if (cum > target) return ids[i];
+        int id = order_at(&o, i);
+        cum += P(id);
+        if (cum > target) return id;
     }
 #undef P
-    return ids[n - 1];
+    return order_at(&o, n - 1);
 }
 
 int rl_sample_row(const float *l, int vocab, const rlRowSpec *sp, rlRowResult *out,

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# test_bench.sh: `redlm bench` runs end to end on a tiny model (dummy weights
+# from a config, and real ones from a checkpoint) and prints its table/JSON;
+# bad options fail with a usage error.  Timing numbers are not checked.
+set -euo pipefail
+m=$FIXTURES/models/qwen2-tiny-gqa3
+fail() { echo "test_bench: $*" >&2; exit 1; }
+
+out=$("$REDLM" bench --model "$m/config.json" --load-format dummy --threads 2 \
+      --prompt-len 20 --gen 3 --batch 1,3 --max-num-batched-tokens 32 --copy-mib 16 --json)
+echo "$out"
+[[ $out == *'"results":[{"batch":1,'*'{"batch":3,'* ]] || fail "JSON lacks the two batch rows"
+[[ $out == *'"bandwidth_bytes_per_s":'* ]] || fail "JSON lacks the bandwidth"
+
+out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 8 --gen 2 --batch 2 --copy-mib 16)
+echo "$out"
+[[ $out == *"x floor"* ]] || fail "table header missing"
+
+set +e
+err=$("$REDLM" bench --load-format dummy 2>&1); rc=$?
+[ $rc = 2 ] && [[ $err == *"--model is required"* ]] || fail "missing --model: rc $rc, $err"
+err=$("$REDLM" bench --model "$m" --batch 0 2>&1); rc=$?
+[ $rc = 2 ] || fail "--batch 0 accepted (rc $rc)"
+err=$("$REDLM" bench --model /nonexistent --load-format auto 2>&1); rc=$?
+[ $rc = 3 ] || fail "missing model dir: rc $rc, $err"
+echo "test_bench: ok"

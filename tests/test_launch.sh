@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# test_launch.sh: scripts/launch-instances with three CPU instances on one
+# stream: distinct consumer names in one group, every instance takes jobs,
+# every job gets its done and is acknowledged, and SIGTERM to the launcher
+# stops all three cleanly (exit 0, no worker left); instances that cannot
+# start end the launcher with their exit status.
+source "$(dirname "$0")/worker_lib.sh"
+
+N=${N_JOBS:-45}
+start_redis
+
+# One job at a time per instance, so no instance can take the whole stream.
+scripts/launch-instances --redlm "$REDLM" --instances 3 --name lt --devices 0-5 -- \
+    --model "$MODEL" --redis "$(URL)" --threads 1 --max-num-seqs 1 > "$T/launch.log" 2>&1 &
+L=$!
+PIDS+=("$L")
+three() { [ "$(pgrep -P "$L" -c)" = 3 ]; }
+wait_until 10 three || fail "launch-instances did not start three workers"
+WORKERS=$(pgrep -P "$L")
+for w in $WORKERS; do PIDS+=("$w"); done
+serving() { [ "$(grep -c 'serving redlm:jobs' "$T/launch.log")" = 3 ]; }
+wait_until 20 serving || fail "the three workers did not start serving"
+
+# Jobs long enough (96 tokens each) that the sampling below sees who holds them.
+for i in $(seq 1 "$N"); do
+    echo "{\"id\":\"l$i\",\"prompt_ids\":[$((i % 89 + 1)),$((i * 5 % 61 + 1))],\"max_tokens\":96,\"temperature\":0,\"ignore_eos\":true,\"stream\":false,\"reply_to\":\"redlm:test:replies\"}"
+done | jq -r '"XADD redlm:jobs * json " + (tojson | tojson)' | rcli > /dev/null
+
+# Sample which consumers hold jobs while the stream drains.
+seen=()
+group() { rcli XINFO GROUPS redlm:jobs | awk -v k="$1" '$0 == k { getline; print }'; }
+end=$(( $(date +%s) + 120 ))
+while [ "$(group entries-read)" != "$N" ] || [ "$(group pending)" != 0 ]; do
+    [ "$(date +%s)" -lt "$end" ] || fail "not finished: read $(group entries-read), pending $(group pending)"
+    for c in $(rcli XPENDING redlm:jobs redlm - + 10 | awk 'NR % 4 == 2'); do
+        [[ " ${seen[*]} " == *" $c "* ]] || seen+=("$c")
+    done
+    sleep 0.05
+done
+[ ${#seen[@]} = 3 ] || fail "jobs were held by ${#seen[@]} consumers (${seen[*]}), want lt-0 lt-1 lt-2"
+consumers=$(rcli XINFO CONSUMERS redlm:jobs redlm | awk '/^name$/ { getline; print }' | sort | tr '\n' ' ')
+[ "$consumers" = "lt-0 lt-1 lt-2 " ] || fail "consumer group members: $consumers"
+dones=$(stream_json redlm:test:replies | jq -s 'map(select(.event == "done")) | map(.id) | unique | length')
+[ "$dones" = "$N" ] || fail "$dones jobs have a done event, want $N"
+
+kill -TERM "$L"
+wait_until 30 eval '! kill -0 '"$L"' 2>/dev/null' || fail "launch-instances still running after SIGTERM"
+wait "$L"
+rc=$?
+[ $rc = 0 ] || fail "launch-instances exited $rc after SIGTERM"
+for w in $WORKERS; do kill -0 "$w" 2>/dev/null && fail "worker $w still running"; done
+# Instances that cannot start end the launcher with their status (3: model).
+scripts/launch-instances --redlm "$REDLM" --instances 2 --name bad -- \
+    --model "$T/nowhere" --redis "$(URL)" > "$T/bad.log" 2>&1
+rc=$?
+[ $rc = 3 ] || fail "launch-instances with a missing model exited $rc, want 3"
+grep -q "ended on its own" "$T/bad.log" || fail "no word that an instance ended on its own"
+
+echo "ok: $N jobs over 3 instances (${seen[*]}), all done and acknowledged; SIGTERM stopped all"

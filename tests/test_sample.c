@@ -1,0 +1,212 @@
+/* test_sample.c: the sampling rules of kernels/README.md, row by row.
+ *
+ * Logprobs are log-softmax of the raw logits; ties go to the lower id;
+ * top-k, top-p and min-p cut where the rules say; draws follow the
+ * probabilities and depend on (seed, sample index, step) alone. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "../kernels/cpu/sample.h"
+#include "../kernels/rng.h"
+
+static rlRowSpec spec(float temperature) {
+    return (rlRowSpec){.target = -1, .sample = 1, .temperature = temperature, .top_p = 1};
+}
+
+static int draw(const float *l, int v, rlRowSpec sp) {
+    int scratch[16];
+    rlRowResult r;
+    assert_int_equal(rl_sample_row(l, v, &sp, &r, scratch), 0);
+    return r.token;
+}
+
+static void test_logprobs(void **state) {
+    (void)state;
+    const float l[4] = {1, 3, 3, 2};
+    rlRowSpec sp = spec(0);
+    sp.n_top = 3;
+    sp.target = 0;
+    rlRowResult r;
+    assert_int_equal(rl_sample_row(l, 4, &sp, &r, NULL), 0);
+    double lse = log(exp(1) + 2 * exp(3) + exp(2));
+    assert_true(fabs(r.target_logprob - (1 - lse)) < 1e-6);
+    assert_int_equal(r.n_top, 3);
+    assert_int_equal(r.top_ids[0], 1);      /* tie between 1 and 2: lower id first */
+    assert_int_equal(r.top_ids[1], 2);
+    assert_int_equal(r.top_ids[2], 3);
+    assert_true(fabs(r.top_logprobs[2] - (2 - lse)) < 1e-6);
+    assert_int_equal(r.token, 1);           /* greedy tie: lowest id */
+    assert_true(fabs(r.token_logprob - (3 - lse)) < 1e-6);
+
+    sp.sample = 0;
+    assert_int_equal(rl_sample_row(l, 4, &sp, &r, NULL), 0);
+    assert_int_equal(r.token, -1);
+}
+
+static void test_filters(void **state) {
+    (void)state;
+    /* p = 0.5, 0.3, 0.2 at temperature 1 */
+    const float l[3] = {logf(0.3f), logf(0.5f), logf(0.2f)};
+    for (uint64_t seed = 0; seed < 300; seed++) {
+        rlRowSpec sp = spec(1);
+        sp.seed = seed;
+        sp.top_k = 1;
+        assert_int_equal(draw(l, 3, sp), 1);
+        sp.top_k = 0, sp.top_p = 0.4f;          /* the top token alone reaches 0.4 */
+        assert_int_equal(draw(l, 3, sp), 1);
+        sp.top_p = 0.7f;                        /* 0.5 + 0.3 */
+        assert_int_not_equal(draw(l, 3, sp), 2);
+        sp.top_p = 1, sp.min_p = 0.5f;          /* keeps p >= 0.25 */
+        assert_int_not_equal(draw(l, 3, sp), 2);
+        sp.min_p = 0, sp.top_k = 2;
+        assert_int_not_equal(draw(l, 3, sp), 2);
+    }
+}
+
+static void test_distribution(void **state) {
+    (void)state;
+    const float l[3] = {logf(0.3f), logf(0.5f), logf(0.2f)};
+    int count[3] = {0};
+    int n = 20000;
+    for (int i = 0; i < n; i++) {
+        rlRowSpec sp = spec(1);
+        sp.seed = 42;
+        sp.step = (uint32_t)i;
+        count[draw(l, 3, sp)]++;
+    }
+    assert_true(fabs(count[0] / (double)n - 0.3) < 0.015);
+    assert_true(fabs(count[1] / (double)n - 0.5) < 0.015);
+    assert_true(fabs(count[2] / (double)n - 0.2) < 0.015);
+
+    /* temperature 2 flattens: p ~ sqrt(p) */
+    count[0] = count[1] = count[2] = 0;
+    for (int i = 0; i < n; i++) {
+        rlRowSpec sp = spec(2);
+        sp.seed = 7;
+        sp.sample_index = (uint32_t)i;
+        count[draw(l, 3, sp)]++;
+    }
+    double z = sqrt(0.3) + sqrt(0.5) + sqrt(0.2);
+    assert_true(fabs(count[2] / (double)n - sqrt(0.2) / z) < 0.015);
+}
+
+static void test_deterministic(void **state) {
+    (void)state;
+    float l[16];
+    for (int i = 0; i < 16; i++) l[i] = (float)((i * 7) % 5) * 0.3f;
+    for (uint32_t step = 0; step < 50; step++) {
+        rlRowSpec sp = spec(0.8f);
+        sp.seed = 1234, sp.step = step, sp.top_p = 0.9f;
+        int a = draw(l, 16, sp), b = draw(l, 16, sp);
+        assert_int_equal(a, b);
+    }
+}
+
+/* The rules of kernels/README.md written the plain way: sort everything. */
+static const float *oracle_l;
+static int oracle_cmp(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    if (oracle_l[x] != oracle_l[y]) return oracle_l[x] > oracle_l[y] ? -1 : 1;
+    return x - y;
+}
+
+static int oracle(const float *l, int v, const rlRowSpec *sp) {
+    int *ids = malloc((size_t)v * sizeof(int));
+    double *p = malloc((size_t)v * sizeof(double));
+    float max = l[0];
+    for (int i = 0; i < v; i++) ids[i] = i, max = l[i] > max ? l[i] : max;
+    oracle_l = l;
+    qsort(ids, (size_t)v, sizeof(int), oracle_cmp);
+    int n = sp->top_k > 0 && sp->top_k < v ? sp->top_k : v;
+    double total = 0, cum = 0;
+    for (int i = 0; i < n; i++) total += p[i] = exp(((double)l[ids[i]] - max) / sp->temperature);
+    for (int i = 0; i < n && sp->top_p < 1; i++)
+        if ((cum += p[i]) >= sp->top_p * total) n = i + 1;
+    int keep = 1;
+    while (keep < n && p[keep] >= sp->min_p * p[0]) keep++;
+    n = keep;
+    total = cum = 0;
+    for (int i = 0; i < n; i++) total += p[i];
+    double target = rl_uniform(sp->seed, sp->sample_index, sp->step) * total;
+    int tok = ids[n - 1];
+    for (int i = 0; i < n; i++)
+        if ((cum += p[i]) > target) {
+            tok = ids[i];
+            break;
+        }
+    free(ids);
+    free(p);
+    return tok;
+}
+
+/* A large vocabulary, peaked and flat, through every filter: the lazy
+ * selection must draw what a full sort draws. */
+static void test_large_vocab(void **state) {
+    (void)state;
+    enum { V = 5000 };
+    static float peaked[V], flat[V];
+    static int scratch[V];
+    uint64_t x = 12345;
+    for (int i = 0; i < V; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        double u = (double)(x >> 11) / 9007199254740992.0;
+        peaked[i] = (float)(u * 12.0);
+        flat[i] = (float)(u * 0.01);
+    }
+    peaked[77] = peaked[78] = 13.0f;    /* a tie at the top */
+    const float temps[] = {0.7f, 1.5f}, top_ps[] = {1, 0.9f, 0.3f}, min_ps[] = {0, 0.05f};
+    const int top_ks[] = {0, 10, 100, 2000};
+    for (int d = 0; d < 2; d++)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 3; b++)
+                for (int c = 0; c < 2; c++)
+                    for (int k = 0; k < 4; k++)
+                        for (uint32_t step = 0; step < 4; step++) {
+                            rlRowSpec sp = spec(temps[a]);
+                            sp.top_p = top_ps[b], sp.min_p = min_ps[c], sp.top_k = top_ks[k];
+                            sp.seed = 99, sp.step = step;
+                            const float *l = d ? flat : peaked;
+                            rlRowResult r;
+                            assert_int_equal(rl_sample_row(l, V, &sp, &r, scratch), 0);
+                            assert_int_equal(r.token, oracle(l, V, &sp));
+                        }
+}
+
+static void test_check(void **state) {
+    (void)state;
+    rlError err = {0};
+    rlRowSpec sp = spec(1);
+    assert_int_equal(rl_sample_check(&sp, 10, &err), 0);
+    sp.top_p = 0;
+    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    sp = spec(1), sp.min_p = 1;
+    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    sp = spec(-1);
+    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    sp = spec(NAN);
+    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    sp = spec(1), sp.n_top = RL_MAX_TOP + 1;
+    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    sp = spec(1), sp.target = 10;
+    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    sp = spec(1), sp.top_k = -1;
+    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_filters),
+        cmocka_unit_test(test_distribution),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_large_vocab),
+        cmocka_unit_test(test_check),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
