@@ -4,8 +4,10 @@
 # Greedy tokens match reference.json (up to the first step whose greedy
 # margin is under 1e-2) and are identical with prefix caching off, one
 # sequence at a time, tiny prefill chunks, and a KV pool so small that
-# preemption happens many times; seeded sampling is reproducible and does not
-# depend on the batch; invalid lines get one error result each.
+# preemption happens many times; scoring-only prompt logprobs match the
+# reference; seeded sampling is reproducible and does not depend on the
+# batch; text and chat prompts go through the tokenizer; stop strings cut the
+# text; invalid lines get one error result each.
 set -euo pipefail
 : "${REDLM:?}" "${FIXTURES:?}"
 tmp=$(mktemp -d)
