@@ -118,6 +118,7 @@ jq -c --arg s "$stop" '.max_tokens = 12 | .stop = [$s]' <(sed -n 1p "$tmp/text.j
 cat > "$tmp/bad.jsonl" <<'JSON'
 {"id":"ok1","prompt_ids":[1,2,3],"max_tokens":2,"temperature":0}
 not json
+{"id":"dup","id":"dup","prompt_ids":[1]}
 {"id":"typo","prompt_ids":[1],"temprature":0}
 {"id":"vocab","prompt_ids":[1,99999]}
 {"id":"long","prompt_ids":[1,2],"max_tokens":5000}
@@ -125,17 +126,20 @@ not json
 {"id":"ok2","prompt_ids":[4,5],"max_tokens":3,"temperature":0,"n":2}
 {"id":"score","prompt_ids":[4,5,6,7],"max_tokens":0,"prompt_logprobs":2}
 JSON
+printf '{"id":"utf8","prompt":"\xff"}\n' >> "$tmp/bad.jsonl"
 "$REDLM" generate --model "$dir" --input "$tmp/bad.jsonl" --output "$tmp/bad.out"
 got=$(jq -r '[.id // "-", .event, (.error.code // .finish_reason)] | join(" ")' "$tmp/bad.out")
 want="ok1 done length
 - error invalid_encoding
+- error invalid_request
 typo error invalid_request
 vocab error invalid_request
 long error prompt_too_long
 two error invalid_request
 ok2 done length
 ok2 done length
-score done length"
+score done length
+utf8 error invalid_utf8"
 [ "$got" = "$want" ] || { echo "$got"; fail "invalid lines"; }
 [ "$(jq -c 'select(.id == "score") | [.token_ids, (.prompt_logprobs | length), .prompt_logprobs[0], (.prompt_logprobs[1].top | length)]' "$tmp/bad.out")" = '[[],4,null,2]' ] \
     || fail "score-only request"
