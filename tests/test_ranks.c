@@ -170,6 +170,8 @@ static void run_layout(tFix *f, int tp, int pp) {
         .src = checkpoint_lookup, .src_ctx = f->ck, .block_size = BLOCK,
         .n_blocks = f->n_blocks, .max_tokens = MAX_TOKENS, .max_rows = MAX_TOKENS, .quiet = 1,
     };
+    /* GPU ranks size their KV cache from what their devices have left. */
+    if (!strcmp(BACKEND, "cuda")) o.n_blocks = 0, o.gpu_memory_utilization = 0.3;
     rlError err = {0};
     if (tp * pp > GPUS) {
         print_message("%s %dx%d: skipped, %d GPU%s here\n", f->name, tp, pp, GPUS,
@@ -184,6 +186,9 @@ static void run_layout(tFix *f, int tp, int pp) {
         return;
     }
     if (!r) fail_msg("%s %dx%d: %s", f->name, tp, pp, err.msg);
+    if (ranks_n_blocks(r) < f->n_blocks)
+        fail_msg("%s %dx%d: %d KV blocks, the test needs %d", f->name, tp, pp, ranks_n_blocks(r),
+                 f->n_blocks);
     tStep *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
     tSeq *which[MAX_SEQS];
     int cached[MAX_SEQS];
@@ -266,6 +271,13 @@ static void test_bad_layout(void **state) {
     o.pp_partition = NULL;
     assert_null(ranks_open(&o, &err));
     assert_non_null(strstr(err.msg, "stages"));
+    /* CPU ranks cannot size the KV cache from free memory: they are told. */
+    o.pp = 2;
+    o.tp = 2;
+    o.n_blocks = 0;
+    assert_null(ranks_open(&o, &err));
+    assert_int_equal(err.code, RL_EUSAGE);
+    assert_non_null(strstr(err.msg, "KV"));
 }
 
 /* GPU ranks on a machine without a GPU: one clear device error from

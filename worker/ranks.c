@@ -70,7 +70,9 @@ struct rlRanks {
     ranksItem queue[RANKS_QUEUE];
     uint64_t head, tail;    /* items [head, tail) are queued; head is the oldest unfinished */
     int starting;           /* ranks still setting up */
-    int backends_ready;     /* ranks whose backend exists (set-up's first phase) */
+    int met[2];             /* ranks arrived at each set-up meeting point */
+    long long meet_min[2];  /* the smallest value brought to it */
+    int n_blocks;           /* KV blocks every rank holds */
     int quit;
     int failed;             /* a rank failed: the ranks are out of step for good */
     rlError err;            /* the first failure */
@@ -101,19 +103,43 @@ static int ranks_cpu_threads(const rlRanks *r) {
     return each > 0 ? each : 1;
 }
 
-/* Every rank waits here until all have a backend, so a rank that cannot
- * even open its device (missing, busy, no driver) stops the set-up before
- * the others block in NCCL's init waiting for it; its own error is the one
- * ranks_open reports. */
-static int ranks_backends_barrier(rlRanks *r, rlError *err) {
+/* Set-up meeting points: every rank brings a value and all leave with the
+ * smallest, or with an error when any rank failed.  Point 0 follows backend
+ * creation, so a rank that cannot even open its device (missing, busy, no
+ * driver) stops the set-up before the others block in NCCL's init waiting
+ * for it; its own error is the one ranks_open reports.  Point 1 agrees on
+ * the KV blocks every rank can hold once its weights are loaded. */
+enum { RANKS_MEET_BACKENDS, RANKS_MEET_KV };
+
+static int ranks_meet(rlRanks *r, int point, long long v, long long *min, rlError *err) {
     pthread_mutex_lock(&r->mu);
-    r->backends_ready++;
+    if (r->met[point] == 0 || v < r->meet_min[point]) r->meet_min[point] = v;
+    r->met[point]++;
     pthread_cond_broadcast(&r->cv);
-    while (r->backends_ready < r->n && !r->failed) pthread_cond_wait(&r->cv, &r->mu);
+    while (r->met[point] < r->n && !r->failed) pthread_cond_wait(&r->cv, &r->mu);
     int failed = r->failed;
+    if (min) *min = r->meet_min[point];
     pthread_mutex_unlock(&r->mu);
     return failed ? rl_error(err, RL_EINTERNAL, "stopped because another rank failed to start")
                   : 0;
+}
+
+/* KV blocks this rank's device holds after its weights (n_blocks = 0). */
+static int rank_kv_capacity(ranksRank *k, long long *cap, rlError *err) {
+    const rlRanksOptions *o = &k->r->o;
+    size_t per_block = rl_model_kv_bytes_per_token(&o->cfg, &k->shard, k->be->act_dtype) *
+                       (size_t)o->block_size;
+    *cap = 1LL << 30; /* a rank with no KV heads holds any number */
+    if (!per_block) return 0;
+    if (!k->be->ops->kv_capacity)
+        return rl_error(err, RL_EUSAGE, "the %s backend cannot size its KV cache from free "
+                        "memory; give the number of KV blocks (--kv-cache-memory)",
+                        k->be->ops->name);
+    int n = 0;
+    double util = o->gpu_memory_utilization > 0 ? o->gpu_memory_utilization : 0.90;
+    if (k->be->ops->kv_capacity(k->be, per_block, o->block_size, 1, util, &n, err)) return -1;
+    *cap = n;
+    return 0;
 }
 
 static int rank_setup(ranksRank *k, rlError *err) {
@@ -127,7 +153,7 @@ static int rank_setup(ranksRank *k, rlError *err) {
     };
     k->be = cuda ? rl_backend_cuda_create(&bo, err) : rl_backend_cpu_create(&bo, err);
     if (!k->be) return -1;
-    if (r->n > 1 && ranks_backends_barrier(r, err)) return -1;
+    if (r->n > 1 && ranks_meet(r, RANKS_MEET_BACKENDS, 0, NULL, err)) return -1;
     if (r->comms && r->comms->ops->join(r->comms, k->index, &k->tp, &k->pp, err)) return -1;
     rlTensorLookup src = o->src ? (r->n > 1 ? ranks_lookup : o->src) : NULL;
     void *src_ctx = r->n > 1 ? (void *)r : o->src_ctx;
@@ -135,9 +161,17 @@ static int rank_setup(ranksRank *k, rlError *err) {
                       o->dummy_seed, o->max_tokens, o->max_rows, err))
         return -1;
     k->model_ready = 1;
-    if (k->be->ops->kv_init(k->be, k->shard.n_layers, o->n_blocks, o->block_size,
+    long long n_blocks = o->n_blocks;
+    if (n_blocks == 0) {
+        /* A failure here reaches ranks_fail in rank_main, which releases
+         * the others from the meeting. */
+        if (rank_kv_capacity(k, &n_blocks, err)) return -1;
+        if (r->n > 1 && ranks_meet(r, RANKS_MEET_KV, n_blocks, &n_blocks, err)) return -1;
+        r->n_blocks = (int)n_blocks; /* the same value from every rank */
+    }
+    if (k->be->ops->kv_init(k->be, k->shard.n_layers, (int)n_blocks, o->block_size,
                             k->shard.n_kv_heads, o->cfg.head_dim, err))
-        return rl_error_wrap(err, "KV cache of %d blocks x %d tokens", o->n_blocks,
+        return rl_error_wrap(err, "KV cache of %lld blocks x %d tokens", n_blocks,
                              o->block_size);
     k->scratch = calloc((size_t)(o->max_rows > 0 ? o->max_rows : 1), sizeof(*k->scratch));
     if (!k->scratch) return rl_error(err, RL_EMEMORY, "out of host memory for logit rows");
@@ -206,6 +240,8 @@ static void *rank_main(void *arg) {
         }
     }
     pthread_mutex_unlock(&r->mu);
+    /* Device memory is freed by the thread whose device it is. */
+    rank_teardown(k);
     return NULL;
 }
 
@@ -278,6 +314,7 @@ rlRanks *ranks_open(const rlRanksOptions *o, rlError *err) {
     }
     r->o = *o;
     r->n = o->tp * o->pp;
+    r->n_blocks = o->n_blocks;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     pthread_mutex_init(&r->src_mu, NULL);
@@ -466,6 +503,8 @@ int ranks_wait(rlRanks *r, uint64_t ticket, rlError *err) {
     pthread_mutex_unlock(&r->mu);
     return failed ? -1 : 0;
 }
+
+int ranks_n_blocks(const rlRanks *r) { return r->n_blocks; }
 
 int ranks_forward(rlRanks *r, const rlBatch *b, rlRowResult *out, rlError *err) {
     uint64_t ticket;

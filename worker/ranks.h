@@ -26,7 +26,10 @@ typedef struct rlRanksOptions {
     void *src_ctx;
     uint64_t dummy_seed;
     int block_size;
-    int n_blocks;               /* KV blocks per rank (every rank holds every block's slice) */
+    int n_blocks;               /* KV blocks per rank (every rank holds every block's slice);
+                                 * 0: as many as every rank's device holds once its weights
+                                 * are loaded (GPU backends; see ranks_n_blocks) */
+    double gpu_memory_utilization; /* with n_blocks 0: share of each GPU to use, 0 = 0.90 */
     int max_tokens;             /* most new tokens in one step */
     int max_rows;               /* most logit rows in one step */
     int micro_batches;          /* pipeline micro-batches per step, 0 = automatic */
@@ -48,6 +51,8 @@ int ranks_forward(rlRanks *r, const rlBatch *b, rlRowResult *out, rlError *err);
  * ranks_forward is submit + wait. */
 int ranks_submit(rlRanks *r, const rlBatch *b, rlRowResult *out, uint64_t *ticket, rlError *err);
 int ranks_wait(rlRanks *r, uint64_t ticket, rlError *err);
+/* The KV blocks every rank holds: n_blocks as given, or as found. */
+int ranks_n_blocks(const rlRanks *r);
 void ranks_close(rlRanks *r);
 
 #endif

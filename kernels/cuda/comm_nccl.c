@@ -243,7 +243,7 @@ static void nccl_destroy(rlCommSet *base) {
     for (int i = 0; i < 2 * base->tp * base->pp; i++)
         if (s->comms[i].comm) ncclCommDestroy(s->comms[i].comm);
     for (int i = 0; i < base->tp * base->pp; i++)
-        if (s->streams[i]) cudaStreamDestroy(s->streams[i]);
+        if (s->streams[i]) cudaSetDevice(s->devices[i]), cudaStreamDestroy(s->streams[i]);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
