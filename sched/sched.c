@@ -326,9 +326,9 @@ static rlSchedReq *plan_victim(rlSched *s, rlSchedReq *r) {
 
 typedef enum planResult { PLAN_DONE = 0, PLAN_PREEMPTED, PLAN_SKIPPED } planResult;
 
-/* Schedule the runnable samples of running request r (decodes only: those
- * with one token left), preempting younger running requests while blocks are
- * short.  PLAN_PREEMPTED when r itself had to go, PLAN_SKIPPED when it must
+/* Schedule the runnable samples of running request r (with decodes set,
+ * only those with one token left), preempting younger running requests while
+ * blocks are short.  PLAN_PREEMPTED when r itself had to go, PLAN_SKIPPED when it must
  * wait because nothing it may preempt is left. */
 static planResult plan_running(rlSched *s, rlSchedReq *r, int decodes, int *budget, int *rows) {
     int chunks[r->n];
