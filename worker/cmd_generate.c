@@ -250,7 +250,7 @@ int cmd_generate(int argc, char **argv) {
     }
     if (layout_check(&lay, 0, &err)) {
         fprintf(stderr, "redlm generate: %s\n", err.msg);
-        return RL_EUSAGE;
+        return err.code;
     }
     o.tp = lay.tp;
     o.pp = lay.pp;
