@@ -99,7 +99,7 @@ bench-gpu: $(BUILD)/redlm fixtures
 	BUILD=$(BUILD) scripts/bench-gpu
 
 demo: $(BUILD)/redlm
-	scripts/demo
+	BUILD=$(BUILD) scripts/demo
 
 deps:
 	@if dpkg -s $(DEPS_DEB) >/dev/null 2>&1; then echo "deps: all installed"; \

@@ -2,13 +2,27 @@
 # test_worker_protocol.sh: the worker as producers see it: redis-cli as the
 # producer, JSON and msgpack entries, every kind of malformed entry (one
 # error event where an id exists, one dead-letter copy, the worker alive),
-# cancel, status and metrics.
+# cancel, status and metrics, and jobs claimed from a dead consumer (one
+# re-run with attempt 2, one over --max-deliveries).
 source "$(dirname "$0")/worker_lib.sh"
 
 start_redis
+# a consumer that died holding two jobs: dl-1 delivered twice, dl-2 once
+rcli XGROUP CREATE redlm:jobs redlm 0 MKSTREAM > /dev/null
+id1=$(rcli XADD redlm:jobs '*' json '{"id":"dl-1","prompt_ids":[1],"max_tokens":2}')
+rcli XADD redlm:jobs '*' json '{"id":"dl-2","prompt_ids":[2],"max_tokens":2}' > /dev/null
+rcli XREADGROUP GROUP redlm ghost COUNT 2 STREAMS redlm:jobs '>' > /dev/null
+rcli XCLAIM redlm:jobs redlm ghost 0 "$id1" > /dev/null
 MPORT=$(free_port)
-start_worker w1 --metrics-port "$MPORT"
+start_worker w1 --metrics-port "$MPORT" --claim-idle-ms 500 --max-deliveries 2
 W=$LAST_PID
+got_event() { [ "$(rcli XLEN "redlm:reply:$1")" -gt 0 ]; }
+wait_until 20 got_event dl-1 || fail "dl-1 never answered"
+ev=$(stream_json redlm:reply:dl-1)
+[ "$(echo "$ev" | jq -r '"\(.attempt) \(.error.code)"')" = "3 too_many_deliveries" ] || fail "dl-1: $ev"
+wait_until 20 got_event dl-2 || fail "dl-2 never claimed"
+[ "$(stream_json redlm:reply:dl-2 | jq -r 'select(.event == "done") | .attempt')" = 2 ] ||
+    fail "dl-2: $(stream_json redlm:reply:dl-2)"
 
 # a good job from redis-cli, read back with XRANGE
 rcli XADD redlm:jobs '*' json '{"id":"cli-1","prompt_ids":[1,2,3],"max_tokens":10,"temperature":0}' >/dev/null
@@ -51,7 +65,7 @@ printf '{"id":"bad-utf8","prompt":"caf\xe9"}' | rcli -x XADD redlm:jobs '*' json
 rcli XADD redlm:jobs '*' json '{"id":"bad-deadline","prompt_ids":[1],"deadline_ms":1000}' >/dev/null
 rcli XADD redlm:jobs '*' json "{\"id\":\"bad-long\",\"prompt_ids\":[$long_prompt],\"max_tokens\":1}" >/dev/null
 printf '\x82\xa2id\xa6mp-bad\xaaprompt_ids\xa1x' | rcli -x XADD redlm:jobs '*' msgpack >/dev/null
-n_bad=$(( ${#want[@]} + 4 ))
+n_bad=$(( ${#want[@]} + 4 + 1 )) # + dl-1
 dead_full() { [ "$(rcli XLEN redlm:dead)" -ge "$n_bad" ]; }
 wait_until 20 dead_full || fail "dead letters: $(rcli XLEN redlm:dead), want $n_bad"
 for id in "${!want[@]}"; do

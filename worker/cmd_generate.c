@@ -248,10 +248,6 @@ int cmd_generate(int argc, char **argv) {
         gen_usage(stderr);
         return RL_EUSAGE;
     }
-    if (layout_check(&lay, 0, &err)) {
-        fprintf(stderr, "redlm generate: %s\n", err.msg);
-        return err.code;
-    }
     o.tp = lay.tp;
     o.pp = lay.pp;
     o.devices = lay.n_devices ? lay.devices : NULL;
@@ -300,7 +296,7 @@ int cmd_generate(int argc, char **argv) {
         double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
         fprintf(stderr,
                 "stats: requests=%d steps=%d seconds=%.3f generated_tokens=%llu "
-                "prompt_logprob_rows=%llu preemptions=%d prefix_hit_tokens=%llu "
+                "prompt_tokens_computed=%llu preemptions=%d prefix_hit_tokens=%llu "
                 "prefix_query_tokens=%llu kv_blocks_total=%d kv_blocks_cached=%d\n",
                 n_lines, steps, secs, (unsigned long long)st.generation_tokens,
                 (unsigned long long)st.prompt_tokens, st.preempted,

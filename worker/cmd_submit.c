@@ -224,7 +224,10 @@ static int sub_fill(subRun *r, char **buf, size_t *cap) {
         snprintf(auto_id, sizeof(auto_id), "%s-%ld", r->id_prefix, lineno);
         json_t *jid = json_object_get(req, "id");
         const char *id = json_is_string(jid) ? json_string_value(jid) : auto_id;
-        s->id = strdup(id);
+        if (!(s->id = strdup(id))) {
+            json_decref(req);
+            return -1;
+        }
         if (json_object_get(r->done_ids, id)) {
             s->skip = 1;
             r->skipped++;
@@ -253,7 +256,7 @@ static int sub_fill(subRun *r, char **buf, size_t *cap) {
             free(payload);
             return -1;
         }
-        json_object_set_new(r->by_id, id, json_integer(lineno));
+        json_object_set_new(r->by_id, s->id, json_integer(lineno)); /* id may point into req */
         redisAppendCommand(r->c, "XADD %s * json %s", r->stream, payload);
         free(payload);
         r->submitted++;

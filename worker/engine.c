@@ -208,6 +208,12 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         rl_error(err, RL_EUSAGE, "--tp and --pp must be at least 1");
         goto fail;
     }
+    if (o->devices && o->n_devices != o->tp * o->pp) {
+        rl_error(err, RL_EDEVICE, "--devices lists %d device%s but --tp %d x --pp %d needs %d: "
+                 "list one device per rank", o->n_devices, o->n_devices == 1 ? "" : "s", o->tp,
+                 o->pp, o->tp * o->pp);
+        goto fail;
+    }
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
     if (file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;
@@ -559,6 +565,10 @@ int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     for (int i = 0; i < p->n_seqs; i++) {
         engReq *q = p->seq_req[i]->user;
         if (q->t_scheduled == 0) q->t_scheduled = now;
+        /* Prompt tokens computed (recomputation after preemption included). */
+        int start = p->positions[p->seq_start[i]];
+        int end = p->seq_len[i] < q->req->n_prompt_ids ? p->seq_len[i] : q->req->n_prompt_ids;
+        if (end > start) e->prompt_tokens += (uint64_t)(end - start);
     }
     for (int i = 0; i < p->n_rows; i++) row_spec(&p->rows[i], &e->specs[i]);
     rlBatch b = {.n_seqs = p->n_seqs, .n_tokens = p->n_tokens, .tokens = p->tokens,
@@ -571,7 +581,6 @@ int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
         const rlSchedRow *row = &p->rows[i];
         engReq *q = row->req->user;
         if (row->kind == RL_ROW_PROMPT) {
-            e->prompt_tokens++;
             logprob_fill(&q->prompt_lp[row->position + 1], row->target,
                          e->results[i].target_logprob, &e->results[i]);
         } else if (q->samples[row->seq].finish == RL_FINISH_NONE &&
