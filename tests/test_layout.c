@@ -44,15 +44,20 @@ static void test_flags(void **state) {
     assert_string_equal(buf, "tp 3 x pp 2 on devices 0,1,2,5,4,3");
 }
 
-static void expect_error(int argc, char **argv, int num_layers, const char *needle) {
+static void expect_code(int argc, char **argv, int num_layers, rlErrorCode code,
+                        const char *needle) {
     rlLayout l;
     rlError err = {0};
     int others;
     int rc = parse(&l, argc, argv, &others, &err);
     if (rc == 0) rc = layout_check(&l, num_layers, &err);
     assert_int_equal(rc, -1);
-    assert_int_equal(err.code, RL_EUSAGE);
+    assert_int_equal(err.code, code);
     if (!strstr(err.msg, needle)) fail_msg("'%s' does not mention '%s'", err.msg, needle);
+}
+
+static void expect_error(int argc, char **argv, int num_layers, const char *needle) {
+    expect_code(argc, argv, num_layers, RL_EUSAGE, needle);
 }
 
 static void test_errors(void **state) {
@@ -62,7 +67,8 @@ static void test_errors(void **state) {
     expect_error(2, (char *[]){"--devices", "0,x"}, 0, "not a list");
     expect_error(2, (char *[]){"--devices", "0,1,1"}, 0, "twice");
     expect_error(2, (char *[]){"--devices", "3-1"}, 0, "not a list");
-    expect_error(4, (char *[]){"--tp", "2", "--devices", "0-2"}, 0, "needs 2");
+    expect_code(4, (char *[]){"--tp", "2", "--devices", "0"}, 0, RL_EDEVICE,
+                "needs 2 GPUs but 1 is given");
     expect_error(4, (char *[]){"--pp", "2", "--pp-layer-partition", "14"}, 28, "gives 1 stage");
     expect_error(4, (char *[]){"--pp", "2", "--pp-layer-partition", "14,13"}, 28, "adds up to 27");
     expect_error(2, (char *[]){"--pp", "4"}, 3, "more stages");

@@ -25,6 +25,7 @@
 #include "../kernels/gpuinfo.h"
 #include "../kernels/model.h"
 #include "../worker/checkpoint.h"
+#include "../worker/engine.h"
 #include "../worker/plan.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -64,7 +65,7 @@ static void check_case(const char *config, int batched, int seqs, double util) {
     if (!be) fail_msg("CUDA backend: %s", err.msg);
     rlModel m;
     if (rl_model_init(&m, &cfg, &r->shard, be, NULL, NULL, NULL, NULL, 1, batched,
-                      batched + seqs, &err) ||
+                      rl_engine_max_rows(batched, seqs), &err) ||
         be->ops->sync(be, &err))
         fail_msg("%s: loading dummy weights: %s", config, err.msg);
     double actual = (double)(gpu0_used() - g_used_before);

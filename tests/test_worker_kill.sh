@@ -6,19 +6,20 @@ source "$(dirname "$0")/worker_lib.sh"
 
 N=${N_JOBS:-1000}
 start_redis
-# half streamed in chunks of 4, half one done; greedy so every run agrees
-queue_jobs "$N" 4
-
 start_worker a --claim-idle-ms 1500 --stream-interval 4
 A=$LAST_PID
 start_worker b --claim-idle-ms 1500 --stream-interval 4
 B=$LAST_PID
-replies() { rcli XLEN redlm:test:replies; }
-some_done() { [ "$(replies)" -ge $((N / 3)) ]; }
-wait_until 60 some_done || fail "no progress: $(replies) reply events"
-a_pending=$(rcli XINFO CONSUMERS redlm:jobs redlm | awk '/^a$/ { getline; getline; print }')
+both_up() { [ "$(rcli EXISTS redlm:instances:a redlm:instances:b)" = 2 ]; }
+wait_until 30 both_up || fail "workers did not start"
+# half streamed in chunks of 4, half one done; greedy so every run agrees
+queue_jobs "$N" 4
+
+a_pending() { rcli XINFO CONSUMERS redlm:jobs redlm | awk '$0 == "a" { getline; getline; print }'; }
+mid_run() { [ "$(rcli XLEN redlm:test:replies)" -ge $((N / 4)) ] && [ "$(a_pending)" -gt 0 ]; }
+wait_until 60 mid_run || fail "no progress: $(rcli XLEN redlm:test:replies) reply events, a holds $(a_pending)"
 kill -KILL "$A"
-echo "killed worker a with $a_pending jobs pending on it, $(replies) reply events so far"
+echo "killed worker a holding $(a_pending) jobs, $(rcli XLEN redlm:test:replies) reply events so far"
 
 # every entry read by the group and none pending: all acknowledged
 wait_until 120 all_acked "$N" || fail "not finished: read $(group entries-read), pending $(group pending)"

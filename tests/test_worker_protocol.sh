@@ -95,6 +95,14 @@ wait_until 20 got_done long-2 || fail "long-2 not aborted"
 reason=$(stream_json redlm:reply:long-2 | jq -r 'select(.event == "done") | .finish_reason')
 [ "$reason" = abort ] || fail "long-2 finish_reason $reason"
 
+# a cancel that overtakes its job: the job is answered abort without running
+rcli XADD redlm:cancel '*' id early > /dev/null
+sleep 0.5
+rcli XADD redlm:jobs '*' json '{"id":"early","prompt_ids":[1],"max_tokens":50,"n":2}' > /dev/null
+wait_until 20 got_done early || fail "early not answered"
+[ "$(stream_json redlm:reply:early | jq -c '[.index, .finish_reason, (.token_ids | length)]' | tr -d '\n')" = \
+  '[0,"abort",0][1,"abort",0]' ] || fail "early: $(stream_json redlm:reply:early)"
+
 # status and metrics
 st=$("$REDLM" status --redis "$(URL)") || fail "status failed"
 echo "$st" | grep -q '^w1 ' || fail "status has no row for w1: $st"

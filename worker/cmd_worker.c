@@ -124,7 +124,12 @@ int cmd_worker(int argc, char **argv) {
     }
     char layout[64], devices[64];
     snprintf(layout, sizeof(layout), "tp%dxpp%d", eo.tp > 0 ? eo.tp : 1, eo.pp > 0 ? eo.pp : 1);
-    snprintf(devices, sizeof(devices), "%s", eo.backend ? eo.backend : "cpu");
+    /* "cpu", or "cuda:0,1,2" as the ranks will use them */
+    int n = snprintf(devices, sizeof(devices), "%s", eo.backend ? eo.backend : "cpu");
+    if (eo.backend && !strcmp(eo.backend, "cuda"))
+        for (int d = 0; d < eo.tp * eo.pp && n > 0 && (size_t)n < sizeof(devices) - 8; d++)
+            n += snprintf(devices + n, sizeof(devices) - (size_t)n, "%c%d", d ? ',' : ':',
+                          eo.devices && d < eo.n_devices ? eo.devices[d] : d);
     so.model = eo.model;
     so.layout = layout;
     so.devices = devices;

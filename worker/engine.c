@@ -18,6 +18,7 @@
 #include "../kernels/rng.h"
 #include "../sched/sched.h"
 #include "checkpoint.h"
+#include "layout.h"
 #include "ranks.h"
 #include "startup.h"
 #include "tokenizer.h"
@@ -209,12 +210,11 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         rl_error(err, RL_EUSAGE, "--tp and --pp must be at least 1");
         goto fail;
     }
-    if (o->devices && o->n_devices != o->tp * o->pp) {
-        rl_error(err, RL_EDEVICE, "--devices lists %d device%s but --tp %d x --pp %d needs %d: "
-                 "list one device per rank", o->n_devices, o->n_devices == 1 ? "" : "s", o->tp,
-                 o->pp, o->tp * o->pp);
-        goto fail;
-    }
+    /* The layout's own checks (worker/layout.c), with the model's layers. */
+    rlLayout lay;
+    layout_init(&lay);
+    lay.tp = o->tp, lay.pp = o->pp, lay.n_devices = o->devices ? o->n_devices : 0;
+    if (layout_check(&lay, e->cfg.num_layers, err)) goto fail;
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
     if (file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;

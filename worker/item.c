@@ -103,6 +103,18 @@ int items_ack(rlItemList *out, const rlKeys *k, rlJob *job) {
     return 0;
 }
 
+int items_abort(rlItemList *out, const rlKeys *k, rlJob *job, const rlRequest *req) {
+    for (int i = 0; i < (req->n > 0 ? req->n : 1); i++) {
+        rlOutput o = {.kind = RL_OUT_DONE, .req = req, .index = i, .text = "", .finish = RL_FINISH_ABORT,
+                      .prompt_tokens = req->n_prompt_ids};
+        json_t *ev = rl_output_event(&o, job->seq++);
+        int bad = !ev || items_event(out, job, ev);
+        json_decref(ev);
+        if (bad) return -1;
+    }
+    return items_ack(out, k, job);
+}
+
 int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, int n_fields, const char *const *fields,
                const size_t *field_lens, const char *code, const char *message) {
     json_t *err = json_pack("{s:s, s:s}", "code", code, "message", message);

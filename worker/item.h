@@ -82,6 +82,10 @@ int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, int n_fields, const
 /* A reply event (a JSON object) for the job, encoded as the job asked. */
 int items_event(rlItemList *out, rlJob *job, const struct json_t *event);
 int items_ack(rlItemList *out, const rlKeys *k, rlJob *job);
+/* A job cancelled before it ran: one `done` with finish_reason "abort" and
+ * no tokens per sample, then XACK. */
+struct rlRequest;
+int items_abort(rlItemList *out, const rlKeys *k, rlJob *job, const struct rlRequest *req);
 
 void items_push(rlItemList *l, rlItem *it);
 void items_append(rlItemList *l, rlItemList *from); /* moves everything, from is left empty */

@@ -133,11 +133,11 @@ int layout_check(const rlLayout *l, int num_layers, rlError *err) {
         return rl_error(err, RL_EUSAGE, "--tp %d x --pp %d is %d ranks; at most %d", l->tp,
                         l->pp, n, RL_MAX_RANKS);
     if (l->n_devices && l->n_devices != n)
-        return rl_error(err, RL_EUSAGE,
-                        "--devices lists %d device%s but --tp %d x --pp %d needs %d: list one "
+        return rl_error(err, RL_EDEVICE,
+                        "--tp %d x --pp %d needs %d GPUs but %d %s given in --devices: list one "
                         "device per rank (to run several instances over more devices, use "
-                        "scripts/launch-instances)",
-                        l->n_devices, l->n_devices == 1 ? "" : "s", l->tp, l->pp, n);
+                        "redlm launch)",
+                        l->tp, l->pp, n, l->n_devices, l->n_devices == 1 ? "is" : "are");
     if (l->n_partition && l->n_partition != l->pp)
         return rl_error(err, RL_EUSAGE,
                         "--pp-layer-partition gives %d stage%s but --pp is %d: give one layer "

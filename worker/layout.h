@@ -30,7 +30,8 @@ void layout_init(rlLayout *l);
 int layout_parse_flag(rlLayout *l, int argc, char **argv, int *i, rlError *err);
 
 /* Check the flags against each other and the model's layer count (0 to skip
- * that check): device count, partition length and sum. */
+ * that check): device count (RL_EDEVICE), partition length and sum
+ * (RL_EUSAGE). */
 int layout_check(const rlLayout *l, int num_layers, rlError *err);
 
 /* "0-5", "0,2,4", "0-2,6,7" into out[]; at most max entries; no repeats. */

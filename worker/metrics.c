@@ -153,8 +153,8 @@ char *metrics_render(rlMetrics *m) {
     const rlEngineStats *s = &m->st;
     metrics_gauge(&t, "redlm:num_requests_running", "gauge", "Requests running on the engine.", s->running);
     metrics_gauge(&t, "redlm:num_requests_waiting", "gauge", "Requests waiting to start.", s->waiting);
-    metrics_gauge(&t, "redlm:num_requests_preempted", "gauge", "Requests preempted, to be recomputed.",
-                  s->preempted);
+    metrics_gauge(&t, "redlm:num_preemptions_total", "counter",
+                  "Preemptions (a request's KV blocks freed, to be recomputed).", s->preempted);
     metrics_gauge(&t, "redlm:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use (0..1).",
                   s->kv_blocks_total ? (double)s->kv_blocks_used / s->kv_blocks_total : 0.0);
     metrics_gauge(&t, "redlm:kv_blocks_used", "gauge", "KV blocks in use.", s->kv_blocks_used);

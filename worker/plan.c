@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "../kernels/model.h"
+#include "engine.h"
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
@@ -95,10 +96,9 @@ static int plan_check_options(const rlModelConfig *cfg, rlPlanOptions *o, rlErro
     return 0;
 }
 
-/* The engine samples from at most one row per new token plus one per
- * sequence (worker/engine.c: max_rows). */
+/* The logit rows the engine sizes its logits for (engine.h). */
 static int plan_max_rows(const rlPlanOptions *o) {
-    return o->max_num_batched_tokens + o->max_num_seqs;
+    return rl_engine_max_rows(o->max_num_batched_tokens, o->max_num_seqs);
 }
 
 /* Everything but the KV cache for one rank. */

@@ -25,6 +25,9 @@
 #include "writer.h"
 
 #define SERVE_HEARTBEAT_S 1.0
+/* Cancels remembered for jobs not read yet (a cancel may overtake its job
+ * in a long queue); the oldest are forgotten first. */
+#define SERVE_CANCEL_RING 1024
 #define SERVE_HEARTBEAT_TTL "10"
 
 typedef struct rlServe {
@@ -40,6 +43,8 @@ typedef struct rlServe {
     double last_claim;
     char cancel_last[48];
     int cancel_busy;
+    char *cancelled[SERVE_CANCEL_RING];
+    int cancel_next;
     rlJob *jobs;                    /* not yet acknowledged */
     int n_jobs;
     ev_async wake;
@@ -94,13 +99,31 @@ static void serve_on_job_done(void *ctx, rlJob *j) {
     serve_check_drained(s);
 }
 
+static int serve_was_cancelled(rlServe *s, const char *id) {
+    for (int i = 0; i < SERVE_CANCEL_RING && s->cancelled[i]; i++)
+        if (!strcmp(s->cancelled[i], id)) return 1;
+    return 0;
+}
+
+static void serve_remember_cancel(rlServe *s, const char *id) {
+    free(s->cancelled[s->cancel_next]);
+    s->cancelled[s->cancel_next] = strdup(id);
+    s->cancel_next = (s->cancel_next + 1) % SERVE_CANCEL_RING;
+}
+
 static void serve_entry(rlServe *s, const redisReply *entry, int attempt) {
     rlItemList items = {0};
     rlJob *job;
     rlRequest *req = intake_entry(&s->intake, entry, attempt, &job, &items);
     if (!job) return; /* out of memory: left pending, claimed again later */
     serve_jobs_add(s, job);
-    if (req) runner_add(s->runner, req);
+    if (req && serve_was_cancelled(s, req->id)) {
+        if (items_abort(&items, &s->o.keys, job, req))
+            fprintf(stderr, "redlm worker: out of memory answering cancelled job %s\n", req->id);
+        rl_request_free(req);
+        free(req);
+    } else if (req)
+        runner_add(s->runner, req);
     writer_push(s->writer, &items);
 }
 
@@ -288,7 +311,10 @@ static void serve_on_cancel(redisAsyncContext *ac, void *reply, void *priv) {
                 memcpy(s->cancel_last, en->element[0]->str, (size_t)en->element[0]->len + 1);
                 const redisReply *f = en->element[1];
                 for (size_t j = 0; f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2)
-                    if (!strcmp(f->element[j]->str, "id")) runner_abort(s->runner, f->element[j + 1]->str);
+                    if (!strcmp(f->element[j]->str, "id")) {
+                        runner_abort(s->runner, f->element[j + 1]->str);
+                        serve_remember_cancel(s, f->element[j + 1]->str);
+                    }
             }
         }
     else if (r->type == REDIS_REPLY_ERROR) {
@@ -507,6 +533,7 @@ done:
     }
     writer_free(s->writer);
     metrics_free(s->metrics);
+    for (int i = 0; i < SERVE_CANCEL_RING; i++) free(s->cancelled[i]);
     free(s);
     return rc;
 }
