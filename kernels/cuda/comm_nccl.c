@@ -6,9 +6,10 @@
  * own device.  A group of one rank gets a communicator only when the set
  * asks for every group (--collectives always); its rank makes the id itself,
  * since no one else needs it.  Each rank prints the NCCL version and what
- * NCCL reports for its communicators, so a log shows that NCCL really ran.  NCCL_NVLS_ENABLE=0 is set unless the user set it: NVLink
- * SHARP needs multicast objects that shared or partitioned hosts often
- * refuse, which shows up as a hang at init.
+ * NCCL reports for its communicators, so a log shows that NCCL really ran.
+ * NCCL_NVLS_ENABLE=0 is set unless the user set it: NVLink SHARP needs
+ * multicast objects that shared or partitioned hosts often refuse, which
+ * shows up as a hang at init.
  *
  * Every call is synchronous for the host: the model syncs its backend before
  * a collective, the collective runs on this rank's comm stream and is waited
@@ -218,8 +219,9 @@ static void nccl_describe(char *buf, size_t len, const char *name, ncclComm_t co
 static void nccl_report(ncclSet *s, int rank) {
     int v = 0;
     ncclGetVersion(&v);
-    /* Codes are major*10000 + minor*100 + patch since NCCL 2.9, major*1000 + ... before. */
-    int major = v >= 10000 ? v / 10000 : v / 1000, minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10;
+    /* major*10000 + minor*100 + patch since NCCL 2.9; major*1000 + minor*100 + patch before */
+    int major = v >= 10000 ? v / 10000 : v / 1000;
+    int minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10;
     char t[96], p[96];
     nccl_describe(t, sizeof(t), "TP", s->comms[2 * rank].comm);
     nccl_describe(p, sizeof(p), "pipeline", s->comms[2 * rank + 1].comm);
