@@ -18,6 +18,7 @@ struct rlSched {
     int n_running, n_waiting, n_all;
     int cap_running, cap_waiting, cap_all, cap_expired;
     uint64_t next_arrival;
+    uint64_t step_id;           /* numbers steps: rlSchedReq.planned_step */
     uint64_t preemptions, hit_tokens, query_tokens;
     rlSchedPlan plan;
 };
@@ -278,6 +279,7 @@ static int plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
     while (q->n_blocks * bs < end) q->blocks[q->n_blocks++] = block_alloc(s->pool);
 
     int idx = p->n_seqs++;
+    r->planned_step = s->step_id;
     p->seq_req[idx] = r;
     p->seq_index[idx] = k;
     for (int pos = start; pos < end; pos++) {
@@ -313,32 +315,46 @@ static int plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
     return prompt_rows;
 }
 
-/* Schedule every runnable sample of running request i, preempting the
- * youngest running requests while blocks are short.  Returns 1 when r itself
- * had to be preempted. */
-static int plan_running(rlSched *s, rlSchedReq *r, int *budget, int *rows) {
+/* The youngest running request behind r with nothing in this step yet; r
+ * itself when there is none and r has nothing in it either; NULL when every
+ * candidate already has work in the plan (its blocks must stay). */
+static rlSchedReq *plan_victim(rlSched *s, rlSchedReq *r) {
+    for (int j = s->n_running - 1; j >= 0 && s->running[j] != r; j--)
+        if (s->running[j]->planned_step != s->step_id) return s->running[j];
+    return r->planned_step != s->step_id ? r : NULL;
+}
+
+typedef enum planResult { PLAN_DONE = 0, PLAN_PREEMPTED, PLAN_SKIPPED } planResult;
+
+/* Schedule the runnable samples of running request r (with decodes set,
+ * only those with one token left), preempting younger running requests while
+ * blocks are short.  PLAN_PREEMPTED when r itself had to go, PLAN_SKIPPED when it must
+ * wait because nothing it may preempt is left. */
+static planResult plan_running(rlSched *s, rlSchedReq *r, int decodes, int *budget, int *rows) {
     int chunks[r->n];
     for (;;) {
         int left = *budget, rows_left = *rows, need = 0;
         for (int k = 0; k < r->n; k++) {
             rlSchedSeq *q = &r->seqs[k];
             chunks[k] = 0;
-            if (!seq_runnable(q) || left == 0) continue;
+            if (!seq_runnable(q) || left == 0 || (decodes && q->n_tokens - q->n_computed != 1))
+                continue;
             chunks[k] = seq_chunk(r, q, left, &rows_left);
             left -= chunks[k];
             need += seq_new_blocks(s, q, chunks[k]);
         }
         if (need <= block_pool_available(s->pool)) break;
-        rlSchedReq *victim = s->running[s->n_running - 1];
+        rlSchedReq *victim = plan_victim(s, r);
+        if (!victim) return PLAN_SKIPPED;
         req_preempt(s, victim);
-        if (victim == r) return 1;
+        if (victim == r) return PLAN_PREEMPTED;
     }
     for (int k = 0; k < r->n; k++) {
         if (!chunks[k]) continue;
         *rows -= plan_seq(s, r, k, chunks[k]);
         *budget -= chunks[k];
     }
-    return 0;
+    return PLAN_DONE;
 }
 
 static int plan_expire(rlSched *s, rlSchedReq *r) {
@@ -412,10 +428,19 @@ int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan **out) {
     p->n_expired = 0;
     p->n_preempted = 0;
     int budget = s->cfg.max_num_batched_tokens, rows = s->cfg.max_prompt_rows;
-    for (int i = 0; i < s->n_running && budget > 0;)
-        if (!plan_running(s, s->running[i], &budget, &rows)) i++;
+    s->step_id++;
+    /* Every running decode first, then the running prompts' chunks, so a
+     * long prompt never holds decodes back.  A prompt chunk that found no
+     * blocks stops admissions: what frees up goes to requests already in. */
+    int starved = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < s->n_running && budget > 0;) {
+            planResult rc = plan_running(s, s->running[i], pass == 0, &budget, &rows);
+            starved |= rc == PLAN_SKIPPED;
+            if (rc != PLAN_PREEMPTED) i++;
+        }
     int n_seqs = running_seqs(s);
-    while (s->n_waiting > 0 && budget > 0) {
+    while (!starved && s->n_waiting > 0 && budget > 0) {
         rlSchedReq *r = s->waiting[0];
         if (!r->started && r->deadline_ms > 0 && now_ms > r->deadline_ms) {
             if (plan_expire(s, r)) return -1;

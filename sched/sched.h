@@ -1,10 +1,10 @@
 /* sched.h: continuous batching over a paged KV cache.
  *
  * The scheduler decides, once per step, which tokens of which sequences run:
- * every running request first (a decode is one token, a prompt a chunk of
- * it), then waiting requests in order of priority and arrival while the
- * step's sequence and token budgets and the KV pool allow (chunked prefill:
- * a long prompt spreads over steps, so decodes are never starved).  It owns
+ * every running decode first (one token each), then chunks of the running
+ * requests' prompts, then waiting requests in order of priority and arrival
+ * while the step's sequence and token budgets and the KV pool allow (chunked
+ * prefill: a long prompt spreads over steps, so decodes are never starved).  It owns
  * block numbers and never memory; its step plan is a plain struct of arrays
  * that maps one to one onto kernels/batch.h's rlBatch.
  *
@@ -90,6 +90,7 @@ typedef struct rlSchedReq {
     int cached_tokens;      /* prefix-cache hit at the first admission */
     int n_preemptions;
     int all_index;          /* position in the scheduler's list of every request */
+    uint64_t planned_step;  /* the last step with a sequence of it in the plan */
 } rlSchedReq;
 
 typedef enum rlRowKind {

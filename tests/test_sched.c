@@ -232,6 +232,41 @@ static void test_chunked_prefill(void **state) {
     sched_free(s);
 }
 
+/* A prompt ahead in order (higher priority) never holds decodes back. */
+static void test_decodes_before_prompts(void **state) {
+    (void)state;
+    rlSchedConfig c = config(64, 4, 24, 1);
+    rlSched *s = sched_create(&c);
+    fakeKV kv;
+    kv_init(&kv, &c);
+    int32_t a[300], b[4] = {1, 2, 3, 4}, rt[64];
+    for (int i = 0; i < 300; i++) a[i] = 5 + i % 50;
+    simReq ua = {.n = 1, .max_tokens = 2}, ub = {.n = 1, .max_tokens = 30};
+    ub.h = add(s, b, 4, 1, 30, &ub);
+    rlSchedPlan *p;
+    assert_int_equal(sched_step(s, 0, &p), 0);   /* b's prompt */
+    kv_forward(&kv, p, rt);
+    sim_apply(s, p, rt);
+    rlSchedParams pa = {.prompt = a, .n_prompt = 300, .n = 1, .max_tokens = 2, .priority = 5,
+                        .user = &ua};
+    assert_int_equal(sched_add(s, &pa, &ua.h), RL_SCHED_OK);
+    int steps = 0;
+    while (!ua.done && !ub.done) {
+        assert_int_equal(sched_step(s, 0, &p), 0);
+        int has_b = 0;
+        for (int i = 0; i < p->n_seqs; i++) has_b |= p->seq_req[i] == ub.h;
+        assert_true(has_b);
+        assert_true(p->n_tokens <= 24);
+        steps++;
+        kv_forward(&kv, p, rt);
+        sim_apply(s, p, rt);
+    }
+    assert_true(steps > 10);   /* a's prompt took many chunks, b decoded in each */
+    run_to_end(s, &kv);
+    kv_free(&kv);
+    sched_free(s);
+}
+
 static void test_refusals(void **state) {
     (void)state;
     rlSchedConfig c = config(6, 2, 64, 1);
@@ -516,6 +551,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_after_prefill),
         cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_decodes_before_prompts),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_fork_shares_blocks),
         cmocka_unit_test(test_prefix_fixture),

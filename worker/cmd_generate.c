@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "codec.h"
 #include "commands.h"
 #include "engine.h"
 #include "engine_flags.h"
@@ -50,7 +51,9 @@ typedef struct genRun {
 } genRun;
 
 static void gen_write_ready(genRun *g) {
-    while (g->next_write < g->n_lines && g->lines[g->next_write].got == g->lines[g->next_write].n) {
+    /* n is 0 until the line is read: a later line is never "complete" early. */
+    while (g->next_write < g->n_lines && g->lines[g->next_write].n > 0 &&
+           g->lines[g->next_write].got == g->lines[g->next_write].n) {
         genLine *l = &g->lines[g->next_write++];
         for (int i = 0; i < l->n; i++) {
             if (json_dumpf(l->events[i], g->out, JSON_COMPACT) || fputc('\n', g->out) == EOF)
@@ -169,10 +172,27 @@ static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *
     json_t *obj = json_loads(text, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (!obj) {
         char msg[512];
-        int utf8 = json_error_code(&jerr) == json_error_invalid_utf8;
-        snprintf(msg, sizeof(msg), "line %d is not valid JSON: %s (column %d)", i + 1, jerr.text,
-                 jerr.column);
-        gen_line_error(g, i, NULL, utf8 ? "invalid_utf8" : "invalid_encoding", msg);
+        enum json_error_code why = json_error_code(&jerr);
+        snprintf(msg, sizeof(msg), "line %d is not a valid request: %s (column %d)", i + 1,
+                 jerr.text, jerr.column);
+        /* Bad UTF-8 in a string: repaired, the line still names its id. */
+        char *id = NULL;
+        if (why == json_error_invalid_utf8) {
+            size_t len;
+            int changed;
+            char *fixed = codec_repair_utf8(text, strlen(text), &len, &changed);
+            json_t *o = fixed ? json_loadb(fixed, len, JSON_ALLOW_NUL, NULL) : NULL;
+            const char *s = json_string_value(json_object_get(o, "id"));
+            if (s && strlen(s) <= RL_ID_MAX) id = strdup(s);
+            json_decref(o);
+            free(fixed);
+        }
+        gen_line_error(g, i, id,
+                       why == json_error_invalid_utf8    ? "invalid_utf8"
+                       : why == json_error_duplicate_key ? "invalid_request"
+                                                         : "invalid_encoding",
+                       msg);
+        free(id);
         return 0;
     }
     rlRequest *r = malloc(sizeof(*r));
