@@ -256,7 +256,7 @@ static int nccl_join(rlCommSet *base, int rank, rlComm **tp, rlComm **pp, rlErro
     if (r != ncclSuccess) return nccl_fail(s, rank, r, "communicator init", err);
     if (with_tp) *tp = &t->base;
     if (with_pp) *pp = &p->base;
-    nccl_report(s, rank);
+    if (with_tp || with_pp) nccl_report(s, rank);
     return 0;
 }
 
