@@ -2,9 +2,12 @@
  *
  * The model calls these without knowing what carries the bytes: NCCL between
  * GPU ranks, shared memory between CPU ranks (threads).  A communicator is one
- * group (a TP group, or the pipeline's stages); a group of one rank makes
- * every call a no-op, so a 1x1 layout costs nothing.  Buffers are the
- * backend's device pointers. */
+ * group (a TP group, or the pipeline's stages).  A group of one rank has
+ * no communicator unless the set is asked for every group (every_group), so
+ * a 1x1 layout normally costs nothing; with every_group it runs its
+ * collectives for real (an all-reduce of one rank is a copy), which lets one
+ * device check the multi-rank path.  Buffers are the backend's device
+ * pointers. */
 #ifndef RL_COMM_H
 #define RL_COMM_H
 
@@ -41,7 +44,7 @@ struct rlComm {
 typedef struct rlCommSet rlCommSet;
 
 typedef struct rlCommSetOps {
-    /* *tp and *pp are NULL for groups of one rank. */
+    /* *tp and *pp are NULL for groups of one rank, unless every_group. */
     int (*join)(rlCommSet *s, int rank, rlComm **tp, rlComm **pp, rlError *err);
     /* A rank failed: every rank blocked in (or later entering) a collective
      * returns an error instead of waiting for it forever. */
@@ -53,6 +56,7 @@ typedef struct rlCommSetOps {
 struct rlCommSet {
     const rlCommSetOps *ops;
     int tp, pp;
+    int every_group;    /* set before any join: groups of one rank get communicators too */
     void *impl;
 };
 

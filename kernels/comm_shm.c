@@ -232,8 +232,8 @@ static int shm_join(rlCommSet *s, int rank, rlComm **tp, rlComm **pp, rlError *e
     shmSet *set = s->impl;
     if (rank < 0 || rank >= s->tp * s->pp)
         return rl_error(err, RL_EINTERNAL, "rank %d joining a %dx%d layout", rank, s->tp, s->pp);
-    *tp = s->tp > 1 ? &set->comms[2 * rank].base : NULL;
-    *pp = s->pp > 1 ? &set->comms[2 * rank + 1].base : NULL;
+    *tp = s->tp > 1 || s->every_group ? &set->comms[2 * rank].base : NULL;
+    *pp = s->pp > 1 || s->every_group ? &set->comms[2 * rank + 1].base : NULL;
     return 0;
 }
 

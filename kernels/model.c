@@ -7,11 +7,13 @@
  * the rows whose logits are wanted.  Tensor parallelism shows up as three
  * all-reduces per layer boundary (embedding, o_proj, down_proj) and a gather
  * of the vocabulary slices; pipeline parallelism as a receive before the
- * first layer and a send after the last.  Everything else is the backend's. */
+ * first layer and a send after the last.  A TP communicator of one rank
+ * (--collectives always) is used like any other, so one device runs the
+ * same collectives a TP group does.  Everything else is the backend's. */
 #include "model.h"
 
 static int model_all_reduce(rlModel *m, void *buf, size_t n, rlError *err) {
-    if (!m->tp || m->tp->size == 1) return 0;
+    if (!m->tp) return 0;
     /* Collectives read device memory: queued work must have produced it. */
     if (m->be->ops->sync(m->be, err) != 0) return -1;
     return m->tp->ops->all_reduce_sum(m->tp, buf, n, m->be->act_dtype, err);
@@ -35,7 +37,7 @@ static int model_check(const rlModel *m, const rlBatch *b, rlError *err) {
 /* The last stage's logits, each TP rank holding a vocabulary slice: gather
  * the slices and lay them side by side into full rows. */
 static float *model_full_logits(rlModel *m, int rows, rlError *err) {
-    if (m->shard.tp_size == 1) return m->logits;
+    if (!m->tp) return m->logits;
     rlBackend *be = m->be;
     size_t part = (size_t)rows * m->vocab_pad;
     if (be->ops->sync(be, err) != 0 ||

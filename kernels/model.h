@@ -42,7 +42,7 @@ typedef struct rlModel {
     rlModelConfig cfg;
     rlShard shard;
     rlBackend *be;
-    rlComm *tp;          /* this rank's tensor-parallel group (NULL: alone) */
+    rlComm *tp;          /* this rank's tensor-parallel group (NULL: alone, no collectives) */
     rlComm *pp;          /* the pipeline's stages for this TP rank (NULL: one stage) */
     rlAttnShape attn;
     void *embed;         /* (n_vocab, hidden) on the first stage (and the last when tied) */
@@ -54,7 +54,7 @@ typedef struct rlModel {
     void *x, *resid, *qkv, *att, *gu, *mlp, *rows_x;
     void *delta;         /* (max_tokens, hidden) o_proj / down_proj output before the residual add */
     float *logits, *logits_full;
-    /* TP > 1: every TP rank's vocabulary slice, gathered ([tp][max_rows * vocab_pad]) */
+    /* with tp: every TP rank's vocabulary slice, gathered ([tp][max_rows * vocab_pad]) */
     float *logits_gather;
     int vocab_pad;       /* the largest slice; all_gather needs equal parts */
     int *tp_vocab0, *tp_n_vocab;   /* [tp] each TP rank's vocabulary rows */

@@ -156,8 +156,8 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
         return rl_error(err, RL_EMODEL,
                         "cannot run head_dim %d (rotary embedding needs it even) with %d tokens "
                         "and %d logit rows per step", cfg->head_dim, max_tokens, max_rows);
-    if ((s->tp_size > 1 && (!tp || tp->size != s->tp_size)) ||
-        (s->pp_size > 1 && (!pp || pp->size != s->pp_size)))
+    if ((tp ? tp->size != s->tp_size : s->tp_size > 1) ||
+        (pp ? pp->size != s->pp_size : s->pp_size > 1))
         return rl_error(err, RL_EINTERNAL,
                         "shard of a TP %d x PP %d layout given communicators of %d and %d ranks",
                         s->tp_size, s->pp_size, tp ? tp->size : 1, pp ? pp->size : 1);
@@ -201,7 +201,7 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
             !(m->logits = model_act(m, R * (size_t)s->n_vocab, RL_F32, err)))
             goto fail;
         m->logits_full = m->logits;
-        if (s->tp_size > 1) {
+        if (tp) {
             int n = s->tp_size;
             if (!be->ops->copy2d) {
                 rl_error(err, RL_EINTERNAL, "the %s backend cannot combine vocabulary slices "

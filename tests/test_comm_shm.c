@@ -3,7 +3,8 @@
  * All-reduce must give every rank the same bits, equal to the sum taken in
  * rank order (the model's TP ranks rely on it to stay in step); all-gather
  * and broadcast must place every rank's bytes; send/recv must keep each
- * pair's order and never make the sender wait; abort must wake waiters. */
+ * pair's order and never make the sender wait; abort must wake waiters.
+ * Groups of one rank (every_group, for --collectives always) must work too. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -38,12 +39,14 @@ static void *job_main(void *arg) {
     return NULL;
 }
 
-/* Run fn on every rank of a tp x pp set, each in its own thread. */
-static void run_ranks(int tp, int pp, int (*fn)(job *, rlComm *, rlComm *), void *ctx,
-                      int *rcs) {
+/* Run fn on every rank of a tp x pp set, each in its own thread; every
+ * asks for communicators of groups of one rank too. */
+static void run_ranks_every(int tp, int pp, int every, int (*fn)(job *, rlComm *, rlComm *),
+                            void *ctx, int *rcs) {
     rlError err;
     rlCommSet *set = rl_comm_shm_create(tp, pp, &err);
     assert_non_null(set);
+    set->every_group = every;
     pthread_t th[MAXR];
     job jobs[MAXR];
     for (int i = 0; i < tp * pp; i++) {
@@ -55,6 +58,11 @@ static void run_ranks(int tp, int pp, int (*fn)(job *, rlComm *, rlComm *), void
         rcs[i] = jobs[i].rc;
     }
     set->ops->destroy(set);
+}
+
+static void run_ranks(int tp, int pp, int (*fn)(job *, rlComm *, rlComm *), void *ctx,
+                      int *rcs) {
+    run_ranks_every(tp, pp, 0, fn, ctx, rcs);
 }
 
 #define N 1001
@@ -240,6 +248,32 @@ static void test_size_mismatch(void **state) {
     assert_int_equal(rcs[1], 0);
 }
 
+/* A 2x1 set asked for every group: each rank also gets a pipeline group of
+ * one, where reduce, gather and broadcast keep or copy its own data and a
+ * message to itself is refused rather than left to hang. */
+static int alone_rank(job *j, rlComm *tp, rlComm *pp) {
+    (void)j;
+    rlError err;
+    float a[3] = {1.5f, -0.0f, 3e-8f}, b[3] = {0}, keep[3];
+    memcpy(keep, a, sizeof(a));
+    if (!tp || !pp || tp->size != 2 || pp->size != 1 || pp->rank != 0) return -1;
+    if (pp->ops->all_reduce_sum(pp, a, 3, RL_F32, &err) || memcmp(a, keep, sizeof(a))) return -1;
+    if (pp->ops->all_gather(pp, a, b, 3, RL_F32, &err) || memcmp(b, keep, sizeof(b))) return -1;
+    if (pp->ops->broadcast(pp, a, sizeof(a), 0, &err) || memcmp(a, keep, sizeof(a))) return -1;
+    if (!pp->ops->broadcast(pp, a, sizeof(a), 1, &err)) return -1;
+    if (!pp->ops->send(pp, a, sizeof(a), 0, &err) || !pp->ops->recv(pp, b, sizeof(b), 0, &err))
+        return -1;
+    return 0;
+}
+
+static void test_groups_of_one(void **state) {
+    (void)state;
+    int rcs[MAXR];
+    run_ranks_every(2, 1, 1, alone_rank, NULL, rcs);
+    assert_int_equal(rcs[0], 0);
+    assert_int_equal(rcs[1], 0);
+}
+
 /* The 16-bit roundings the all-reduce ends with: every finite value survives
  * a round trip, and halfway cases go to the even neighbour. */
 static void test_half_rounding(void **state) {
@@ -265,6 +299,7 @@ int main(void) {
         cmocka_unit_test(test_all_reduce_repeated), cmocka_unit_test(test_all_gather_broadcast),
         cmocka_unit_test(test_pipeline_order),    cmocka_unit_test(test_abort_wakes),
         cmocka_unit_test(test_size_mismatch),     cmocka_unit_test(test_half_rounding),
+        cmocka_unit_test(test_groups_of_one),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

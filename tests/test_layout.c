@@ -24,11 +24,12 @@ static int parse(rlLayout *l, int argc, char **argv, int *others, rlError *err) 
 static void test_flags(void **state) {
     (void)state;
     char *argv[] = {"--model", "m", "--tp", "3", "--pp=2", "--devices", "0-2,5,4,3",
-                    "--pp-layer-partition", "14,14", "--nccl-timeout", "30"};
+                    "--pp-layer-partition", "14,14", "--nccl-timeout", "30",
+                    "--collectives=always"};
     rlLayout l;
     rlError err;
     int others;
-    assert_int_equal(parse(&l, 11, argv, &others, &err), 0);
+    assert_int_equal(parse(&l, 12, argv, &others, &err), 0);
     assert_int_equal(others, 2);
     assert_int_equal(l.tp, 3);
     assert_int_equal(l.pp, 2);
@@ -38,6 +39,7 @@ static void test_flags(void **state) {
     assert_int_equal(l.n_partition, 2);
     assert_int_equal(l.partition[1], 14);
     assert_true(l.nccl_timeout_s == 30);
+    assert_int_equal(l.collectives, 1);
     assert_int_equal(layout_check(&l, 28, &err), 0);
     char buf[128];
     layout_describe(&l, buf, sizeof(buf));
@@ -73,9 +75,25 @@ static void test_errors(void **state) {
     expect_error(4, (char *[]){"--pp", "2", "--pp-layer-partition", "14,13"}, 28, "adds up to 27");
     expect_error(2, (char *[]){"--pp", "4"}, 3, "more stages");
     expect_error(2, (char *[]){"--nccl-timeout", "-1"}, 0, "positive");
+    expect_error(2, (char *[]){"--collectives", "never"}, 0, "auto");
+}
+
+/* auto is the default and leaves a 1x1 layout without communicators. */
+static void test_collectives_auto(void **state) {
+    (void)state;
+    rlLayout l;
+    rlError err;
+    int others;
+    layout_init(&l);
+    assert_int_equal(l.collectives, 0);
+    assert_int_equal(parse(&l, 2, (char *[]){"--collectives", "always"}, &others, &err), 0);
+    assert_int_equal(l.collectives, 1);
+    assert_int_equal(parse(&l, 2, (char *[]){"--collectives", "auto"}, &others, &err), 0);
+    assert_int_equal(l.collectives, 0);
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_flags), cmocka_unit_test(test_errors)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_flags), cmocka_unit_test(test_errors),
+                                       cmocka_unit_test(test_collectives_auto)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,8 +8,10 @@
  * must be within 1e-3 of reference.json, greedy tokens equal to the
  * reference up to its first margin under 1e-2, and equal to the 1x1 run's
  * up to the first margin under 1e-3.  hd128 has two layers, so its three-stage
- * layouts must be refused with a reason instead.  The prompts are those of up to 100
- * tokens; RL_TEST_FULL=1 takes all of them. */
+ * layouts must be refused with a reason instead.  1x1 runs a second time as
+ * `--collectives always` does, on a rank thread with communicators of one
+ * rank (NCCL on GPUs), under the same checks.  The prompts are those of up
+ * to 100 tokens; RL_TEST_FULL=1 takes all of them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -164,9 +166,10 @@ static int steps_above(json_t *ref, double m) {
     return n;
 }
 
-static void run_layout(tFix *f, int tp, int pp) {
+static void run_layout(tFix *f, int tp, int pp, int collectives) {
     rlRanksOptions o = {
         .cfg = f->cfg, .backend = BACKEND, .dtype = DTYPE, .threads = 2, .tp = tp, .pp = pp,
+        .collectives = collectives,
         .src = checkpoint_lookup, .src_ctx = f->ck, .block_size = BLOCK,
         .n_blocks = f->n_blocks, .max_tokens = MAX_TOKENS, .max_rows = MAX_TOKENS, .quiet = 1,
     };
@@ -245,7 +248,7 @@ static void run_layout(tFix *f, int tp, int pp) {
 }
 
 #define LAYOUT(tp, pp)                                                  \
-    static void test_##tp##x##pp(void **state) { run_layout(*state, tp, pp); }
+    static void test_##tp##x##pp(void **state) { run_layout(*state, tp, pp, 0); }
 LAYOUT(1, 1)
 LAYOUT(2, 1)
 LAYOUT(3, 1)
@@ -255,6 +258,8 @@ LAYOUT(1, 2)
 LAYOUT(1, 3)
 LAYOUT(3, 2)
 LAYOUT(2, 3)
+
+static void test_1x1_collectives(void **state) { run_layout(*state, 1, 1, 1); }
 
 /* A layout the model cannot take fails cleanly at open. */
 static void test_bad_layout(void **state) {
@@ -338,6 +343,7 @@ int main(void) {
         cmocka_unit_test(test_1x1), cmocka_unit_test(test_2x1), cmocka_unit_test(test_3x1),
         cmocka_unit_test(test_4x1), cmocka_unit_test(test_6x1), cmocka_unit_test(test_1x2),
         cmocka_unit_test(test_1x3), cmocka_unit_test(test_3x2), cmocka_unit_test(test_2x3),
+        cmocka_unit_test(test_1x1_collectives),
         cmocka_unit_test(test_bad_layout), cmocka_unit_test(test_bad_token),
         cmocka_unit_test(test_no_gpu),
     };

@@ -274,6 +274,7 @@ int cmd_generate(int argc, char **argv) {
     o.n_devices = lay.n_devices;
     o.pp_partition = lay.n_partition ? lay.partition : NULL;
     o.nccl_timeout_s = lay.nccl_timeout_s;
+    o.collectives = lay.collectives;
     char **lines = NULL;
     int n_lines = 0;
     genRun g = {0};

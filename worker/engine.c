@@ -130,7 +130,8 @@ static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
                          .dummy_seed = o->seed, .block_size = o->block_size,
                          .n_blocks = e->n_blocks, .max_tokens = o->max_num_batched_tokens,
                          .max_rows = e->max_rows, .nccl_timeout_s = o->nccl_timeout_s,
-                         .quiet = o->tp * o->pp == 1};
+                         .collectives = o->collectives,
+                         .quiet = o->tp * o->pp == 1 && !o->collectives};
     e->ranks = ranks_open(&ro, err);
     return e->ranks ? 0 : -1;
 }

@@ -34,6 +34,7 @@ typedef struct rlEngineOptions {
     const int *devices;         /* CUDA device ordinals, or NULL for 0..tp*pp-1 */
     int n_devices;
     double nccl_timeout_s;      /* CUDA ranks: a hung collective ends the process; 0 = default */
+    int collectives;            /* 1: rank threads and communicators even at 1x1 (--collectives) */
     uint64_t seed;              /* dummy weights and unseeded requests */
 } rlEngineOptions;
 

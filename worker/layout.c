@@ -84,10 +84,10 @@ static int layout_parse_partition(rlLayout *l, const char *s, rlError *err) {
 
 int layout_parse_flag(rlLayout *l, int argc, char **argv, int *i, rlError *err) {
     static const char *flags[] = {"--tp", "--pp", "--devices", "--pp-layer-partition",
-                                  "--nccl-timeout"};
+                                  "--nccl-timeout", "--collectives"};
     const char *arg = argv[*i], *val = NULL;
     int which = -1;
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 6; k++) {
         size_t len = strlen(flags[k]);
         if (strncmp(arg, flags[k], len)) continue;
         if (arg[len] == '=') val = arg + len + 1;
@@ -117,12 +117,19 @@ int layout_parse_flag(rlLayout *l, int argc, char **argv, int *i, rlError *err) 
                    ? -1 : 1;
     case 3:
         return layout_parse_partition(l, val, err) ? -1 : 1;
-    default:
+    case 4:
         d = strtod(val, &end);
         if (end == val || *end || !(d > 0))
             return rl_error(err, RL_EUSAGE, "--nccl-timeout '%s' must be a positive number of "
                             "seconds", val);
         l->nccl_timeout_s = d;
+        return 1;
+    default:
+        if (strcmp(val, "auto") && strcmp(val, "always"))
+            return rl_error(err, RL_EUSAGE, "--collectives '%s' must be auto (a 1x1 layout runs "
+                            "without communicators) or always (every layout runs through its "
+                            "rank threads and communicators)", val);
+        l->collectives = !strcmp(val, "always");
         return 1;
     }
 }

@@ -1,7 +1,7 @@
 /* layout.h: the parallel layout flags shared by `generate`, `worker`, `plan`.
  *
  *   --tp N --pp M [--devices 0,1,2 | 0-5] [--pp-layer-partition 14,14]
- *   [--nccl-timeout SECONDS]
+ *   [--nccl-timeout SECONDS] [--collectives auto|always]
  *
  * Rank i of a TP x PP layout is pipeline stage i / N, tensor rank i % N, and
  * runs on the i-th listed device: adjacent devices form a TP group, so list
@@ -21,6 +21,7 @@ typedef struct rlLayout {
     int partition[RL_MAX_RANKS];
     int n_partition;                /* 0: balanced */
     double nccl_timeout_s;
+    int collectives;                /* 1: --collectives always */
 } rlLayout;
 
 void layout_init(rlLayout *l);
@@ -51,6 +52,10 @@ void layout_describe(const rlLayout *l, char *buf, int len);
     "                           form a TP group (default 0 .. tp*pp-1)\n"                 \
     "  --pp-layer-partition L   layers per stage, e.g. 14,14 (default balanced)\n"        \
     "  --nccl-timeout S         end the process when an NCCL step hangs S seconds\n"     \
-    "                           (default 600)\n"
+    "                           (default 600)\n"                                          \
+    "  --collectives MODE       auto (default): a 1x1 layout runs directly, with no\n"    \
+    "                           communicator; always: every layout, 1x1 included, runs\n"  \
+    "                           on rank threads with real communicators (NCCL on GPUs),\n" \
+    "                           to check that path on one device\n"
 
 #endif

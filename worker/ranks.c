@@ -5,7 +5,10 @@
  * shard plan, the model's slice and its communicators, and runs in its own
  * thread, because a CUDA device and an NCCL communicator belong to the thread
  * that set them up.  A 1x1 layout has no thread: the model runs in the
- * caller's thread, with no hop and no communicator.
+ * caller's thread, with no hop and no communicator, unless the options ask
+ * for collectives always; then it runs like any other layout, on a rank
+ * thread with communicators of one rank, which is how one GPU checks the
+ * NCCL path.
  *
  * Work reaches the rank threads as a queue of micro-batches.  A step is cut
  * into micro-batches of whole sequences; every rank runs every micro-batch in
@@ -59,6 +62,7 @@ typedef struct ranksRank {
 struct rlRanks {
     rlRanksOptions o;
     int n;
+    int threaded;           /* ranks run on their own threads (n > 1 or collectives always) */
     int partition[64];
     int devices[64];
     ranksRank *ranks;
@@ -270,7 +274,7 @@ static void ranks_warn_links(const rlRanks *r) {
 
 void ranks_close(rlRanks *r) {
     if (!r) return;
-    if (r->n > 1) {
+    if (r->threaded) {
         pthread_mutex_lock(&r->mu);
         r->quit = 1;
         pthread_cond_broadcast(&r->cv);
@@ -289,17 +293,21 @@ void ranks_close(rlRanks *r) {
 }
 
 static rlCommSet *ranks_comms(const rlRanksOptions *o, rlError *err) {
+    rlCommSet *s;
     if (o->backend && !strcmp(o->backend, "cuda")) {
 #ifdef RL_HAVE_CUDA
-        return rl_comm_nccl_create(o->tp, o->pp, o->devices, o->nccl_timeout_s, err);
+        s = rl_comm_nccl_create(o->tp, o->pp, o->devices, o->nccl_timeout_s, err);
 #else
         rl_error(err, RL_EDEVICE, "this redlm was built without CUDA, so it has no NCCL for a "
                  "%d x %d layout of GPU ranks; rebuild with nvcc, or use --backend cpu",
                  o->tp, o->pp);
         return NULL;
 #endif
+    } else {
+        s = rl_comm_shm_create(o->tp, o->pp, err);
     }
-    return rl_comm_shm_create(o->tp, o->pp, err);
+    if (s) s->every_group = o->collectives;
+    return s;
 }
 
 rlRanks *ranks_open(const rlRanksOptions *o, rlError *err) {
@@ -314,6 +322,7 @@ rlRanks *ranks_open(const rlRanksOptions *o, rlError *err) {
     }
     r->o = *o;
     r->n = o->tp * o->pp;
+    r->threaded = r->n > 1 || o->collectives;
     r->n_blocks = o->n_blocks;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
@@ -340,7 +349,7 @@ rlRanks *ranks_open(const rlRanksOptions *o, rlError *err) {
     if (o->backend && !strcmp(o->backend, "cuda") && o->tp > 1) ranks_warn_links(r);
     free(plan);
 
-    if (r->n == 1) {
+    if (!r->threaded) {
         if (rank_setup(&r->ranks[0], err)) goto fail;
         return r;
     }
@@ -453,7 +462,7 @@ static int ranks_check(const rlRanks *r, const rlBatch *b, rlError *err) {
 
 int ranks_submit(rlRanks *r, const rlBatch *b, rlRowResult *out, uint64_t *ticket, rlError *err) {
     if (ranks_check(r, b, err)) return -1;
-    if (r->n == 1) {
+    if (!r->threaded) {
         *ticket = 0;
         return b->n_tokens ? rl_model_forward(&r->ranks[0].model, b, out, err) : 0;
     }
@@ -492,7 +501,7 @@ int ranks_submit(rlRanks *r, const rlBatch *b, rlRowResult *out, uint64_t *ticke
 }
 
 int ranks_wait(rlRanks *r, uint64_t ticket, rlError *err) {
-    if (r->n == 1) return 0;
+    if (!r->threaded) return 0;
     pthread_mutex_lock(&r->mu);
     while (r->head < ticket && !r->failed) pthread_cond_wait(&r->cv, &r->mu);
     /* On failure, the ranks drain the queue without running it; wait for

@@ -35,6 +35,9 @@ typedef struct rlRanksOptions {
     int micro_batches;          /* pipeline micro-batches per step, 0 = automatic */
     double nccl_timeout_s;      /* CUDA ranks: a hung NCCL init or collective ends the
                                  * process after this long, 0 = 600 s */
+    int collectives;            /* 1: rank threads and communicators for every group, even
+                                 * of one rank, so a 1x1 layout runs the multi-rank path
+                                 * (NCCL on one GPU); 0: a 1x1 layout runs in the caller */
     int quiet;                  /* 0: print each rank's share of the model at open */
 } rlRanksOptions;
 

@@ -3,9 +3,13 @@
  * One unique id per group (each stage's TP group, each TP rank's pipeline
  * chain) is made up front; every rank thread then joins with
  * ncclCommInitRank for its two groups inside one ncclGroupStart/End, on its
- * own device.  NCCL_NVLS_ENABLE=0 is set unless the user set it: NVLink
- * SHARP needs multicast objects that shared or partitioned hosts often
- * refuse, which shows up as a hang at init.
+ * own device.  A group of one rank gets a communicator only when the set
+ * asks for every group (--collectives always); its rank makes the id itself,
+ * since no one else needs it.  Each rank prints the NCCL version and what
+ * NCCL reports for its communicators, so a log shows that NCCL really ran.
+ * NCCL_NVLS_ENABLE=0 is set unless the user set it: NVLink SHARP needs
+ * multicast objects that shared or partitioned hosts often refuse, which
+ * shows up as a hang at init.
  *
  * Every call is synchronous for the host: the model syncs its backend before
  * a collective, the collective runs on this rank's comm stream and is waited
@@ -201,9 +205,34 @@ static const rlCommOps nccl_comm_ops = {
     .destroy = nccl_comm_destroy,
 };
 
+/* NCCL's own view of a rank's communicator, for the start-up line. */
+static void nccl_describe(char *buf, size_t len, const char *name, ncclComm_t comm) {
+    int dev = -1, rank = -1, count = 0;
+    if (!comm || ncclCommCuDevice(comm, &dev) != ncclSuccess ||
+        ncclCommUserRank(comm, &rank) != ncclSuccess || ncclCommCount(comm, &count) != ncclSuccess)
+        snprintf(buf, len, "no %s communicator", name);
+    else
+        snprintf(buf, len, "%s communicator rank %d of %d on CUDA device %d", name, rank, count,
+                 dev);
+}
+
+static void nccl_report(ncclSet *s, int rank) {
+    int v = 0;
+    ncclGetVersion(&v);
+    /* major*10000 + minor*100 + patch since NCCL 2.9; major*1000 + minor*100 + patch before */
+    int major = v >= 10000 ? v / 10000 : v / 1000;
+    int minor = v >= 10000 ? v / 100 % 100 : v / 100 % 10;
+    char t[96], p[96];
+    nccl_describe(t, sizeof(t), "TP", s->comms[2 * rank].comm);
+    nccl_describe(p, sizeof(p), "pipeline", s->comms[2 * rank + 1].comm);
+    fprintf(stderr, "redlm: NCCL %d.%d.%d initialised for rank %d on GPU %d: %s, %s\n", major,
+            minor, v % 100, rank, s->devices[rank], t, p);
+}
+
 static int nccl_join(rlCommSet *base, int rank, rlComm **tp, rlComm **pp, rlError *err) {
     ncclSet *s = base->impl;
     int T = base->tp, P = base->pp, tr = rank % T, pr = rank / T;
+    int with_tp = T > 1 || base->every_group, with_pp = P > 1 || base->every_group;
     *tp = *pp = NULL;
     cudaError_t ce = cudaSetDevice(s->devices[rank]);
     if (ce == cudaSuccess)
@@ -212,16 +241,22 @@ static int nccl_join(rlCommSet *base, int rank, rlComm **tp, rlComm **pp, rlErro
     ncclRankComm *t = &s->comms[2 * rank], *p = &s->comms[2 * rank + 1];
     *t = (ncclRankComm){{&nccl_comm_ops, tr, T, t}, s, rank, NULL};
     *p = (ncclRankComm){{&nccl_comm_ops, pr, P, p}, s, rank, NULL};
+    /* Groups of one: this rank is the only user of the id (tp_ids[pr] or pp_ids[tr]). */
+    ncclResult_t r = ncclSuccess;
+    if (T == 1 && with_tp) r = ncclGetUniqueId(&s->tp_ids[pr]);
+    if (r == ncclSuccess && P == 1 && with_pp) r = ncclGetUniqueId(&s->pp_ids[tr]);
+    if (r != ncclSuccess) return nccl_fail(s, rank, r, "communicator id", err);
     nccl_busy(s, rank, "communicator init (ncclCommInitRank)");
-    ncclResult_t r = ncclGroupStart();
-    if (r == ncclSuccess && T > 1) r = ncclCommInitRank(&t->comm, T, s->tp_ids[pr], tr);
-    if (r == ncclSuccess && P > 1) r = ncclCommInitRank(&p->comm, P, s->pp_ids[tr], pr);
+    r = ncclGroupStart();
+    if (r == ncclSuccess && with_tp) r = ncclCommInitRank(&t->comm, T, s->tp_ids[pr], tr);
+    if (r == ncclSuccess && with_pp) r = ncclCommInitRank(&p->comm, P, s->pp_ids[tr], pr);
     ncclResult_t r2 = ncclGroupEnd();
     nccl_busy(s, rank, NULL);
     if (r == ncclSuccess) r = r2;
     if (r != ncclSuccess) return nccl_fail(s, rank, r, "communicator init", err);
-    if (T > 1) *tp = &t->base;
-    if (P > 1) *pp = &p->base;
+    if (with_tp) *tp = &t->base;
+    if (with_pp) *pp = &p->base;
+    if (with_tp || with_pp) nccl_report(s, rank);
     return 0;
 }
 
@@ -270,7 +305,7 @@ rlCommSet *rl_comm_nccl_create(int tp, int pp, const int *devices, double timeou
         rl_error(err, RL_EMEMORY, "out of host memory");
         return NULL;
     }
-    s->base = (rlCommSet){&nccl_set_ops, tp, pp, s};
+    s->base = (rlCommSet){.ops = &nccl_set_ops, .tp = tp, .pp = pp, .impl = s};
     s->timeout_s = timeout_s > 0 ? timeout_s : 600;
     memcpy(s->devices, devices, sizeof(int) * (size_t)n);
     pthread_mutex_init(&s->mu, NULL);
