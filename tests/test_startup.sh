@@ -107,7 +107,7 @@ expect 6 "" "$REDLM" doctor --devices 0-7
 if ! nvidia-smi >/dev/null 2>&1; then
     expect 6 "cannot read the memory of 6 GPUs" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --devices 0-5
 fi
-expect 6 "--devices lists 1 device but --tp 2 x --pp 1 needs 2" \
+expect 6 "--tp 2 x --pp 1 needs 2 GPUs but 1 is given in --devices" \
     "${GEN[@]}" --model "$GOOD" --backend cuda --tp 2 --devices 0
 if ! nvidia-smi >/dev/null 2>&1; then
     expect 6 "cannot read the memory of 2 GPUs" "${GEN[@]}" --model "$GOOD" --backend cuda --tp 2

@@ -33,7 +33,6 @@ static const char USAGE_HEAD[] =
 static void gen_usage(FILE *f) {
     fputs(USAGE_HEAD, f);
     fputs(engine_flags_help, f);
-    fputs(LAYOUT_USAGE, f);
 }
 
 /* One input line's results, kept until every earlier line is written. */
@@ -219,22 +218,15 @@ static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *
 }
 
 int cmd_generate(int argc, char **argv) {
-    rlEngineOptions o;
-    rl_engine_options_init(&o);
+    rlEngineFlags flags;
+    engine_flags_init(&flags);
+    rlEngineOptions *o = &flags.o;
     const char *input = "-", *output = "-", *prompt_ids = NULL;
     int max_tokens = 16, stats = 0;
-    rlLayout lay;
-    layout_init(&lay);
     rlError err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        /* Layout first: it owns --tp and --pp along with --devices. */
-        int next = i, known = layout_parse_flag(&lay, argc, argv, &next, &err);
-        if (known > 0) {
-            i = next - 1;
-            continue;
-        }
-        if (!known) known = engine_flags_parse(argc, argv, &i, &o, &err);
+        int known = engine_flags_parse(argc, argv, &i, &flags, &err);
         if (known < 0) {
             fprintf(stderr, "redlm generate: %s\n", err.msg);
             return RL_EUSAGE;
@@ -263,18 +255,12 @@ int cmd_generate(int argc, char **argv) {
         }
         i++;
     }
-    if (!o.model) {
+    if (!o->model) {
         fprintf(stderr, "redlm generate: --model DIR is required\n\n");
         gen_usage(stderr);
         return RL_EUSAGE;
     }
-    o.tp = lay.tp;
-    o.pp = lay.pp;
-    o.devices = lay.n_devices ? lay.devices : NULL;
-    o.n_devices = lay.n_devices;
-    o.pp_partition = lay.n_partition ? lay.partition : NULL;
-    o.nccl_timeout_s = lay.nccl_timeout_s;
-    o.collectives = lay.collectives;
+    engine_flags_finish(&flags);
     char **lines = NULL;
     int n_lines = 0;
     genRun g = {0};
@@ -297,7 +283,7 @@ int cmd_generate(int argc, char **argv) {
         rl_error(&err, RL_EINTERNAL, "out of memory");
         goto done;
     }
-    if (!(e = engine_open(&o, &err))) goto done;
+    if (!(e = engine_open(o, &err))) goto done;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n_lines; i++)

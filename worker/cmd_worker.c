@@ -43,8 +43,9 @@ static int worker_int(const char *flag, const char *v, long lo, long hi, long *o
 }
 
 int cmd_worker(int argc, char **argv) {
-    rlEngineOptions eo;
-    rl_engine_options_init(&eo);
+    rlEngineFlags flags;
+    engine_flags_init(&flags);
+    rlEngineOptions *eo = &flags.o;
     rlServeOptions so;
     serve_options_init(&so);
     const char *url = NULL;
@@ -57,7 +58,7 @@ int cmd_worker(int argc, char **argv) {
             worker_usage(stdout);
             return 0;
         }
-        int r = engine_flags_parse(argc, argv, &i, &eo, &err);
+        int r = engine_flags_parse(argc, argv, &i, &flags, &err);
         if (r < 0) {
             fprintf(stderr, "redlm worker: %s\n", err.msg);
             return RL_EUSAGE;
@@ -106,7 +107,8 @@ int cmd_worker(int argc, char **argv) {
             return RL_EUSAGE;
         }
     }
-    if (!url || !eo.model) {
+    engine_flags_finish(&flags);
+    if (!url || !eo->model) {
         fprintf(stderr, "redlm worker: --model and --redis are required\n\n");
         worker_usage(stderr);
         return RL_EUSAGE;
@@ -123,17 +125,17 @@ int cmd_worker(int argc, char **argv) {
         so.keys.consumer = consumer;
     }
     char layout[64], devices[64];
-    snprintf(layout, sizeof(layout), "tp%dxpp%d", eo.tp > 0 ? eo.tp : 1, eo.pp > 0 ? eo.pp : 1);
+    snprintf(layout, sizeof(layout), "tp%dxpp%d", eo->tp > 0 ? eo->tp : 1, eo->pp > 0 ? eo->pp : 1);
     /* "cpu", or "cuda:0,1,2" as the ranks will use them */
-    int n = snprintf(devices, sizeof(devices), "%s", eo.backend ? eo.backend : "cpu");
-    if (eo.backend && !strcmp(eo.backend, "cuda"))
-        for (int d = 0; d < eo.tp * eo.pp && n > 0 && (size_t)n < sizeof(devices) - 8; d++)
+    int n = snprintf(devices, sizeof(devices), "%s", eo->backend ? eo->backend : "cpu");
+    if (eo->backend && !strcmp(eo->backend, "cuda"))
+        for (int d = 0; d < eo->tp * eo->pp && n > 0 && (size_t)n < sizeof(devices) - 8; d++)
             n += snprintf(devices + n, sizeof(devices) - (size_t)n, "%c%d", d ? ',' : ':',
-                          eo.devices && d < eo.n_devices ? eo.devices[d] : d);
-    so.model = eo.model;
+                          eo->devices && d < eo->n_devices ? eo->devices[d] : d);
+    so.model = eo->model;
     so.layout = layout;
     so.devices = devices;
-    rlEngine *e = engine_open(&eo, &err);
+    rlEngine *e = engine_open(eo, &err);
     if (!e) {
         fprintf(stderr, "redlm worker: %s\n", err.msg);
         return err.code ? err.code : RL_EINTERNAL;

@@ -17,8 +17,8 @@ const char engine_flags_help[] =
     "  --max-num-batched-tokens N    tokens per step (default 2048)\n"
     "  --max-model-len N             prompt + generation limit\n"
     "  --no-prefix-caching           turn the prefix cache off\n"
-    "  --tp N --pp M                 tensor x pipeline parallel ranks\n"
-    "  --seed N                      seed for dummy weights and unseeded requests\n";
+    "  --seed N                      seed for dummy weights and unseeded requests\n"
+    LAYOUT_USAGE;
 
 static int engine_flags_int(const char *flag, const char *v, long lo, long hi, long *out, rlError *err) {
     char *end;
@@ -47,7 +47,31 @@ static int engine_flags_bytes(const char *flag, const char *v, size_t *out, rlEr
     return 0;
 }
 
-int engine_flags_parse(int argc, char **argv, int *i, rlEngineOptions *o, rlError *err) {
+void engine_flags_init(rlEngineFlags *f) {
+    rl_engine_options_init(&f->o);
+    layout_init(&f->lay);
+}
+
+void engine_flags_finish(rlEngineFlags *f) {
+    rlEngineOptions *o = &f->o;
+    const rlLayout *lay = &f->lay;
+    o->tp = lay->tp;
+    o->pp = lay->pp;
+    o->devices = lay->n_devices ? lay->devices : NULL;
+    o->n_devices = lay->n_devices;
+    o->pp_partition = lay->n_partition ? lay->partition : NULL;
+    o->nccl_timeout_s = lay->nccl_timeout_s;
+    o->collectives = lay->collectives;
+}
+
+int engine_flags_parse(int argc, char **argv, int *i, rlEngineFlags *f, rlError *err) {
+    /* The layout owns --tp and --pp along with --devices. */
+    int next = *i, known = layout_parse_flag(&f->lay, argc, argv, &next, err);
+    if (known) {
+        if (known > 0) *i = next - 1;
+        return known;
+    }
+    rlEngineOptions *o = &f->o;
     const char *a = argv[*i];
     if (!strcmp(a, "--no-prefix-caching")) {
         o->prefix_caching = 0;
@@ -56,7 +80,7 @@ int engine_flags_parse(int argc, char **argv, int *i, rlEngineOptions *o, rlErro
     static const char *valued[] = {"--model", "--backend", "--load-format", "--dtype", "--threads",
                                    "--block-size", "--kv-cache-memory", "--gpu-memory-utilization",
                                    "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len",
-                                   "--tp", "--pp", "--seed"};
+                                   "--seed"};
     size_t k = 0;
     while (k < sizeof(valued) / sizeof(valued[0]) && strcmp(a, valued[k])) k++;
     if (k == sizeof(valued) / sizeof(valued[0])) return 0;
@@ -85,9 +109,7 @@ int engine_flags_parse(int argc, char **argv, int *i, rlEngineOptions *o, rlErro
         else if (!strcmp(a, "--block-size")) o->block_size = (int)x;
         else if (!strcmp(a, "--max-num-seqs")) o->max_num_seqs = (int)x;
         else if (!strcmp(a, "--max-num-batched-tokens")) o->max_num_batched_tokens = (int)x;
-        else if (!strcmp(a, "--max-model-len")) o->max_model_len = (int)x;
-        else if (!strcmp(a, "--tp")) o->tp = (int)x;
-        else o->pp = (int)x;
+        else o->max_model_len = (int)x;
     }
     return 1;
 }
