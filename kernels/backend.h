@@ -115,8 +115,8 @@ typedef struct rlBackendOps {
     int (*graph_run)(rlBackend *be, void (*body)(void *ctx), void *ctx, rlError *err);
 
     /* With rlBackendOptions.profile: print the device time per operation
-     * kind since the last report, per step over `steps` steps, and reset.
-     * NULL where the backend does not profile. */
+     * kind since the last report, per step over `steps` steps, and reset
+     * (f NULL: reset only).  NULL where the backend does not profile. */
     void (*profile_report)(rlBackend *be, FILE *f, const char *label, int steps);
 } rlBackendOps;
 

@@ -6,7 +6,9 @@
  * to the measured step time, on the same machine, at the same moment.  The
  * timing loop drives rl_model_forward with hand-built batches and measures
  * the copy with the backend's own copy2d, so nothing in it is CPU-specific:
- * `--backend cuda` times the GPU the same way.  Weights are dummy unless a
+ * `--backend cuda` times the GPU the same way.  Each batch runs a short
+ * untimed pass first (GEMM plans, buffers, graph captures), so the numbers
+ * are a warmed-up engine's.  Weights are dummy unless a
  * checkpoint directory is given with --load-format auto.  --profile prints the
  * device time per operation kind of the prefill and of the decode steps
  * (backends that time their operations: CUDA, with graphs off). */
@@ -23,6 +25,7 @@
 #define BENCH_MAX_BATCHES 8
 #define BENCH_BLOCK 16
 #define BENCH_COPY_REPS 7
+#define BENCH_WARMUP_STEPS 3    /* eager, captured, replayed: every graph state once */
 
 typedef struct benchOpts {
     const char *backend, *model, *load_format;
@@ -132,8 +135,10 @@ out:
     return rc;
 }
 
-/* Prefill `batch` prompts (chunked to max_tokens per step), then decode. */
-static int bench_batch(rlModel *m, const benchOpts *o, int batch, benchRow *row, rlError *err) {
+/* Prefill `batch` prompts (chunked to max_tokens per step), then decode gen
+ * tokens; the profile (with --profile) goes to f, NULL: discarded. */
+static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE *f,
+                       benchRow *row, rlError *err) {
     benchSeqs s = {.n = batch, .len_max = o->prompt_len + o->gen};
     s.max_blocks = (s.len_max + BENCH_BLOCK - 1) / BENCH_BLOCK;
     s.ids = malloc((size_t)batch * s.len_max * sizeof(int32_t));
@@ -169,14 +174,14 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, benchRow *row,
     char label[64];
     if (o->profile && m->be->ops->profile_report) {
         snprintf(label, sizeof label, "prefill, batch %d x %d tokens", batch, o->prompt_len);
-        m->be->ops->profile_report(m->be, stdout, label, prefill_steps);
+        m->be->ops->profile_report(m->be, f, label, prefill_steps);
     }
     for (int i = 0; i < batch; i++) take[i] = 1;
-    for (int g = 0; g < o->gen; g++)
+    for (int g = 0; g < gen; g++)
         if (bench_step(m, &s, take, o->prompt_len, res, err) != 0) goto out;
     if (o->profile && m->be->ops->profile_report) {
         snprintf(label, sizeof label, "decode, batch %d", batch);
-        m->be->ops->profile_report(m->be, stdout, label, o->gen);
+        m->be->ops->profile_report(m->be, f, label, gen);
     }
     row->batch = batch;
     row->prefill_s = t1 - t0;
@@ -362,7 +367,13 @@ int cmd_bench(int argc, char **argv) {
         step_bytes -= (size_t)cfg.vocab_size * cfg.hidden_size * rl_dtype_size(be->weight_dtype);
     size_t kv_token = rl_model_kv_bytes_per_token(&cfg, &shard, be->act_dtype);
     for (int i = 0; i < o.n_batches; i++) {
-        if (bench_batch(&m, &o, o.batches[i], &rows[i], &err) != 0) goto fail;
+        /* A short untimed pass first: plans each GEMM shape, sizes buffers
+         * and captures the decode graphs, as any long-running worker has. */
+        benchRow warm;
+        int warm_gen = o.gen < BENCH_WARMUP_STEPS ? o.gen : BENCH_WARMUP_STEPS;
+        if (bench_batch(&m, &o, o.batches[i], warm_gen, NULL, &warm, &err) != 0 ||
+            bench_batch(&m, &o, o.batches[i], o.gen, stdout, &rows[i], &err) != 0)
+            goto fail;
         /* mean context over the decode steps, every sequence's cache read once */
         double ctx = o.prompt_len + o.gen / 2.0;
         rows[i].floor_s = (step_bytes + o.batches[i] * ctx * kv_token) / bw;

@@ -95,14 +95,18 @@ void cuda_profile_report(rlBackend *be, FILE *f, const char *label, int steps) {
             int t = order[b];
             order[b] = order[b - 1], order[b - 1] = t;
         }
-    fprintf(f, "profile, %s: device time per step (%d steps), gaps included\n", label, steps);
-    fprintf(f, "  %-36s %9s %10s %6s\n", "operation", "calls", "ms/step", "%");
-    for (int i = 0; i < p->n_kinds; i++) {
-        int k = order[i];
-        fprintf(f, "  %-36s %9.1f %10.4f %5.1f%%\n", p->name[k], (double)p->calls[k] / steps,
-                p->ms[k] / steps, total > 0 ? 100 * p->ms[k] / total : 0);
+    if (f) {
+        fprintf(f, "profile, %s: device time per step (%d steps), gaps included\n", label,
+                steps);
+        fprintf(f, "  %-36s %9s %10s %6s\n", "operation", "calls", "ms/step", "%");
+        for (int i = 0; i < p->n_kinds; i++) {
+            int k = order[i];
+            fprintf(f, "  %-36s %9.1f %10.4f %5.1f%%\n", p->name[k],
+                    (double)p->calls[k] / steps, p->ms[k] / steps,
+                    total > 0 ? 100 * p->ms[k] / total : 0);
+        }
+        fprintf(f, "  %-36s %9s %10.4f\n", "total", "", total / steps);
     }
-    fprintf(f, "  %-36s %9s %10.4f\n", "total", "", total / steps);
     memset(p->ms, 0, sizeof p->ms);
     memset(p->calls, 0, sizeof p->calls);
     p->n_kinds = 0;
