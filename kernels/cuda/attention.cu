@@ -10,12 +10,14 @@
  * results merged by a second kernel (flash-decoding).  Head dims up to 256
  * (even) work; 64 and 128 are the tuned cases.
  *
- * Decode steps (one new token per sequence) with head dims 64 or 128 and
- * groups of up to 8 query heads take attention_decode_kernel instead: there
- * the work is reading the cache once, so each key is read by a group of
- * head_dim / 8 lanes with one 16-byte load each, scored against every query
- * head of its group held in registers, and folded into per-lane online
- * softmax state; the block's key groups merge through shared memory.
+ * Decode steps (one new token per sequence) with head dims 64 or 128, groups
+ * of up to 16 query heads and 16-token-aligned cache blocks take
+ * attention_decode_kernel instead: there the work is reading the cache once,
+ * so each warp streams 16-key tiles of K and V through a cp.async ring in
+ * shared memory (several tiles in flight, the block table read once per
+ * tile) and scores its KV head's whole query group against each tile on
+ * tensor cores (the group as the rows of one m16n8k16 tile).  Splits of one
+ * sequence merge in the same kernel: the last one to finish does it.
  *
  * Prefill steps with head dims 64 or 128 take attention_mma_kernel: the same
  * tiling of (token, query head) rows by KV head, on tensor cores (mma.sync
@@ -28,6 +30,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_launch.cuh"
 #include "cuda_reduce.cuh"
 #include "cuda_types.cuh"
 
@@ -57,6 +60,7 @@ struct AttArgs {
     float scale_log2;    /* softmax scale times log2(e): scores go through exp2 */
     int split_len;       /* keys per split; 0: one split, write out directly */
     float *part;         /* [split][token][q head][2 + D]: m, l, unnormalised o */
+    int *count;          /* decode: finished splits per (sequence, KV head) */
 };
 
 /* Stage keys kb .. kb + 31 of KV head hk (rows of DP elements; keys past
@@ -223,128 +227,6 @@ attention_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
                 int pp = lane + 32 * p;
                 if (pp < D / 2) dst[2 + 2 * pp] = o[i][p][0], dst[3 + 2 * pp] = o[i][p][1];
             }
-        }
-    }
-}
-
-#define DEC_WARPS 4
-#define DEC_G 8          /* most query heads per KV head */
-#define DEC_MIN_SPLIT 32 /* fewest keys worth a split of their own */
-
-static __device__ __forceinline__ void unpack8(uint4 v, float *x, bf16) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(h[i]);
-        x[2 * i] = f.x, x[2 * i + 1] = f.y;
-    }
-}
-static __device__ __forceinline__ void unpack8(uint4 v, float *x, f16) {
-    const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __half22float2(h[i]);
-        x[2 * i] = f.x, x[2 * i + 1] = f.y;
-    }
-}
-
-/* One block: a sequence's single new token, one KV head (its query heads,
- * up to DEC_G) and one split of the keys.  LPK = head_dim / 8 lanes per key;
- * a warp takes 32 / LPK keys at a time. */
-template <typename T, int LPK>
-__global__ void __launch_bounds__(DEC_WARPS * 32)
-attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
-    constexpr int D = LPK * 8, KPW = 32 / LPK, NG = DEC_WARPS * KPW;
-    __shared__ float sm_m[NG][DEC_G], sm_l[NG][DEC_G];
-    __shared__ float sm_o[NG * DEC_G * D];
-
-    const int s = blockIdx.y / a.n_kv, hk = blockIdx.y % a.n_kv;
-    const int gkv = a.kv_head0 + hk;
-    const int lo = max(a.q_head0, gkv * a.group), hi = min(a.q_head0 + a.n_q, (gkv + 1) * a.group);
-    const int nq = hi - lo, qh0 = lo - a.q_head0;
-    if (nq <= 0) return;
-    const int t = a.seq_start[s];
-    const int k_total = min(a.seq_len[s], a.positions[t] + 1);
-    int k_begin = 0, k_end = k_total;
-    if (a.split_len) {
-        k_begin = blockIdx.z * a.split_len;
-        k_end = min(k_total, k_begin + a.split_len);
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int sub = lane % LPK, grp = lane / LPK, gi = warp * KPW + grp;
-
-    /* This lane's 8 dims of every query head, pre-scaled for exp2. */
-    const T *qrow = qkv + (size_t)t * (a.n_q + 2 * a.n_kv) * D + (size_t)qh0 * D + 8 * sub;
-    float q[DEC_G][8], m[DEC_G], l[DEC_G], o[DEC_G][8];
-#pragma unroll
-    for (int r = 0; r < DEC_G; r++) {
-        m[r] = -INFINITY, l[r] = 0;
-#pragma unroll
-        for (int d = 0; d < 8; d++) q[r][d] = 0, o[r][d] = 0;
-        if (r < nq) {
-            unpack8(*(const uint4 *)(qrow + (size_t)r * D), q[r], T());
-#pragma unroll
-            for (int d = 0; d < 8; d++) q[r][d] *= a.scale_log2;
-        }
-    }
-
-    const int32_t *btab = a.block_tables + (size_t)s * a.max_blocks;
-#pragma unroll 2
-    for (int kb = k_begin + warp * KPW; kb < k_end; kb += NG) {
-        const int kpos = kb + grp;
-        const bool valid = kpos < k_end;
-        float kf[8], vf[8];
-        if (valid) {
-            size_t base = a.layer_off + ((size_t)btab[kpos / a.bs] * a.n_kv + hk) * a.bs * D +
-                          (size_t)(kpos % a.bs) * D + 8 * sub;
-            unpack8(*(const uint4 *)(kc + base), kf, T());
-            unpack8(*(const uint4 *)(vc + base), vf, T());
-        }
-#pragma unroll
-        for (int r = 0; r < DEC_G; r++) {
-            if (r >= nq) break;
-            float sc = 0;
-#pragma unroll
-            for (int d = 0; d < 8; d++) sc = fmaf(q[r][d], valid ? kf[d] : 0.0f, sc);
-#pragma unroll
-            for (int off = LPK / 2; off; off >>= 1) sc += __shfl_xor_sync(0xffffffffu, sc, off);
-            if (!valid) continue;
-            float mn = fmaxf(m[r], sc), corr = exp2f(m[r] - mn), p = exp2f(sc - mn);
-            l[r] = l[r] * corr + p;
-            m[r] = mn;
-#pragma unroll
-            for (int d = 0; d < 8; d++) o[r][d] = fmaf(o[r][d], corr, p * vf[d]);
-        }
-    }
-
-    /* Merge the block's key groups: weights 2^(m_g - M). */
-#pragma unroll
-    for (int r = 0; r < DEC_G; r++) {
-        if (r >= nq) break;
-        if (sub == 0) sm_m[gi][r] = m[r], sm_l[gi][r] = l[r];
-#pragma unroll
-        for (int d = 0; d < 8; d++) sm_o[(gi * DEC_G + r) * D + 8 * sub + d] = o[r][d];
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < nq * D; e += blockDim.x) {
-        const int r = e / D, d = e % D;
-        float M = -INFINITY;
-        for (int g = 0; g < NG; g++)
-            if (sm_l[g][r] > 0) M = fmaxf(M, sm_m[g][r]);
-        float L = 0, acc = 0;
-        for (int g = 0; g < NG; g++)
-            if (sm_l[g][r] > 0) {
-                float w = exp2f(sm_m[g][r] - M);
-                L += sm_l[g][r] * w;
-                acc += sm_o[(g * DEC_G + r) * D + d] * w;
-            }
-        const int qh = qh0 + r;
-        if (!a.split_len) {
-            st(out + ((size_t)t * a.n_q + qh) * D + d, L > 0 ? acc / L : 0.0f);
-        } else {
-            float *dst = a.part + (((size_t)blockIdx.z * a.n_tokens + t) * a.n_q + qh) * (D + 2);
-            if (d == 0) dst[0] = M, dst[1] = L;
-            dst[2 + d] = acc;
         }
     }
 }
@@ -520,6 +402,287 @@ attention_mma_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) 
     }
 }
 
+#define DEC_WARPS 4
+#define DEC_TILE 16          /* keys per tile: the k extent of one P.V mma */
+#define DEC_STAGES 3         /* tiles per warp in shared memory: two loading, one in use */
+#define DEC_G 16             /* most query heads per KV head: the mma's 16 rows */
+#define DEC_MIN_SPLIT (2 * DEC_WARPS * DEC_TILE)   /* two tiles per warp: its ring overlaps them */
+#define DEC_MAX_SPLITS 64
+
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+static __device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+static __device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, const void *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* Where 16-byte chunk ch of tile row r lives: chunks XOR-swizzled by the row,
+ * so the 8 rows one ldmatrix reads fall in 8 different bank groups. */
+template <int D> static __device__ __forceinline__ int dec_swz(int r, int ch) {
+    return r * D + ((ch ^ (r & 7)) << 3);
+}
+
+/* Start copying keys kb .. kb + 15 of KV head hk (K to ks, V to vs); rows past
+ * k_end are zero-filled, since 0 x garbage could still be NaN.  kb is a
+ * multiple of 16 and the block size too, so the tile is one cache block's run. */
+template <typename T, int D>
+static __device__ __forceinline__ void dec_load_tile(T *ks, T *vs, const T *kc, const T *vc,
+                                                     const AttArgs &a, const int32_t *btab,
+                                                     int hk, int kb, int k_end, int lane) {
+    constexpr int CPR = D / 8;    /* 16-byte chunks per row */
+    const int blk = __ldg(btab + kb / a.bs);
+    const size_t off = a.layer_off + ((size_t)blk * a.n_kv + hk) * a.bs * D +
+                       (size_t)(kb % a.bs) * D;
+#pragma unroll
+    for (int i = 0; i < DEC_TILE * CPR / 32; i++) {
+        const int e = i * 32 + lane, r = e / CPR, ch = e % CPR;
+        const bool valid = kb + r < k_end;
+        const size_t src = valid ? off + (size_t)r * D + ch * 8 : off;
+        cp_async16(ks + dec_swz<D>(r, ch), kc + src, valid);
+        cp_async16(vs + dec_swz<D>(r, ch), vc + src, valid);
+    }
+}
+
+/* One block: a sequence's single new token, one KV head with its group of up
+ * to 16 query heads (the 16 rows of the mma tiles, zero past the group) and
+ * one split of the keys.  Each warp streams its own 16-key tiles (tile w,
+ * w + 4, ...) through a 3-deep cp.async ring and keeps its own online softmax;
+ * the warps merge through shared memory.  With several splits, each block
+ * leaves its partial (m, l, unnormalised o) in a.part and the last split of a
+ * (sequence, KV head) to finish merges them all, so no second kernel runs. */
+template <typename T, int D>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
+    extern __shared__ __align__(128) unsigned char dec_smem[];
+    constexpr int TILE = DEC_TILE * D;     /* elements of one K or V tile */
+    pdl_trigger();
+
+    const int s = blockIdx.y / a.n_kv, hk = blockIdx.y % a.n_kv;
+    const int gkv = a.kv_head0 + hk;
+    const int lo = max(a.q_head0, gkv * a.group), hi = min(a.q_head0 + a.n_q, (gkv + 1) * a.group);
+    const int G = hi - lo, qh0 = lo - a.q_head0;
+    if (G <= 0) return;
+    const int t = a.seq_start[s];
+    const int k_total = min(a.seq_len[s], a.positions[t] + 1);
+    int k_begin = 0, k_end = k_total;
+    if (a.split_len) {
+        k_begin = blockIdx.z * a.split_len;
+        k_end = min(k_total, k_begin + a.split_len);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int n_tiles = k_end > k_begin ? (k_end - k_begin + DEC_TILE - 1) / DEC_TILE : 0;
+    const int my_tiles = n_tiles > warp ? (n_tiles - warp + DEC_WARPS - 1) / DEC_WARPS : 0;
+    const int32_t *btab = a.block_tables + (size_t)s * a.max_blocks;
+    T *ring = (T *)dec_smem + (size_t)warp * DEC_STAGES * 2 * TILE;   /* [stage][K, V][TILE] */
+    pdl_wait();      /* the step's batch is staged before any kernel; qkv and the cache are not */
+
+#pragma unroll
+    for (int j = 0; j < DEC_STAGES - 1; j++) {
+        if (j < my_tiles)
+            dec_load_tile<T, D>(ring + 2 * j * TILE, ring + (2 * j + 1) * TILE, kc, vc, a, btab,
+                                hk, k_begin + (warp + j * DEC_WARPS) * DEC_TILE, k_end, lane);
+        cp_async_commit();
+    }
+
+    /* Rows g and g + 8 of the A fragments: query heads qh0 + g and qh0 + g + 8. */
+    const T *qrow = qkv + (size_t)t * (a.n_q + 2 * a.n_kv) * D + (size_t)qh0 * D;
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = g + 8 * (i & 1), col = ks * 16 + 2 * q + (i >> 1) * 8;
+            qf[ks][i] = r < G ? *(const uint32_t *)(qrow + (size_t)r * D + col) : 0u;
+        }
+
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+
+    for (int j = 0; j < my_tiles; j++) {
+        cp_async_wait<DEC_STAGES - 2>();
+        __syncwarp();      /* tile j visible to the whole warp; tile j - 1's slot free */
+        const int jn = j + DEC_STAGES - 1;
+        if (jn < my_tiles) {
+            T *slot = ring + 2 * (jn % DEC_STAGES) * TILE;
+            dec_load_tile<T, D>(slot, slot + TILE, kc, vc, a, btab, hk,
+                                k_begin + (warp + jn * DEC_WARPS) * DEC_TILE, k_end, lane);
+        }
+        cp_async_commit();
+        const T *ks = ring + 2 * (j % DEC_STAGES) * TILE, *vs = ks + TILE;
+        const int kb = k_begin + (warp + j * DEC_WARPS) * DEC_TILE;
+
+        /* S = Q K^T: two n-tiles of 8 keys; one ldmatrix.x4 gives both tiles' B
+         * fragments of a 16-dim k-step. */
+        float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+        const int mi = lane >> 3;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            uint32_t b[4];
+            ldsm_x4(b, ks + dec_swz<D>((mi >> 1) * 8 + (lane & 7), 2 * kk + (mi & 1)));
+            mma16816(sc[0], qf[kk], b[0], b[1], T());
+            mma16816(sc[1], qf[kk], b[2], b[3], T());
+        }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int kpos = kb + nt * 8 + 2 * q + (i & 1);
+                const float x = kpos < k_end ? sc[nt][i] * a.scale_log2 : -INFINITY;
+                sc[nt][i] = x;
+                mx[i >> 1] = fmaxf(mx[i >> 1], x);
+            }
+        float corr[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            const float mn = fmaxf(m[h], mx[h]);
+            corr[h] = mn == -INFINITY ? 1.0f : exp2f(m[h] - mn);
+            m[h] = mn;
+            l[h] *= corr[h];
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int h = i >> 1;
+                const float p = m[h] == -INFINITY ? 0.0f : exp2f(sc[nt][i] - m[h]);
+                sc[nt][i] = p;
+                l[h] += p;
+            }
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            o[dt][0] *= corr[0], o[dt][1] *= corr[0];
+            o[dt][2] *= corr[1], o[dt][3] *= corr[1];
+        }
+        /* O += P V: P's C fragments are the A fragment; V's B fragments come
+         * transposed out of ldmatrix, two 8-dim n-tiles per load. */
+        const uint32_t pf[4] = {pack2(sc[0][0], sc[0][1], T()), pack2(sc[0][2], sc[0][3], T()),
+                                pack2(sc[1][0], sc[1][1], T()), pack2(sc[1][2], sc[1][3], T())};
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t b[4];
+            ldsm_x4_trans(b, vs + dec_swz<D>((mi & 1) * 8 + (lane & 7), 2 * dp + (mi >> 1)));
+            mma16816(o[2 * dp], pf, b[0], b[1], T());
+            mma16816(o[2 * dp + 1], pf, b[2], b[3], T());
+        }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    __syncthreads();       /* every ring drained: the shared memory is reused below */
+
+    /* Merge the warps: weights 2^(m_w - M). */
+    float *o_s = (float *)dec_smem;                       /* [warp][16 rows][D] */
+    float *m_s = o_s + DEC_WARPS * 16 * D, *l_s = m_s + DEC_WARPS * 16;
+    int *last = (int *)(l_s + DEC_WARPS * 16);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            *(float2 *)(o_s + (warp * 16 + g + 8 * h) * D + dt * 8 + 2 * q) =
+                make_float2(o[dt][2 * h], o[dt][2 * h + 1]);
+    if (q == 0)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            m_s[warp * 16 + g + 8 * h] = m[h], l_s[warp * 16 + g + 8 * h] = l[h];
+    __syncthreads();
+    const size_t stride = (size_t)a.n_tokens * a.n_q * (D + 2);   /* one split's partials */
+    for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+        const int r = e / D, d = e % D;
+        float M = -INFINITY, L = 0, acc = 0;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++)
+            if (l_s[w * 16 + r] > 0) M = fmaxf(M, m_s[w * 16 + r]);
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++)
+            if (l_s[w * 16 + r] > 0) {
+                const float wt = exp2f(m_s[w * 16 + r] - M);
+                L += l_s[w * 16 + r] * wt;
+                acc += o_s[(w * 16 + r) * D + d] * wt;
+            }
+        if (!a.split_len) {
+            st(out + ((size_t)t * a.n_q + qh0 + r) * D + d, L > 0 ? acc / L : 0.0f);
+        } else {
+            float *dst = a.part + blockIdx.z * stride + ((size_t)t * a.n_q + qh0 + r) * (D + 2);
+            if (d == 0) dst[0] = M, dst[1] = L;
+            dst[2 + d] = acc;
+        }
+    }
+    if (!a.split_len) return;
+
+    /* The last split of this (sequence, KV head) to finish merges every split. */
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        *last = atomicAdd(a.count + blockIdx.y, 1) == (int)gridDim.z - 1;
+    __syncthreads();
+    if (!*last) return;
+    __threadfence();
+    /* Each split's weight 2^(m_z - M) / L for each query head, a warp per head
+     * and a lane per split, then the weighted sum, two dims per thread. */
+    float *w_s = o_s;                                      /* [split][16 rows] */
+    const float *p0 = a.part + (size_t)t * a.n_q * (D + 2) + (size_t)qh0 * (D + 2);
+    for (int r = warp; r < G; r += DEC_WARPS) {
+        const float *pr = p0 + (size_t)r * (D + 2);
+        float mz[DEC_MAX_SPLITS / 32], lz[DEC_MAX_SPLITS / 32], M = -INFINITY, L = 0;
+#pragma unroll
+        for (int i = 0; i < DEC_MAX_SPLITS / 32; i++) {
+            const int z = lane + 32 * i;
+            lz[i] = z < (int)gridDim.z ? __ldcg(pr + z * stride + 1) : 0.0f;
+            mz[i] = lz[i] > 0 ? __ldcg(pr + z * stride) : -INFINITY;
+            M = fmaxf(M, mz[i]);
+        }
+        M = warp_max(M);
+#pragma unroll
+        for (int i = 0; i < DEC_MAX_SPLITS / 32; i++)
+            if (lz[i] > 0) L += lz[i] * exp2f(mz[i] - M);
+        L = warp_sum(L);
+#pragma unroll
+        for (int i = 0; i < DEC_MAX_SPLITS / 32; i++) {
+            const int z = lane + 32 * i;
+            if (z < (int)gridDim.z) w_s[z * 16 + r] = lz[i] > 0 ? exp2f(mz[i] - M) / L : 0.0f;
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < G * D / 2; e += blockDim.x) {
+        const int r = e / (D / 2), d = 2 * (e % (D / 2));
+        const float *pr = p0 + (size_t)r * (D + 2) + 2 + d;
+        float2 acc = make_float2(0, 0);
+        for (int z = 0; z < (int)gridDim.z; z++) {
+            const float wz = w_s[z * 16 + r];
+            if (wz > 0) {
+                const float2 v = __ldcg((const float2 *)(pr + z * stride));
+                acc.x += wz * v.x, acc.y += wz * v.y;
+            }
+        }
+        st2(out + ((size_t)t * a.n_q + qh0 + r) * D + d, acc.x, acc.y);
+    }
+    if (threadIdx.x == 0) a.count[blockIdx.y] = 0;
+}
+
 /* Merge the splits of one (token, query head): weights 2^(m_z - M). */
 template <typename T>
 __global__ void attention_merge_kernel(T *out, const float *part, int n_splits, int n_tokens,
@@ -560,7 +723,8 @@ static void attention_launch(rlCuda *c, T *out, const T *qkv, const AttArgs &a, 
 }
 
 /* The decode kernel's shapes: one new token per sequence, head dim 64 or
- * 128, at most DEC_G query heads per KV head (RL_CUDA_DECODE_ATTN=0: off). */
+ * 128, at most DEC_G query heads per KV head, cache blocks a whole number of
+ * tiles (RL_CUDA_DECODE_ATTN=0: off). */
 static bool attention_decode_fits(const rlCuda *c, int D, int g_max) {
     static int off = -1;
     if (off < 0) {
@@ -568,43 +732,81 @@ static bool attention_decode_fits(const rlCuda *c, int D, int g_max) {
         off = e && !strcmp(e, "0");
     }
     return !off && c->max_new == 1 && c->n_tokens == c->n_seqs && (D == 64 || D == 128) &&
-           g_max <= DEC_G;
+           g_max <= DEC_G && c->kv_block_size % DEC_TILE == 0;
+}
+
+/* The decode kernel's shared memory: every warp's ring of K and V tiles. */
+template <typename T, int D> static size_t attention_decode_smem() {
+    return (size_t)DEC_WARPS * DEC_STAGES * 2 * DEC_TILE * D * sizeof(T);
+}
+
+template <typename T, int D> static cudaError_t attention_decode_allow_smem() {
+    return cudaFuncSetAttribute(attention_decode_kernel<T, D>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)attention_decode_smem<T, D>());
+}
+
+/* The decode kernel takes more than the default 48 KiB of shared memory: the
+ * limit is raised once per device, outside any graph capture. */
+int cuda_attention_init(rlCuda *c, rlError *err) {
+    cudaError_t e = attention_decode_allow_smem<bf16, 64>();
+    if (e == cudaSuccess) e = attention_decode_allow_smem<bf16, 128>();
+    if (e == cudaSuccess) e = attention_decode_allow_smem<f16, 64>();
+    if (e == cudaSuccess) e = attention_decode_allow_smem<f16, 128>();
+    /* How many blocks an SM holds at once (bf16 and fp16 take the same). */
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &c->dec_blocks_per_sm[0], attention_decode_kernel<bf16, 64>, DEC_WARPS * 32,
+            attention_decode_smem<bf16, 64>());
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &c->dec_blocks_per_sm[1], attention_decode_kernel<bf16, 128>, DEC_WARPS * 32,
+            attention_decode_smem<bf16, 128>());
+    if (e != cudaSuccess)
+        return rl_error(err, RL_EDEVICE,
+                        "CUDA backend, device %d: the decode attention kernel cannot have the "
+                        "%zu KiB of shared memory it needs: %s", c->device,
+                        attention_decode_smem<bf16, 128>() >> 10, cudaGetErrorString(e));
+    return 0;
+}
+
+template <typename T, int D>
+static void attention_decode_launch(rlCuda *c, T *out, const T *qkv, const AttArgs &a,
+                                    dim3 grid) {
+    cuda_launch_pdl(c, "attention (decode)", attention_decode_kernel<T, D>, grid,
+                    dim3(DEC_WARPS * 32), attention_decode_smem<T, D>(), out, qkv,
+                    (const T *)c->k_cache, (const T *)c->v_cache, a);
 }
 
 template <typename T>
 static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a) {
-    /* Splits enough to give every SM several blocks, none under DEC_MIN_SPLIT
-     * keys (more splits were measured slower: PERF.md v4). */
-    int base = c->n_seqs * a.n_kv, want = 4 * c->sm_count;
-    int splits = (want + base - 1) / base, most = (c->att_len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT;
+    /* Split only as far as one wave of resident blocks goes: each block
+     * pays a fixed start (the batch's indices, Q, the first tiles' latency)
+     * and a split its merge, so more blocks than the GPU holds at once cost
+     * more than they balance (PERF.md v7).  Splits are whole numbers of
+     * DEC_MIN_SPLIT keys. */
+    int base = c->n_seqs * a.n_kv;
+    int slots = c->sm_count * c->dec_blocks_per_sm[a.D == 128];
+    int splits = slots / base, most = (c->att_len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT;
     if (splits > most) splits = most;
+    if (splits > DEC_MAX_SPLITS) splits = DEC_MAX_SPLITS;
     if (splits < 1) splits = 1;
+    int len = (c->att_len + splits - 1) / splits;
+    len = (len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT * DEC_MIN_SPLIT;
+    splits = (c->att_len + len - 1) / len;
     a.split_len = 0;
     if (splits > 1) {
-        int len = (c->att_len + splits - 1) / splits;
-        len = (len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT * DEC_MIN_SPLIT;
-        splits = (c->att_len + len - 1) / len;
-        if (splits > 1) a.split_len = len;
-    }
-    if (a.split_len) {
         size_t part_bytes = (size_t)splits * c->n_tokens * a.n_q * (a.D + 2) * sizeof(float);
-        if (cuda_scratch(c, part_bytes, "attention")) return;
+        if (cuda_scratch(c, part_bytes, "attention") || cuda_att_counters(c, base, "attention"))
+            return;
+        a.split_len = len;
         a.part = (float *)c->scratch;
+        a.count = c->att_count;
     }
-    dim3 grid(1, c->n_seqs * a.n_kv, splits);
+    dim3 grid(1, base, splits);
     PROF(c, "attention decode");
-    const T *kc = (const T *)c->k_cache, *vc = (const T *)c->v_cache;
-    if (a.D == 64)
-        attention_decode_kernel<T, 8><<<grid, DEC_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
-    else
-        attention_decode_kernel<T, 16><<<grid, DEC_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
-    cuda_launched(c, "attention (decode)");
-    if (a.split_len) {
-        PROF(c, "attention merge");
-        attention_merge_kernel<T><<<c->n_tokens * a.n_q, 128, 0, c->stream>>>(
-            out, a.part, splits, c->n_tokens, a.n_q, a.D);
-        cuda_launched(c, "attention (merge)");
-    }
+    if (a.D == 64) attention_decode_launch<T, 64>(c, out, qkv, a, grid);
+    else attention_decode_launch<T, 128>(c, out, qkv, a, grid);
 }
 
 /* Tensor-core prefill: head dim 64 or 128 (RL_CUDA_PREFILL_MMA=0: off). */
@@ -688,6 +890,7 @@ void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const 
     a.scale_log2 = 1.4426950408889634f / sqrtf((float)s->head_dim);
     a.split_len = 0;
     a.part = NULL;
+    a.count = NULL;
     /* The most query heads any local KV head serves sets the tiles per sequence. */
     int g_max = 0;
     for (int hk = 0; hk < s->n_kv; hk++) {

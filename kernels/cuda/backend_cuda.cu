@@ -34,23 +34,33 @@ void cuda_fail(rlCuda *c, rlErrorCode code, const char *fmt, ...) {
     rl_error(&c->err, code, "CUDA backend, device %d: %s", c->device, msg);
 }
 
-int cuda_scratch(rlCuda *c, size_t bytes, const char *op) {
-    if (bytes <= c->scratch_cap) return 0;
+/* Grow *buf to hold at least bytes (zeroed when zero is set); 0 on success. */
+static int cuda_grow(rlCuda *c, void **buf, size_t *cap, size_t bytes, int zero, const char *op) {
+    if (bytes <= *cap) return 0;
     if (c->capturing) {
-        cuda_fail(c, RL_EINTERNAL, "%s: scratch must grow during a graph capture", op);
+        cuda_fail(c, RL_EINTERNAL, "%s: a device buffer must grow during a graph capture", op);
         return -1;
     }
     /* Growing replaces a buffer queued work may still read (or a captured
      * step points into): wait for it, drop the captures. */
     cuda_graphs_clear(c);
     if (cuda_check(c, cudaStreamSynchronize(c->stream), op)) return -1;
-    cudaFree(c->scratch);
-    c->scratch = NULL;
-    c->scratch_cap = 0;
-    size_t cap = bytes + bytes / 4;
-    if (cuda_check(c, cudaMalloc(&c->scratch, cap), op)) return -1;
-    c->scratch_cap = cap;
+    cudaFree(*buf);
+    *buf = NULL;
+    *cap = 0;
+    size_t n = bytes + bytes / 4;
+    if (cuda_check(c, cudaMalloc(buf, n), op)) return -1;
+    if (zero && cuda_check(c, cudaMemsetAsync(*buf, 0, n, c->stream), op)) return -1;
+    *cap = n;
     return 0;
+}
+
+int cuda_scratch(rlCuda *c, size_t bytes, const char *op) {
+    return cuda_grow(c, &c->scratch, &c->scratch_cap, bytes, 0, op);
+}
+
+int cuda_att_counters(rlCuda *c, int n, const char *op) {
+    return cuda_grow(c, (void **)&c->att_count, &c->att_count_cap, (size_t)n * sizeof(int), 1, op);
 }
 
 static void *cuda_alloc(rlBackend *be, size_t bytes, rlError *err) {
@@ -271,6 +281,7 @@ static void cuda_destroy(rlBackend *be) {
     cudaFree(c->stage_dev);
     cudaFreeHost(c->stage_host);
     cudaFree(c->scratch);
+    cudaFree(c->att_count);
     cudaFree(c->d_results);
     cudaFreeHost(c->h_results);
     cudaFree(c->stats);
@@ -386,7 +397,8 @@ extern "C" rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlErro
     /* Profiling times each operation, which a replayed graph would hide. */
     const char *graphs = getenv("RL_CUDA_GRAPHS");
     int use_graphs = !opt->profile && !(graphs && !strcmp(graphs, "0"));
-    if (cuda_gemm_init(c, err) || (opt->profile && cuda_prof_init(c, err)) ||
+    if (cuda_gemm_init(c, err) || cuda_attention_init(c, err) ||
+        (opt->profile && cuda_prof_init(c, err)) ||
         (use_graphs && cuda_graphs_init(c, err))) {
         cuda_destroy(&c->be);
         return NULL;

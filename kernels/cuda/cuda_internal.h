@@ -64,6 +64,11 @@ typedef struct rlCuda {
     /* Scratch: attention's split partials and sampling's per-row workspace. */
     void *scratch;
     size_t scratch_cap;
+    /* Decode attention's per-(sequence, KV head) count of finished splits:
+     * zero between launches (the last split resets it). */
+    int *att_count;
+    size_t att_count_cap;
+    int dec_blocks_per_sm[2];   /* decode attention blocks resident per SM, head dim 64 / 128 */
     rlRowResult *d_results, *h_results;
     int results_cap;
     /* Sampling's first pass: per-chunk max, exp sum and argmax of each row. */
@@ -92,6 +97,8 @@ void cuda_fail(rlCuda *c, rlErrorCode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Make sure scratch holds at least bytes; 0 on success (failure recorded). */
 int cuda_scratch(rlCuda *c, size_t bytes, const char *op);
+/* Make sure att_count holds at least n zeroed counters; 0 on success. */
+int cuda_att_counters(rlCuda *c, int n, const char *op);
 
 /* profile.cu: PROF(c, fmt, ...) marks the start of an operation. */
 int cuda_prof_init(rlCuda *c, rlError *err);
@@ -131,6 +138,7 @@ void cuda_matmul_f32(rlBackend *be, float *out, const void *in, const void *w, i
                      int k);
 
 /* attention.cu */
+int cuda_attention_init(rlCuda *c, rlError *err);
 void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
 
 /* sample.cu */

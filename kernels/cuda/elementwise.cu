@@ -5,6 +5,7 @@
  * by memory and tiny next to the GEMMs; they are written plainly, with
  * grid-stride loops, and vectorised only where it is free. */
 #include "cuda_internal.h"
+#include "cuda_launch.cuh"
 #include "cuda_types.cuh"
 
 extern "C" {
@@ -78,9 +79,12 @@ __global__ void swiglu_kernel(T *out, const T *gu, int rows, int m) {
 }
 
 /* The same for m a multiple of 8: one row per grid row, 16-byte loads and
- * stores, no divisions (prefill spends ~18 ms per 8192-token step here). */
+ * stores, no divisions (prefill spends ~18 ms per 8192-token step here);
+ * launched with PDL. */
 template <typename T>
 __global__ void swiglu8_kernel(T *out, const T *gu, int m) {
+    pdl_trigger();
+    pdl_wait();
     int j = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (j >= m) return;
     const T *g = gu + (size_t)blockIdx.y * 2 * m + j;
@@ -104,11 +108,11 @@ void cuda_swiglu(rlBackend *be, void *out, const void *gate_up, int rows, int m)
         !(((uintptr_t)out | (uintptr_t)gate_up) & 15)) {
         dim3 grid((unsigned)((m / 8 + 255) / 256), (unsigned)rows);
         if (be->act_dtype == RL_F16)
-            swiglu8_kernel<f16><<<grid, 256, 0, c->stream>>>((f16 *)out, (const f16 *)gate_up, m);
+            cuda_launch_pdl(c, "swiglu", swiglu8_kernel<f16>, grid, dim3(256), 0, (f16 *)out,
+                            (const f16 *)gate_up, m);
         else
-            swiglu8_kernel<bf16><<<grid, 256, 0, c->stream>>>((bf16 *)out, (const bf16 *)gate_up,
-                                                              m);
-        cuda_launched(c, "swiglu");
+            cuda_launch_pdl(c, "swiglu", swiglu8_kernel<bf16>, grid, dim3(256), 0, (bf16 *)out,
+                            (const bf16 *)gate_up, m);
         return;
     }
     RL_DISPATCH(be->act_dtype, T, swiglu_kernel<T><<<rl_blocks(n, 256), 256, 0, c->stream>>>(

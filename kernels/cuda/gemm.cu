@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_launch.cuh"
 #include "cuda_reduce.cuh"
 #include "cuda_types.cuh"
 
@@ -26,7 +27,7 @@
 #define GEMV_COLS 4
 #define GEMV_MAX_ROWS 8
 #define GEMM_TUNE_ROWS 256
-#define GEMM_CANDIDATES 8
+#define GEMM_CANDIDATES 24
 
 /* The fastest of the candidates on these buffers (index into h), timed over
  * three runs each after a warm-up; 0 when timing is not possible. */
@@ -215,11 +216,15 @@ static __device__ __forceinline__ void unpack8(uint4 v, float *x, f16) {
     }
 }
 
-/* out[r, c] = in[r, :] . w[c, :] (+ bias[c]) for rows <= R; k a multiple of 8. */
+/* out[r, c] = in[r, :] . w[c, :] (+ bias[c]) for rows <= R; k a multiple of 8.
+ * Each thread keeps the next chunk's weights loading while it uses the
+ * current one; the first chunk is read before waiting on the kernel that
+ * writes `in` (PDL: the weights are nobody's output). */
 template <typename T, typename O, int R>
 __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_kernel(O *out, const T *in, const T *w, const T *bias, int rows, int n, int k) {
     __shared__ float red[GEMV_THREADS / 32][GEMV_COLS * R];
+    pdl_trigger();
     const int c0 = blockIdx.x * GEMV_COLS, kc = k / 8;
     const uint4 *wv[GEMV_COLS];
 #pragma unroll
@@ -231,10 +236,18 @@ gemv_kernel(O *out, const T *in, const T *w, const T *bias, int rows, int n, int
     for (int c = 0; c < GEMV_COLS; c++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[c][r] = 0;
+    uint4 wn[GEMV_COLS];
+    if (threadIdx.x < kc)
+#pragma unroll
+        for (int c = 0; c < GEMV_COLS; c++) wn[c] = __ldcs(wv[c] + threadIdx.x);
+    pdl_wait();
     for (int j = threadIdx.x; j < kc; j += GEMV_THREADS) {
         uint4 wq[GEMV_COLS];
 #pragma unroll
-        for (int c = 0; c < GEMV_COLS; c++) wq[c] = __ldcs(wv[c] + j);
+        for (int c = 0; c < GEMV_COLS; c++) wq[c] = wn[c];
+        if (j + GEMV_THREADS < kc)
+#pragma unroll
+            for (int c = 0; c < GEMV_COLS; c++) wn[c] = __ldcs(wv[c] + j + GEMV_THREADS);
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (r >= rows) break;
@@ -266,16 +279,20 @@ gemv_kernel(O *out, const T *in, const T *w, const T *bias, int rows, int n, int
 
 template <typename T, typename O>
 static void gemv_launch(rlCuda *c, O *out, const T *in, const T *w, const T *bias, int rows,
-                        int n, int k) {
-    unsigned blocks = (unsigned)((n + GEMV_COLS - 1) / GEMV_COLS);
+                        int n, int k, const char *op) {
+    dim3 blocks((unsigned)((n + GEMV_COLS - 1) / GEMV_COLS));
     if (rows <= 1)
-        gemv_kernel<T, O, 1><<<blocks, GEMV_THREADS, 0, c->stream>>>(out, in, w, bias, rows, n, k);
+        cuda_launch_pdl(c, op, gemv_kernel<T, O, 1>, blocks, GEMV_THREADS, 0, out, in, w, bias,
+                        rows, n, k);
     else if (rows <= 2)
-        gemv_kernel<T, O, 2><<<blocks, GEMV_THREADS, 0, c->stream>>>(out, in, w, bias, rows, n, k);
+        cuda_launch_pdl(c, op, gemv_kernel<T, O, 2>, blocks, GEMV_THREADS, 0, out, in, w, bias,
+                        rows, n, k);
     else if (rows <= 4)
-        gemv_kernel<T, O, 4><<<blocks, GEMV_THREADS, 0, c->stream>>>(out, in, w, bias, rows, n, k);
+        cuda_launch_pdl(c, op, gemv_kernel<T, O, 4>, blocks, GEMV_THREADS, 0, out, in, w, bias,
+                        rows, n, k);
     else
-        gemv_kernel<T, O, 8><<<blocks, GEMV_THREADS, 0, c->stream>>>(out, in, w, bias, rows, n, k);
+        cuda_launch_pdl(c, op, gemv_kernel<T, O, 8>, blocks, GEMV_THREADS, 0, out, in, w, bias,
+                        rows, n, k);
 }
 
 /* The matrix-vector path when the shape allows it; 0 when it did not apply. */
@@ -285,13 +302,12 @@ static int gemv_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void
         (((uintptr_t)in | (uintptr_t)w) & 15))
         return 0;
     if (wt == RL_F16) {
-        if (f32out) gemv_launch(c, (float *)out, (const f16 *)in, (const f16 *)w, (const f16 *)bias, rows, n, k);
-        else gemv_launch(c, (f16 *)out, (const f16 *)in, (const f16 *)w, (const f16 *)bias, rows, n, k);
+        if (f32out) gemv_launch(c, (float *)out, (const f16 *)in, (const f16 *)w, (const f16 *)bias, rows, n, k, op);
+        else gemv_launch(c, (f16 *)out, (const f16 *)in, (const f16 *)w, (const f16 *)bias, rows, n, k, op);
     } else {
-        if (f32out) gemv_launch(c, (float *)out, (const bf16 *)in, (const bf16 *)w, (const bf16 *)bias, rows, n, k);
-        else gemv_launch(c, (bf16 *)out, (const bf16 *)in, (const bf16 *)w, (const bf16 *)bias, rows, n, k);
+        if (f32out) gemv_launch(c, (float *)out, (const bf16 *)in, (const bf16 *)w, (const bf16 *)bias, rows, n, k, op);
+        else gemv_launch(c, (bf16 *)out, (const bf16 *)in, (const bf16 *)w, (const bf16 *)bias, rows, n, k, op);
     }
-    cuda_launched(c, op);
     return 1;
 }
 

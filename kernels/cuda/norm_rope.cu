@@ -4,8 +4,10 @@
  * Rounding follows Hugging Face's Qwen2 in bf16: the residual stream is
  * stored rounded, the norm is taken over the rounded values in fp32, the
  * normalised value is rounded before the weight multiplies it; RoPE uses
- * fp32 angles and cos/sin rounded to the activation type. */
+ * fp32 angles and cos/sin rounded to the activation type.  The decode path's
+ * kernels (the one-pass norms, RoPE) launch with PDL (cuda_launch.cuh). */
 #include "cuda_internal.h"
+#include "cuda_launch.cuh"
 #include "cuda_reduce.cuh"
 #include "cuda_types.cuh"
 
@@ -22,16 +24,6 @@ __global__ void rmsnorm_kernel(T *out, const T *in, const T *w, int dim, float e
     float rstd = rsqrtf(block_sum(ss, shm) / dim + eps);
     for (int j = threadIdx.x; j < dim; j += blockDim.x)
         st(o + j, ld(w + j) * round_to<T>(ld(x + j) * rstd));
-}
-
-void cuda_rmsnorm(rlBackend *be, void *out, const void *in, const void *w, int rows, int dim,
-                  float eps) {
-    rlCuda *c = cuda_of(be);
-    if (!rows) return;
-    PROF(c, "rmsnorm");
-    RL_DISPATCH(be->act_dtype, T, rmsnorm_kernel<T><<<rows, 256, 0, c->stream>>>(
-                                      (T *)out, (const T *)in, (const T *)w, dim, eps));
-    cuda_launched(c, "rmsnorm");
 }
 
 template <typename T>
@@ -52,11 +44,80 @@ __global__ void add_rmsnorm_kernel(T *resid, const T *xin, T *out, const T *w, i
         st(o + j, ld(w + j) * round_to<T>(ld(r + j) * rstd));
 }
 
+/* Both norms for 16-bit rows of dim a multiple of 8, up to 8 x 1024: one
+ * 16-byte load per thread and operand, the row held in registers across the
+ * reduction, so a row costs one pass (these run ~55 times per decode step,
+ * where the two-pass loops above are latency, not bandwidth).  ADD: resid +=
+ * x first, as add_rmsnorm_kernel; else resid is only read. */
+template <typename T, bool ADD>
+__global__ void rmsnorm8_kernel(T *resid, const T *xin, T *out, const T *w, int dim, float eps) {
+    __shared__ float shm[32];
+    pdl_trigger();
+    const int j = threadIdx.x * 8;
+    const size_t row = (size_t)blockIdx.x * dim;
+    uint4 wv = j < dim ? *(const uint4 *)(w + j) : make_uint4(0, 0, 0, 0);
+    float v[8], ss = 0;
+    pdl_wait();
+    if (j < dim) {
+        uint4 rv = *(const uint4 *)(resid + row + j);
+        T *rs = (T *)&rv;
+        if (ADD) {
+            uint4 xv = *(const uint4 *)(xin + row + j);
+            const T *xs = (const T *)&xv;
+#pragma unroll
+            for (int i = 0; i < 8; i++) st(rs + i, ld(rs + i) + ld(xs + i));
+            *(uint4 *)(resid + row + j) = rv;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = ld(rs + i), ss += v[i] * v[i];
+    }
+    const float rstd = rsqrtf(block_sum(ss, shm) / dim + eps);
+    if (j >= dim) return;
+    uint4 ov;
+    const T *ws = (const T *)&wv;
+    T *os = (T *)&ov;
+#pragma unroll
+    for (int i = 0; i < 8; i++) st(os + i, ld(ws + i) * round_to<T>(v[i] * rstd));
+    *(uint4 *)(out + row + j) = ov;
+}
+
+/* The one-pass kernel when the rows allow it; 0 when they do not. */
+static int rmsnorm8_run(rlBackend *be, void *resid, const void *x, void *out, const void *w,
+                        int rows, int dim, float eps) {
+    rlCuda *c = cuda_of(be);
+    if (be->act_dtype == RL_F32 || dim % 8 || dim > 8 * 1024 ||
+        (((uintptr_t)resid | (uintptr_t)x | (uintptr_t)out | (uintptr_t)w) & 15))
+        return 0;
+    const dim3 grid((unsigned)rows), threads((unsigned)((dim / 8 + 31) / 32 * 32));
+    const char *op = x ? "add_rmsnorm" : "rmsnorm";
+    if (be->act_dtype == RL_F16)
+        cuda_launch_pdl(c, op, x ? rmsnorm8_kernel<f16, true> : rmsnorm8_kernel<f16, false>,
+                        grid, threads, 0, (f16 *)resid, (const f16 *)x, (f16 *)out,
+                        (const f16 *)w, dim, eps);
+    else
+        cuda_launch_pdl(c, op, x ? rmsnorm8_kernel<bf16, true> : rmsnorm8_kernel<bf16, false>,
+                        grid, threads, 0, (bf16 *)resid, (const bf16 *)x, (bf16 *)out,
+                        (const bf16 *)w, dim, eps);
+    return 1;
+}
+
+void cuda_rmsnorm(rlBackend *be, void *out, const void *in, const void *w, int rows, int dim,
+                  float eps) {
+    rlCuda *c = cuda_of(be);
+    if (!rows) return;
+    PROF(c, "rmsnorm");
+    if (rmsnorm8_run(be, (void *)in, NULL, out, w, rows, dim, eps)) return;
+    RL_DISPATCH(be->act_dtype, T, rmsnorm_kernel<T><<<rows, 256, 0, c->stream>>>(
+                                      (T *)out, (const T *)in, (const T *)w, dim, eps));
+    cuda_launched(c, "rmsnorm");
+}
+
 void cuda_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out, const void *w,
                       int rows, int dim, float eps) {
     rlCuda *c = cuda_of(be);
     if (!rows) return;
     PROF(c, "add_rmsnorm");
+    if (rmsnorm8_run(be, resid, x, out, w, rows, dim, eps)) return;
     RL_DISPATCH(be->act_dtype, T, add_rmsnorm_kernel<T><<<rows, 256, 0, c->stream>>>(
                                       (T *)resid, (const T *)x, (T *)out, (const T *)w, dim,
                                       eps));
@@ -65,24 +126,33 @@ void cuda_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out, cons
 
 /* One block per token: rotate its q and k heads in place (rotate-half
  * layout: element i pairs with i + head_dim/2), then store k and v at the
- * token's cache slot (slot < 0: a padding token, nothing stored). */
+ * token's cache slot (slot < 0: a padding token, nothing stored).  The
+ * token's head_dim/2 angles are computed once, before waiting on the kernel
+ * that wrote qkv (PDL), and shared by all its heads. */
 template <typename T>
 __global__ void rope_kv_kernel(T *qkv, T *kc, T *vc, const int32_t *positions,
                                const int32_t *slots, int n_q, int n_kv, int D, float theta,
                                size_t layer_off, int bs) {
+    __shared__ float cs[2][128];     /* cos, sin of each frequency; head_dim <= 256 */
+    pdl_trigger();
     int t = blockIdx.x, half = D / 2;
-    T *row = qkv + (size_t)t * (n_q + 2 * n_kv) * D;
     float pos = (float)positions[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)D);
+        float s, co;
+        sincosf(pos * inv, &s, &co);
+        cs[0][i] = round_to<T>(co);
+        cs[1][i] = round_to<T>(s);
+    }
+    __syncthreads();
+    pdl_wait();
+    T *row = qkv + (size_t)t * (n_q + 2 * n_kv) * D;
     int slot = slots[t];
     size_t cache_base = 0;
     if (slot >= 0) cache_base = layer_off + (size_t)(slot / bs) * n_kv * bs * D + (size_t)(slot % bs) * D;
     for (int e = threadIdx.x; e < (n_q + n_kv) * half; e += blockDim.x) {
         int h = e / half, i = e % half;
-        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)D);
-        float s, co;
-        sincosf(pos * inv, &s, &co);
-        co = round_to<T>(co);
-        s = round_to<T>(s);
+        float co = cs[0][i], s = cs[1][i];
         T *x = row + (size_t)h * D;
         float x1 = ld(x + i), x2 = ld(x + i + half);
         float y1 = x1 * co - x2 * s, y2 = x2 * co + x1 * s;
@@ -114,9 +184,10 @@ void cuda_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *
     }
     size_t layer_off = (size_t)layer * c->kv_blocks * c->kv_heads * c->kv_block_size * s->head_dim;
     PROF(c, "rope_kv_store");
-    RL_DISPATCH(be->act_dtype, T, rope_kv_kernel<T><<<c->n_tokens, 256, 0, c->stream>>>(
-                                      (T *)qkv, (T *)c->k_cache, (T *)c->v_cache, c->d_positions,
-                                      c->d_slots, s->n_q, s->n_kv, s->head_dim, s->rope_theta,
-                                      layer_off, c->kv_block_size));
-    cuda_launched(c, "rope_kv_store");
+    RL_DISPATCH(be->act_dtype, T,
+                cuda_launch_pdl(c, "rope_kv_store", rope_kv_kernel<T>, dim3(c->n_tokens),
+                                dim3(256), 0, (T *)qkv, (T *)c->k_cache, (T *)c->v_cache,
+                                (const int32_t *)c->d_positions, (const int32_t *)c->d_slots,
+                                s->n_q, s->n_kv, s->head_dim, s->rope_theta, layer_off,
+                                c->kv_block_size));
 }
