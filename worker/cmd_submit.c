@@ -88,7 +88,7 @@ static int sub_resume(subRun *r, const char *path) {
     long good = 0;
     while ((n = getline(&line, &cap, f)) > 0) {
         if (line[n - 1] != '\n') break;
-        json_t *v = json_loadb(line, (size_t)n, 0, NULL);
+        json_t *v = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, NULL);
         const char *id = json_string_value(json_object_get(v, "id"));
         if (id) json_object_set_new(r->done_ids, id, json_true());
         json_decref(v);
@@ -219,7 +219,7 @@ static int sub_fill(subRun *r, char **buf, size_t *cap) {
         s->line = lineno;
         while (n > 0 && ((*buf)[n - 1] == '\n' || (*buf)[n - 1] == '\r')) n--;
         json_error_t je;
-        json_t *req = json_loadb(*buf, (size_t)n, 0, &je);
+        json_t *req = json_loadb(*buf, (size_t)n, JSON_ALLOW_NUL, &je);
         char auto_id[64];
         snprintf(auto_id, sizeof(auto_id), "%s-%ld", r->id_prefix, lineno);
         json_t *jid = json_object_get(req, "id");
@@ -308,8 +308,14 @@ static int sub_loop(subRun *r) {
                 const redisReply *f = en->element[1];
                 for (size_t k = 0; k + 1 < f->elements; k += 2) {
                     if (strcmp(f->element[k]->str, "json")) continue;
-                    json_t *ev = json_loadb(f->element[k + 1]->str, (size_t)f->element[k + 1]->len, 0, NULL);
+                    /* a generated text may hold U+0000 (the token of byte 0) */
+                    json_error_t je;
+                    json_t *ev = json_loadb(f->element[k + 1]->str, (size_t)f->element[k + 1]->len,
+                                            JSON_ALLOW_NUL, &je);
                     if (ev) sub_event(r, ev);
+                    else
+                        fprintf(stderr, "redlm submit: reply entry %s in %s is not JSON (%s); ignored\n",
+                                en->element[0]->str, r->reply_key, je.text);
                     json_decref(ev);
                 }
             }
