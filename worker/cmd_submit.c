@@ -300,6 +300,12 @@ static int sub_loop(subRun *r) {
             rc = RL_EREDIS;
             break;
         }
+        if (x->type == REDIS_REPLY_ERROR) {
+            fprintf(stderr, "redlm submit: XREAD %s failed: %s\n", r->reply_key, x->str);
+            freeReplyObject(x);
+            rc = RL_EREDIS;
+            break;
+        }
         if (x->type == REDIS_REPLY_ARRAY && x->elements == 1) {
             const redisReply *entries = x->element[0]->element[1];
             for (size_t i = 0; i < entries->elements; i++) {
