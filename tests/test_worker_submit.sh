@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test_worker_submit.sh: `redlm submit` against a worker: results in input
 # order equal to `redlm generate`'s, ids assigned when missing, a bad line
-# answered locally, a resumed run (output cut mid-line) that submits only
-# the jobs missing from the output, replies holding U+0000, --window, and
-# the progress line on a terminal.
+# answered locally, resumed runs (output cut mid-line, or between the two
+# samples of an n = 2 job) that submit only the jobs missing from the
+# output, replies holding U+0000, --window, and the progress line on a
+# terminal.
 source "$(dirname "$0")/worker_lib.sh"
 
 start_redis
@@ -42,6 +43,18 @@ done_before=$(head -20 "$T/out.jsonl" | jq -r .id | sort -u | wc -l)
 [ "$sent" = $((60 - done_before)) ] || fail "resume submitted $sent jobs, want $((60 - done_before))"
 diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, .token_ids]' "$T/resume.jsonl") > "$T/diff" ||
     fail "resumed output differs: $(head -4 "$T/diff")"
+# resume after a kill between the two samples of line 20's job (n = 2):
+# that job's first sample is cut and the job runs again
+head -21 "$T/out.jsonl" > "$T/resume2.jsonl"
+[ "$(sed -n 21p "$T/out.jsonl" | jq -c '[.index, (.id | startswith("job"))]')" = '[0,true]' ] ||
+    fail "line 21 of the output is not the first sample of line 20's job"
+before=$(rcli XLEN redlm:jobs)
+"$REDLM" submit --redis "$(URL)" --input "$T/in.jsonl" --output "$T/resume2.jsonl" --window 8 2> "$T/submit3.log" ||
+    fail "resumed submit (half a job) failed: $(cat "$T/submit3.log")"
+sent2=$(( $(rcli XLEN redlm:jobs) - before ))
+[ "$sent2" = $((60 - done_before)) ] || fail "resume after half a job submitted $sent2 jobs, want $((60 - done_before))"
+diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, .token_ids]' "$T/resume2.jsonl") > "$T/diff" ||
+    fail "output resumed after half a job differs: $(head -4 "$T/diff")"
 
 # a generated text holding U+0000 (token 188 is byte 0 of the fixture's
 # byte-level vocab), streamed and not: through submit and through a resume
