@@ -208,17 +208,18 @@ static void check_stream(const rlTokenizer *t, const int32_t *ids, int n, int li
     detok_free(d);
 }
 
+/* Every fixture text of both tokenizers. */
 static void test_streaming(void **state) {
     (void)state;
-    rlTokenizer *t = qwen;
-    const char *files[] = {QWEN("encode.jsonl"), QWEN("decode.jsonl")};
-    for (int f = 0; f < 2; f++) {
+    const rlTokenizer *toks[] = {qwen, qwen, small, small};
+    const char *files[] = {QWEN("encode.jsonl"), QWEN("decode.jsonl"), SMALL("encode.jsonl"), SMALL("decode.jsonl")};
+    for (int f = 0; f < 4; f++) {
         json_t *all = read_jsonl(files[f]), *o;
         size_t i;
         json_array_foreach(all, i, o) {
             int n;
             int32_t *ids = json_ids(json_object_get(o, "ids"), &n);
-            check_stream(t, ids, n, (int)i + 1);
+            check_stream(toks[f], ids, n, (int)i + 1);
             free(ids);
         }
         json_decref(all);
@@ -257,6 +258,36 @@ static char *stream_with_stops(const rlTokenizer *t, const char *text, char **st
     return r;
 }
 
+/* Every text of a fixture file, with a random substring of it (up to 12
+ * bytes, whole characters) as the stop: the output is the text before its
+ * first occurrence. */
+static void check_random_stops(const rlTokenizer *t, const char *path) {
+    json_t *all = read_jsonl(path), *o;
+    size_t i;
+    int at, n;
+    srand(7);
+    json_array_foreach(all, i, o) {
+        const char *dec = json_string_value(json_object_get(o, "decoded"));
+        size_t len = strlen(dec);
+        if (len < 4 || strlen(dec) != json_string_length(json_object_get(o, "decoded"))) continue;
+        size_t a = (size_t)rand() % (len - 2), b = a + 1 + (size_t)rand() % (len - a - 1 < 12 ? len - a - 1 : 12);
+        while (a > 0 && ((unsigned char)dec[a] & 0xC0) == 0x80) a--;
+        while (b < len && ((unsigned char)dec[b] & 0xC0) == 0x80) b++;
+        char stop[64];
+        if (b - a >= sizeof(stop)) continue;
+        memcpy(stop, dec + a, b - a);
+        stop[b - a] = 0;
+        char *stops[] = {stop};
+        /* encode the decoded text: it round-trips, and the stop is in it */
+        char *r = stream_with_stops(t, dec, stops, 1, &at, &n);
+        size_t want = (size_t)(strstr(dec, stop) - dec);
+        if (strlen(r) != want || memcmp(r, dec, want))
+            fail_msg("%s line %zu, stop \"%s\": got \"%s\"", path, i + 1, stop, r);
+        free(r);
+    }
+    json_decref(all);
+}
+
 static void test_stop_strings(void **state) {
     (void)state;
     rlTokenizer *t = qwen;
@@ -285,31 +316,8 @@ static void test_stop_strings(void **state) {
     assert_string_equal(r, "");
     assert_int_equal(at, 0);
     free(r);
-    /* Every fixture text, with a substring of it as the stop: the output is
-     * the text before its first occurrence. */
-    json_t *all = read_jsonl(QWEN("encode.jsonl")), *o;
-    size_t i;
-    srand(7);
-    json_array_foreach(all, i, o) {
-        const char *dec = json_string_value(json_object_get(o, "decoded"));
-        size_t len = strlen(dec);
-        if (len < 4 || strlen(dec) != json_string_length(json_object_get(o, "decoded"))) continue;
-        size_t a = (size_t)rand() % (len - 2), b = a + 1 + (size_t)rand() % (len - a - 1 < 12 ? len - a - 1 : 12);
-        while (a > 0 && ((unsigned char)dec[a] & 0xC0) == 0x80) a--;
-        while (b < len && ((unsigned char)dec[b] & 0xC0) == 0x80) b++;
-        char stop[64];
-        if (b - a >= sizeof(stop)) continue;
-        memcpy(stop, dec + a, b - a);
-        stop[b - a] = 0;
-        char *stops[] = {stop};
-        /* encode the decoded text: it round-trips, and the stop is in it */
-        r = stream_with_stops(t, dec, stops, 1, &at, &n);
-        size_t want = (size_t)(strstr(dec, stop) - dec);
-        if (strlen(r) != want || memcmp(r, dec, want))
-            fail_msg("line %zu, stop \"%s\": got \"%s\"", i + 1, stop, r);
-        free(r);
-    }
-    json_decref(all);
+    check_random_stops(qwen, QWEN("encode.jsonl"));
+    check_random_stops(small, SMALL("encode.jsonl"));
 }
 
 /* A megabyte of one character is one pre-token: merging must stay

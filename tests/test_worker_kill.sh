@@ -27,6 +27,10 @@ summary > "$T/got.jsonl"
 [ "$(wc -l < "$T/got.jsonl")" = "$N" ] || fail "replies for $(wc -l < "$T/got.jsonl") jobs, want $N"
 bad=$(jq -c 'select(.dones != 1)' "$T/got.jsonl" | head -3)
 [ -z "$bad" ] || fail "jobs without exactly one final done: $bad"
+# no reconnect here, so not even a repeat of an event: one done event, as written
+repeated=$(stream_json redlm:test:replies | jq -sc 'group_by(.id)[] | (map(.attempt) | max) as $m
+    | map(select(.attempt == $m and .event == "done")) | select(length != 1) | {id: .[0].id, dones: length}' | head -3)
+[ -z "$repeated" ] || fail "jobs with a repeated final done: $repeated"
 retried=$(jq -s 'map(select(.attempt > 1)) | length' "$T/got.jsonl")
 [ "$retried" -gt 0 ] || fail "no job was claimed from the killed worker (attempt > 1)"
 

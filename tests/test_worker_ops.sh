@@ -47,4 +47,7 @@ wait_until 60 all_acked "$N" || fail "w2 did not finish the rest"
 summary > "$T/got.jsonl"
 [ "$(jq -s 'map(select(.dones == 1 and .attempt == 1)) | length' "$T/got.jsonl")" = "$N" ] ||
     fail "not every job done once at attempt 1"
+# drained, not aborted: every job ran to its max_tokens
+short=$(stream_json redlm:test:replies | jq -c 'select(.event == "done" and .finish_reason != "length") | {id, finish_reason}' | head -3)
+[ -z "$short" ] || fail "jobs not run to the end: $short"
 echo "ok: backpressure (both workers busy), SIGTERM drain (w1 finished $read1 jobs, w2 the rest)"

@@ -48,24 +48,31 @@ declare -A want=(
     [bad-type]=invalid_request [bad-unknown]=invalid_request [bad-none]=invalid_request
     [bad-two]=invalid_request [bad-neg]=invalid_request [bad-huge]=invalid_request
     [$long_id]=invalid_request [bad-utf8]=invalid_utf8 [bad-deadline]=deadline_exceeded
-    [bad-long]=prompt_too_long [mp-bad]=invalid_request [bad-real]=invalid_request)
-rcli XADD redlm:jobs '*' json 'not json' >/dev/null
-printf '\xc1' | rcli -x XADD redlm:jobs '*' msgpack >/dev/null
-rcli XADD redlm:jobs '*' prompt hello >/dev/null
-rcli XADD redlm:jobs '*' json '{"id":"x"}' msgpack '\x80' >/dev/null
-rcli XADD redlm:jobs '*' json '{"id":"bad-type","prompt_ids":"1,2"}' >/dev/null
-rcli XADD redlm:jobs '*' json '{"id":"bad-unknown","prompt_ids":[1],"max_token":3}' >/dev/null
-rcli XADD redlm:jobs '*' json '{"id":"bad-none","max_tokens":3}' >/dev/null
-rcli XADD redlm:jobs '*' json '{"id":"bad-two","prompt":"a","prompt_ids":[1]}' >/dev/null
-rcli XADD redlm:jobs '*' json '{"id":"bad-neg","prompt_ids":[1],"max_tokens":-1}' >/dev/null
-rcli XADD redlm:jobs '*' json '{"id":"bad-huge","prompt_ids":[1],"max_tokens":9223372036854775807}' >/dev/null
-rcli XADD redlm:jobs '*' json '{"id":"bad-real","prompt_ids":[1],"top_k":1e300}' >/dev/null
-rcli XADD redlm:jobs '*' json "{\"id\":\"$long_id\",\"prompt_ids\":[1]}" >/dev/null
-printf '{"id":"bad-utf8","prompt":"caf\xe9"}' | rcli -x XADD redlm:jobs '*' json >/dev/null
-rcli XADD redlm:jobs '*' json '{"id":"bad-deadline","prompt_ids":[1],"deadline_ms":1000}' >/dev/null
-rcli XADD redlm:jobs '*' json "{\"id\":\"bad-long\",\"prompt_ids\":[$long_prompt],\"max_tokens\":1}" >/dev/null
-printf '\x82\xa2id\xa6mp-bad\xaaprompt_ids\xa1x' | rcli -x XADD redlm:jobs '*' msgpack >/dev/null
-n_bad=$(( ${#want[@]} + 4 + 1 )) # + dl-1
+    [bad-long]=prompt_too_long [mp-bad]=invalid_request [bad-real]=invalid_request
+    [bad-nul]=invalid_request)
+# bad ARGS... / bad_stdin ARGS... < PAYLOAD: XADD, keeping the entry's id
+bad_entries=()
+bad() { bad_entries+=("$(rcli XADD redlm:jobs '*' "$@")"); }
+bad_stdin() { bad_entries+=("$(rcli -x XADD redlm:jobs '*' "$@")"); }
+bad json 'not json'
+bad_stdin msgpack < <(printf '\xc1')
+bad prompt hello
+bad json '{"id":"x"}' msgpack '\x80'
+bad json '{"id":"bad-type","prompt_ids":"1,2"}'
+bad json '{"id":"bad-unknown","prompt_ids":[1],"max_token":3}'
+bad json '{"id":"bad-none","max_tokens":3}'
+bad json '{"id":"bad-two","prompt":"a","prompt_ids":[1]}'
+bad json '{"id":"bad-neg","prompt_ids":[1],"max_tokens":-1}'
+bad json '{"id":"bad-huge","prompt_ids":[1],"max_tokens":9223372036854775807}'
+bad json '{"id":"bad-real","prompt_ids":[1],"top_k":1e300}'
+bad json '{"id":"bad-nul","prompt":"a\u0000b"}'
+bad json "{\"id\":\"$long_id\",\"prompt_ids\":[1]}"
+bad_stdin json < <(printf '{"id":"bad-utf8","prompt":"caf\xe9"}')
+bad json '{"id":"bad-deadline","prompt_ids":[1],"deadline_ms":1000}'
+bad json "{\"id\":\"bad-long\",\"prompt_ids\":[$long_prompt],\"max_tokens\":1}"
+bad_stdin msgpack < <(printf '\x82\xa2id\xa6mp-bad\xaaprompt_ids\xa1x')
+[ ${#bad_entries[@]} = $(( ${#want[@]} + 4 )) ] || fail "queued ${#bad_entries[@]} malformed entries"
+n_bad=$(( ${#bad_entries[@]} + 1 )) # + dl-1
 dead_full() { [ "$(rcli XLEN redlm:dead)" -ge "$n_bad" ]; }
 wait_until 20 dead_full || fail "dead letters: $(rcli XLEN redlm:dead), want $n_bad"
 for id in "${!want[@]}"; do
@@ -81,6 +88,11 @@ for id in "${!want[@]}"; do
     [ "$code" = "error ${want[$id]}" ] || fail "$id: got '$code', want error ${want[$id]}: $ev"
 done
 [ "$(rcli XLEN redlm:dead)" = "$n_bad" ] || fail "dead letters: $(rcli XLEN redlm:dead), want exactly $n_bad"
+# one dead letter per malformed entry, naming it, with the entry's payload
+dead_entries=$(rcli --raw XRANGE redlm:dead - + | awk '$0 == "entry" { getline; print }')
+for e in "${bad_entries[@]}"; do
+    [ "$(grep -cxF "$e" <<< "$dead_entries")" = 1 ] || fail "entry $e: not exactly one dead letter"
+done
 rcli --raw XRANGE redlm:dead - + | grep -q '^not json$' || fail "dead letter lacks the entry's payload"
 kill -0 "$W" || fail "worker died"
 
@@ -108,8 +120,15 @@ st=$("$REDLM" status --redis "$(URL)") || fail "status failed"
 echo "$st" | grep -q '^w1 ' || fail "status has no row for w1: $st"
 echo "$st" | grep -q 'pending 0 ' || fail "status: pending not 0: $st"
 metrics=$(curl -s "http://127.0.0.1:$MPORT/metrics") || fail "no metrics"
-echo "$metrics" | grep -q '^redlm:request_errors_total{code="invalid_request"} 11$' || fail "metrics: $(echo "$metrics" | grep errors_total)"
+echo "$metrics" | grep -q '^redlm:request_errors_total{code="invalid_request"} 12$' || fail "metrics: $(echo "$metrics" | grep errors_total)"
 echo "$metrics" | grep -q '^redlm:e2e_request_latency_seconds_count [1-9]' || fail "metrics: no latency"
+for m in num_requests_running num_requests_waiting kv_blocks_used prefix_cache_hits_total \
+         time_to_first_token_seconds_count time_per_output_token_seconds_count; do
+    echo "$metrics" | grep -q "^redlm:$m [0-9]" || fail "metrics: no redlm:$m"
+done
+for m in prompt_tokens_total generation_tokens_total; do
+    echo "$metrics" | grep -q "^redlm:$m [1-9]" || fail "metrics: redlm:$m not counted"
+done
 [ "$(pending_count)" = 0 ] || fail "entries left pending: $(rcli XPENDING redlm:jobs redlm)"
 
 # SIGTERM with nothing running: exits promptly and removes its heartbeat

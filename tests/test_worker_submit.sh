@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test_worker_submit.sh: `redlm submit` against a worker: results in input
 # order equal to `redlm generate`'s, ids assigned when missing, a bad line
-# answered locally, and a resumed run (output cut mid-line) that submits
-# only the jobs missing from the output.
+# answered locally, resumed runs (output cut mid-line, or between the two
+# samples of an n = 2 job) that submit only the jobs missing from the
+# output, replies holding U+0000, --window, and the progress line on a
+# terminal.
 source "$(dirname "$0")/worker_lib.sh"
 
 start_redis
@@ -41,4 +43,72 @@ done_before=$(head -20 "$T/out.jsonl" | jq -r .id | sort -u | wc -l)
 [ "$sent" = $((60 - done_before)) ] || fail "resume submitted $sent jobs, want $((60 - done_before))"
 diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, .token_ids]' "$T/resume.jsonl") > "$T/diff" ||
     fail "resumed output differs: $(head -4 "$T/diff")"
-echo "ok: submit in input order equal to generate; resume sent $sent of 60"
+# resume after a kill between the two samples of line 20's job (n = 2):
+# that job's first sample is cut and the job runs again
+head -21 "$T/out.jsonl" > "$T/resume2.jsonl"
+[ "$(sed -n 21p "$T/out.jsonl" | jq -c '[.index, (.id | startswith("job"))]')" = '[0,true]' ] ||
+    fail "line 21 of the output is not the first sample of line 20's job"
+before=$(rcli XLEN redlm:jobs)
+"$REDLM" submit --redis "$(URL)" --input "$T/in.jsonl" --output "$T/resume2.jsonl" --window 8 2> "$T/submit3.log" ||
+    fail "resumed submit (half a job) failed: $(cat "$T/submit3.log")"
+sent2=$(( $(rcli XLEN redlm:jobs) - before ))
+[ "$sent2" = $((60 - done_before)) ] || fail "resume after half a job submitted $sent2 jobs, want $((60 - done_before))"
+diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, .token_ids]' "$T/resume2.jsonl") > "$T/diff" ||
+    fail "output resumed after half a job differs: $(head -4 "$T/diff")"
+
+# a generated text holding U+0000 (token 188 is byte 0 of the fixture's
+# byte-level vocab), streamed and not: through submit and through a resume
+printf '%s\n' '{"id":"nul-s","prompt_ids":[141,11,7,9],"max_tokens":12,"temperature":0,"stream":true}' \
+    '{"id":"nul-d","prompt_ids":[141,11,7,9],"max_tokens":12,"temperature":0,"stream":false}' > "$T/nul.jsonl"
+"$REDLM" generate --model "$MODEL" --threads 1 --input "$T/nul.jsonl" --output "$T/nul-gen.jsonl" 2>> "$T/gen.log" ||
+    fail "generate failed"
+jq -e -s 'length == 2 and all(.text | contains("\u0000"))' "$T/nul-gen.jsonl" > /dev/null ||
+    fail "the fixture's replies no longer hold U+0000: $(cat "$T/nul-gen.jsonl")"
+timeout 60 "$REDLM" submit --redis "$(URL)" --input "$T/nul.jsonl" --output "$T/nul-out.jsonl" 2> "$T/submit-nul.log" ||
+    fail "submit with U+0000 in the replies: exit $?"
+same() { diff <(jq -c '[.id, .token_ids, .text]' "$1") <(jq -c '[.id, .token_ids, .text]' "$2") > "$T/diff"; }
+same "$T/nul-gen.jsonl" "$T/nul-out.jsonl" || fail "U+0000 replies differ from generate: $(head -4 "$T/diff")"
+head -1 "$T/nul-out.jsonl" > "$T/nul-resume.jsonl"
+before=$(rcli XLEN redlm:jobs)
+timeout 60 "$REDLM" submit --redis "$(URL)" --input "$T/nul.jsonl" --output "$T/nul-resume.jsonl" 2>> "$T/submit-nul.log" ||
+    fail "resumed submit with U+0000 in the output: exit $?"
+[ $(( $(rcli XLEN redlm:jobs) - before )) = 1 ] || fail "resume after a U+0000 result sent $(( $(rcli XLEN redlm:jobs) - before )) jobs, want 1"
+same "$T/nul-gen.jsonl" "$T/nul-resume.jsonl" || fail "resumed U+0000 output differs: $(head -4 "$T/diff")"
+
+# --window 4: with no worker on its stream, submit puts out exactly 4 jobs
+# and waits; once a worker runs them, jobs out minus results written never
+# exceeds 4 (the queue length is read first, so it is never overstated)
+for i in $(seq 1 20); do
+    echo "{\"id\":\"win$i\",\"prompt_ids\":[$i,5],\"max_tokens\":40,\"ignore_eos\":true,\"temperature\":0}"
+done > "$T/win.jsonl"
+"$REDLM" submit --redis "$(URL)" --stream redlm:win --input "$T/win.jsonl" --output "$T/win-out.jsonl" --window 4 \
+    2> "$T/submit-win.log" &
+SUB=$!
+PIDS+=("$SUB")
+queued() { [ "$(rcli XLEN redlm:win)" = "$1" ]; }
+wait_until 20 queued 4 || fail "submit --window 4 queued $(rcli XLEN redlm:win) jobs"
+sleep 0.5
+queued 4 || fail "submit --window 4 queued $(rcli XLEN redlm:win) jobs with none answered"
+start_worker w-win --stream redlm:win
+end=$(( $(date +%s) + 60 ))
+while [ "$(wc -l < "$T/win-out.jsonl")" -lt 20 ]; do
+    out=$(rcli XLEN redlm:win)
+    written=$(wc -l < "$T/win-out.jsonl")
+    [ $((out - written)) -le 4 ] || fail "$out jobs queued and $written results written: over --window 4"
+    [ "$(date +%s)" -lt "$end" ] || fail "submit --window 4 wrote $written of 20 results"
+    sleep 0.02
+done
+wait "$SUB" || fail "submit --window 4 failed: $(cat "$T/submit-win.log")"
+"$REDLM" generate --model "$MODEL" --threads 1 --input "$T/win.jsonl" --output "$T/win-gen.jsonl" 2>> "$T/gen.log" ||
+    fail "generate failed"
+same "$T/win-gen.jsonl" "$T/win-out.jsonl" || fail "--window 4 results differ from generate: $(head -4 "$T/diff")"
+
+# the progress line (done, in flight, rate, ETA) goes to a terminal only
+grep -q 'in flight' "$T/submit.log" && fail "progress line written to a file: $(head -c 300 "$T/submit.log")"
+script -qec "'$REDLM' submit --redis '$(URL)' --input '$T/win.jsonl' --output '$T/tty-out.jsonl' --window 4" \
+    /dev/null > "$T/tty.log" || fail "submit on a terminal failed: $(tail -c 300 "$T/tty.log")"
+grep -aq '20 done, 0 in flight, 0 errors, 0 skipped, [0-9.]* jobs/s ETA 0s' "$T/tty.log" ||
+    fail "no progress line on a terminal: $(tr '\r' '\n' < "$T/tty.log" | tail -3)"
+same "$T/win-gen.jsonl" "$T/tty-out.jsonl" || fail "results on a terminal differ: $(head -4 "$T/diff")"
+
+echo "ok: submit in input order equal to generate; resume sent $sent of 60; U+0000 in replies; --window 4; progress"

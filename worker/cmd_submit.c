@@ -47,6 +47,12 @@ typedef struct subRun {
     long oldest;                /* oldest line not written yet (1-based) */
     json_t *by_id;              /* id -> line (integer) of in-flight jobs */
     json_t *done_ids;           /* ids already in the output file */
+    /* the output file's last job, which a killed run may have left with
+     * only some of its samples: its id, where its lines start, how many
+     * there are, and whether one is its (final) error */
+    char *tail_id;
+    long tail_offset;
+    int tail_lines, tail_final;
     char id_prefix[32];
     long submitted, completed, errors, skipped;
     double t0;
@@ -88,10 +94,29 @@ static int sub_resume(subRun *r, const char *path) {
     long good = 0;
     while ((n = getline(&line, &cap, f)) > 0) {
         if (line[n - 1] != '\n') break;
-        json_t *v = json_loadb(line, (size_t)n, 0, NULL);
+        json_t *v = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, NULL);
         const char *id = json_string_value(json_object_get(v, "id"));
-        if (id) json_object_set_new(r->done_ids, id, json_true());
+        int bad = 0;
+        if (id) {
+            json_object_set_new(r->done_ids, id, json_true());
+            if (r->tail_id && !strcmp(r->tail_id, id)) r->tail_lines++;
+            else {
+                free(r->tail_id);
+                bad = !(r->tail_id = strdup(id));
+                r->tail_offset = good;
+                r->tail_lines = 1;
+                r->tail_final = 0;
+            }
+            const char *event = json_string_value(json_object_get(v, "event"));
+            if (event && !strcmp(event, "error")) r->tail_final = 1;
+        }
         json_decref(v);
+        if (bad) {
+            free(line);
+            fclose(f);
+            errno = ENOMEM;
+            return -1;
+        }
         good += n;
     }
     free(line);
@@ -169,6 +194,37 @@ static void sub_event(subRun *r, json_t *ev) {
     if (!strcmp(kind, "done")) s->n_done++;
 }
 
+/* How many done events a request asks for (its n; 1 when n is unusable,
+ * which the worker answers with one error). */
+static int sub_samples(const json_t *req) {
+    json_t *jn = json_object_get(req, "n");
+    return json_is_integer(jn) && json_integer_value(jn) > 0 && json_integer_value(jn) < 1 << 20
+               ? (int)json_integer_value(jn) : 1;
+}
+
+/* The output's last job lacks some of the samples its request asks for:
+ * cut its lines so it runs again.  Only possible before this run wrote
+ * anything (the output is in input order, so with the same input that job
+ * comes first); otherwise the input changed since the output was written. */
+static int sub_cut_tail(subRun *r, const char *id, int *code) {
+    if (r->completed) {
+        fprintf(stderr, "redlm submit: job %s, the last in the output, lacks samples but results of other jobs "
+                        "were written before it was read: is this the input the output was made from?\n", id);
+        *code = RL_EINPUT;
+        return -1;
+    }
+    if (fflush(r->out) || ftruncate(fileno(r->out), r->tail_offset)) {
+        fprintf(stderr, "redlm submit: cutting the incomplete job %s from the output failed: %s\n", id,
+                strerror(errno));
+        *code = RL_EIO;
+        return -1;
+    }
+    json_object_del(r->done_ids, id);
+    free(r->tail_id);
+    r->tail_id = NULL;
+    return 0;
+}
+
 static int sub_slot_finished(const subSlot *s) {
     return s->skip || s->local || s->error || (s->n && s->n_done >= s->n);
 }
@@ -205,8 +261,8 @@ static int sub_flush(subRun *r) {
 }
 
 /* Read input lines while the window has room; returns how many XADDs were
- * appended to the pipeline. */
-static int sub_fill(subRun *r, char **buf, size_t *cap) {
+ * appended to the pipeline, or -1 with the error reported and *code set. */
+static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
     int sent = 0;
     while (!r->eof && r->next_line - r->oldest + 1 < r->window) {
         ssize_t n = getline(buf, cap, r->in);
@@ -219,20 +275,28 @@ static int sub_fill(subRun *r, char **buf, size_t *cap) {
         s->line = lineno;
         while (n > 0 && ((*buf)[n - 1] == '\n' || (*buf)[n - 1] == '\r')) n--;
         json_error_t je;
-        json_t *req = json_loadb(*buf, (size_t)n, 0, &je);
+        json_t *req = json_loadb(*buf, (size_t)n, JSON_ALLOW_NUL, &je);
         char auto_id[64];
         snprintf(auto_id, sizeof(auto_id), "%s-%ld", r->id_prefix, lineno);
         json_t *jid = json_object_get(req, "id");
         const char *id = json_is_string(jid) ? json_string_value(jid) : auto_id;
         if (!(s->id = strdup(id))) {
             json_decref(req);
-            return -1;
+            goto oom;
         }
         if (json_object_get(r->done_ids, id)) {
-            s->skip = 1;
-            r->skipped++;
-            json_decref(req);
-            continue;
+            int incomplete = r->tail_id && !strcmp(id, r->tail_id) && !r->tail_final && json_is_object(req) &&
+                             sub_samples(req) > r->tail_lines;
+            if (!incomplete) {
+                s->skip = 1;
+                r->skipped++;
+                json_decref(req);
+                continue;
+            }
+            if (sub_cut_tail(r, id, code)) {
+                json_decref(req);
+                return -1;
+            }
         }
         if (!json_is_object(req)) {
             char msg[300];
@@ -245,16 +309,14 @@ static int sub_fill(subRun *r, char **buf, size_t *cap) {
         }
         if (!jid) json_object_set_new(req, "id", json_string(id));
         json_object_set_new(req, "reply_to", json_string(r->reply_key));
-        json_t *jn = json_object_get(req, "n");
-        s->n = json_is_integer(jn) && json_integer_value(jn) > 0 && json_integer_value(jn) < 1 << 20
-                   ? (int)json_integer_value(jn) : 1;
+        s->n = sub_samples(req);
         s->acc = calloc((size_t)s->n, sizeof(*s->acc));
         s->attempt = 1;
         char *payload = json_dumps(req, JSON_COMPACT);
         json_decref(req);
         if (!s->acc || !payload) {
             free(payload);
-            return -1;
+            goto oom;
         }
         json_object_set_new(r->by_id, s->id, json_integer(lineno)); /* id may point into req */
         redisAppendCommand(r->c, "XADD %s * json %s", r->stream, payload);
@@ -263,6 +325,10 @@ static int sub_fill(subRun *r, char **buf, size_t *cap) {
         sent++;
     }
     return sent;
+oom:
+    fprintf(stderr, "redlm submit: out of memory\n");
+    *code = RL_EMEMORY;
+    return -1;
 }
 
 static int sub_loop(subRun *r) {
@@ -271,12 +337,8 @@ static int sub_loop(subRun *r) {
     int rc = 0;
     double last_progress = 0;
     while (!rc) {
-        int sent = sub_fill(r, &buf, &cap);
-        if (sent < 0) {
-            fprintf(stderr, "redlm submit: out of memory\n");
-            rc = RL_EMEMORY;
-            break;
-        }
+        int sent = sub_fill(r, &buf, &cap, &rc);
+        if (sent < 0) break;
         for (int i = 0; i < sent; i++) {
             redisReply *x;
             if (redisGetReply(r->c, (void **)&x) != REDIS_OK || !x || x->type == REDIS_REPLY_ERROR) {
@@ -300,6 +362,12 @@ static int sub_loop(subRun *r) {
             rc = RL_EREDIS;
             break;
         }
+        if (x->type == REDIS_REPLY_ERROR) {
+            fprintf(stderr, "redlm submit: XREAD %s failed: %s\n", r->reply_key, x->str);
+            freeReplyObject(x);
+            rc = RL_EREDIS;
+            break;
+        }
         if (x->type == REDIS_REPLY_ARRAY && x->elements == 1) {
             const redisReply *entries = x->element[0]->element[1];
             for (size_t i = 0; i < entries->elements; i++) {
@@ -308,8 +376,14 @@ static int sub_loop(subRun *r) {
                 const redisReply *f = en->element[1];
                 for (size_t k = 0; k + 1 < f->elements; k += 2) {
                     if (strcmp(f->element[k]->str, "json")) continue;
-                    json_t *ev = json_loadb(f->element[k + 1]->str, (size_t)f->element[k + 1]->len, 0, NULL);
+                    /* a generated text may hold U+0000 (the token of byte 0) */
+                    json_error_t je;
+                    json_t *ev = json_loadb(f->element[k + 1]->str, (size_t)f->element[k + 1]->len,
+                                            JSON_ALLOW_NUL, &je);
                     if (ev) sub_event(r, ev);
+                    else
+                        fprintf(stderr, "redlm submit: reply entry %s in %s is not JSON (%s); ignored\n",
+                                en->element[0]->str, r->reply_key, je.text);
                     json_decref(ev);
                 }
             }
@@ -411,6 +485,7 @@ done:
     free(r.slots);
     json_decref(r.by_id);
     json_decref(r.done_ids);
+    free(r.tail_id);
     redisFree(r.c);
     return rc;
 }
