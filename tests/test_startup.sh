@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_startup.sh: every way a start can fail ends in one clear message and
 # its own exit status (kernels/error.h), from each command that can hit it:
-# broken model files, a plan that does not fit, more ranks than devices, an
-# unreachable Redis.  Each case runs under a time limit, so a hang fails.
+# broken model files (config, shards, tokenizer), a plan that does not fit,
+# more ranks than devices, an unreachable Redis.  Each case runs under a time
+# limit, so a hang fails.
 source "$(dirname "$0")/worker_lib.sh"
 
 GOOD=$FIXTURES/models/qwen2-tiny-gqa3
@@ -63,6 +64,15 @@ M=$(copy corrupt); printf 'GARBAGE!GARBAGE!' | dd of="$M/$SHARD" bs=1 seek=8 con
 expect 3 "corrupt safetensors header" "${GEN[@]}" --model "$M"
 expect 3 "corrupt safetensors header" "$REDLM" doctor --model "$M"
 
+# --- tokenizer.json damaged, or not a tokenizer redlm can run
+M=$(copy badtokenizer); echo '["not", "a tokenizer"]' > "$M/tokenizer.json"
+expect 3 "download tokenizer.json again" "${GEN[@]}" --model "$M"
+expect 3 "download tokenizer.json again" "${WORK[@]}" --model "$M"
+expect 3 "download tokenizer.json again" "$REDLM" doctor --model "$M"
+jq '.model.type = "WordPiece"' "$GOOD/tokenizer.json" > "$M/tokenizer.json"
+expect 3 "model type WordPiece is not supported" "${GEN[@]}" --model "$M"
+expect 3 "model type WordPiece is not supported" "$REDLM" doctor --model "$M"
+
 # --- a shard unreadable (root reads everything: then run as nobody)
 M=$(copy unreadable); chmod 000 "$M/$SHARD"
 AS=()
@@ -73,6 +83,9 @@ fi
 if [ "$(id -u)" != 0 ] || command -v setpriv >/dev/null; then
     expect 3 "permission denied" "${AS[@]}" "${GEN[@]}" --model "$M"
     expect 3 "permission denied" "${AS[@]}" "$REDLM" doctor --model "$M"
+    chmod 644 "$M/$SHARD"; chmod 000 "$M/tokenizer.json"
+    expect 3 "tokenizer.json cannot be read: permission denied" "${AS[@]}" "${GEN[@]}" --model "$M"
+    expect 3 "tokenizer.json cannot be read: permission denied" "${AS[@]}" "$REDLM" doctor --model "$M"
 else
     echo "skip unreadable shard: running as root without setpriv"
 fi
