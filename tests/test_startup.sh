@@ -110,6 +110,16 @@ expect 5 "weights alone need" "$REDLM" plan --model "$CONFIGS/qwen2.5-14b.json" 
 expect 5 "less than one --max-model-len 32768 sequence" \
     "$REDLM" plan --model "$CONFIGS/qwen2.5-14b.json" --gpus 2 --gpu-memory 21GiB --tp 2 --pp 1 --max-model-len 32768
 expect 0 "For throughput" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24GiB --max-model-len 8192
+# The worker runs the plan of its own layout on its GPUs' free memory before
+# any weight is loaded: 72B at TP 1 stops there, in seconds (without a
+# driver, at reading the GPUs' memory).
+if nvidia-smi >/dev/null 2>&1; then
+    expect 5 "weights alone need" "${WORK[@]}" --backend cuda --load-format dummy \
+        --model "$CONFIGS/qwen2.5-72b.json"
+else
+    expect 6 "cannot read the memory of 1 GPU" "${WORK[@]}" --backend cuda --load-format dummy \
+        --model "$CONFIGS/qwen2.5-72b.json"
+fi
 out=$("$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24GiB --json) || fail "plan --json"
 [ "$(jq '.layouts | length' <<<"$out")" -ge 10 ] || fail "plan --json: too few layouts"
 [ "$(jq -r '.throughput.layout' <<<"$out")" != null ] || fail "plan --json: no throughput pick"
