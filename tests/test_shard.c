@@ -5,7 +5,8 @@
  * once per stage; a KV head is stored by exactly the ranks whose query heads
  * read it; heads and MLP columns are as even as the model allows; weight
  * bytes at TP 1 x PP 1 equal the checkpoint's tensors.  The balance of each
- * TP size is printed, which is what `redlm` reports at start. */
+ * TP size is printed, which is what `redlm` reports at start.  What the
+ * loader makes of the plan, element by element, is tests/test_shard_weights.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

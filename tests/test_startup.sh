@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_startup.sh: every way a start can fail ends in one clear message and
 # its own exit status (kernels/error.h), from each command that can hit it:
-# broken model files, a plan that does not fit, more ranks than devices, an
-# unreachable Redis.  Each case runs under a time limit, so a hang fails.
+# broken model files (config, shards, tokenizer), a plan that does not fit,
+# more ranks than devices, an unreachable Redis.  Each case runs under a time
+# limit, so a hang fails.
 source "$(dirname "$0")/worker_lib.sh"
 
 GOOD=$FIXTURES/models/qwen2-tiny-gqa3
@@ -63,6 +64,15 @@ M=$(copy corrupt); printf 'GARBAGE!GARBAGE!' | dd of="$M/$SHARD" bs=1 seek=8 con
 expect 3 "corrupt safetensors header" "${GEN[@]}" --model "$M"
 expect 3 "corrupt safetensors header" "$REDLM" doctor --model "$M"
 
+# --- tokenizer.json damaged, or not a tokenizer redlm can run
+M=$(copy badtokenizer); echo '["not", "a tokenizer"]' > "$M/tokenizer.json"
+expect 3 "download tokenizer.json again" "${GEN[@]}" --model "$M"
+expect 3 "download tokenizer.json again" "${WORK[@]}" --model "$M"
+expect 3 "download tokenizer.json again" "$REDLM" doctor --model "$M"
+jq '.model.type = "WordPiece"' "$GOOD/tokenizer.json" > "$M/tokenizer.json"
+expect 3 "model type WordPiece is not supported" "${GEN[@]}" --model "$M"
+expect 3 "model type WordPiece is not supported" "$REDLM" doctor --model "$M"
+
 # --- a shard unreadable (root reads everything: then run as nobody)
 M=$(copy unreadable); chmod 000 "$M/$SHARD"
 AS=()
@@ -73,6 +83,9 @@ fi
 if [ "$(id -u)" != 0 ] || command -v setpriv >/dev/null; then
     expect 3 "permission denied" "${AS[@]}" "${GEN[@]}" --model "$M"
     expect 3 "permission denied" "${AS[@]}" "$REDLM" doctor --model "$M"
+    chmod 644 "$M/$SHARD"; chmod 000 "$M/tokenizer.json"
+    expect 3 "tokenizer.json cannot be read: permission denied" "${AS[@]}" "${GEN[@]}" --model "$M"
+    expect 3 "tokenizer.json cannot be read: permission denied" "${AS[@]}" "$REDLM" doctor --model "$M"
 else
     echo "skip unreadable shard: running as root without setpriv"
 fi
@@ -97,6 +110,16 @@ expect 5 "weights alone need" "$REDLM" plan --model "$CONFIGS/qwen2.5-14b.json" 
 expect 5 "less than one --max-model-len 32768 sequence" \
     "$REDLM" plan --model "$CONFIGS/qwen2.5-14b.json" --gpus 2 --gpu-memory 21GiB --tp 2 --pp 1 --max-model-len 32768
 expect 0 "For throughput" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24GiB --max-model-len 8192
+# The worker runs the plan of its own layout on its GPUs' free memory before
+# any weight is loaded: 72B at TP 1 stops there, in seconds (without a
+# driver, at reading the GPUs' memory).
+if nvidia-smi >/dev/null 2>&1; then
+    expect 5 "weights alone need" "${WORK[@]}" --backend cuda --load-format dummy \
+        --model "$CONFIGS/qwen2.5-72b.json"
+else
+    expect 6 "cannot read the memory of 1 GPU" "${WORK[@]}" --backend cuda --load-format dummy \
+        --model "$CONFIGS/qwen2.5-72b.json"
+fi
 out=$("$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24GiB --json) || fail "plan --json"
 [ "$(jq '.layouts | length' <<<"$out")" -ge 10 ] || fail "plan --json: too few layouts"
 [ "$(jq -r '.throughput.layout' <<<"$out")" != null ] || fail "plan --json: no throughput pick"

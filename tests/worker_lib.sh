@@ -20,22 +20,40 @@ trap cleanup EXIT
 
 fail() { echo "FAIL: $*" >&2; for f in "$T"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done; exit 1; }
 
+# A port nothing listens on, below the kernel's range for outgoing
+# connections (which may take a port at any moment without listening on it).
 free_port() {
-    local p
+    local p low
+    low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
     while :; do
-        p=$((20000 + RANDOM % 40000))
+        p=$((20000 + RANDOM % (low - 20000)))
         (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return; }
     done
 }
 
-# start_redis [redis-server options...]: (re)starts on $RPORT, data in $T/redis
+# start_redis [redis-server options...]: (re)starts on $RPORT, data in $T/redis.
+# A first start whose port was taken in the meantime (another test run on
+# the same host) tries a fresh port; a restart keeps its port.
 start_redis() {
-    [ -n "$RPORT" ] || RPORT=$(free_port)
+    local tries=1
+    [ -n "$RPORT" ] || { RPORT=$(free_port); tries=5; }
     mkdir -p "$T/redis"
-    redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$T/redis" --save '' "$@" \
-        > "$T/redis.log" 2>&1 &
-    REDIS_PID=$!
-    for _ in $(seq 100); do rcli PING 2>/dev/null | grep -q PONG && return; sleep 0.05; done
+    for _ in $(seq $tries); do
+        redis-server --port "$RPORT" --bind 127.0.0.1 --dir "$T/redis" --save '' "$@" \
+            > "$T/redis.log" 2>&1 &
+        REDIS_PID=$!
+        # Ours is up once its own log says so (a PONG alone could come from
+        # another server on a port taken in the meantime).
+        for _ in $(seq 100); do
+            grep -q "Ready to accept connections" "$T/redis.log" &&
+                rcli PING 2>/dev/null | grep -q PONG && return
+            kill -0 "$REDIS_PID" 2>/dev/null || break
+            sleep 0.05
+        done
+        grep -q "Address already in use" "$T/redis.log" || break
+        wait "$REDIS_PID" 2>/dev/null
+        RPORT=$(free_port)
+    done
     fail "redis-server did not start"
 }
 stop_redis() { kill -TERM "$REDIS_PID"; wait "$REDIS_PID" 2>/dev/null; REDIS_PID=; }

@@ -1,8 +1,8 @@
 /* doctor_model.c: a model directory checked file by file with the loader
  * (modelcfg.c, safetensors.c, checkpoint.c), so every problem the worker
  * would stop on at start shows here first, each with the loader's own
- * message; plus the index's declared size, the tokenizer, and SHA-256
- * checksums against a manifest. */
+ * message; plus the index's declared size, the tokenizer (loaded by the
+ * tokenizer's own loader), and SHA-256 checksums against a manifest. */
 #include <dirent.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@
 #include "doctor.h"
 #include "safetensors.h"
 #include "sha256.h"
+#include "tokenizer.h"
 
 /* "3.2 MiB", "14.19 GiB": sizes from a few KiB (test models) to 150 GiB. */
 static const char *model_size(size_t b, char buf[32]) {
@@ -128,20 +129,16 @@ static void model_check_tokenizer(rlDoctor *d, const char *dir) {
                     "tokenizer.json from the model's repository", path);
         return;
     }
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root || !json_is_object(json_object_get(root, "model"))) {
-        doctor_line(d, RL_DOC_FAIL, RL_EMODEL, "tokenizer",
-                    "%s is not a Hugging Face tokenizer (%s%s); download it again from the "
-                    "model's repository", path, root ? "no \"model\" object" : jerr.text,
-                    root ? "" : " in its JSON");
-        json_decref(root);
+    rlError err = {0};
+    rlTokenizer *tok = tokenizer_load(path, &err);
+    if (!tok) {
+        doctor_line(d, RL_DOC_FAIL, err.code, "tokenizer", "%s", err.msg);
         return;
     }
     char size[32];
-    doctor_line(d, RL_DOC_OK, 0, "tokenizer", "tokenizer.json present (%s)",
-                model_size((size_t)sb.st_size, size));
-    json_decref(root);
+    doctor_line(d, RL_DOC_OK, 0, "tokenizer", "tokenizer.json loads: %d token ids (%s)",
+                tokenizer_vocab_size(tok), model_size((size_t)sb.st_size, size));
+    tokenizer_free(tok);
 }
 
 /* The manifest as name -> hex pairs: a JSON object of hex strings, the hub

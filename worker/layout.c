@@ -150,15 +150,18 @@ int layout_check(const rlLayout *l, int num_layers, rlError *err) {
                         "--pp-layer-partition gives %d stage%s but --pp is %d: give one layer "
                         "count per stage", l->n_partition, l->n_partition == 1 ? "" : "s", l->pp);
     if (num_layers > 0 && l->pp > num_layers)
-        return rl_error(err, RL_EUSAGE, "--pp %d is more stages than the model's %d layers",
-                        l->pp, num_layers);
+        return rl_error(err, RL_EUSAGE,
+                        "--pp %d is more stages than the model's %d layers: every stage needs "
+                        "at least one layer; use --pp %d or fewer",
+                        l->pp, num_layers, num_layers);
     if (num_layers > 0 && l->n_partition) {
         int sum = 0;
         for (int s = 0; s < l->n_partition; s++) sum += l->partition[s];
         if (sum != num_layers)
             return rl_error(err, RL_EUSAGE,
-                            "--pp-layer-partition adds up to %d layers but the model has %d",
-                            sum, num_layers);
+                            "--pp-layer-partition adds up to %d layers but the model has %d: "
+                            "give %d numbers summing to %d",
+                            sum, num_layers, l->pp, num_layers);
     }
     return 0;
 }

@@ -325,7 +325,8 @@ static void plan_pick_throughput(rlPlan *p) {
     if (!l->collectives)
         snprintf(comm, sizeof(comm), "no collectives: each instance runs alone on its GPU");
     else
-        snprintf(comm, sizeof(comm), "%d collectives per step", l->collectives);
+        snprintf(comm, sizeof(comm), "%d collective%s per step", l->collectives,
+                 l->collectives == 1 ? "" : "s");
     snprintf(p->throughput_why, sizeof(p->throughput_why),
              "the most usable KV cache: %.0f tokens over %d instance%s, room for %d sequences "
              "of %d tokens at once (at most --max-num-seqs %d per instance), with %s%s",

@@ -106,11 +106,13 @@ void plan_print(FILE *f, const rlPlan *p) {
             size_t b = (size_t)(p->opt.gpu_memory_utilization * (double)p->opt.gpu_total[i]);
             all += b > p->opt.gpu_used[i] ? b - p->opt.gpu_used[i] : 0;
         }
+        char whose[48] = "the GPU's";
+        if (p->opt.n_gpus > 1) snprintf(whose, sizeof(whose), "the %d GPUs'", p->opt.n_gpus);
         if (plan_whole_weights(p) > all)
-            fprintf(f, "\nNothing fits: the weights alone (%.2f GiB in %s) are more than the "
-                       "%d GPU%s' %.2f GiB budget together; use more GPUs or GPUs with more "
-                       "memory.\n", gib(plan_whole_weights(p)), rl_dtype_name(p->opt.dtype),
-                    p->opt.n_gpus, p->opt.n_gpus > 1 ? "s" : "", gib(all));
+            fprintf(f, "\nNothing fits: the weights alone (%.2f GiB in %s) are more than %s "
+                       "%.2f GiB budget%s; use more GPUs or GPUs with more memory.\n",
+                    gib(plan_whole_weights(p)), rl_dtype_name(p->opt.dtype), whose, gib(all),
+                    p->opt.n_gpus > 1 ? " together" : "");
         else
             fprintf(f, "\nNothing fits on these GPUs: see the reasons above.\n");
         return;

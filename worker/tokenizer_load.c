@@ -5,6 +5,7 @@
  * ByteLevel decoder.  Anything else would silently give different ids, so
  * it is refused with an error naming the part.  The vocab and merges are
  * read with jscan (fast); every other part goes through jansson. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,9 @@
  * cache, and MAP_POPULATE faults them in with one call. */
 static int tok_map_file(const char *path, const char **data, size_t *len, rlError *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == EACCES)
+        return rl_error(err, RL_EMODEL, "%s cannot be read: permission denied. Make the model "
+                        "files readable by the user running redlm (chmod a+r).", path);
     if (fd < 0) return rl_error(err, RL_EIO, "cannot open %s: %m", path);
     struct stat st;
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
@@ -409,7 +413,14 @@ rlTokenizer *tokenizer_load(const char *path, rlError *err) {
     if (tok_map_file(path, &data, &len, err)) return NULL;
     rlTokenizer *t = tokenizer_parse(data, len, err);
     munmap((void *)data, len);
-    if (!t) rl_error_wrap(err, "tokenizer %s", path);
+    if (!t && err && err->code == RL_EMODEL) {
+        char why[RL_ERROR_LEN];
+        snprintf(why, sizeof(why), "%s", err->msg);
+        rl_error(err, RL_EMODEL, "tokenizer %s: %s. If the file is damaged, download "
+                 "tokenizer.json again from the model's repository.", path, why);
+    } else if (!t) {
+        rl_error_wrap(err, "tokenizer %s", path);
+    }
     return t;
 }
 
