@@ -93,6 +93,11 @@ for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
     preempt=$(sed -n 's/.*preemptions=\([0-9]*\).*/\1/p' "$tmp/tiny.err")
     [ "${preempt:-0}" -ge 10 ] || fail "$model: expected many preemptions with a tiny pool, got ${preempt:-none}"
     check_same tiny-nocache "$tmp/many.jsonl" "$tmp/many.tok" --kv-cache-memory 600KiB --no-prefix-caching
+    # One sequence per step, greedy and seeded (the n = 3 request needs three
+    # at once and is refused under --max-num-seqs 1, so it is left out).
+    grep -v '"id":"s"' "$tmp/many.jsonl" > "$tmp/many1.jsonl"
+    grep -v '^\["s",' "$tmp/many.tok" > "$tmp/many1.tok"
+    check_same many-oneseq "$tmp/many1.jsonl" "$tmp/many1.tok" --max-num-seqs 1
 
     # Seeded sampling does not depend on the batch; the samples differ.
     echo "$seeded" > "$tmp/seeded.jsonl"
