@@ -124,4 +124,4 @@ fuzz: build-fuzz/fuzz_tokenizer
 clean:
 	rm -rf build build-asan build-fuzz
 
--include $(OBJ:.o=.d)
+-include $(OBJ:.o=.d) $(TESTS:=.d)

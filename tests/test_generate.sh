@@ -5,7 +5,8 @@
 # margin is under 1e-2) and are identical with prefix caching off, one
 # sequence at a time, tiny prefill chunks, and a KV pool so small that
 # preemption happens many times; scoring-only prompt logprobs match the
-# reference; seeded sampling is reproducible and does not depend on the
+# reference; the shared-prefix prompts report the cached tokens their full
+# blocks allow; seeded sampling is reproducible and does not depend on the
 # batch; text and chat prompts go through the tokenizer; stop strings cut the
 # text; invalid lines get one error result each.
 set -euo pipefail
@@ -47,6 +48,16 @@ for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
         | $p.name' "$ref" > "$tmp/score.bad"
     [ -s "$tmp/score.bad" ] && { cat "$tmp/score.bad"; fail "$model: prompt logprobs differ from reference.json"; }
 
+    # The shared-prefix family in order, one at a time: usage.cached_tokens is
+    # exactly the full 16-token blocks an earlier prompt holds (the last
+    # prompt token is always computed).
+    jq -c '.prompts[] | select(.name | startswith("prefix")) | {id: .name, prompt_ids: .ids,
+                         max_tokens: 4, temperature: 0, ignore_eos: true}' "$ref" > "$tmp/prefix.jsonl"
+    gen --input "$tmp/prefix.jsonl" --output "$tmp/prefix.out" --max-num-seqs 1 --block-size 16
+    cached=$(jq -r '"\(.id)=\(.usage.cached_tokens)"' "$tmp/prefix.out" | paste -sd' ')
+    [ "$cached" = "prefix-base=0 prefix-half=96 prefix+1=192 prefix+10=192 prefix+40=192" ] \
+        || fail "$model: cached tokens $cached"
+
     tokens() { jq -c '[.id, .index, .token_ids]' "$1"; }
     check_same() {   # name, input, reference tokens, options...
         local name=$1 input=$2 want=$3; shift 3
@@ -82,6 +93,11 @@ for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
     preempt=$(sed -n 's/.*preemptions=\([0-9]*\).*/\1/p' "$tmp/tiny.err")
     [ "${preempt:-0}" -ge 10 ] || fail "$model: expected many preemptions with a tiny pool, got ${preempt:-none}"
     check_same tiny-nocache "$tmp/many.jsonl" "$tmp/many.tok" --kv-cache-memory 600KiB --no-prefix-caching
+    # One sequence per step, greedy and seeded (the n = 3 request needs three
+    # at once and is refused under --max-num-seqs 1, so it is left out).
+    grep -v '"id":"s"' "$tmp/many.jsonl" > "$tmp/many1.jsonl"
+    grep -v '^\["s",' "$tmp/many.tok" > "$tmp/many1.tok"
+    check_same many-oneseq "$tmp/many1.jsonl" "$tmp/many1.tok" --max-num-seqs 1
 
     # Seeded sampling does not depend on the batch; the samples differ.
     echo "$seeded" > "$tmp/seeded.jsonl"

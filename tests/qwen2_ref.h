@@ -1,0 +1,256 @@
+/* qwen2_ref.h: a plain Qwen2 forward in double precision, one token at a
+ * time, written from Hugging Face's modeling_qwen2 and sharing no code with
+ * kernels/ (only the bf16/fp16 widening of half.h).  It is the oracle for
+ * checkpoints that have no Hugging Face reference.json: test_variants.c first
+ * checks it against both fixtures' reference.json, then checks the engine
+ * against it.  Slow on purpose: no batching, no paged cache, no BLAS.
+ * Header-only because every tests/test_*.c is its own program. */
+#ifndef RL_TEST_QWEN2_REF_H
+#define RL_TEST_QWEN2_REF_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/config.h"
+#include "../kernels/half.h"
+#include "../kernels/model.h"
+
+typedef struct refLayer {
+    float *in_norm, *post_norm;
+    float *q, *q_bias, *k, *k_bias, *v, *v_bias, *o;
+    float *gate, *up, *down;
+} refLayer;
+
+typedef struct refModel {
+    rlModelConfig cfg;
+    float *embed, *head, *norm;          /* head is embed when tied */
+    refLayer *layers;
+    int max_len;
+    double *k_cache, *v_cache;           /* [layer][position][kv_heads * head_dim] */
+    double *x, *h, *q, *k, *v, *att, *o, *gate, *up, *scores;
+} refModel;
+
+/* Copies tensor name (n elements) out of lookup as floats into *out. */
+static inline int ref_tensor(rlTensorLookup lookup, void *ctx, const char *name, size_t n,
+                             float **out, rlError *err) {
+    rlTensorView t;
+    if (lookup(ctx, name, &t, err) != 0) return -1;
+    size_t have = (size_t)t.shape[0] * (size_t)(t.ndim == 2 ? t.shape[1] : 1);
+    if (have != n) {
+        snprintf(err->msg, sizeof(err->msg), "%s: %zu elements, the reference expects %zu", name,
+                 have, n);
+        return -1;
+    }
+    float *f = malloc(n * sizeof(float));
+    if (!f) return -1;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        if (t.dtype == RL_F32) {
+            memcpy(&f[i], (const char *)t.data + 4 * i, 4);
+            continue;
+        }
+        memcpy(&h, (const char *)t.data + 2 * i, 2);
+        f[i] = t.dtype == RL_BF16 ? rl_bf16_to_f32(h) : rl_f16_to_f32(h);
+    }
+    *out = f;
+    return 0;
+}
+
+static inline void ref_free(refModel *m) {
+    for (int l = 0; m->layers && l < m->cfg.num_layers; l++) {
+        refLayer *y = &m->layers[l];
+        float *all[] = {y->in_norm, y->post_norm, y->q, y->q_bias, y->k, y->k_bias,
+                        y->v, y->v_bias, y->o, y->gate, y->up, y->down};
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
+    }
+    if (m->head != m->embed) free(m->head);
+    free(m->embed), free(m->norm), free(m->layers);
+    double *bufs[] = {m->k_cache, m->v_cache, m->x, m->h, m->q, m->k, m->v, m->att, m->o,
+                      m->gate, m->up, m->scores};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
+    memset(m, 0, sizeof(*m));
+}
+
+/* Every weight of cfg's model through lookup; room for max_len positions. */
+static inline int ref_load(refModel *m, const rlModelConfig *cfg, rlTensorLookup lookup,
+                           void *ctx, int max_len, rlError *err) {
+    memset(m, 0, sizeof(*m));
+    m->cfg = *cfg;
+    m->max_len = max_len;
+    size_t H = (size_t)cfg->hidden_size, I = (size_t)cfg->intermediate_size;
+    size_t Q = (size_t)cfg->num_heads * (size_t)cfg->head_dim;
+    size_t KV = (size_t)cfg->num_kv_heads * (size_t)cfg->head_dim;
+    size_t V = (size_t)cfg->vocab_size, L = (size_t)cfg->num_layers;
+    m->layers = calloc(L, sizeof(refLayer));
+    m->k_cache = calloc(L * (size_t)max_len * KV, sizeof(double));
+    m->v_cache = calloc(L * (size_t)max_len * KV, sizeof(double));
+    m->x = calloc(H, sizeof(double)), m->h = calloc(H, sizeof(double));
+    m->q = calloc(Q, sizeof(double)), m->att = calloc(Q, sizeof(double));
+    m->k = calloc(KV, sizeof(double)), m->v = calloc(KV, sizeof(double));
+    m->o = calloc(H, sizeof(double)), m->scores = calloc((size_t)max_len, sizeof(double));
+    m->gate = calloc(I, sizeof(double)), m->up = calloc(I, sizeof(double));
+    if (!m->layers || !m->k_cache || !m->v_cache || !m->x || !m->h || !m->q || !m->att ||
+        !m->k || !m->v || !m->o || !m->scores || !m->gate || !m->up)
+        goto fail;
+    if (ref_tensor(lookup, ctx, "model.embed_tokens.weight", V * H, &m->embed, err) ||
+        ref_tensor(lookup, ctx, "model.norm.weight", H, &m->norm, err))
+        goto fail;
+    if (cfg->tie_word_embeddings) m->head = m->embed;
+    else if (ref_tensor(lookup, ctx, "lm_head.weight", V * H, &m->head, err)) goto fail;
+    for (size_t l = 0; l < L; l++) {
+        refLayer *y = &m->layers[l];
+        struct { const char *name; size_t n; float **out; } w[] = {
+            {"input_layernorm.weight", H, &y->in_norm},
+            {"post_attention_layernorm.weight", H, &y->post_norm},
+            {"self_attn.q_proj.weight", Q * H, &y->q}, {"self_attn.q_proj.bias", Q, &y->q_bias},
+            {"self_attn.k_proj.weight", KV * H, &y->k}, {"self_attn.k_proj.bias", KV, &y->k_bias},
+            {"self_attn.v_proj.weight", KV * H, &y->v}, {"self_attn.v_proj.bias", KV, &y->v_bias},
+            {"self_attn.o_proj.weight", H * Q, &y->o},
+            {"mlp.gate_proj.weight", I * H, &y->gate}, {"mlp.up_proj.weight", I * H, &y->up},
+            {"mlp.down_proj.weight", H * I, &y->down},
+        };
+        for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
+            char name[160];
+            snprintf(name, sizeof(name), "model.layers.%zu.%s", l, w[i].name);
+            if (ref_tensor(lookup, ctx, name, w[i].n, w[i].out, err)) goto fail;
+        }
+    }
+    return 0;
+fail:
+    if (!err->msg[0]) snprintf(err->msg, sizeof(err->msg), "out of memory");
+    ref_free(m);
+    return -1;
+}
+
+/* y[rows] = w[rows][cols] x (+ bias): a Linear layer, HF's [out, in] layout. */
+static inline void ref_linear(const float *w, const float *bias, const double *x, size_t rows,
+                              size_t cols, double *y) {
+    for (size_t r = 0; r < rows; r++) {
+        double s = bias ? bias[r] : 0;
+        for (size_t c = 0; c < cols; c++) s += (double)w[r * cols + c] * x[c];
+        y[r] = s;
+    }
+}
+
+static inline void ref_rmsnorm(const double *x, const float *w, size_t n, double eps, double *y) {
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += x[i] * x[i];
+    double scale = 1 / sqrt(ss / (double)n + eps);
+    for (size_t i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
+}
+
+/* Rotate-half RoPE of one head: dimension i pairs with i + d/2. */
+static inline void ref_rope(double *v, int d, int pos, double theta) {
+    for (int i = 0; i < d / 2; i++) {
+        double angle = pos * pow(theta, -2.0 * i / d), c = cos(angle), s = sin(angle);
+        double a = v[i], b = v[i + d / 2];
+        v[i] = a * c - b * s;
+        v[i + d / 2] = b * c + a * s;
+    }
+}
+
+/* Token at position pos (every earlier position already stepped): writes
+ * the vocabulary's logits for the next token. */
+static inline void ref_step(refModel *m, int token, int pos, double *logits) {
+    const rlModelConfig *c = &m->cfg;
+    size_t H = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
+    int d = c->head_dim, group = c->num_heads / c->num_kv_heads;
+    size_t Q = (size_t)c->num_heads * (size_t)d, KV = (size_t)c->num_kv_heads * (size_t)d;
+    for (size_t i = 0; i < H; i++) m->x[i] = m->embed[(size_t)token * H + i];
+    for (int l = 0; l < c->num_layers; l++) {
+        refLayer *y = &m->layers[l];
+        double *kc = m->k_cache + (size_t)l * (size_t)m->max_len * KV;
+        double *vc = m->v_cache + (size_t)l * (size_t)m->max_len * KV;
+        ref_rmsnorm(m->x, y->in_norm, H, c->rms_norm_eps, m->h);
+        ref_linear(y->q, y->q_bias, m->h, Q, H, m->q);
+        ref_linear(y->k, y->k_bias, m->h, KV, H, kc + (size_t)pos * KV);
+        ref_linear(y->v, y->v_bias, m->h, KV, H, vc + (size_t)pos * KV);
+        for (int h = 0; h < c->num_heads; h++) ref_rope(m->q + (size_t)h * d, d, pos, c->rope_theta);
+        for (int h = 0; h < c->num_kv_heads; h++)
+            ref_rope(kc + (size_t)pos * KV + (size_t)h * d, d, pos, c->rope_theta);
+        for (int h = 0; h < c->num_heads; h++) {
+            const double *q = m->q + (size_t)h * d;
+            size_t kv = (size_t)(h / group) * (size_t)d;
+            double max = -INFINITY, sum = 0;
+            for (int p = 0; p <= pos; p++) {
+                double s = 0;
+                for (int i = 0; i < d; i++) s += q[i] * kc[(size_t)p * KV + kv + i];
+                m->scores[p] = s / sqrt((double)d);
+                if (m->scores[p] > max) max = m->scores[p];
+            }
+            for (int p = 0; p <= pos; p++) sum += m->scores[p] = exp(m->scores[p] - max);
+            double *out = m->att + (size_t)h * d;
+            for (int i = 0; i < d; i++) out[i] = 0;
+            for (int p = 0; p <= pos; p++)
+                for (int i = 0; i < d; i++) out[i] += m->scores[p] / sum * vc[(size_t)p * KV + kv + i];
+        }
+        ref_linear(y->o, NULL, m->att, H, Q, m->o);
+        for (size_t i = 0; i < H; i++) m->x[i] += m->o[i];
+        ref_rmsnorm(m->x, y->post_norm, H, c->rms_norm_eps, m->h);
+        ref_linear(y->gate, NULL, m->h, I, H, m->gate);
+        ref_linear(y->up, NULL, m->h, I, H, m->up);
+        for (size_t i = 0; i < I; i++) m->gate[i] = m->gate[i] / (1 + exp(-m->gate[i])) * m->up[i];
+        ref_linear(y->down, NULL, m->gate, H, I, m->o);
+        for (size_t i = 0; i < H; i++) m->x[i] += m->o[i];
+    }
+    ref_rmsnorm(m->x, m->norm, H, c->rms_norm_eps, m->h);
+    ref_linear(m->head, NULL, m->h, (size_t)c->vocab_size, H, logits);
+}
+
+/* log-softmax of logits[n] in place. */
+static inline void ref_log_softmax(double *logits, int n) {
+    double max = -INFINITY, sum = 0;
+    for (int i = 0; i < n; i++) max = fmax(max, logits[i]);
+    for (int i = 0; i < n; i++) sum += exp(logits[i] - max);
+    double lse = max + log(sum);
+    for (int i = 0; i < n; i++) logits[i] -= lse;
+}
+
+/* What reference.json holds for one prompt, computed here. */
+typedef struct refResult {
+    double *prompt_lp;        /* [n]: entry i is token i's logprob, i >= 1 */
+    double *last_lp;          /* [vocab]: log-softmax at the last prompt position */
+    int greedy[64];
+    double margin[64];        /* top-1 minus top-2 logit at each greedy step */
+} refResult;
+
+static inline void ref_result_free(refResult *r) {
+    free(r->prompt_lp), free(r->last_lp);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Runs ids[n] then n_gen greedy tokens (n + n_gen <= max_len, n_gen <= 64). */
+static inline int ref_run(refModel *m, const int *ids, int n, int n_gen, refResult *r) {
+    int V = m->cfg.vocab_size;
+    double *logits = malloc((size_t)V * sizeof(double));
+    r->prompt_lp = calloc((size_t)n, sizeof(double));
+    r->last_lp = malloc((size_t)V * sizeof(double));
+    if (!logits || !r->prompt_lp || !r->last_lp || n + n_gen > m->max_len || n_gen > 64) {
+        free(logits);
+        ref_result_free(r);
+        return -1;
+    }
+    int token = ids[0];
+    for (int p = 0; p < n + n_gen - 1; p++) {
+        ref_step(m, token, p, logits);
+        if (p >= n - 1) {
+            int best = 0, second = -1;
+            for (int i = 1; i < V; i++) {
+                if (logits[i] > logits[best]) second = best, best = i;
+                else if (second < 0 || logits[i] > logits[second]) second = i;
+            }
+            r->greedy[p - n + 1] = best;
+            r->margin[p - n + 1] = logits[best] - logits[second];
+        }
+        ref_log_softmax(logits, V);
+        if (p < n - 1) r->prompt_lp[p + 1] = logits[ids[p + 1]];
+        if (p == n - 1) memcpy(r->last_lp, logits, (size_t)V * sizeof(double));
+        token = p + 1 < n ? ids[p + 1] : r->greedy[p - n + 1];
+    }
+    free(logits);
+    return 0;
+}
+
+#endif

@@ -1,0 +1,411 @@
+/* test_variants.c: Qwen2 checkpoints of shapes and formats the two fixtures
+ * do not have, run through `redlm generate` and held to the fixtures' bar:
+ * prompt logprobs within 1e-3, the first generated token's top-5 logprobs
+ * within 1e-3, greedy tokens equal up to the first step whose margin is
+ * under 1e-2, with all prompts in one batch and one at a time.
+ *
+ * The oracle is qwen2_ref.h, a double-precision forward that is first
+ * checked here against both fixtures' reference.json (Hugging Face's
+ * numbers).  Each variant is random weights rounded to its dtype, written as
+ * config.json + generation_config.json + safetensors (one file, or shards
+ * with an index) in a temporary directory.  Between them they vary head
+ * counts, head sizes (an explicit head_dim unequal to hidden/heads too), GQA
+ * ratios from 1 to 8, rope_theta, rms_norm_eps, tied and untied LM heads,
+ * bf16 / fp16 / fp32 and one to four files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../worker/checkpoint.h"
+#include "qwen2_ref.h"
+#include "safetensors_writer.h"
+
+#define N_GEN 24
+#define TOL 1e-3
+#define MARGIN 1e-2
+#define ANCHOR_TOL 1e-5     /* the oracle against Hugging Face's float64 */
+#define MAX_LEN 512
+
+static char g_tmp[256];
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int setup_tmp(void **state) {
+    (void)state;
+    snprintf(g_tmp, sizeof(g_tmp), "/tmp/rl-test-variants-XXXXXX");
+    return mkdtemp(g_tmp) ? 0 : -1;
+}
+
+static int teardown_tmp(void **state) {
+    (void)state;
+    return nftw(g_tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int reliable_steps(const double *margin, double threshold) {
+    int n = 0;
+    while (n < N_GEN && margin[n] >= threshold) n++;
+    return n;
+}
+
+static double kth_best(const double *lp, int n, int k) {
+    double prev = INFINITY, best = -INFINITY;
+    for (int j = 0; j <= k; j++, prev = best) {
+        best = -INFINITY;
+        for (int i = 0; i < n; i++)
+            if (lp[i] > best && lp[i] < prev) best = lp[i];
+    }
+    return best;
+}
+
+/* The oracle on every fixture prompt of up to 64 tokens against
+ * reference.json: prompt logprobs, the whole last log-softmax and greedy
+ * tokens (up to a margin the oracle's rounding cannot flip). */
+static void anchor_fixture(const char *model) {
+    const char *root = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
+    char dir[512], path[600];
+    snprintf(dir, sizeof(dir), "%s/models/%s", root, model);
+    snprintf(path, sizeof(path), "%s/reference.json", dir);
+    rlModelConfig cfg;
+    rlError err = {0};
+    rlCheckpoint *ck = checkpoint_open(dir, &cfg, &err);
+    if (!ck) fail_msg("%s", err.msg);
+    refModel m;
+    if (ref_load(&m, &cfg, checkpoint_lookup, ck, MAX_LEN, &err)) fail_msg("%s", err.msg);
+    json_error_t jerr;
+    json_t *ref = json_load_file(path, 0, &jerr), *p;
+    assert_non_null(ref);
+    size_t k;
+    double worst_plp = 0, worst_last = 0;
+    int prompts = 0, steps = 0;
+    json_array_foreach(json_object_get(ref, "prompts"), k, p) {
+        json_t *ids = json_object_get(p, "ids");
+        int n = (int)json_array_size(ids);
+        if (n > 64) continue;
+        int tokens[64];
+        for (int i = 0; i < n; i++) tokens[i] = (int)json_integer_value(json_array_get(ids, (size_t)i));
+        refResult r = {0};
+        assert_int_equal(ref_run(&m, tokens, n, N_GEN, &r), 0);
+        for (int i = 1; i < n; i++)
+            worst_plp = fmax(worst_plp, fabs(r.prompt_lp[i] - json_number_value(json_array_get(
+                                            json_object_get(p, "prompt_logprobs"), (size_t)i - 1))));
+        double *hf = malloc((size_t)cfg.vocab_size * sizeof(double));
+        for (int i = 0; i < cfg.vocab_size; i++)
+            hf[i] = json_number_value(json_array_get(json_object_get(p, "last_logits"), (size_t)i));
+        ref_log_softmax(hf, cfg.vocab_size);
+        for (int i = 0; i < cfg.vocab_size; i++) worst_last = fmax(worst_last, fabs(hf[i] - r.last_lp[i]));
+        free(hf);
+        double margin[N_GEN];
+        for (int i = 0; i < N_GEN; i++)
+            margin[i] = json_number_value(json_array_get(json_object_get(p, "greedy_margin"), (size_t)i));
+        int reliable = reliable_steps(margin, 1e-4);
+        for (int i = 0; i < reliable; i++)
+            if (r.greedy[i] != json_integer_value(json_array_get(json_object_get(p, "greedy"), (size_t)i)))
+                fail_msg("%s %s: oracle greedy token %d differs from reference.json", model,
+                         json_string_value(json_object_get(p, "name")), i);
+        steps += reliable;
+        prompts++;
+        ref_result_free(&r);
+    }
+    printf("oracle vs %s reference.json: %d prompts, prompt logprobs within %.1e, last "
+           "log-softmax within %.1e, %d greedy steps equal\n", model, prompts, worst_plp, worst_last,
+           steps);
+    if (worst_plp > ANCHOR_TOL || worst_last > ANCHOR_TOL)
+        fail_msg("%s: the oracle is not Hugging Face's forward", model);
+    json_decref(ref);
+    ref_free(&m);
+    checkpoint_close(ck);
+}
+
+static void test_oracle_is_hf(void **state) {
+    (void)state;
+    anchor_fixture("qwen2-tiny-hd128");
+    anchor_fixture("qwen2-tiny-gqa3");
+}
+
+typedef struct variant {
+    const char *name;
+    int hidden, layers, heads, kv_heads, head_dim, explicit_head_dim, inter, vocab, tied;
+    double theta, eps;
+    rlDtype dtype;
+    int files;
+} variant;
+
+static const variant VARIANTS[] = {
+    {"mha-fp32", 64, 2, 4, 4, 16, 0, 160, 512, 0, 1e4, 1e-5, RL_F32, 1},
+    {"gqa7-hd64-bf16-tied", 896, 2, 14, 2, 64, 0, 384, 600, 1, 1e6, 1e-6, RL_BF16, 3},
+    {"hd80-fp16", 480, 3, 6, 3, 80, 0, 256, 512, 0, 5e5, 1e-5, RL_F16, 2},
+    {"gqa8-fp32-tied", 128, 4, 8, 1, 16, 0, 96, 1000, 1, 1e4, 1e-6, RL_F32, 4},
+    {"head-dim-key-bf16", 128, 1, 4, 2, 64, 1, 256, 512, 0, 2.5e4, 1e-5, RL_BF16, 1},
+};
+
+static const int PROMPT_LENS[] = {1, 5, 16, 17, 40, 97};
+#define N_PROMPTS ((int)(sizeof(PROMPT_LENS) / sizeof(PROMPT_LENS[0])))
+
+static uint64_t next_random(uint64_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+
+static double uniform(uint64_t *s) {   /* [-1, 1) */
+    return (double)(next_random(s) >> 11) / (double)(1ull << 52) - 1;
+}
+
+/* A tensor of rows x cols (cols 0: a vector) drawn as base + amp * U(-1, 1). */
+static void add_tensor(WModel *m, const variant *v, const char *name, int64_t rows, int64_t cols,
+                       double base, double amp, uint64_t *rng) {
+    WTensor *t = &m->t[m->n++];
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    snprintf(t->dtype, sizeof(t->dtype), "%s", dtype_tag(v->dtype));
+    t->ndim = cols ? 2 : 1;
+    t->shape[0] = rows, t->shape[1] = cols;
+    size_t n = (size_t)rows * (size_t)(cols ? cols : 1), size = rl_dtype_size(v->dtype);
+    t->nbytes = n * size;
+    t->data = malloc(t->nbytes);
+    for (size_t i = 0; i < n; i++) {
+        float f = (float)(base + amp * uniform(rng));
+        uint16_t h = v->dtype == RL_BF16 ? rl_f32_to_bf16(f) : rl_f32_to_f16(f);
+        memcpy(t->data + i * size, v->dtype == RL_F32 ? (void *)&f : (void *)&h, size);
+    }
+}
+
+/* Random weights the size Hugging Face's initialisation gives, norms
+ * around 1 and biases large enough to matter. */
+static void make_weights(const variant *v, WModel *m, uint64_t seed) {
+    uint64_t rng = seed;
+    int64_t H = v->hidden, I = v->inter, Q = (int64_t)v->heads * v->head_dim;
+    int64_t KV = (int64_t)v->kv_heads * v->head_dim;
+    double in_h = sqrt(3.0 / (double)H), in_q = sqrt(3.0 / (double)Q), in_i = sqrt(3.0 / (double)I);
+    add_tensor(m, v, "model.embed_tokens.weight", v->vocab, H, 0, 0.2, &rng);
+    for (int l = 0; l < v->layers; l++) {
+        struct { const char *name; int64_t rows, cols; double base, amp; } w[] = {
+            {"input_layernorm.weight", H, 0, 1, 0.35},
+            {"self_attn.q_proj.weight", Q, H, 0, in_h}, {"self_attn.q_proj.bias", Q, 0, 0, 0.8},
+            {"self_attn.k_proj.weight", KV, H, 0, in_h}, {"self_attn.k_proj.bias", KV, 0, 0, 0.8},
+            {"self_attn.v_proj.weight", KV, H, 0, in_h}, {"self_attn.v_proj.bias", KV, 0, 0, 0.8},
+            {"self_attn.o_proj.weight", H, Q, 0, in_q},
+            {"post_attention_layernorm.weight", H, 0, 1, 0.35},
+            {"mlp.gate_proj.weight", I, H, 0, in_h}, {"mlp.up_proj.weight", I, H, 0, in_h},
+            {"mlp.down_proj.weight", H, I, 0, in_i},
+        };
+        for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
+            char name[128];
+            snprintf(name, sizeof(name), "model.layers.%d.%s", l, w[i].name);
+            add_tensor(m, v, name, w[i].rows, w[i].cols, w[i].base, w[i].amp, &rng);
+        }
+    }
+    add_tensor(m, v, "model.norm.weight", H, 0, 1, 0.35, &rng);
+    if (!v->tied) add_tensor(m, v, "lm_head.weight", v->vocab, H, 0, 2 * in_h, &rng);
+}
+
+static int wmodel_lookup(void *ctx, const char *name, rlTensorView *out, rlError *err) {
+    const WModel *m = ctx;
+    for (int i = 0; i < m->n; i++) {
+        const WTensor *t = &m->t[i];
+        if (strcmp(t->name, name) != 0) continue;
+        out->dtype = !strcmp(t->dtype, "BF16") ? RL_BF16 : !strcmp(t->dtype, "F16") ? RL_F16 : RL_F32;
+        out->ndim = t->ndim;
+        memcpy(out->shape, t->shape, sizeof(out->shape));
+        out->data = t->data;
+        return 0;
+    }
+    snprintf(err->msg, sizeof(err->msg), "no tensor %s", name);
+    return -1;
+}
+
+static void write_json(const char *dir, const char *file, json_t *root) {
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    assert_int_equal(json_dump_file(root, path, JSON_INDENT(2)), 0);
+    json_decref(root);
+}
+
+/* The checkpoint directory Hugging Face's save_pretrained would write. */
+static void write_checkpoint(const char *dir, const variant *v, const WModel *m) {
+    assert_int_equal(mkdir(dir, 0755), 0);
+    const char *dtype = v->dtype == RL_BF16 ? "bfloat16" : v->dtype == RL_F16 ? "float16" : "float32";
+    json_t *cfg = json_pack(
+        "{s:[s], s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:i, s:i, s:b}",
+        "architectures", "Qwen2ForCausalLM", "model_type", "qwen2", "hidden_act", "silu",
+        "hidden_size", v->hidden, "intermediate_size", v->inter, "num_hidden_layers", v->layers,
+        "num_attention_heads", v->heads, "num_key_value_heads", v->kv_heads, "vocab_size", v->vocab,
+        "max_position_embeddings", MAX_LEN, "rope_theta", v->theta, "rms_norm_eps", v->eps,
+        "tie_word_embeddings", v->tied, "torch_dtype", dtype, "bos_token_id", v->vocab - 2,
+        "eos_token_id", v->vocab - 1, "use_sliding_window", 0);
+    if (v->explicit_head_dim) json_object_set_new(cfg, "head_dim", json_integer(v->head_dim));
+    write_json(dir, "config.json", cfg);
+    write_json(dir, "generation_config.json", json_pack("{s:i}", "eos_token_id", v->vocab - 1));
+    if (v->files > 1) {
+        write_shards(dir, m, v->files);
+        return;
+    }
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    write_tensors(path, m, 0, m->n);
+}
+
+/* `redlm generate` on dir; output to out, its stderr to out.err. */
+static void run_generate(const char *dir, const char *in, const char *out, int max_num_seqs) {
+    const char *redlm = getenv("REDLM") ? getenv("REDLM") : "build/redlm";
+    char errpath[1100];
+    snprintf(errpath, sizeof(errpath), "%s.err", out);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(errpath, "w", stderr)) _exit(126);
+        char seqs[16];
+        snprintf(seqs, sizeof(seqs), "%d", max_num_seqs);
+        const char *argv[] = {redlm, "generate", "--model", dir, "--threads", "2", "--input", in,
+                              "--output", out, "--max-num-seqs", seqs, NULL};
+        execv(redlm, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        char line[512];
+        FILE *f = fopen(errpath, "r");
+        while (f && fgets(line, sizeof(line), f)) fputs(line, stderr);
+        if (f) fclose(f);
+        fail_msg("redlm generate --model %s --max-num-seqs %d failed", dir, max_num_seqs);
+    }
+}
+
+typedef struct worst {
+    double plp, top;
+    int steps;
+} worst;
+
+/* Every result line of out against the oracle's results. */
+static void check_results(const char *name, const char *how, const char *out, const int *lens,
+                          const refResult *want, int vocab, worst *w) {
+    FILE *f = fopen(out, "r");
+    assert_non_null(f);
+    char *line = NULL;
+    size_t cap = 0;
+    int seen = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_error_t jerr;
+        json_t *res = json_loads(line, 0, &jerr);
+        if (!res) fail_msg("%s %s: result is not JSON: %s", name, how, line);
+        const char *id = json_string_value(json_object_get(res, "id"));
+        int k = -1;
+        if (!id || sscanf(id, "p%d", &k) != 1 || k < 0 || k >= N_PROMPTS)
+            fail_msg("%s %s: unexpected result %s", name, how, line);
+        const refResult *r = &want[k];
+        json_t *plp = json_object_get(res, "prompt_logprobs");
+        assert_int_equal(json_array_size(plp), lens[k]);
+        for (int i = 1; i < lens[k]; i++) {
+            double d = fabs(json_number_value(json_object_get(json_array_get(plp, (size_t)i), "logprob")) -
+                            r->prompt_lp[i]);
+            if (d > TOL) fail_msg("%s %s p%d: prompt logprob %d off by %g", name, how, k, i, d);
+            w->plp = fmax(w->plp, d);
+        }
+        json_t *top = json_object_get(json_array_get(json_object_get(res, "logprobs"), 0), "top");
+        assert_int_equal(json_array_size(top), 5);
+        for (int j = 0; j < 5; j++) {
+            json_t *pair = json_array_get(top, (size_t)j);
+            int id = (int)json_integer_value(json_array_get(pair, 0));
+            double lp = json_number_value(json_array_get(pair, 1));
+            assert_true(id >= 0 && id < vocab);
+            double d = fmax(fabs(lp - r->last_lp[id]), fabs(lp - kth_best(r->last_lp, vocab, j)));
+            if (d > TOL) fail_msg("%s %s p%d: top-%d logprob off by %g", name, how, k, j + 1, d);
+            w->top = fmax(w->top, d);
+        }
+        json_t *ids = json_object_get(res, "token_ids");
+        assert_int_equal(json_array_size(ids), N_GEN);
+        int n = reliable_steps(r->margin, MARGIN);
+        for (int i = 0; i < n; i++)
+            if (json_integer_value(json_array_get(ids, (size_t)i)) != r->greedy[i])
+                fail_msg("%s %s p%d: greedy token %d is %lld, the oracle's %d", name, how, k, i,
+                         (long long)json_integer_value(json_array_get(ids, (size_t)i)), r->greedy[i]);
+        w->steps += n;
+        seen++;
+        json_decref(res);
+    }
+    free(line);
+    fclose(f);
+    assert_int_equal(seen, N_PROMPTS);
+}
+
+static void run_variant(const variant *v, uint64_t seed) {
+    WModel *m = calloc(1, sizeof(*m));
+    make_weights(v, m, seed);
+    char dir[512], in[600], out[600];
+    snprintf(dir, sizeof(dir), "%s/%s", g_tmp, v->name);
+    write_checkpoint(dir, v, m);
+
+    rlModelConfig cfg = {.hidden_size = v->hidden, .num_layers = v->layers, .num_heads = v->heads,
+                         .num_kv_heads = v->kv_heads, .head_dim = v->head_dim,
+                         .intermediate_size = v->inter, .vocab_size = v->vocab,
+                         .max_position_embeddings = MAX_LEN, .rope_theta = v->theta,
+                         .rms_norm_eps = v->eps, .tie_word_embeddings = v->tied,
+                         .torch_dtype = v->dtype, .bos_id = -1};
+    refModel ref;
+    rlError err = {0};
+    if (ref_load(&ref, &cfg, wmodel_lookup, m, MAX_LEN, &err)) fail_msg("%s", err.msg);
+
+    snprintf(in, sizeof(in), "%s/requests.jsonl", dir);
+    FILE *f = fopen(in, "w");
+    assert_non_null(f);
+    refResult want[N_PROMPTS];
+    uint64_t rng = seed ^ 0x5bd1e995;
+    for (int k = 0; k < N_PROMPTS; k++) {
+        int ids[128];
+        fprintf(f, "{\"id\":\"p%d\",\"prompt_ids\":[", k);
+        for (int i = 0; i < PROMPT_LENS[k]; i++) {
+            ids[i] = (int)(next_random(&rng) % (uint64_t)(v->vocab - 2));
+            fprintf(f, "%s%d", i ? "," : "", ids[i]);
+        }
+        fprintf(f, "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":5,"
+                   "\"prompt_logprobs\":1}\n", N_GEN);
+        memset(&want[k], 0, sizeof(want[k]));
+        assert_int_equal(ref_run(&ref, ids, PROMPT_LENS[k], N_GEN, &want[k]), 0);
+    }
+    assert_int_equal(fclose(f), 0);
+
+    worst w = {0};
+    snprintf(out, sizeof(out), "%s/batch.jsonl", dir);
+    run_generate(dir, in, out, N_PROMPTS);
+    check_results(v->name, "in one batch", out, PROMPT_LENS, want, v->vocab, &w);
+    snprintf(out, sizeof(out), "%s/alone.jsonl", dir);
+    run_generate(dir, in, out, 1);
+    check_results(v->name, "one at a time", out, PROMPT_LENS, want, v->vocab, &w);
+    printf("%-20s prompt logprobs within %.1e, top-5 within %.1e, %d of %d greedy steps "
+           "compared\n", v->name, w.plp, w.top, w.steps, 2 * N_PROMPTS * N_GEN);
+    /* Most steps must be decisive, or the greedy comparison proves little. */
+    assert_true(w.steps >= N_PROMPTS * N_GEN);
+
+    for (int k = 0; k < N_PROMPTS; k++) ref_result_free(&want[k]);
+    ref_free(&ref);
+    free_tensors(m);
+    free(m);
+}
+
+static void test_variants(void **state) {
+    (void)state;
+    for (size_t i = 0; i < sizeof(VARIANTS) / sizeof(VARIANTS[0]); i++)
+        run_variant(&VARIANTS[i], 0x9e3779b97f4a7c15ull + i);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_oracle_is_hf),
+        cmocka_unit_test(test_variants),
+    };
+    return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+}
