@@ -129,9 +129,11 @@ static void test_matmul(void **state) {
     for (int d = 0; d < 2; d++) {
         rlBackend *be = backends[d];
         rlDtype t = be->act_dtype;
-        /* 5 x 301 x 264: the matrix-vector path (rows <= 8) with bias and ragged columns */
-        int shapes[4][3] = {{37, 96, 128}, {1, 512, 256}, {64, 200, 72}, {5, 301, 264}};
-        for (int si = 0; si < 4; si++) {
+        /* 5 x 301 x 264: the matrix-vector path (rows <= 8) with bias and ragged columns;
+         * the rest cuBLASLt at decode-batch row counts, ragged columns included */
+        int shapes[6][3] = {{37, 96, 128}, {1, 512, 256}, {64, 200, 72},
+                            {5, 301, 264}, {64, 200, 1024}, {12, 130, 640}};
+        for (int si = 0; si < 6; si++) {
             int rows = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
             float *x = rand_vec((size_t)rows * k, 1, t), *w = rand_vec((size_t)n * k, 0.1f, t);
             float *bias = rand_vec(n, 0.5f, t);
@@ -146,7 +148,9 @@ static void test_matmul(void **state) {
                     for (int i = 0; i < k; i++) s += (double)x[r * k + i] * w[(size_t)j * k + i];
                     ref[r * n + j] = s;
                 }
-            check_close(be, "matmul (+bias)", out, ref, (size_t)rows * n);
+            char what[64];
+            snprintf(what, sizeof what, "matmul %dx%dx%d%s", rows, n, k, si == 1 ? "" : " +bias");
+            check_close(be, what, out, ref, (size_t)rows * n);
             /* The LM head's fp32-output variant. */
             rlError err;
             float *df = be->ops->alloc(be, (size_t)rows * n * 4, &err);
@@ -157,7 +161,8 @@ static void test_matmul(void **state) {
             for (int r = 0; r < rows; r++)
                 for (int j = 0; j < n; j++)
                     if (si != 1) ref[r * n + j] -= bias[j];
-            check_close(be, "matmul_f32", outf, ref, (size_t)rows * n);
+            snprintf(what, sizeof what, "matmul_f32 %dx%dx%d", rows, n, k);
+            check_close(be, what, outf, ref, (size_t)rows * n);
             be->ops->free(be, df);
             be->ops->free(be, dx), be->ops->free(be, dw), be->ops->free(be, db);
             be->ops->free(be, dout);

@@ -31,6 +31,7 @@
 
 #include "cuda_internal.h"
 #include "cuda_launch.cuh"
+#include "cuda_mma.cuh"
 #include "cuda_reduce.cuh"
 #include "cuda_types.cuh"
 
@@ -235,29 +236,6 @@ attention_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
 #define MMA_ROWS (16 * MMA_WARPS)   /* query rows per block */
 #define MMA_KEYS 64                 /* keys per chunk */
 
-static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0,
-                                                uint32_t b1, bf16) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0,
-                                                uint32_t b1, f16) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ uint32_t pack2(float x, float y, bf16) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-    return *(uint32_t *)&h;
-}
-static __device__ __forceinline__ uint32_t pack2(float x, float y, f16) {
-    __half2 h = __floats2half2_rn(x, y);
-    return *(uint32_t *)&h;
-}
-
 /* Fragment layout (PTX m16n8k16): g = lane / 4, q = lane % 4; A regs hold
  * (row g | g + 8, cols 2q, 2q + 1 | + 8); B regs (k rows 2q, 2q + 1 | + 8, col
  * g); C regs (row g | g + 8, cols 2q, 2q + 1). */
@@ -409,36 +387,6 @@ attention_mma_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) 
 #define DEC_MIN_SPLIT (2 * DEC_WARPS * DEC_TILE)   /* two tiles per warp: its ring overlaps them */
 #define DEC_MAX_SPLITS 64
 
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-static __device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> static __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const void *p) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-static __device__ __forceinline__ void ldsm_x4_trans(uint32_t *r, const void *p) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-
-/* Where 16-byte chunk ch of tile row r lives: chunks XOR-swizzled by the row,
- * so the 8 rows one ldmatrix reads fall in 8 different bank groups. */
-template <int D> static __device__ __forceinline__ int dec_swz(int r, int ch) {
-    return r * D + ((ch ^ (r & 7)) << 3);
-}
-
 /* Start copying keys kb .. kb + 15 of KV head hk (K to ks, V to vs); rows past
  * k_end are zero-filled, since 0 x garbage could still be NaN.  kb is a
  * multiple of 16 and the block size too, so the tile is one cache block's run. */
@@ -455,8 +403,8 @@ static __device__ __forceinline__ void dec_load_tile(T *ks, T *vs, const T *kc, 
         const int e = i * 32 + lane, r = e / CPR, ch = e % CPR;
         const bool valid = kb + r < k_end;
         const size_t src = valid ? off + (size_t)r * D + ch * 8 : off;
-        cp_async16(ks + dec_swz<D>(r, ch), kc + src, valid);
-        cp_async16(vs + dec_swz<D>(r, ch), vc + src, valid);
+        cp_async16(ks + swz16<D>(r, ch), kc + src, valid);
+        cp_async16(vs + swz16<D>(r, ch), vc + src, valid);
     }
 }
 
@@ -536,7 +484,7 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++) {
             uint32_t b[4];
-            ldsm_x4(b, ks + dec_swz<D>((mi >> 1) * 8 + (lane & 7), 2 * kk + (mi & 1)));
+            ldsm_x4(b, ks + swz16<D>((mi >> 1) * 8 + (lane & 7), 2 * kk + (mi & 1)));
             mma16816(sc[0], qf[kk], b[0], b[1], T());
             mma16816(sc[1], qf[kk], b[2], b[3], T());
         }
@@ -581,7 +529,7 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
 #pragma unroll
         for (int dp = 0; dp < D / 16; dp++) {
             uint32_t b[4];
-            ldsm_x4_trans(b, vs + dec_swz<D>((mi & 1) * 8 + (lane & 7), 2 * dp + (mi >> 1)));
+            ldsm_x4_trans(b, vs + swz16<D>((mi & 1) * 8 + (lane & 7), 2 * dp + (mi >> 1)));
             mma16816(o[2 * dp], pf, b[0], b[1], T());
             mma16816(o[2 * dp + 1], pf, b[2], b[3], T());
         }

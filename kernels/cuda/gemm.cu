@@ -301,6 +301,7 @@ static int gemv_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void
     if (rows > GEMV_MAX_ROWS || k % 8 || (wt != RL_BF16 && wt != RL_F16) ||
         (((uintptr_t)in | (uintptr_t)w) & 15))
         return 0;
+    PROF(c, "gemv %dx%d%s", n, k, f32out ? " f32" : "");
     if (wt == RL_F16) {
         if (f32out) gemv_launch(c, (float *)out, (const f16 *)in, (const f16 *)w, (const f16 *)bias, rows, n, k, op);
         else gemv_launch(c, (f16 *)out, (const f16 *)in, (const f16 *)w, (const f16 *)bias, rows, n, k, op);
@@ -314,9 +315,8 @@ static int gemv_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void
 static void gemm_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
                      const void *bias, int rows, int n, int k, int f32out, const char *op) {
     if (!rows || !n || c->err.code != RL_OK) return;
-    PROF(c, "%s %dx%d%s", rows <= GEMV_MAX_ROWS && k % 8 == 0 ? "gemv" : "gemm", n, k,
-         f32out ? " f32" : "");
     if (k == 0) {
+        PROF(c, "gemm %dx0", n);
         unsigned blocks = (unsigned)(((size_t)rows * n + 255) / 256 < 65535 ? ((size_t)rows * n + 255) / 256 : 65535);
         if (f32out)
             gemm_empty_kernel<float><<<blocks, 256, 0, c->stream>>>((float *)out, NULL, rows, n);
@@ -329,6 +329,7 @@ static void gemm_run(rlCuda *c, rlDtype wt, void *out, const void *in, const voi
         return;
     }
     if (gemv_run(c, wt, out, in, w, bias, rows, n, k, f32out, op)) return;
+    PROF(c, "gemm %dx%d%s", n, k, f32out ? " f32" : "");
     rlGemmAlgo *g = gemm_plan(c, wt, rows, n, k, bias, f32out, out, in, w);
     if (!g) return;
     if (bias) {
