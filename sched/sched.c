@@ -7,6 +7,7 @@
  * in-order walk every step does. */
 #include "sched.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,11 +17,10 @@ struct rlSched {
     int max_blocks;             /* block table width: max_model_len in blocks */
     rlSchedReq **running, **waiting, **all;
     int n_running, n_waiting, n_all;
-    int cap_running, cap_waiting, cap_all, cap_expired;
+    int cap_running, cap_waiting, cap_all;
     uint64_t next_arrival;
     uint64_t step_id;           /* numbers steps: rlSchedReq.planned_step */
     uint64_t preemptions, hit_tokens, query_tokens;
-    rlSchedPlan plan;
 };
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -47,24 +47,48 @@ rlSched *sched_create(const rlSchedConfig *cfg) {
         s->cfg.max_prompt_rows = cfg->max_num_batched_tokens;
     s->max_blocks = ceil_div(cfg->max_model_len, cfg->block_size);
     s->pool = block_pool_create(cfg->n_blocks, cfg->block_size);
-    rlSchedPlan *p = &s->plan;
-    size_t nt = (size_t)cfg->max_num_batched_tokens, ns = (size_t)cfg->max_num_seqs;
+    if (!s->pool) {
+        sched_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+rlSchedPlan *sched_plan_create(const rlSched *s) {
+    rlSchedPlan *p = calloc(1, sizeof(*p));
+    if (!p) return NULL;
+    size_t nt = (size_t)s->cfg.max_num_batched_tokens, ns = (size_t)s->cfg.max_num_seqs;
     p->max_blocks = s->max_blocks;
     p->tokens = malloc(nt * sizeof(int32_t));
     p->positions = malloc(nt * sizeof(int32_t));
     p->slots = malloc(nt * sizeof(int32_t));
-    p->seq_start = malloc((ns + 1) * sizeof(int32_t));
+    p->seq_start = calloc(ns + 1, sizeof(int32_t));
     p->seq_len = malloc(ns * sizeof(int32_t));
     p->block_tables = malloc(ns * (size_t)s->max_blocks * sizeof(int32_t));
     p->rows = malloc(((size_t)s->cfg.max_prompt_rows + ns) * sizeof(rlSchedRow));
     p->seq_req = malloc(ns * sizeof(rlSchedReq *));
     p->seq_index = malloc(ns * sizeof(int32_t));
-    if (!s->pool || !p->tokens || !p->positions || !p->slots || !p->seq_start || !p->seq_len ||
+    if (!p->tokens || !p->positions || !p->slots || !p->seq_start || !p->seq_len ||
         !p->block_tables || !p->rows || !p->seq_req || !p->seq_index) {
-        sched_free(s);
+        sched_plan_free(p);
         return NULL;
     }
-    return s;
+    return p;
+}
+
+void sched_plan_free(rlSchedPlan *p) {
+    if (!p) return;
+    free(p->tokens);
+    free(p->positions);
+    free(p->slots);
+    free(p->seq_start);
+    free(p->seq_len);
+    free(p->block_tables);
+    free(p->rows);
+    free(p->seq_req);
+    free(p->seq_index);
+    free(p->expired);
+    free(p);
 }
 
 static void req_free(rlSchedReq *r) {
@@ -83,17 +107,6 @@ void sched_free(rlSched *s) {
     free(s->running);
     free(s->waiting);
     block_pool_free(s->pool);
-    rlSchedPlan *p = &s->plan;
-    free(p->tokens);
-    free(p->positions);
-    free(p->slots);
-    free(p->seq_start);
-    free(p->seq_len);
-    free(p->block_tables);
-    free(p->rows);
-    free(p->seq_req);
-    free(p->seq_index);
-    free(p->expired);
     free(s);
 }
 
@@ -204,7 +217,7 @@ static void seq_release(rlSched *s, rlSchedSeq *q) {
     q->n_computed = 0;
 }
 
-static void req_preempt(rlSched *s, rlSchedReq *r) {
+static void req_preempt(rlSched *s, rlSchedPlan *p, rlSchedReq *r) {
     int lead = seq_leader(r);
     for (int i = 0; i < r->n; i++) {
         rlSchedSeq *q = &r->seqs[i];
@@ -216,7 +229,7 @@ static void req_preempt(rlSched *s, rlSchedReq *r) {
     r->n_preemptions++;
     list_insert(s->waiting, &s->n_waiting, r);
     s->preemptions++;
-    s->plan.n_preempted++;
+    p->n_preempted++;
 }
 
 static int seq_runnable(const rlSchedSeq *q) {
@@ -245,9 +258,8 @@ static int seq_chunk(const rlSchedReq *r, const rlSchedSeq *q, int left, int *ro
     return chunk;
 }
 
-static void plan_row(rlSched *s, rlRowKind kind, int32_t token, rlSchedReq *r, int seq,
+static void plan_row(rlSchedPlan *p, rlRowKind kind, int32_t token, rlSchedReq *r, int seq,
                      int step, int position, int target) {
-    rlSchedPlan *p = &s->plan;
     p->rows[p->n_rows++] = (rlSchedRow){.kind = kind, .token = token, .req = r, .seq = seq,
                                         .step = step, .position = position, .target = target};
 }
@@ -270,8 +282,7 @@ static void req_fork(rlSched *s, rlSchedReq *r, const rlSchedSeq *lead) {
 }
 
 /* Put chunk tokens of sample k into the plan; its blocks must be available. */
-static int plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
-    rlSchedPlan *p = &s->plan;
+static int plan_seq(rlSched *s, rlSchedPlan *p, rlSchedReq *r, int k, int chunk) {
     int rows0 = p->n_rows;
     rlSchedSeq *q = &r->seqs[k];
     int bs = s->cfg.block_size;
@@ -288,7 +299,7 @@ static int plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
         p->positions[t] = pos;
         p->slots[t] = q->blocks[pos / bs] * bs + pos % bs;
         if (r->prompt_logprobs && pos < r->n_prompt - 1 && pos >= r->plp_done)
-            plan_row(s, RL_ROW_PROMPT, t, r, k, 0, pos, q->tokens[pos + 1]);
+            plan_row(p, RL_ROW_PROMPT, t, r, k, 0, pos, q->tokens[pos + 1]);
     }
     int prompt_rows = p->n_rows - rows0;
     if (r->prompt_logprobs && end > r->plp_done)
@@ -298,9 +309,9 @@ static int plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
         if (!r->forked) {
             /* The prompt's last logits give every sample its first token. */
             for (int i = 0; i < r->n; i++)
-                if (r->seqs[i].state != RL_SEQ_FINISHED) plan_row(s, RL_ROW_SAMPLE, last, r, i, 0, 0, -1);
+                if (r->seqs[i].state != RL_SEQ_FINISHED) plan_row(p, RL_ROW_SAMPLE, last, r, i, 0, 0, -1);
         } else {
-            plan_row(s, RL_ROW_SAMPLE, last, r, k, q->n_tokens - r->n_prompt, 0, -1);
+            plan_row(p, RL_ROW_SAMPLE, last, r, k, q->n_tokens - r->n_prompt, 0, -1);
         }
     }
     if (end == q->n_tokens) r->forked = 1;
@@ -315,13 +326,18 @@ static int plan_seq(rlSched *s, rlSchedReq *r, int k, int chunk) {
     return prompt_rows;
 }
 
-/* The youngest running request behind r with nothing in this step yet; r
- * itself when there is none and r has nothing in it either; NULL when every
- * candidate already has work in the plan (its blocks must stay). */
+/* The youngest running request behind r with nothing in this step yet and
+ * not in flight; r itself when there is none, r has nothing in it either and
+ * no younger request is in flight (r waits for that one to land rather than
+ * lose its work to it); NULL otherwise: every candidate's blocks must stay. */
 static rlSchedReq *plan_victim(rlSched *s, rlSchedReq *r) {
-    for (int j = s->n_running - 1; j >= 0 && s->running[j] != r; j--)
-        if (s->running[j]->planned_step != s->step_id) return s->running[j];
-    return r->planned_step != s->step_id ? r : NULL;
+    int younger_in_flight = 0;
+    for (int j = s->n_running - 1; j >= 0 && s->running[j] != r; j--) {
+        rlSchedReq *v = s->running[j];
+        if (v->in_flight) younger_in_flight = 1;
+        else if (v->planned_step != s->step_id) return v;
+    }
+    return r->planned_step != s->step_id && !younger_in_flight ? r : NULL;
 }
 
 typedef enum planResult { PLAN_DONE = 0, PLAN_PREEMPTED, PLAN_SKIPPED } planResult;
@@ -330,7 +346,8 @@ typedef enum planResult { PLAN_DONE = 0, PLAN_PREEMPTED, PLAN_SKIPPED } planResu
  * only those with one token left), preempting younger running requests while
  * blocks are short.  PLAN_PREEMPTED when r itself had to go, PLAN_SKIPPED when it must
  * wait because nothing it may preempt is left. */
-static planResult plan_running(rlSched *s, rlSchedReq *r, int decodes, int *budget, int *rows) {
+static planResult plan_running(rlSched *s, rlSchedPlan *p, rlSchedReq *r, int decodes,
+                               int *budget, int *rows) {
     int chunks[r->n];
     for (;;) {
         int left = *budget, rows_left = *rows, need = 0;
@@ -346,20 +363,19 @@ static planResult plan_running(rlSched *s, rlSchedReq *r, int decodes, int *budg
         if (need <= block_pool_available(s->pool)) break;
         rlSchedReq *victim = plan_victim(s, r);
         if (!victim) return PLAN_SKIPPED;
-        req_preempt(s, victim);
+        req_preempt(s, p, victim);
         if (victim == r) return PLAN_PREEMPTED;
     }
     for (int k = 0; k < r->n; k++) {
         if (!chunks[k]) continue;
-        *rows -= plan_seq(s, r, k, chunks[k]);
+        *rows -= plan_seq(s, p, r, k, chunks[k]);
         *budget -= chunks[k];
     }
     return PLAN_DONE;
 }
 
-static int plan_expire(rlSched *s, rlSchedReq *r) {
-    rlSchedPlan *p = &s->plan;
-    if (grow(&p->expired, &s->cap_expired, p->n_expired + 1)) return -1;
+static int plan_expire(rlSched *s, rlSchedPlan *p, rlSchedReq *r) {
+    if (grow(&p->expired, &p->cap_expired, p->n_expired + 1)) return -1;
     list_remove(s->waiting, &s->n_waiting, r);
     for (int i = 0; i < r->n; i++) r->seqs[i].state = RL_SEQ_FINISHED;
     r->state = RL_REQ_FINISHED;
@@ -370,7 +386,8 @@ static int plan_expire(rlSched *s, rlSchedReq *r) {
 
 /* Admit the first waiting request if its sequences and first chunk fit:
  * 1 admitted, 0 not now (order is kept: nothing behind it jumps ahead). */
-static int plan_admit(rlSched *s, rlSchedReq *r, int *budget, int *rows, int *n_running_seqs) {
+static int plan_admit(rlSched *s, rlSchedPlan *p, rlSchedReq *r, int *budget, int *rows,
+                      int *n_running_seqs) {
     int active = req_active_seqs(r), bs = s->cfg.block_size;
     if (*n_running_seqs + active > s->cfg.max_num_seqs) return 0;
     int lead = seq_leader(r);
@@ -399,7 +416,7 @@ static int plan_admit(rlSched *s, rlSchedReq *r, int *budget, int *rows, int *n_
     list_insert(s->running, &s->n_running, r);
     r->state = RL_REQ_RUNNING;
     *n_running_seqs += active;
-    *rows -= plan_seq(s, r, lead, chunk);
+    *rows -= plan_seq(s, p, r, lead, chunk);
     *budget -= chunk;
     return 1;
 }
@@ -421,21 +438,39 @@ static void plan_tables(rlSchedPlan *p) {
     }
 }
 
-int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan **out) {
-    rlSchedPlan *p = &s->plan;
+/* Sequences one step takes before it stops adding requests.  With depth
+ * steps in flight each takes about 1/depth of those that want to run
+ * (running or waiting, up to max_num_seqs), so that depth steps of disjoint
+ * groups keep a pipeline full.  A step always takes at least one request,
+ * so an idle pipeline starts a lone request at once. */
+static int step_share(const rlSched *s) {
+    int depth = s->cfg.pipeline_depth;
+    if (depth <= 1) return INT_MAX;
+    int want = running_seqs(s);
+    for (int i = 0; i < s->n_waiting && want < s->cfg.max_num_seqs; i++)
+        want += req_active_seqs(s->waiting[i]);
+    if (want > s->cfg.max_num_seqs) want = s->cfg.max_num_seqs;
+    return want > depth ? ceil_div(want, depth) : 1;
+}
+
+int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan *p) {
     p->n_seqs = p->n_tokens = p->n_rows = 0;
     p->seq_start[0] = 0;
     p->n_expired = 0;
     p->n_preempted = 0;
     int budget = s->cfg.max_num_batched_tokens, rows = s->cfg.max_prompt_rows;
     s->step_id++;
+    int share = step_share(s);
     /* Every running decode first, then the running prompts' chunks, so a
      * long prompt never holds decodes back.  A prompt chunk that found no
-     * blocks stops admissions: what frees up goes to requests already in. */
+     * blocks stops admissions: what frees up goes to requests already in.
+     * Requests in flight sit this step out. */
     int starved = 0;
     for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < s->n_running && budget > 0;) {
-            planResult rc = plan_running(s, s->running[i], pass == 0, &budget, &rows);
+        for (int i = 0; i < s->n_running && budget > 0 && p->n_seqs < share;) {
+            rlSchedReq *r = s->running[i];
+            planResult rc = r->in_flight ? PLAN_DONE
+                                         : plan_running(s, p, r, pass == 0, &budget, &rows);
             starved |= rc == PLAN_SKIPPED;
             if (rc != PLAN_PREEMPTED) i++;
         }
@@ -443,14 +478,23 @@ int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan **out) {
     while (!starved && s->n_waiting > 0 && budget > 0) {
         rlSchedReq *r = s->waiting[0];
         if (!r->started && r->deadline_ms > 0 && now_ms > r->deadline_ms) {
-            if (plan_expire(s, r)) return -1;
+            if (plan_expire(s, p, r)) return -1;
             continue;
         }
-        if (!plan_admit(s, r, &budget, &rows, &n_seqs)) break;
+        if (p->n_seqs >= share || !plan_admit(s, p, r, &budget, &rows, &n_seqs)) break;
     }
     plan_tables(p);
-    *out = p;
     return 0;
+}
+
+void sched_in_flight(rlSched *s, const rlSchedPlan *p) {
+    (void)s;
+    for (int i = 0; i < p->n_seqs; i++) p->seq_req[i]->in_flight = 1;
+}
+
+void sched_landed(rlSched *s, const rlSchedPlan *p) {
+    (void)s;
+    for (int i = 0; i < p->n_seqs; i++) p->seq_req[i]->in_flight = 0;
 }
 
 void sched_append(rlSched *s, rlSchedReq *r, int seq, int32_t token) {
@@ -511,6 +555,7 @@ int sched_check(const rlSched *s) {
             if (q->n_computed > q->n_blocks * s->cfg.block_size) rc = -1;
             for (int j = 0; j < q->n_blocks; j++) refs[q->blocks[j]]++;
         }
+        if (r->in_flight && r->state != RL_REQ_RUNNING) rc = -1;
         if (r->state != RL_REQ_RUNNING && r->state != RL_REQ_FINISHED) {
             for (int k = 0; k < r->n; k++)
                 if (r->seqs[k].n_blocks) rc = -1;

@@ -18,6 +18,15 @@
  * blocks are freed and it is requeued, to be recomputed later from its
  * tokens (output unchanged: sampling is keyed by seed, sample and step).
  *
+ * A caller running a pipeline keeps several steps in flight, each over its
+ * own requests: it marks a step's requests in flight when it hands the step
+ * to the model and lands them when it applies the results.  Meanwhile later
+ * steps never plan, preempt or free them, so their blocks (referenced, hence
+ * never evicted from the prefix cache) stay exactly as the step saw them,
+ * and each step has its own plan storage.  A later step may still hit blocks
+ * registered by a step in flight: the model runs steps in order, so at every
+ * stage their KV is written before the later step reads it.
+ *
  * Pure C over libc: no I/O, no device code.  Functions returning int give 0
  * on success and -1 when out of memory. */
 #ifndef RL_SCHED_H
@@ -36,6 +45,9 @@ typedef struct rlSchedConfig {
     int prefix_caching;
     int max_prompt_rows;        /* prompt-logprob rows per step (0: one per token);
                                  * a step has at most this + max_num_seqs rows */
+    int pipeline_depth;         /* steps the caller keeps in flight; each then takes
+                                 * about 1/depth of the sequences (0 or 1: one step
+                                 * at a time, each taking all it can) */
 } rlSchedConfig;
 
 
@@ -91,6 +103,7 @@ typedef struct rlSchedReq {
     int n_preemptions;
     int all_index;          /* position in the scheduler's list of every request */
     uint64_t planned_step;  /* the last step with a sequence of it in the plan */
+    int in_flight;          /* in a step whose results are not applied yet */
 } rlSchedReq;
 
 typedef enum rlRowKind {
@@ -108,8 +121,9 @@ typedef struct rlSchedRow {
     int32_t target;         /* PROMPT: the prompt token at position + 1 */
 } rlSchedRow;
 
-/* One step.  The arrays are the scheduler's and valid until the next step;
- * the first seven map onto rlBatch's fields of the same names. */
+/* One step.  The arrays belong to the plan (sched_plan_create) and keep what
+ * sched_step wrote until the next sched_step into the same plan; the first
+ * seven map onto rlBatch's fields of the same names. */
 typedef struct rlSchedPlan {
     int32_t n_seqs, n_tokens, n_rows, max_blocks;
     int32_t *tokens;        /* [n_tokens] */
@@ -122,7 +136,7 @@ typedef struct rlSchedPlan {
     rlSchedReq **seq_req;   /* [n_seqs] whose sequence each is ... */
     int32_t *seq_index;     /* [n_seqs] ... and which sample */
     rlSchedReq **expired;   /* requests whose deadline passed before they started */
-    int n_expired;
+    int n_expired, cap_expired;
     int n_preempted;        /* requests preempted while building this step */
 } rlSchedPlan;
 
@@ -156,9 +170,22 @@ typedef enum rlSchedAdd {
 /* Queue a request (the prompt is copied).  *out is the scheduler's handle. */
 rlSchedAdd sched_add(rlSched *s, const rlSchedParams *p, rlSchedReq **out);
 
-/* Build the next step at time now_ms (for deadlines).  Expired requests are
- * listed in the plan, finished; the caller answers them and removes them. */
-int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan **plan);
+/* Storage for one step's plan, sized for s: one per step the caller keeps
+ * in flight.  NULL when out of memory. */
+rlSchedPlan *sched_plan_create(const rlSched *s);
+void sched_plan_free(rlSchedPlan *p);
+
+/* Build the next step into plan at time now_ms (for deadlines), leaving out
+ * requests in flight.  Expired requests are listed in the plan, finished;
+ * the caller answers them and removes them. */
+int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan *plan);
+
+/* The requests of plan are in flight: until sched_landed on the same plan,
+ * no step plans, preempts or frees them, and the caller neither appends to,
+ * finishes nor removes them, nor touches the plan. */
+void sched_in_flight(rlSched *s, const rlSchedPlan *plan);
+/* Its results are back: the plan's requests are the caller's again. */
+void sched_landed(rlSched *s, const rlSchedPlan *plan);
 
 /* The token a SAMPLE row drew for sample seq: appended to it. */
 void sched_append(rlSched *s, rlSchedReq *r, int seq, int32_t token);

@@ -47,13 +47,20 @@ static uint64_t mix(uint64_t h, uint64_t v) {
     return h ^ (h >> 33);
 }
 
-/* Run plan p on the fake model: write, verify reads, return each row's token. */
-static void kv_forward(fakeKV *kv, const rlSchedPlan *p, int32_t *row_tokens) {
+/* The first half of a step on the fake model: write its tokens' KV. */
+static void kv_write(fakeKV *kv, const rlSchedPlan *p) {
     for (int t = 0; t < p->n_tokens; t++) {
         assert_true(p->slots[t] >= 0 && p->slots[t] < kv->n_slots);
         kv->tok[p->slots[t]] = p->tokens[t];
         kv->pos[p->slots[t]] = p->positions[t];
     }
+}
+
+/* The second half: verify every planned sequence reads back its own tokens,
+ * and return each row's token.  A step in flight writes when it goes out
+ * and reads when it lands, so any step in between that reuses its blocks
+ * shows up here. */
+static void kv_read(fakeKV *kv, const rlSchedPlan *p, int32_t *row_tokens) {
     uint64_t *hash_at = malloc((size_t)(p->n_tokens + 1) * sizeof(uint64_t));
     for (int i = 0; i < p->n_seqs; i++) {
         const rlSchedSeq *q = &p->seq_req[i]->seqs[p->seq_index[i]];
@@ -80,6 +87,11 @@ static void kv_forward(fakeKV *kv, const rlSchedPlan *p, int32_t *row_tokens) {
         row_tokens[r] = (int32_t)(h % VOCAB);
     }
     free(hash_at);
+}
+
+static void kv_forward(fakeKV *kv, const rlSchedPlan *p, int32_t *row_tokens) {
+    kv_write(kv, p);
+    kv_read(kv, p, row_tokens);
 }
 
 typedef struct simReq {
@@ -147,16 +159,104 @@ static rlSchedReq *add(rlSched *s, const int32_t *prompt, int n_prompt, int n, i
     return add_plp(s, prompt, n_prompt, n, max_tokens, 0, user);
 }
 
-static void run_to_end(rlSched *s, fakeKV *kv) {
-    int32_t row_tokens[4096];
+/* Up to depth steps in flight on the fake model, landing oldest first, as
+ * the engine keeps them for a pipeline. */
+#define MAX_DEPTH 4
+typedef struct fakePipe {
+    rlSchedConfig c;
+    int depth, oldest, n, most;     /* most: the most steps in flight at once */
+    rlSchedPlan *plans[MAX_DEPTH];
+    int32_t *row_tokens;
+} fakePipe;
+
+static void pipe_init(fakePipe *f, rlSched *s, const rlSchedConfig *c) {
+    memset(f, 0, sizeof(*f));
+    int depth = c->pipeline_depth > 1 ? c->pipeline_depth : 1;
+    assert_true(depth <= MAX_DEPTH);
+    f->c = *c;
+    f->depth = depth;
+    for (int i = 0; i < depth; i++) assert_non_null(f->plans[i] = sched_plan_create(s));
+    assert_non_null(f->row_tokens = malloc((size_t)sched_max_rows(s) * sizeof(int32_t)));
+}
+
+static void pipe_free(fakePipe *f) {
+    for (int i = 0; i < f->depth; i++) sched_plan_free(f->plans[i]);
+    free(f->row_tokens);
+}
+
+static int pipe_seqs_in_flight(const fakePipe *f) {
+    int n = 0;
+    for (int k = 0; k < f->n; k++) n += f->plans[(f->oldest + k) % f->depth]->n_seqs;
+    return n;
+}
+
+/* Plan the next step within the budgets; it goes out (KV written, requests
+ * in flight) when it holds anything.  It must hold no request already in
+ * flight, and all steps in flight no more sequences than max_num_seqs. */
+static rlSchedPlan *pipe_submit(fakePipe *f, rlSched *s, fakeKV *kv) {
+    rlSchedPlan *p = f->plans[(f->oldest + f->n) % f->depth];
+    assert_int_equal(sched_step(s, 0, p), 0);
+    assert_true(p->n_tokens <= f->c.max_num_batched_tokens);
+    assert_true(p->n_seqs + pipe_seqs_in_flight(f) <= f->c.max_num_seqs);
+    assert_true(p->n_rows <= sched_max_rows(s));
+    int n_prompt_rows = 0;
+    for (int i = 0; i < p->n_rows; i++) n_prompt_rows += p->rows[i].kind == RL_ROW_PROMPT;
+    if (f->c.max_prompt_rows) assert_true(n_prompt_rows <= f->c.max_prompt_rows);
+    for (int i = 0; i < p->n_seqs; i++) assert_false(p->seq_req[i]->in_flight);
+    if (p->n_seqs > 0) {
+        kv_write(kv, p);
+        sched_in_flight(s, p);
+        if (++f->n > f->most) f->most = f->n;
+    }
+    return p;
+}
+
+/* Land the oldest step: its requests are still running with the blocks it
+ * planned them with, and read back their own tokens; then its rows apply. */
+static void pipe_land(fakePipe *f, rlSched *s, fakeKV *kv) {
+    rlSchedPlan *p = f->plans[f->oldest];
+    f->oldest = (f->oldest + 1) % f->depth;
+    f->n--;
+    for (int i = 0; i < p->n_seqs; i++) {
+        const rlSchedReq *r = p->seq_req[i];
+        const rlSchedSeq *q = &r->seqs[p->seq_index[i]];
+        int need = (p->seq_len[i] + kv->bs - 1) / kv->bs;
+        assert_true(r->in_flight && r->state == RL_REQ_RUNNING && q->state != RL_SEQ_FINISHED);
+        assert_true(q->n_blocks >= need);
+        assert_memory_equal(q->blocks, p->block_tables + (size_t)i * (size_t)p->max_blocks,
+                            (size_t)need * sizeof(int32_t));
+    }
+    sched_landed(s, p);
+    kv_read(kv, p, f->row_tokens);
+    sim_apply(s, p, f->row_tokens);
+}
+
+/* A step goes out when submit says so and there is room (always when none
+ * is in flight); the oldest lands when the pipeline is full or nothing went
+ * out.  0 when neither happened: nothing could run. */
+static int pipe_next(fakePipe *f, rlSched *s, fakeKV *kv, int submit) {
+    const rlSchedPlan *p = (submit || f->n == 0) && f->n < f->depth ? pipe_submit(f, s, kv) : NULL;
+    int went_out = p && p->n_seqs > 0;
+    if (f->n > 0 && (f->n == f->depth || !went_out)) {
+        pipe_land(f, s, kv);
+        return 1;
+    }
+    return went_out;
+}
+
+/* Every request to the end with up to c->pipeline_depth steps in flight
+ * (the scheduler's config); returns the most that were. */
+static int run_to_end(rlSched *s, fakeKV *kv, const rlSchedConfig *c) {
+    fakePipe f;
+    pipe_init(&f, s, c);
     for (int guard = 0; sched_has_work(s); guard++) {
         assert_true(guard < 100000);
-        rlSchedPlan *p;
-        assert_int_equal(sched_step(s, 0, &p), 0);
-        kv_forward(kv, p, row_tokens);
-        sim_apply(s, p, row_tokens);
+        assert_true(pipe_next(&f, s, kv, 1));
         assert_int_equal(sched_check(s), 0);
     }
+    assert_int_equal(f.n, 0);
+    pipe_free(&f);
+    return f.most;
 }
 
 static rlSchedConfig config(int n_blocks, int max_seqs, int max_tokens, int caching) {
@@ -173,8 +273,8 @@ static void test_decode_after_prefill(void **state) {
     for (int i = 0; i < 40; i++) prompt[i] = i + 1;
     simReq u = {.n = 1, .max_tokens = 3};
     u.h = add(s, prompt, 40, 1, 3, &u);
-    rlSchedPlan *p;
-    assert_int_equal(sched_step(s, 0, &p), 0);
+    rlSchedPlan *p = sched_plan_create(s);
+    assert_int_equal(sched_step(s, 0, p), 0);
     assert_int_equal(p->n_seqs, 1);
     assert_int_equal(p->n_tokens, 40);
     assert_int_equal(p->n_rows, 1);
@@ -182,7 +282,7 @@ static void test_decode_after_prefill(void **state) {
     assert_int_equal(p->positions[39], 39);
     assert_int_equal(p->slots[39], p->block_tables[2] * 16 + 7);
     sched_append(s, u.h, 0, 5);
-    assert_int_equal(sched_step(s, 0, &p), 0);
+    assert_int_equal(sched_step(s, 0, p), 0);
     assert_int_equal(p->n_tokens, 1);
     assert_int_equal(p->tokens[0], 5);
     assert_int_equal(p->positions[0], 40);
@@ -194,6 +294,7 @@ static void test_decode_after_prefill(void **state) {
     assert_int_equal(st.blocks.used, 0);
     assert_int_equal(st.blocks.cached, 2);   /* the prompt's two full blocks */
     assert_int_equal(sched_check(s), 0);
+    sched_plan_free(p);
     sched_free(s);
 }
 
@@ -209,14 +310,14 @@ static void test_chunked_prefill(void **state) {
     simReq ua = {.n = 1, .max_tokens = 30}, ub = {.n = 1, .max_tokens = 2};
     ua.h = add(s, a, 8, 1, 30, &ua);
     int32_t rt[64];
-    rlSchedPlan *p;
-    assert_int_equal(sched_step(s, 0, &p), 0);
+    rlSchedPlan *p = sched_plan_create(s);
+    assert_int_equal(sched_step(s, 0, p), 0);
     kv_forward(&kv, p, rt);
     sim_apply(s, p, rt);
     ub.h = add(s, b, 100, 1, 2, &ub);
     int chunks = 0;
     while (!ub.done && !ua.done) {
-        assert_int_equal(sched_step(s, 0, &p), 0);
+        assert_int_equal(sched_step(s, 0, p), 0);
         assert_true(p->n_tokens <= 32);
         assert_ptr_equal(p->seq_req[0], ua.h);        /* the decode leads */
         assert_int_equal(p->seq_start[1], 1);
@@ -226,9 +327,10 @@ static void test_chunked_prefill(void **state) {
         if (ub.n_out[0] > 0) break;
     }
     assert_true(chunks >= 3);   /* 100 tokens in chunks of at most 31 */
-    run_to_end(s, &kv);
+    run_to_end(s, &kv, &c);
     assert_int_equal(sched_check(s), 0);
     kv_free(&kv);
+    sched_plan_free(p);
     sched_free(s);
 }
 
@@ -243,8 +345,8 @@ static void test_decodes_before_prompts(void **state) {
     for (int i = 0; i < 300; i++) a[i] = 5 + i % 50;
     simReq ua = {.n = 1, .max_tokens = 2}, ub = {.n = 1, .max_tokens = 30};
     ub.h = add(s, b, 4, 1, 30, &ub);
-    rlSchedPlan *p;
-    assert_int_equal(sched_step(s, 0, &p), 0);   /* b's prompt */
+    rlSchedPlan *p = sched_plan_create(s);
+    assert_int_equal(sched_step(s, 0, p), 0);   /* b's prompt */
     kv_forward(&kv, p, rt);
     sim_apply(s, p, rt);
     rlSchedParams pa = {.prompt = a, .n_prompt = 300, .n = 1, .max_tokens = 2, .priority = 5,
@@ -252,7 +354,7 @@ static void test_decodes_before_prompts(void **state) {
     assert_int_equal(sched_add(s, &pa, &ua.h), RL_SCHED_OK);
     int steps = 0;
     while (!ua.done && !ub.done) {
-        assert_int_equal(sched_step(s, 0, &p), 0);
+        assert_int_equal(sched_step(s, 0, p), 0);
         int has_b = 0;
         for (int i = 0; i < p->n_seqs; i++) has_b |= p->seq_req[i] == ub.h;
         assert_true(has_b);
@@ -262,8 +364,9 @@ static void test_decodes_before_prompts(void **state) {
         sim_apply(s, p, rt);
     }
     assert_true(steps > 10);   /* a's prompt took many chunks, b decoded in each */
-    run_to_end(s, &kv);
+    run_to_end(s, &kv, &c);
     kv_free(&kv);
+    sched_plan_free(p);
     sched_free(s);
 }
 
@@ -302,8 +405,8 @@ static void test_fork_shares_blocks(void **state) {
     simReq u = {.n = 4, .max_tokens = 5, .abort_at = -1};
     u.h = add(s, prompt, 37, 4, 5, &u);
     int32_t rt[64];
-    rlSchedPlan *p;
-    assert_int_equal(sched_step(s, 0, &p), 0);
+    rlSchedPlan *p = sched_plan_create(s);
+    assert_int_equal(sched_step(s, 0, p), 0);
     assert_int_equal(p->n_rows, 4);
     kv_forward(&kv, p, rt);
     for (int k = 0; k < 4; k++) {
@@ -317,13 +420,14 @@ static void test_fork_shares_blocks(void **state) {
         assert_int_equal(u.h->seqs[k].n_computed, 32);
     }
     assert_int_equal(sched_check(s), 0);
-    assert_int_equal(sched_step(s, 0, &p), 0);
+    assert_int_equal(sched_step(s, 0, p), 0);
     assert_int_equal(p->n_seqs, 4);
     assert_int_equal(p->n_tokens, 1 + 3 * 6);   /* samples 1..3 recompute the 5-token tail */
     kv_forward(&kv, p, rt);
     sched_remove(s, u.h);
     assert_int_equal(sched_check(s), 0);
     kv_free(&kv);
+    sched_plan_free(p);
     sched_free(s);
 }
 
@@ -355,7 +459,7 @@ static void test_prefix_fixture(void **state) {
         for (int j = 0; j < n; j++) prompt[j] = (int32_t)json_integer_value(json_array_get(ids, j));
         simReq u = {.n = 1, .max_tokens = 4};
         u.h = add(s, prompt, n, 1, 4, &u);
-        run_to_end(s, &kv);
+        run_to_end(s, &kv, &c);
         assert_int_equal(u.cached, expect[i]);
         free(prompt);
     }
@@ -369,7 +473,9 @@ static void test_prefix_fixture(void **state) {
 }
 
 /* A pool too small for both: the younger is preempted, recomputed, and both
- * produce what they produce alone. */
+ * produce what they produce alone; also with steps in flight, where only a
+ * request that has landed may be preempted (pipe_land checks that one in
+ * flight kept its blocks). */
 static void test_preemption(void **state) {
     (void)state;
     int32_t a[20], b[20];
@@ -381,25 +487,110 @@ static void test_preemption(void **state) {
         fakeKV kv;
         kv_init(&kv, &c);
         alone[i].h = add(s, i ? b : a, 20, 1, 40, &alone[i]);
-        run_to_end(s, &kv);
+        run_to_end(s, &kv, &c);
         kv_free(&kv);
         sched_free(s);
     }
-    rlSchedConfig c = config(5, 4, 256, 0);
+    for (int depth = 1; depth <= 3; depth++) {
+        rlSchedConfig c = config(5, 4, 256, 0);
+        c.pipeline_depth = depth;
+        rlSched *s = sched_create(&c);
+        fakeKV kv;
+        kv_init(&kv, &c);
+        simReq both[2] = {{.n = 1, .max_tokens = 40}, {.n = 1, .max_tokens = 40}};
+        both[0].h = add(s, a, 20, 1, 40, &both[0]);
+        both[1].h = add(s, b, 20, 1, 40, &both[1]);
+        int most = run_to_end(s, &kv, &c);
+        assert_int_equal(most, depth > 1 ? 2 : 1);   /* one step per request */
+        rlSchedStats st;
+        sched_stats(s, &st);
+        assert_true(st.preemptions >= 1);
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(both[i].n_out[0], alone[i].n_out[0]);
+            assert_memory_equal(both[i].out[0], alone[i].out[0], (size_t)alone[i].n_out[0] * 4);
+        }
+        kv_free(&kv);
+        sched_free(s);
+    }
+}
+
+/* Steps in flight hold disjoint requests.  An idle pipeline starts a lone
+ * request at once; with more, each step takes its share (1/depth of those
+ * that want to run); a request in flight is in no later plan, and once
+ * every request is in flight a step finds nothing; a plan in flight keeps
+ * its arrays while others are built; once it lands its requests run
+ * again; and the outputs are those of one step at a time.  Prompts 0 and 3
+ * share a block, so 3 hits it while 0's step, which computes it, is in flight. */
+static void test_in_flight(void **state) {
+    (void)state;
+    enum { N = 5 };
+    int32_t prompts[N][20];
+    simReq serial[N], u[N];
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < 20; j++) prompts[i][j] = 1 + (i * 20 + j) % 60;
+        serial[i] = u[i] = (simReq){.n = 1, .max_tokens = 6, .abort_at = -1};
+    }
+    rlSchedConfig c = config(64, 8, 256, 1);
     rlSched *s = sched_create(&c);
     fakeKV kv;
     kv_init(&kv, &c);
-    simReq both[2] = {{.n = 1, .max_tokens = 40}, {.n = 1, .max_tokens = 40}};
-    both[0].h = add(s, a, 20, 1, 40, &both[0]);
-    both[1].h = add(s, b, 20, 1, 40, &both[1]);
-    run_to_end(s, &kv);
+    for (int i = 0; i < N; i++) serial[i].h = add(s, prompts[i], 20, 1, 6, &serial[i]);
+    run_to_end(s, &kv, &c);
+    kv_free(&kv);
+    sched_free(s);
+
+    c.pipeline_depth = 2;
+    s = sched_create(&c);
+    kv_init(&kv, &c);
+    /* The pipe holds more steps than the scheduler shares for, to see a step
+     * find nothing once every request is in flight. */
+    rlSchedConfig roomy = c;
+    roomy.pipeline_depth = MAX_DEPTH;
+    fakePipe f;
+    pipe_init(&f, s, &roomy);
+    u[0].h = add(s, prompts[0], 20, 1, 6, &u[0]);
+    const rlSchedPlan *a = pipe_submit(&f, s, &kv);
+    assert_int_equal(a->n_seqs, 1);
+    assert_ptr_equal(a->seq_req[0], u[0].h);
+    assert_true(u[0].h->in_flight);
+    int32_t a_tokens[20], a_slots[20], a_tables[2];
+    memcpy(a_tokens, a->tokens, sizeof(a_tokens));
+    memcpy(a_slots, a->slots, sizeof(a_slots));
+    memcpy(a_tables, a->block_tables, sizeof(a_tables));
+    for (int i = 1; i < N; i++) u[i].h = add(s, prompts[i], 20, 1, 6, &u[i]);
+    /* Five want to run: shares of three (the first step's one included). */
+    const rlSchedPlan *b = pipe_submit(&f, s, &kv);
+    assert_int_equal(b->n_seqs, 3);
+    for (int i = 0; i < 3; i++) assert_ptr_equal(b->seq_req[i], u[1 + i].h);
+    assert_int_equal(u[3].h->cached_tokens, 16);
+    assert_int_equal(f.n, 2);
+    const rlSchedPlan *d = pipe_submit(&f, s, &kv);
+    assert_int_equal(d->n_seqs, 1);
+    assert_ptr_equal(d->seq_req[0], u[4].h);
+    assert_int_equal(pipe_submit(&f, s, &kv)->n_seqs, 0);
+    assert_int_equal(f.n, 3);
+    assert_int_equal(sched_check(s), 0);
+    assert_memory_equal(a->tokens, a_tokens, sizeof(a_tokens));
+    assert_memory_equal(a->slots, a_slots, sizeof(a_slots));
+    assert_memory_equal(a->block_tables, a_tables, sizeof(a_tables));
+    pipe_land(&f, s, &kv);
+    assert_false(u[0].h->in_flight);
+    assert_int_equal(u[0].n_out[0], 1);
+    const rlSchedPlan *e = pipe_submit(&f, s, &kv);
+    assert_int_equal(e->n_seqs, 1);
+    assert_ptr_equal(e->seq_req[0], u[0].h);
+    while (sched_has_work(s)) {
+        assert_true(pipe_next(&f, s, &kv, 1));
+        assert_int_equal(sched_check(s), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(u[i].n_out[0], serial[i].n_out[0]);
+        assert_memory_equal(u[i].out[0], serial[i].out[0], (size_t)serial[i].n_out[0] * 4);
+    }
     rlSchedStats st;
     sched_stats(s, &st);
-    assert_true(st.preemptions >= 1);
-    for (int i = 0; i < 2; i++) {
-        assert_int_equal(both[i].n_out[0], alone[i].n_out[0]);
-        assert_memory_equal(both[i].out[0], alone[i].out[0], (size_t)alone[i].n_out[0] * 4);
-    }
+    assert_int_equal(st.blocks.used, 0);
+    pipe_free(&f);
     kv_free(&kv);
     sched_free(s);
 }
@@ -418,14 +609,14 @@ static void test_priority_and_deadline(void **state) {
     p.deadline_ms = 0;
     p.priority = 5;
     assert_int_equal(sched_add(s, &p, &high), RL_SCHED_OK);
-    rlSchedPlan *pl;
-    assert_int_equal(sched_step(s, 2000, &pl), 0);
+    rlSchedPlan *pl = sched_plan_create(s);
+    assert_int_equal(sched_step(s, 2000, pl), 0);
     assert_int_equal(pl->n_seqs, 1);
     assert_ptr_equal(pl->seq_req[0], high);
     assert_int_equal(pl->n_expired, 0);
     sched_finish_seq(s, high, 0);
     sched_remove(s, high);
-    assert_int_equal(sched_step(s, 2000, &pl), 0);
+    assert_int_equal(sched_step(s, 2000, pl), 0);
     assert_ptr_equal(pl->seq_req[0], low);
     assert_int_equal(pl->n_expired, 1);   /* checked as soon as it is first in line */
     assert_ptr_equal(pl->expired[0], late);
@@ -433,6 +624,7 @@ static void test_priority_and_deadline(void **state) {
     sched_remove(s, low);
     assert_false(sched_has_work(s));
     assert_int_equal(sched_check(s), 0);
+    sched_plan_free(pl);
     sched_free(s);
 }
 
@@ -460,23 +652,31 @@ static void test_lru_eviction(void **state) {
 
 /* Thousands of random requests: shared prefixes, n > 1, aborts, a tiny pool.
  * Outputs must equal those of a roomy run without prefix caching, and at the
- * end every block is free or cached. */
-static void run_random(uint64_t seed, int n_reqs, int n_blocks, int max_seqs, int budget,
-                       int caching, int prompt_rows, simReq *reqs, rlSchedStats *st) {
-    rlSchedConfig c = config(n_blocks, max_seqs, budget, caching);
+ * end every block is free or cached.  With depth > 1 up to depth steps are
+ * in flight, going out and landing at random (pipe_submit and pipe_land
+ * check that no step holds a request in flight and that one in flight
+ * keeps its blocks); an abort of a request in flight waits for its step. */
+typedef struct randomRun {
+    int blocks, seqs, budget, caching, prompt_rows, depth;
+} randomRun;
+
+static void run_random(uint64_t seed, int n_reqs, randomRun run, simReq *reqs, rlSchedStats *st) {
+    rlSchedConfig c = config(run.blocks, run.seqs, run.budget, run.caching);
     c.max_model_len = 512;
-    c.max_prompt_rows = prompt_rows;
+    c.max_prompt_rows = run.prompt_rows;
+    c.pipeline_depth = run.depth;
     rlSched *s = sched_create(&c);
     assert_non_null(s);
     fakeKV kv;
     kv_init(&kv, &c);
+    fakePipe pipe;
+    pipe_init(&pipe, s, &c);
     int32_t bases[4][200];
-    uint64_t h = seed;
+    uint64_t h = seed, coin = seed;
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 200; j++) bases[i][j] = 1 + (int32_t)((h = mix(h, 7)) % (VOCAB - 1));
     int32_t prompt[300];
-    int added = 0, step = 0;
-    int32_t *rt = malloc((size_t)(budget + max_seqs) * sizeof(int32_t));
+    int added = 0;
     while (added < n_reqs || sched_has_work(s)) {
         for (int k = 0; k < 3 && added < n_reqs; k++, added++) {
             uint64_t r = mix(seed, (uint64_t)added);
@@ -491,33 +691,27 @@ static void run_random(uint64_t seed, int n_reqs, int n_blocks, int max_seqs, in
             u->abort_at = (r >> 48) % 10 == 0 ? (int)((r >> 52) % 8) : -1;
             u->h = add_plp(s, prompt, shared + own, u->n, u->max_tokens, (r >> 56) % 9 == 0, u);
         }
-        rlSchedPlan *p;
-        assert_int_equal(sched_step(s, 0, &p), 0);
-        assert_true(p->n_tokens <= budget && p->n_seqs <= max_seqs);
-        assert_true(p->n_rows <= sched_max_rows(s));
-        int n_prompt_rows = 0;
-        for (int i = 0; i < p->n_rows; i++) n_prompt_rows += p->rows[i].kind == RL_ROW_PROMPT;
-        if (prompt_rows) assert_true(n_prompt_rows <= prompt_rows);
-        assert_true(p->n_tokens > 0 || p->n_expired > 0 || !sched_has_work(s) || added < n_reqs);
-        kv_forward(&kv, p, rt);
-        sim_apply(s, p, rt);
+        /* One time in four the oldest step lands before the pipeline is full. */
+        if (!pipe_next(&pipe, s, &kv, (coin = mix(coin, 3)) % 4 != 0))
+            assert_true(!sched_has_work(s) || added < n_reqs);
         /* Aborts: a request dies after being scheduled abort_at times. */
         for (int i = 0; i < added; i++) {
             simReq *u = &reqs[i];
-            if (u->done || u->abort_at < 0) continue;
+            if (u->done || u->abort_at < 0 || u->h->in_flight) continue;
             if (u->h->state == RL_REQ_RUNNING && u->steps++ >= u->abort_at) {
                 u->done = 2;
                 sched_remove(s, u->h);
             }
         }
         assert_int_equal(sched_check(s), 0);
-        step++;
     }
+    assert_int_equal(pipe.n, 0);
+    if (run.depth > 1) assert_int_equal(pipe.most, run.depth);
     sched_stats(s, st);
     assert_int_equal(st->blocks.used, 0);
-    assert_int_equal(st->blocks.free + st->blocks.cached, n_blocks);
+    assert_int_equal(st->blocks.free + st->blocks.cached, run.blocks);
     assert_int_equal(st->running + st->waiting, 0);
-    free(rt);
+    pipe_free(&pipe);
     kv_free(&kv);
     sched_free(s);
 }
@@ -527,12 +721,13 @@ static void test_random_property(void **state) {
     enum { N = 3000 };
     simReq *ref = calloc(N, sizeof(simReq)), *got = calloc(N, sizeof(simReq));
     rlSchedStats st_ref, st;
-    run_random(42, N, 4096, 64, 2048, 0, 0, ref, &st_ref);
-    const struct { int blocks, seqs, budget, caching, prompt_rows; } runs[] = {
-        {64, 16, 64, 1, 0}, {40, 8, 256, 0, 5}, {2048, 4, 512, 1, 0}, {128, 32, 48, 1, 1}};
+    run_random(42, N, (randomRun){4096, 64, 2048, 0, 0, 1}, ref, &st_ref);
+    const randomRun runs[] = {
+        {64, 16, 64, 1, 0, 1},  {40, 8, 256, 0, 5, 1},  {2048, 4, 512, 1, 0, 1},
+        {128, 32, 48, 1, 1, 1}, {64, 16, 64, 1, 0, 2},  {40, 8, 256, 0, 5, 3},
+        {2048, 16, 512, 1, 0, 2}, {128, 32, 48, 1, 1, 4}};
     for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
-        run_random(42, N, runs[k].blocks, runs[k].seqs, runs[k].budget, runs[k].caching,
-                   runs[k].prompt_rows, got, &st);
+        run_random(42, N, runs[k], got, &st);
         if (runs[k].blocks <= 64) assert_true(st.preemptions > 10);
         if (runs[k].caching) assert_true(st.prefix_hit_tokens > 0);
         for (int i = 0; i < N; i++) {
@@ -556,6 +751,7 @@ int main(void) {
         cmocka_unit_test(test_fork_shares_blocks),
         cmocka_unit_test(test_prefix_fixture),
         cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_in_flight),
         cmocka_unit_test(test_priority_and_deadline),
         cmocka_unit_test(test_lru_eviction),
         cmocka_unit_test(test_random_property),

@@ -12,8 +12,9 @@ start_worker b --claim-idle-ms 1500 --stream-interval 4
 B=$LAST_PID
 both_up() { [ "$(rcli EXISTS redlm:instances:a redlm:instances:b)" = 2 ]; }
 wait_until 30 both_up || fail "workers did not start"
-# half streamed in chunks of 4, half one done; greedy so every run agrees
-queue_jobs "$N" 4
+# half streamed in chunks of 4, half one done; greedy so every run agrees;
+# 24-28 tokens each, so the run is still going when the kill comes
+queue_jobs "$N" 24 ',"ignore_eos":true'
 
 a_pending() { rcli XINFO CONSUMERS redlm:jobs redlm | awk '$0 == "a" { getline; getline; print }'; }
 mid_run() { [ "$(rcli XLEN redlm:test:replies)" -ge $((N / 4)) ] && [ "$(a_pending)" -gt 0 ]; }

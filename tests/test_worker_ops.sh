@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_worker_ops.sh: what operators do: run two instances on a slow model
 # (both get work: a worker reads only what it can start), and SIGTERM one
-# (its running jobs finish and are acknowledged; unread jobs stay for others).
+# (its running jobs finish and are acknowledged; unread jobs stay for others,
+# also when the worker is a two-stage pipeline with steps in flight).
 source "$(dirname "$0")/worker_lib.sh"
 
 # backpressure: two workers with room for 2 sequences each
@@ -28,11 +29,13 @@ echo "most pending at once: a $max_a, b $max_b"
 for p in "${PIDS[@]}"; do kill -TERM "$p"; wait "$p" || fail "worker exit status $?"; done
 PIDS=()
 
-# SIGTERM drain: w1 has 2 running, the rest unread; after SIGTERM the 2
-# finish (attempt 1, acknowledged) and w2 runs everything else
+# SIGTERM drain: w1 (two stages, so each of its 2 running jobs has a step
+# in flight while the other's is computed) has 2 running, the rest unread;
+# after SIGTERM the 2 finish (attempt 1, acknowledged) and w2 runs
+# everything else
 rcli DEL redlm:jobs redlm:test:replies > /dev/null
 queue_jobs "$N" 200 ',"ignore_eos":true'
-start_worker w1 --max-num-seqs 2 --claim-idle-ms 60000
+start_worker w1 --max-num-seqs 2 --claim-idle-ms 60000 --pp 2
 W1=$LAST_PID
 running() { [ "$(group entries-read)" -ge 3 ]; }
 wait_until 30 running || fail "w1 never started"

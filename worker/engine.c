@@ -1,11 +1,15 @@
 /* engine.c: the loop that turns requests into outputs (see engine.h).
  *
  * One step: answer requests that can never run, drop aborted ones, ask the
- * scheduler for a plan, run the forward over it (all ranks), then walk the
- * logit rows: prompt logprobs are stored, sampled tokens appended, checked
- * against EOS, stop ids, stop strings (through the incremental detokenizer)
- * and max_tokens, and streamed.  The scheduler decides what runs; this file
- * never decides, it executes and reports. */
+ * scheduler for plans and hand them to the ranks until the pipeline holds
+ * one step per stage (one step in all without pipeline parallelism), then
+ * wait for the oldest and walk its logit rows: prompt logprobs are stored,
+ * sampled tokens appended, checked against EOS, stop ids, stop strings
+ * (through the incremental detokenizer) and max_tokens, and streamed.  The
+ * steps in flight are over disjoint requests, which the scheduler leaves
+ * alone until their results are applied, so every stage works on one of
+ * them while the others work on theirs.  The scheduler decides what runs;
+ * this file never decides, it executes and reports. */
 #include "engine.h"
 
 #include <stdarg.h>
@@ -63,6 +67,15 @@ typedef struct engReq {
     struct engReq *prev, *next;
 } engReq;
 
+/* A step handed to the ranks and not applied yet: its plan, row specs and
+ * results stay untouched until ranks_wait on its ticket returns. */
+typedef struct engFlight {
+    rlSchedPlan *plan;
+    rlRowSpec *specs;
+    rlRowResult *results;
+    uint64_t ticket;
+} engFlight;
+
 struct rlEngine {
     rlEngineOptions opt;
     rlModelConfig cfg;
@@ -72,8 +85,9 @@ struct rlEngine {
     rlSched *sched;
     int n_blocks;
     int max_rows;
-    rlRowSpec *specs;
-    rlRowResult *results;
+    engFlight *flights;         /* [depth], a ring: n_flight of them from oldest on */
+    int depth;                  /* steps kept in flight: the pipeline's stages */
+    int oldest, n_flight, max_flight;
     engReq *head, *tail;        /* every request not yet fully answered */
     uint64_t n_arrivals;
     uint64_t prompt_tokens, generation_tokens;
@@ -231,11 +245,19 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
                         .max_num_seqs = o->max_num_seqs,
                         .max_num_batched_tokens = o->max_num_batched_tokens,
                         .max_model_len = o->max_model_len, .prefix_caching = o->prefix_caching,
-                        .max_prompt_rows = RL_ENGINE_PROMPT_ROWS};
+                        .max_prompt_rows = RL_ENGINE_PROMPT_ROWS, .pipeline_depth = o->pp};
     e->sched = sched_create(&sc);
-    e->specs = calloc((size_t)e->max_rows, sizeof(*e->specs));
-    e->results = calloc((size_t)e->max_rows, sizeof(*e->results));
-    if (!e->sched || !e->specs || !e->results) {
+    e->depth = o->pp;
+    e->flights = calloc((size_t)e->depth, sizeof(*e->flights));
+    int ok = e->sched && e->flights;
+    for (int i = 0; ok && i < e->depth; i++) {
+        engFlight *f = &e->flights[i];
+        f->plan = sched_plan_create(e->sched);
+        f->specs = calloc((size_t)e->max_rows, sizeof(*f->specs));
+        f->results = calloc((size_t)e->max_rows, sizeof(*f->results));
+        ok = f->plan && f->specs && f->results;
+    }
+    if (!ok) {
         rl_error(err, RL_EMEMORY, "out of memory setting up the scheduler for %d KV blocks",
                  n_blocks);
         goto fail;
@@ -532,7 +554,8 @@ static void row_spec(const rlSchedRow *row, rlRowSpec *spec) {
     spec->step = (uint32_t)row->step;
 }
 
-/* Refused and aborted requests are answered before anything is planned. */
+/* Refused and aborted requests are answered before anything is planned; an
+ * abort of a request in flight waits for its step's results. */
 static int engine_answer_pending(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     for (engReq *q = e->head, *next; q; q = next) {
         next = q->next;
@@ -540,7 +563,7 @@ static int engine_answer_pending(rlEngine *e, rlOutputFn fn, void *ctx, rlError 
             emit_error(q, q->error_code, q->error_message ? q->error_message : "out of memory",
                        fn, ctx);
             ereq_free(e, q);
-        } else if (q->aborted) {
+        } else if (q->aborted && !(q->h && q->h->in_flight)) {
             for (int i = 0; i < q->req->n; i++)
                 if (q->samples[i].finish == RL_FINISH_NONE &&
                     sample_finish(e, q, i, RL_FINISH_ABORT, fn, ctx, err))
@@ -551,10 +574,12 @@ static int engine_answer_pending(rlEngine *e, rlOutputFn fn, void *ctx, rlError 
     return 0;
 }
 
-int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
-    if (engine_answer_pending(e, fn, ctx, err)) return -1;
-    rlSchedPlan *p;
-    if (sched_step(e->sched, wall_ms(), &p))
+/* Plan a step over the requests not in flight and hand it to the ranks
+ * without waiting: 1 when a step went out, 0 when there was nothing to run. */
+static int engine_submit(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
+    engFlight *f = &e->flights[(e->oldest + e->n_flight) % e->depth];
+    rlSchedPlan *p = f->plan;
+    if (sched_step(e->sched, wall_ms(), p))
         return rl_error(err, RL_EINTERNAL, "out of memory planning a step");
     for (int i = 0; i < p->n_expired; i++) {
         engReq *q = p->expired[i]->user;
@@ -573,21 +598,34 @@ int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
         int end = p->seq_len[i] < q->req->n_prompt_ids ? p->seq_len[i] : q->req->n_prompt_ids;
         if (end > start) e->prompt_tokens += (uint64_t)(end - start);
     }
-    for (int i = 0; i < p->n_rows; i++) row_spec(&p->rows[i], &e->specs[i]);
+    for (int i = 0; i < p->n_rows; i++) row_spec(&p->rows[i], &f->specs[i]);
     rlBatch b = {.n_seqs = p->n_seqs, .n_tokens = p->n_tokens, .tokens = p->tokens,
                  .positions = p->positions, .slots = p->slots, .seq_start = p->seq_start,
                  .seq_len = p->seq_len, .block_tables = p->block_tables,
-                 .max_blocks = p->max_blocks, .n_rows = p->n_rows, .rows = e->specs};
-    if (ranks_forward(e->ranks, &b, e->results, err)) return -1;
+                 .max_blocks = p->max_blocks, .n_rows = p->n_rows, .rows = f->specs};
+    if (ranks_submit(e->ranks, &b, f->results, &f->ticket, err)) return -1;
+    sched_in_flight(e->sched, p);
+    if (++e->n_flight > e->max_flight) e->max_flight = e->n_flight;
+    return 1;
+}
+
+/* Wait for the oldest step in flight and apply its results. */
+static int engine_land(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
+    engFlight *f = &e->flights[e->oldest];
+    if (ranks_wait(e->ranks, f->ticket, err)) return -1;
+    e->oldest = (e->oldest + 1) % e->depth;
+    e->n_flight--;
+    const rlSchedPlan *p = f->plan;
+    sched_landed(e->sched, p);
 
     for (int i = 0; i < p->n_rows; i++) {
         const rlSchedRow *row = &p->rows[i];
         engReq *q = row->req->user;
         if (row->kind == RL_ROW_PROMPT) {
             logprob_fill(&q->prompt_lp[row->position + 1], row->target,
-                         e->results[i].target_logprob, &e->results[i]);
+                         f->results[i].target_logprob, &f->results[i]);
         } else if (q->samples[row->seq].finish == RL_FINISH_NONE &&
-                   sample_push(e, q, row->seq, &e->results[i], fn, ctx, err)) {
+                   sample_push(e, q, row->seq, &f->results[i], fn, ctx, err)) {
             return -1;
         }
     }
@@ -614,6 +652,14 @@ int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     return 0;
 }
 
+int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
+    if (engine_answer_pending(e, fn, ctx, err)) return -1;
+    int rc = 1;
+    while (e->n_flight < e->depth && (rc = engine_submit(e, fn, ctx, err)) > 0) continue;
+    if (rc < 0) return -1;
+    return e->n_flight ? engine_land(e, fn, ctx, err) : 0;
+}
+
 int engine_has_work(const rlEngine *e) { return e->head != NULL; }
 
 int engine_free_slots(const rlEngine *e) { return sched_free_seqs(e->sched); }
@@ -632,15 +678,23 @@ void engine_stats(const rlEngine *e, rlEngineStats *st) {
     st->prefix_query_tokens = s.prefix_query_tokens;
     st->prompt_tokens = e->prompt_tokens;
     st->generation_tokens = e->generation_tokens;
+    st->steps_in_flight = e->n_flight;
+    st->max_steps_in_flight = e->max_flight;
 }
 
 void engine_close(rlEngine *e) {
     if (!e) return;
-    while (e->head) ereq_free(e, e->head);
+    /* First: closing the ranks finishes the steps in flight, which read
+     * their plans. */
     if (e->ranks) ranks_close(e->ranks);
+    while (e->head) ereq_free(e, e->head);
     sched_free(e->sched);
-    free(e->specs);
-    free(e->results);
+    for (int i = 0; e->flights && i < e->depth; i++) {
+        sched_plan_free(e->flights[i].plan);
+        free(e->flights[i].specs);
+        free(e->flights[i].results);
+    }
+    free(e->flights);
     if (e->tok) tokenizer_free(e->tok);
     if (e->ckpt) checkpoint_close(e->ckpt);
     free(e);

@@ -89,6 +89,8 @@ typedef struct rlEngineStats {
     int kv_blocks_used, kv_blocks_free, kv_blocks_cached, kv_blocks_total;
     uint64_t prefix_hit_tokens, prefix_query_tokens;
     uint64_t prompt_tokens, generation_tokens;
+    int steps_in_flight;        /* handed to the ranks, results not applied yet */
+    int max_steps_in_flight;    /* the most at once so far (up to --pp) */
 } rlEngineStats;
 
 typedef struct rlEngine rlEngine;
@@ -97,9 +99,13 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err);
 /* Takes ownership of req (also on failure).  A request that can never run
  * (bad prompt, too long) is answered with an error output at the next step. */
 int engine_add(rlEngine *e, rlRequest *req, rlError *err);
-/* Abort a waiting or running request by id (finish "abort"); 0 if found. */
+/* Abort a waiting or running request by id (finish "abort"); 0 if found.
+ * A request in flight is answered once its step's results are back. */
 int engine_abort(rlEngine *e, const char *id);
-/* Run one step (admit, forward, sample, emit).  Returns 0 on success. */
+/* Run one step: plan steps and hand them to the model until --pp of them
+ * (over disjoint requests) are in flight, then apply the oldest one's
+ * results (sample, emit).  With --pp 1 that is one whole step at a time.
+ * Returns 0 on success. */
 int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err);
 int engine_has_work(const rlEngine *e);
 /* How many more requests could start now (for backpressure). */
