@@ -305,12 +305,12 @@ int cmd_generate(int argc, char **argv) {
                 "stats: requests=%d steps=%d seconds=%.3f generated_tokens=%llu "
                 "prompt_tokens_computed=%llu preemptions=%d prefix_hit_tokens=%llu "
                 "prefix_query_tokens=%llu kv_blocks_total=%d kv_blocks_cached=%d "
-                "max_steps_in_flight=%d\n",
+                "max_steps_in_flight=%d model_seconds=%.3f\n",
                 n_lines, steps, secs, (unsigned long long)st.generation_tokens,
                 (unsigned long long)st.prompt_tokens, st.preempted,
                 (unsigned long long)st.prefix_hit_tokens,
                 (unsigned long long)st.prefix_query_tokens, st.kv_blocks_total,
-                st.kv_blocks_cached, st.max_steps_in_flight);
+                st.kv_blocks_cached, st.max_steps_in_flight, st.model_seconds);
     }
 done:
     engine_close(e);

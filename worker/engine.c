@@ -91,6 +91,7 @@ struct rlEngine {
     engReq *head, *tail;        /* every request not yet fully answered */
     uint64_t n_arrivals;
     uint64_t prompt_tokens, generation_tokens;
+    double model_ms;
 };
 
 static double now_ms(void) {
@@ -603,7 +604,9 @@ static int engine_submit(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
                  .positions = p->positions, .slots = p->slots, .seq_start = p->seq_start,
                  .seq_len = p->seq_len, .block_tables = p->block_tables,
                  .max_blocks = p->max_blocks, .n_rows = p->n_rows, .rows = f->specs};
+    double t0 = now_ms();
     if (ranks_submit(e->ranks, &b, f->results, &f->ticket, err)) return -1;
+    e->model_ms += now_ms() - t0;
     sched_in_flight(e->sched, p);
     if (++e->n_flight > e->max_flight) e->max_flight = e->n_flight;
     return 1;
@@ -612,7 +615,9 @@ static int engine_submit(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
 /* Wait for the oldest step in flight and apply its results. */
 static int engine_land(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     engFlight *f = &e->flights[e->oldest];
+    double t0 = now_ms();
     if (ranks_wait(e->ranks, f->ticket, err)) return -1;
+    e->model_ms += now_ms() - t0;
     e->oldest = (e->oldest + 1) % e->depth;
     e->n_flight--;
     const rlSchedPlan *p = f->plan;
@@ -680,6 +685,7 @@ void engine_stats(const rlEngine *e, rlEngineStats *st) {
     st->generation_tokens = e->generation_tokens;
     st->steps_in_flight = e->n_flight;
     st->max_steps_in_flight = e->max_flight;
+    st->model_seconds = e->model_ms / 1e3;
 }
 
 void engine_close(rlEngine *e) {

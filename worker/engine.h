@@ -91,6 +91,8 @@ typedef struct rlEngineStats {
     uint64_t prompt_tokens, generation_tokens;
     int steps_in_flight;        /* handed to the ranks, results not applied yet */
     int max_steps_in_flight;    /* the most at once so far (up to --pp) */
+    double model_seconds;       /* spent in the ranks (handing steps over, waiting for
+                                 * them); the rest of a run is the host's own work */
 } rlEngineStats;
 
 typedef struct rlEngine rlEngine;

@@ -25,6 +25,7 @@ extern "C" {
 
 typedef struct rlGemmAlgo {
     int rows, n, k, bias, f32out;
+    int timed;                  /* algo won the timing on this shape (see gemm.cu) */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;

@@ -8,7 +8,11 @@
  * graph replays the same algorithm).  Shapes of up to GEMM_TUNE_ROWS rows
  * (decode batches, where cuBLASLt's first guess is often far from the best)
  * time the heuristic's candidates once, on the call's own buffers, and keep
- * the fastest.
+ * the fastest.  The heuristic and the timing hold a 7B decode step up by
+ * ~65 ms, and continuous batching meets a new row count at almost every
+ * change of the running set, so only the first shape of each row bucket
+ * (two per octave: 16, 24, 32, 48 ... 256) is timed; the others take its
+ * winner once cuBLASLt confirms the algorithm fits their shape.
  *
  * Up to 8 rows (decode at small batch) the product is a matrix-vector one,
  * bound by reading the weights; cuBLASLt's kernels for that shape leave much
@@ -30,14 +34,14 @@
 #define GEMM_CANDIDATES 24
 
 /* The fastest of the candidates on these buffers (index into h), timed over
- * three runs each after a warm-up; 0 when timing is not possible. */
+ * three runs each after a warm-up; -1 when timing is not possible. */
 static int gemm_tune(rlCuda *c, rlGemmAlgo *g, const cublasLtMatmulHeuristicResult_t *h,
                      int found, void *out, const void *in, const void *w) {
     cudaEvent_t e0, e1;
-    if (cudaEventCreate(&e0) != cudaSuccess) return 0;
+    if (cudaEventCreate(&e0) != cudaSuccess) return -1;
     if (cudaEventCreate(&e1) != cudaSuccess) {
         cudaEventDestroy(e0);
-        return 0;
+        return -1;
     }
     float alpha = 1.0f, beta = 0.0f, best_ms = 1e30f;
     int best = 0;
@@ -94,6 +98,33 @@ void cuda_gemm_free(rlCuda *c) {
     c->lt_ws = NULL;
 }
 
+/* The row bucket a shape's timing serves: 16, 24, 32, 48, 64, 96, ... */
+static int tune_bucket(int rows) {
+    int b = 16;
+    while (b < rows) b = (b & (b - 1)) ? b / 3 * 4 : b / 2 * 3;
+    return b;
+}
+
+/* The winner timed on another shape of rows' bucket, if cuBLASLt accepts it
+ * for g's layouts within the workspace. */
+static int gemm_reuse_timed(rlCuda *c, rlGemmAlgo *g) {
+    for (int i = 0; i < c->n_gemm; i++) {
+        const rlGemmAlgo *t = &c->gemm[i];
+        if (!t->timed || t->n != g->n || t->k != g->k || t->bias != g->bias ||
+            t->f32out != g->f32out || tune_bucket(t->rows) != tune_bucket(g->rows))
+            continue;
+        cublasLtMatmulHeuristicResult_t r;
+        if (cublasLtMatmulAlgoCheck(c->lt, g->desc, g->a, g->b, g->c, g->c, &t->algo, &r) ==
+                CUBLAS_STATUS_SUCCESS &&
+            r.workspaceSize <= c->lt_ws_bytes) {
+            g->algo = t->algo;
+            return 1;
+        }
+        return 0;
+    }
+    return 0;
+}
+
 /* The cached plan for this shape, made on first use; NULL after recording a failure. */
 static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, const void *bias,
                              int f32out, void *out, const void *in, const void *w) {
@@ -140,6 +171,10 @@ static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, cons
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&g->a, ab, k, n, k);
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&g->b, ab, k, rows, k);
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatrixLayoutCreate(&g->c, dt, n, rows, n);
+    if (st == CUBLAS_STATUS_SUCCESS && rows <= GEMM_TUNE_ROWS && gemm_reuse_timed(c, g)) {
+        c->n_gemm++;
+        return g;
+    }
     cublasLtMatmulPreference_t pref = NULL;
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceCreate(&pref);
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -163,10 +198,11 @@ static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, cons
         if (g->c) cublasLtMatrixLayoutDestroy(g->c);
         return NULL;
     }
-    int pick = 0;
+    int pick = -1;
     if (found > 1 && rows <= GEMM_TUNE_ROWS && !c->capturing && c->err.code == RL_OK)
         pick = gemm_tune(c, g, h, found, out, in, w);
-    g->algo = h[pick].algo;
+    g->timed = pick >= 0;
+    g->algo = h[pick >= 0 ? pick : 0].algo;
     c->n_gemm++;
     return g;
 }
