@@ -45,7 +45,8 @@ typedef struct rlBatch {
     int32_t n_tokens;
     const int32_t *tokens;        /* [n_tokens] token ids */
     const int32_t *positions;     /* [n_tokens] absolute positions */
-    const int32_t *slots;         /* [n_tokens] KV slot: block * block_size + offset */
+    const int32_t *slots;         /* [n_tokens] KV slot: block * block_size + offset;
+                                   * -1: a padding token, nothing stored */
     const int32_t *seq_start;     /* [n_seqs + 1] each sequence's first token in the batch */
     const int32_t *seq_len;       /* [n_seqs] KV length after this step (cached + new) */
     const int32_t *block_tables;  /* [n_seqs * max_blocks] */
@@ -58,5 +59,17 @@ typedef struct rlBatch {
  * block_size tokens (slots match block tables, positions end at seq_len,
  * rows point at batch tokens); else an RL_EINPUT error naming the first fault. */
 int rl_batch_check(const rlBatch *b, int n_blocks, int block_size, rlError *err);
+
+/* The bucket a batch of n rows is padded or planned for: powers of two up
+ * to 16, then two per octave (24, 32, 48, 64, 96 ...), so a batch never
+ * carries more than half again its own rows. */
+static inline int rl_batch_bucket(int n) {
+    int b = 1;
+    while (b < n)
+        if (b < 16) b *= 2;
+        else if (b & (b - 1)) b = b / 3 * 4;    /* 24 -> 32, 48 -> 64 */
+        else b = b / 2 * 3;                     /* 16 -> 24, 32 -> 48 */
+    return b;
+}
 
 #endif

@@ -12,7 +12,6 @@ int rl_batch_check(const rlBatch *b, int n_blocks, int block_size, rlError *err)
         return rl_error(err, RL_EINPUT,
                         "invalid step: %d sequences, %d tokens, %d rows; seq_start must run "
                         "from 0 to the token count", b->n_seqs, b->n_tokens, b->n_rows);
-    long long capacity = (long long)n_blocks * block_size;
     for (int s = 0; s < b->n_seqs; s++) {
         int t0 = b->seq_start[s], t1 = b->seq_start[s + 1], len = b->seq_len[s];
         int need = (len + block_size - 1) / block_size;
@@ -28,9 +27,9 @@ int rl_batch_check(const rlBatch *b, int n_blocks, int block_size, rlError *err)
                                 "cache's %d blocks", s, i, bt[i], n_blocks);
         for (int t = t0; t < t1; t++) {
             int pos = b->positions[t];
-            if (pos < len - (t1 - t0) || pos >= len || b->slots[t] < 0 ||
-                b->slots[t] >= capacity ||
-                b->slots[t] != bt[pos / block_size] * block_size + pos % block_size)
+            if (pos < len - (t1 - t0) || pos >= len ||
+                (b->slots[t] != -1 &&
+                 b->slots[t] != bt[pos / block_size] * block_size + pos % block_size))
                 return rl_error(err, RL_EINPUT,
                                 "invalid step: token %d of sequence %d at position %d (KV "
                                 "length %d) has slot %d, not its block table's", t, s, pos,

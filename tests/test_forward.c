@@ -140,13 +140,16 @@ static void seqs_free(tModel *t, tSeq *s) {
 
 /* One step: n_new[i] new tokens of sequence which[i].  Every prompt token
  * but the last asks for the next one's logprob; the last token of a
- * sequence's new run, once past the prompt, samples greedily with top 5. */
-static void step(tModel *t, tSeq **which, const int *n_new, int n) {
+ * sequence's new run, once past the prompt, samples greedily with top 5.
+ * pad more sequences follow, padding as a graph-replaying backend's decode
+ * steps carry it (model.c): one token at position 0 that stores nothing
+ * (slot -1), attends to block 0 and has a logit row nobody reads. */
+static void step(tModel *t, tSeq **which, const int *n_new, int n, int pad) {
     static int32_t tokens[MAX_TOKENS], pos[MAX_TOKENS], slots[MAX_TOKENS];
     static rlRowSpec rows[MAX_TOKENS];
     static rlRowResult res[MAX_TOKENS];
     static int row_seq[MAX_TOKENS], row_pos[MAX_TOKENS];
-    int32_t seq_start[n + 1], seq_len[n], tables[n * MAX_BLOCKS];
+    int32_t seq_start[n + pad + 1], seq_len[n + pad], tables[(n + pad) * MAX_BLOCKS];
     int nt = 0, nr = 0;
     for (int i = 0; i < n; i++) {
         tSeq *s = which[i];
@@ -179,12 +182,21 @@ static void step(tModel *t, tSeq **which, const int *n_new, int n) {
         }
         seq_start[i + 1] = nt;
     }
-    rlBatch b = {.n_seqs = n, .n_tokens = nt, .tokens = tokens, .positions = pos, .slots = slots,
-                 .seq_start = seq_start, .seq_len = seq_len, .block_tables = tables,
-                 .max_blocks = MAX_BLOCKS, .n_rows = nr, .rows = rows};
+    int n_real_rows = nr;
+    for (int i = n; i < n + pad; i++) {
+        tokens[nt] = pos[nt] = 0;
+        slots[nt] = -1;
+        seq_len[i] = 1;
+        memset(tables + i * MAX_BLOCKS, 0, MAX_BLOCKS * sizeof *tables);
+        rows[nr++] = (rlRowSpec){.token = nt, .target = -1, .top_p = 1};
+        seq_start[i + 1] = ++nt;
+    }
+    rlBatch b = {.n_seqs = n + pad, .n_tokens = nt, .tokens = tokens, .positions = pos,
+                 .slots = slots, .seq_start = seq_start, .seq_len = seq_len,
+                 .block_tables = tables, .max_blocks = MAX_BLOCKS, .n_rows = nr, .rows = rows};
     rlError err = {0};
     if (rl_model_forward(&t->m, &b, res, &err) != 0) fail_msg("%s", err.msg);
-    for (int r = 0; r < nr; r++) {
+    for (int r = 0; r < n_real_rows; r++) {
         tSeq *s = which[row_seq[r]];
         if (!rows[r].sample) {
             s->prompt_lp[row_pos[r] + 1] = res[r].target_logprob;
@@ -202,10 +214,10 @@ static void step(tModel *t, tSeq **which, const int *n_new, int n) {
 /* A sequence alone: the whole prompt in one step, then greedy decoding. */
 static void run_alone(tModel *t, tSeq *s) {
     int n = s->n_prompt;
-    step(t, &s, &n, 1);
+    step(t, &s, &n, 1, 0);
     while (s->n_gen < N_GEN) {
         int one = 1;
-        step(t, &s, &one, 1);
+        step(t, &s, &one, 1, 0);
     }
 }
 
@@ -302,8 +314,8 @@ static void test_batch(void **state) {
     int n_new[n];
     int k = 0;
     for (int i = 0; i < n; i += 2) which[k] = &s[i], n_new[k++] = s[i].n_prompt;
-    step(t, which, n_new, k);
-    for (;;) {
+    step(t, which, n_new, k, 0);
+    for (int padded = 0;; padded++) {
         k = 0;
         for (int i = 0; i < n; i++) {
             if (s[i].n_gen >= N_GEN) continue;
@@ -311,7 +323,11 @@ static void test_batch(void **state) {
             n_new[k++] = s[i].n_cached == 0 ? s[i].n_prompt : 1;
         }
         if (k == 0) break;
-        step(t, which, n_new, k);
+        /* Decode steps every other time padded to a bucket, as model.c
+         * pads them for graphs (never with only padding). */
+        int decode = 1;
+        for (int i = 0; i < k; i++) decode &= n_new[i] == 1;
+        step(t, which, n_new, k, decode && padded % 2 ? rl_batch_bucket(k) - k + 1 : 0);
     }
     for (int i = 0; i < n; i++) check_same(t, &s[i], &base[i], "in one batch");
     seqs_free(t, s);
@@ -329,14 +345,24 @@ static void test_chunked(void **state) {
     for (int i = 0; c->n_cached < c->n_prompt; i++) {
         int n = chunks[i % 6];
         if (n > c->n_prompt - c->n_cached) n = c->n_prompt - c->n_cached;
-        step(t, &c, &n, 1);
+        step(t, &c, &n, 1, 0);
     }
     while (c->n_gen < N_GEN) {
         int one = 1;
-        step(t, &c, &one, 1);
+        step(t, &c, &one, 1, 0);
     }
     check_same(t, c, a, "in chunks");
     seqs_free(t, s);
+}
+
+/* The buckets padded decode steps and GEMM plans share. */
+static void test_bucket(void **state) {
+    (void)state;
+    static const int want[][2] = {{1, 1}, {2, 2}, {3, 4}, {5, 8}, {9, 16}, {16, 16}, {17, 24},
+                                  {25, 32}, {33, 48}, {49, 64}, {65, 96}, {100, 128},
+                                  {129, 192}, {193, 256}, {257, 384}, {1000, 1024}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        assert_int_equal(rl_batch_bucket(want[i][0]), want[i][1]);
 }
 
 int main(void) {
@@ -344,6 +370,7 @@ int main(void) {
         cmocka_unit_test(test_reference),
         cmocka_unit_test(test_batch),
         cmocka_unit_test(test_chunked),
+        cmocka_unit_test(test_bucket),
     };
     int failed = cmocka_run_group_tests_name("qwen2-tiny-hd128", hd128, setup_hd128,
                                              model_teardown);

@@ -76,6 +76,7 @@ void cpu_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *s
                 x[i + half] = x2 * cs[i] + x1 * sn[i];
             }
         }
+        if (b->slots[t] < 0) continue;     /* padding */
         size_t slot = (size_t)b->slots[t];
         memcpy(kc + slot * kv_row, row + (size_t)s->n_q * hd, kv_row * sizeof(float));
         memcpy(vc + slot * kv_row, row + (size_t)(s->n_q + s->n_kv) * hd, kv_row * sizeof(float));

@@ -11,8 +11,10 @@
  * the fastest.  The heuristic and the timing hold a 7B decode step up by
  * ~65 ms, and continuous batching meets a new row count at almost every
  * change of the running set, so only the first shape of each row bucket
- * (two per octave: 16, 24, 32, 48 ... 256) is timed; the others take its
- * winner once cuBLASLt confirms the algorithm fits their shape.
+ * (rl_batch_bucket: 16, 24, 32, 48 ... 256) is timed; the others take its
+ * winner once cuBLASLt confirms the algorithm fits their shape.  (Decode
+ * steps are padded to those buckets, model.c; prefill remainders and mixed
+ * steps are not.)
  *
  * Up to 8 rows (decode at small batch) the product is a matrix-vector one,
  * bound by reading the weights; cuBLASLt's kernels for that shape leave much
@@ -98,20 +100,13 @@ void cuda_gemm_free(rlCuda *c) {
     c->lt_ws = NULL;
 }
 
-/* The row bucket a shape's timing serves: 16, 24, 32, 48, 64, 96, ... */
-static int tune_bucket(int rows) {
-    int b = 16;
-    while (b < rows) b = (b & (b - 1)) ? b / 3 * 4 : b / 2 * 3;
-    return b;
-}
-
 /* The winner timed on another shape of rows' bucket, if cuBLASLt accepts it
  * for g's layouts within the workspace. */
 static int gemm_reuse_timed(rlCuda *c, rlGemmAlgo *g) {
     for (int i = 0; i < c->n_gemm; i++) {
         const rlGemmAlgo *t = &c->gemm[i];
         if (!t->timed || t->n != g->n || t->k != g->k || t->bias != g->bias ||
-            t->f32out != g->f32out || tune_bucket(t->rows) != tune_bucket(g->rows))
+            t->f32out != g->f32out || rl_batch_bucket(t->rows) != rl_batch_bucket(g->rows))
             continue;
         cublasLtMatmulHeuristicResult_t r;
         if (cublasLtMatmulAlgoCheck(c->lt, g->desc, g->a, g->b, g->c, g->c, &t->algo, &r) ==

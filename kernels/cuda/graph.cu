@@ -2,7 +2,8 @@
  *
  * A decode step at small batch launches ~300 short kernels; launched one by
  * one, the GPU waits between them.  Captured once as a graph, a step is one
- * launch.  Everything a step's kernels take as arguments is fixed by its
+ * launch.  The model pads decode steps to bucket sizes (model.c), so a
+ * running set that changes size every few steps still meets few shapes.  Everything a step's kernels take as arguments is fixed by its
  * shape (tokens, sequences, logit rows, block-table pitch): begin_step stages
  * the batch at offsets that depend on those alone, pads the block tables to a
  * power-of-two pitch, and attention plans its splits for that pitch, so one
