@@ -60,6 +60,20 @@ typedef struct rlBatch {
  * rows point at batch tokens); else an RL_EINPUT error naming the first fault. */
 int rl_batch_check(const rlBatch *b, int n_blocks, int block_size, rlError *err);
 
+/* Host storage a padded step's arrays live in (zeroed to start). */
+typedef struct rlBatchPad {
+    int32_t *ints;
+    size_t ints_cap;
+    rlRowSpec *rows;
+    int rows_cap;
+} rlBatchPad;
+
+/* *out = b's sequences (each one decode token with one logit row, or none
+ * at all) followed by padding up to p sequences (batch_pad.c), its arrays in
+ * pad, valid until the next call with pad.  -1 when out of memory. */
+int rl_batch_pad(rlBatchPad *pad, const rlBatch *b, int p, rlBatch *out);
+void rl_batch_pad_free(rlBatchPad *pad);
+
 /* The bucket a batch of n rows is padded or planned for: powers of two up
  * to 16, then two per octave (24, 32, 48, 64, 96 ...), so a batch never
  * carries more than half again its own rows. */

@@ -115,51 +115,22 @@ static void model_head(rlModel *m, int n_rows) {
  * sequences (rl_batch_bucket: 1, 2, 4, 8, 16, 24, 32, 48 ...), so one capture
  * and one set of GEMM plans serve every batch size in a bucket: continuous
  * batching meets a new size, and would pay a new capture and new plans, at
- * almost every change of the running set.  A padding sequence is one token
- * at position 0 that stores nothing (slot -1), attends to block 0 and has a
- * logit row whose result is dropped.  Returns b itself where nothing is
- * padded, NULL when out of memory. */
+ * almost every change of the running set.  Padding (rl_batch_pad) stores
+ * nothing and its rows' results are dropped.  Returns b itself where nothing
+ * is padded, NULL when out of memory. */
 static const rlBatch *model_pad_decode(rlModel *m, const rlBatch *b, rlBatch *pad) {
-    int n = b->n_seqs, p = rl_batch_bucket(n), mb = b->max_blocks;
+    int n = b->n_seqs, p = rl_batch_bucket(n);
     if (!m->be->ops->graph_run || p == n || b->n_tokens != n || b->n_rows != n ||
         p > m->max_tokens || p > m->max_rows)
         return b;
     for (int s = 0; s < n; s++)
         if (b->seq_start[s + 1] != s + 1) return b;
-    size_t ints = (size_t)p * (5 + (size_t)mb) + 1;
-    if (ints > m->pad_ints_cap) {
-        int32_t *w = realloc(m->pad_ints, ints * sizeof *w);
-        if (!w) return NULL;
-        m->pad_ints = w, m->pad_ints_cap = ints;
-    }
-    if (p > m->pad_rows_cap) {
-        rlRowSpec *r = realloc(m->pad_rows, (size_t)p * sizeof *r);
-        if (r) m->pad_rows = r;
-        rlRowResult *o = r ? realloc(m->pad_out, (size_t)p * sizeof *o) : NULL;
+    if (p > m->pad_out_cap) {
+        rlRowResult *o = realloc(m->pad_out, (size_t)p * sizeof *o);
         if (!o) return NULL;
-        m->pad_out = o, m->pad_rows_cap = p;
+        m->pad_out = o, m->pad_out_cap = p;
     }
-    int32_t *tokens = m->pad_ints, *positions = tokens + p, *slots = positions + p,
-            *seq_len = slots + p, *seq_start = seq_len + p, *tables = seq_start + p + 1;
-    memcpy(tokens, b->tokens, (size_t)n * sizeof *tokens);
-    memcpy(positions, b->positions, (size_t)n * sizeof *positions);
-    memcpy(slots, b->slots, (size_t)n * sizeof *slots);
-    memcpy(seq_len, b->seq_len, (size_t)n * sizeof *seq_len);
-    memcpy(tables, b->block_tables, (size_t)n * mb * sizeof *tables);
-    memset(tables + (size_t)n * mb, 0, (size_t)(p - n) * mb * sizeof *tables);
-    memcpy(m->pad_rows, b->rows, (size_t)n * sizeof *m->pad_rows);
-    for (int s = 0; s <= p; s++) seq_start[s] = s;
-    for (int s = n; s < p; s++) {
-        tokens[s] = positions[s] = 0;
-        slots[s] = -1;
-        seq_len[s] = 1;
-        m->pad_rows[s] = (rlRowSpec){.token = s, .target = -1, .top_p = 1};
-    }
-    *pad = (rlBatch){.n_seqs = p, .n_tokens = p, .tokens = tokens, .positions = positions,
-                     .slots = slots, .seq_start = seq_start, .seq_len = seq_len,
-                     .block_tables = tables, .max_blocks = mb, .n_rows = p,
-                     .rows = m->pad_rows};
-    return pad;
+    return rl_batch_pad(&m->pad, b, p, pad) ? NULL : pad;
 }
 
 /* A one-rank step's device work, as one body a backend may capture. */

@@ -58,13 +58,10 @@ typedef struct rlModel {
     float *logits_gather;
     int vocab_pad;       /* the largest slice; all_gather needs equal parts */
     int *tp_vocab0, *tp_n_vocab;   /* [tp] each TP rank's vocabulary rows */
-    /* a decode step padded to its bucket (model.c): the batch's arrays, its
-     * rows and their results, on the host */
-    int32_t *pad_ints;
-    size_t pad_ints_cap;
-    rlRowSpec *pad_rows;
+    /* a decode step padded to its bucket (model.c), and its rows' results */
+    rlBatchPad pad;
     rlRowResult *pad_out;
-    int pad_rows_cap;
+    int pad_out_cap;
 } rlModel;
 
 /* Weights from src (NULL: random, --load-format dummy, seeded by dummy_seed).

@@ -257,8 +257,7 @@ void rl_model_free(rlModel *m) {
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) model_release(be, ps[i]);
     free(m->tp_vocab0);
     free(m->tp_n_vocab);
-    free(m->pad_ints);
-    free(m->pad_rows);
+    rl_batch_pad_free(&m->pad);
     free(m->pad_out);
     memset(m, 0, sizeof(*m));
 }

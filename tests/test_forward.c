@@ -141,15 +141,14 @@ static void seqs_free(tModel *t, tSeq *s) {
 /* One step: n_new[i] new tokens of sequence which[i].  Every prompt token
  * but the last asks for the next one's logprob; the last token of a
  * sequence's new run, once past the prompt, samples greedily with top 5.
- * pad more sequences follow, padding as a graph-replaying backend's decode
- * steps carry it (model.c): one token at position 0 that stores nothing
- * (slot -1), attends to block 0 and has a logit row nobody reads. */
+ * pad more sequences follow (a decode step only), padding as a graph-
+ * replaying backend's decode steps carry it (rl_batch_pad). */
 static void step(tModel *t, tSeq **which, const int *n_new, int n, int pad) {
     static int32_t tokens[MAX_TOKENS], pos[MAX_TOKENS], slots[MAX_TOKENS];
     static rlRowSpec rows[MAX_TOKENS];
     static rlRowResult res[MAX_TOKENS];
     static int row_seq[MAX_TOKENS], row_pos[MAX_TOKENS];
-    int32_t seq_start[n + pad + 1], seq_len[n + pad], tables[(n + pad) * MAX_BLOCKS];
+    int32_t seq_start[n + 1], seq_len[n], tables[n * MAX_BLOCKS];
     int nt = 0, nr = 0;
     for (int i = 0; i < n; i++) {
         tSeq *s = which[i];
@@ -182,21 +181,15 @@ static void step(tModel *t, tSeq **which, const int *n_new, int n, int pad) {
         }
         seq_start[i + 1] = nt;
     }
-    int n_real_rows = nr;
-    for (int i = n; i < n + pad; i++) {
-        tokens[nt] = pos[nt] = 0;
-        slots[nt] = -1;
-        seq_len[i] = 1;
-        memset(tables + i * MAX_BLOCKS, 0, MAX_BLOCKS * sizeof *tables);
-        rows[nr++] = (rlRowSpec){.token = nt, .target = -1, .top_p = 1};
-        seq_start[i + 1] = ++nt;
-    }
-    rlBatch b = {.n_seqs = n + pad, .n_tokens = nt, .tokens = tokens, .positions = pos,
-                 .slots = slots, .seq_start = seq_start, .seq_len = seq_len,
-                 .block_tables = tables, .max_blocks = MAX_BLOCKS, .n_rows = nr, .rows = rows};
+    rlBatch b = {.n_seqs = n, .n_tokens = nt, .tokens = tokens, .positions = pos, .slots = slots,
+                 .seq_start = seq_start, .seq_len = seq_len, .block_tables = tables,
+                 .max_blocks = MAX_BLOCKS, .n_rows = nr, .rows = rows}, padded;
+    rlBatchPad storage = {0};
+    if (pad && rl_batch_pad(&storage, &b, n + pad, &padded)) fail_msg("out of memory");
     rlError err = {0};
-    if (rl_model_forward(&t->m, &b, res, &err) != 0) fail_msg("%s", err.msg);
-    for (int r = 0; r < n_real_rows; r++) {
+    if (rl_model_forward(&t->m, pad ? &padded : &b, res, &err) != 0) fail_msg("%s", err.msg);
+    rl_batch_pad_free(&storage);
+    for (int r = 0; r < nr; r++) {
         tSeq *s = which[row_seq[r]];
         if (!rows[r].sample) {
             s->prompt_lp[row_pos[r] + 1] = res[r].target_logprob;

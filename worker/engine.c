@@ -189,33 +189,16 @@ static int engine_kv_blocks(rlEngine *e, rlDtype dtype, rlError *err) {
  * per bucket up to --max-num-seqs, at start, takes all of that off the
  * requests' path. */
 static int engine_plan_buckets(rlEngine *e, rlError *err) {
-    int most = rl_batch_bucket(e->opt.max_num_seqs), n_sizes = 0;
-    int32_t *ints = calloc((size_t)most * 6 + 1, sizeof *ints);
-    rlRowSpec *rows = calloc((size_t)most, sizeof *rows);
-    if (!ints || !rows) {
-        free(ints);
-        free(rows);
-        return rl_error(err, RL_EMEMORY, "out of memory planning decode batch sizes");
-    }
-    int32_t *slots = ints + most, *seq_start = slots + most, *seq_len = seq_start + most + 1,
-            *tables = seq_len + most;
-    for (int i = 0; i < most; i++) {
-        slots[i] = -1;
-        seq_len[i] = 1;
-        rows[i] = (rlRowSpec){.token = i, .target = -1, .top_p = 1};
-    }
-    for (int i = 0; i <= most; i++) seq_start[i] = i;
+    int most = rl_batch_bucket(e->opt.max_num_seqs), n_sizes = 0, none = 0, rc = 0;
+    rlBatch empty = {.seq_start = &none, .max_blocks = 1}, b;
+    rlBatchPad pad = {0};
     double t0 = now_ms();
-    int rc = 0;
     for (int p = 1; !rc && p <= most && p <= e->opt.max_num_batched_tokens && p <= e->max_rows;
          p = rl_batch_bucket(p + 1), n_sizes++) {
-        rlBatch b = {.n_seqs = p, .n_tokens = p, .tokens = ints, .positions = ints,
-                     .slots = slots, .seq_start = seq_start, .seq_len = seq_len,
-                     .block_tables = tables, .max_blocks = 1, .n_rows = p, .rows = rows};
-        rc = ranks_forward(e->ranks, &b, e->flights[0].results, err);
+        if (rl_batch_pad(&pad, &empty, p, &b)) rc = rl_error(err, RL_EMEMORY, "out of memory");
+        else rc = ranks_forward(e->ranks, &b, e->flights[0].results, err);
     }
-    free(ints);
-    free(rows);
+    rl_batch_pad_free(&pad);
     if (rc) return rl_error_wrap(err, "planning decode steps of padding");
     fprintf(stderr, "redlm: %d decode batch sizes (1-%d) planned in %.2f s\n", n_sizes,
             most, (now_ms() - t0) / 1e3);
