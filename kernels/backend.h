@@ -17,9 +17,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "batch.h"
-#include "config.h"
-#include "error.h"
+#include "kernels/batch.h"
+#include "kernels/config.h"
+#include "kernels/error.h"
 
 /* The heads one rank computes, for RoPE, the KV write and attention. */
 typedef struct rlAttnShape {

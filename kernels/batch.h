@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "error.h"
+#include "kernels/error.h"
 
 #define RL_MAX_TOP 20
 

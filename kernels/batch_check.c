@@ -4,7 +4,7 @@
  * tables inside kernels, where a bad index is a memory fault that takes the
  * whole GPU context down; checking on the host first turns a scheduler bug
  * into an error message. */
-#include "batch.h"
+#include "kernels/batch.h"
 
 int rl_batch_check(const rlBatch *b, int n_blocks, int block_size, rlError *err) {
     if (b->n_seqs < 0 || b->n_tokens < 0 || b->n_rows < 0 || b->max_blocks < 0 ||

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch.h"
+#include "kernels/batch.h"
 
 int rl_batch_pad(rlBatchPad *pad, const rlBatch *b, int p, rlBatch *out) {
     int n = b->n_seqs, mb = b->max_blocks > 0 ? b->max_blocks : 1;

@@ -13,8 +13,8 @@
 
 #include <stddef.h>
 
-#include "config.h"
-#include "error.h"
+#include "kernels/config.h"
+#include "kernels/error.h"
 
 typedef struct rlComm rlComm;
 

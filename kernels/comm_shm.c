@@ -18,8 +18,8 @@
  *
  * Waits use condition variables, not spinning: ranks often share few cores.
  * A failing rank aborts the set, which wakes every waiter with an error. */
-#include "comm.h"
-#include "half.h"
+#include "kernels/comm.h"
+#include "kernels/half.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

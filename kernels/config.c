@@ -1,5 +1,5 @@
 /* config.c: names for dtypes, for messages and plans. */
-#include "config.h"
+#include "kernels/config.h"
 
 const char *rl_dtype_name(rlDtype t) {
     switch (t) {

@@ -1,5 +1,5 @@
 /* error.c: filling rlError values; see error.h for the convention. */
-#include "error.h"
+#include "kernels/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

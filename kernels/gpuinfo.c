@@ -3,7 +3,7 @@
  * Only the handful of NVML calls used here are declared, with the layouts of
  * NVML's public header (nvml.h, stable across drivers for these entry
  * points), so no NVIDIA header or library is needed at build time. */
-#include "gpuinfo.h"
+#include "kernels/gpuinfo.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -10,7 +10,7 @@
  * first layer and a send after the last.  A TP communicator of one rank
  * (--collectives always) is used like any other, so one device runs the
  * same collectives a TP group does.  Everything else is the backend's. */
-#include "model.h"
+#include "kernels/model.h"
 
 #include <stdlib.h>
 #include <string.h>

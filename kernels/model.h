@@ -6,11 +6,11 @@
 #ifndef RL_MODEL_H
 #define RL_MODEL_H
 
-#include "backend.h"
-#include "batch.h"
-#include "comm.h"
-#include "config.h"
-#include "shard.h"
+#include "kernels/backend.h"
+#include "kernels/batch.h"
+#include "kernels/comm.h"
+#include "kernels/config.h"
+#include "kernels/shard.h"
 
 /* A read-only view of one stored tensor (row-major). */
 typedef struct rlTensorView {

@@ -3,7 +3,7 @@
  * One list serves the loader (which checks every stored tensor against it
  * before anything is used) and anyone who needs the model's shapes, so the
  * naming scheme of Qwen2ForCausalLM is written down exactly once. */
-#include "model.h"
+#include "kernels/model.h"
 
 #include <stdio.h>
 

@@ -1,6 +1,6 @@
 /* nocuda.c: the CUDA backend's entry point in a build without nvcc,
  * so `--backend cuda` explains itself instead of failing to link. */
-#include "backend.h"
+#include "kernels/backend.h"
 
 rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlError *err) {
     (void)opt;

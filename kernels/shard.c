@@ -8,7 +8,7 @@
  * the projections that dominate.  The MLP is split in units of 128 columns
  * so every rank's GEMM keeps a width the BLAS and tensor-core tiles like;
  * narrower widths fall back to smaller power-of-two units. */
-#include "shard.h"
+#include "kernels/shard.h"
 
 #include <string.h>
 

@@ -13,8 +13,8 @@
 
 #include <stdio.h>
 
-#include "config.h"
-#include "error.h"
+#include "kernels/config.h"
+#include "kernels/error.h"
 
 typedef struct rlShard {
     int tp_rank, tp_size;

@@ -1,7 +1,7 @@
 /* shard_cost.c: what one rank's shard costs in memory, and how even a whole
  * plan is; printed at start so an uneven TP layout says what it pays. */
-#include "model.h"
-#include "shard.h"
+#include "kernels/model.h"
+#include "kernels/shard.h"
 
 size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {
     size_t hidden = (size_t)cfg->hidden_size, hd = (size_t)cfg->head_dim;

@@ -5,7 +5,7 @@
  * bucket holds about one entry) and compares block_size tokens.  Free blocks
  * sit on a stack; unreferenced cached blocks on a doubly linked LRU list, so
  * both taking the oldest and pulling one out on a hit are constant time. */
-#include "block.h"
+#include "sched/block.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * binary search plus a memmove: O(n) per admission, negligible next to a
  * forward step even with thousands queued; a heap would lose the cheap
  * in-order walk every step does. */
-#include "sched.h"
+#include "sched/sched.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -572,4 +572,10 @@ int sched_check(const rlSched *s) {
     return rc;
 }
 
-int sched_max_rows(const rlSched *s) { return s->cfg.max_prompt_rows + s->cfg.max_num_seqs; }
+int sched_config_max_rows(const rlSchedConfig *cfg) {
+    int prompt = cfg->max_prompt_rows;
+    if (prompt <= 0 || prompt > cfg->max_num_batched_tokens) prompt = cfg->max_num_batched_tokens;
+    return prompt + cfg->max_num_seqs;
+}
+
+int sched_max_rows(const rlSched *s) { return sched_config_max_rows(&s->cfg); }

@@ -34,7 +34,7 @@
 
 #include <stdint.h>
 
-#include "block.h"
+#include "sched/block.h"
 
 typedef struct rlSchedConfig {
     int block_size;
@@ -49,6 +49,16 @@ typedef struct rlSchedConfig {
                                  * about 1/depth of the sequences (0 or 1: one step
                                  * at a time, each taking all it can) */
 } rlSchedConfig;
+
+/* The prompt-logprob rows a step carries by default: a logit row is vocab x
+ * 4 bytes (0.6 MB at 152k entries), so not one per batched token. */
+#define SCHED_PROMPT_ROWS 256
+
+/* Logit rows one step may hold under cfg: one per sequence for sampling,
+ * plus max_prompt_rows (at most max_num_batched_tokens; 0: that many).
+ * The one rule the scheduler plans by, the engine sizes its logits by and
+ * the memory plan counts. */
+int sched_config_max_rows(const rlSchedConfig *cfg);
 
 
 typedef enum rlReqState {

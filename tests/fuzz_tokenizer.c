@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../worker/bytebuf.h"
-#include "../worker/tokenizer.h"
-#include "../worker/tokenizer_impl.h"
-#include "../worker/utf8.h"
+#include "worker/lib/bytebuf.h"
+#include "worker/tokenizer/tokenizer.h"
+#include "worker/tokenizer/tokenizer_impl.h"
+#include "worker/lib/utf8.h"
 
 static rlTokenizer *tok;
 

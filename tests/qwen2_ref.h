@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/config.h"
-#include "../kernels/half.h"
-#include "../kernels/model.h"
+#include "kernels/config.h"
+#include "kernels/half.h"
+#include "kernels/model.h"
 
 typedef struct refLayer {
     float *in_norm, *post_norm;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../worker/safetensors.h"
+#include "worker/model/safetensors.h"
 
 /* A tensor held in memory, for writing edited safetensors files. */
 typedef struct WTensor {

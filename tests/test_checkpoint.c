@@ -20,8 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../worker/checkpoint.h"
-#include "safetensors_writer.h"
+#include "worker/model/checkpoint.h"
+#include "tests/safetensors_writer.h"
 
 #define HD128 "qwen2-tiny-hd128"
 #define GQA3 "qwen2-tiny-gqa3"

@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "../kernels/comm.h"
-#include "../kernels/half.h"
+#include "kernels/comm.h"
+#include "kernels/half.h"
 
 #define MAXR 8
 

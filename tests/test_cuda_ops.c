@@ -19,8 +19,8 @@
 
 #include <cmocka.h>
 
-#include "../kernels/backend.h"
-#include "../kernels/rng.h"
+#include "kernels/backend.h"
+#include "kernels/rng.h"
 
 static rlBackend *backends[2];   /* bf16, fp16 */
 static uint64_t rng_state;

@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "../worker/engine.h"
-#include "../worker/output.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/output.h"
 
 typedef struct seen {
     int chunks, done, errors;

@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/model.h"
-#include "../worker/checkpoint.h"
+#include "kernels/model.h"
+#include "worker/model/checkpoint.h"
 
 #define N_GEN 24
 #define BLOCK 16

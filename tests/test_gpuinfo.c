@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "../kernels/gpuinfo.h"
+#include "kernels/gpuinfo.h"
 
 static void test_probe(void **state) {
     (void)state;

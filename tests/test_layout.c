@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "../worker/layout.h"
+#include "worker/engine/layout.h"
 
 /* Parse argv as a command would: layout flags consumed, others counted. */
 static int parse(rlLayout *l, int argc, char **argv, int *others, rlError *err) {

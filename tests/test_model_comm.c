@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/comm.h"
-#include "../kernels/model.h"
+#include "kernels/comm.h"
+#include "kernels/model.h"
 
 #define T 12            /* prompt tokens */
 #define BLOCK 16

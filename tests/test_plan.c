@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../worker/checkpoint.h"
-#include "../worker/plan.h"
+#include "worker/model/checkpoint.h"
+#include "worker/plan/plan.h"
 
 #define GiB ((size_t)1 << 30)
 
@@ -48,7 +48,7 @@ static const rlPlanLayout *find_layout(const rlPlan *p, int instances, int tp, i
  *   embedding 151936*896 = 136134656 (tied: also the LM head); final norm 896;
  *   494032768 parameters x 2 bytes = 988065536.
  * activations, T = 512 tokens, R = min(512, 256 prompt-logprob rows) + 16
- * sequences = 272 logit rows (rl_engine_max_rows):
+ * sequences = 272 logit rows (sched_config_max_rows):
  *   per token x/resid/delta 3*896 + qkv 1152 + att 896 + gu/mlp 3*4864 = 19328,
  *   x512 x2 bytes = 19791872; rows_x 272*896*2 = 487424;
  *   logits 272*151936*4 = 165306368; total 185585664.

@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/gpuinfo.h"
-#include "../worker/checkpoint.h"
-#include "../worker/ranks.h"
+#include "kernels/gpuinfo.h"
+#include "worker/model/checkpoint.h"
+#include "worker/engine/ranks.h"
 
 #define N_GEN 24
 #define BLOCK 16

@@ -8,8 +8,8 @@
 
 #include <cmocka.h>
 
-#include "../worker/output.h"
-#include "../worker/request.h"
+#include "worker/engine/output.h"
+#include "worker/request/request.h"
 
 /* Parse text; return the protocol code on failure, NULL on success. */
 static const char *parse(const char *text, rlRequest *r, rlError *err) {

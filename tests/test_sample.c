@@ -12,8 +12,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../kernels/cpu/sample.h"
-#include "../kernels/rng.h"
+#include "kernels/cpu/sample.h"
+#include "kernels/rng.h"
 
 static rlRowSpec spec(float temperature) {
     return (rlRowSpec){.target = -1, .sample = 1, .temperature = temperature, .top_p = 1};

@@ -18,7 +18,7 @@
 
 #include <cmocka.h>
 
-#include "../sched/sched.h"
+#include "sched/sched.h"
 
 #define VOCAB 64
 #define EOS 0

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../worker/sha256.h"
+#include "worker/lib/sha256.h"
 
 static void hex_of(const uint8_t d[32], char out[65]) {
     for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);

@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/model.h"
-#include "../kernels/shard.h"
-#include "../worker/checkpoint.h"
+#include "kernels/model.h"
+#include "kernels/shard.h"
+#include "worker/model/checkpoint.h"
 
 #define MAX_TP 8
 #define MAX_PP 4

@@ -19,9 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../worker/pretok.h"
-#include "../worker/tokenizer.h"
-#include "../worker/utf8.h"
+#include "worker/tokenizer/pretok.h"
+#include "worker/engine/prompt.h"
+#include "worker/lib/utf8.h"
 
 static char *fixture(const char *env, const char *fallback, const char *rel) {
     const char *dir = getenv(env);
@@ -552,10 +552,10 @@ static void test_prompt_ids(void **state) {
     rlError err = {0};
     rlRequest r;
     memset(&r, 0, sizeof(r));
-    assert_int_equal(tokenizer_prompt_ids(t, &r, &err), -1);
+    assert_int_equal(prompt_fill_ids(t, &r, &err), -1);
     assert_int_equal(err.code, RL_EINPUT);
     r.prompt = "<|im_start|>hi";
-    assert_int_equal(tokenizer_prompt_ids(t, &r, &err), 0);
+    assert_int_equal(prompt_fill_ids(t, &r, &err), 0);
     assert_true(r.n_prompt_ids >= 2);
     assert_int_equal(r.prompt_ids[0], 2001);
     free(r.prompt_ids);
@@ -563,7 +563,7 @@ static void test_prompt_ids(void **state) {
     rlMessage m[] = {{"user", "hi"}};
     r.messages = m;
     r.n_messages = 1;
-    assert_int_equal(tokenizer_prompt_ids(t, &r, &err), 0);
+    assert_int_equal(prompt_fill_ids(t, &r, &err), 0);
     char *text;
     size_t len;
     assert_int_equal(tokenizer_decode(t, r.prompt_ids, r.n_prompt_ids, &text, &len, &err), 0);
@@ -573,7 +573,7 @@ static void test_prompt_ids(void **state) {
     free(r.prompt_ids);
     memset(&r, 0, sizeof(r));
     r.prompt = "bad \xff";
-    assert_int_equal(tokenizer_prompt_ids(t, &r, &err), -1);
+    assert_int_equal(prompt_fill_ids(t, &r, &err), -1);
     assert_int_equal(strncmp(err.msg, "invalid_utf8:", 13), 0);
 }
 
@@ -618,14 +618,14 @@ static void test_chat(void **state) {
     rlMessage m[] = {{"user", "Hi!"}, {"assistant", "Hello."}, {"user", "2+2?"}};
     char *text;
     rlError err = {0};
-    assert_int_equal(tokenizer_render_chat(m, 3, &text, &err), 0);
+    assert_int_equal(prompt_render_chat(m, 3, &text, &err), 0);
     assert_string_equal(text,
                         "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
                         "<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
                         "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
     free(text);
     rlMessage s[] = {{"system", "Be brief."}, {"user", "x"}};
-    assert_int_equal(tokenizer_render_chat(s, 2, &text, &err), 0);
+    assert_int_equal(prompt_render_chat(s, 2, &text, &err), 0);
     assert_string_equal(text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n"
                               "<|im_start|>assistant\n");
     /* and the special tokens come out as single ids */
@@ -637,9 +637,9 @@ static void test_chat(void **state) {
     assert_int_equal(ids[n - 3], 151644);
     free(ids);
     free(text);
-    assert_int_equal(tokenizer_render_chat(m, 0, &text, &err), -1);
+    assert_int_equal(prompt_render_chat(m, 0, &text, &err), -1);
     rlMessage bad[] = {{NULL, "x"}};
-    assert_int_equal(tokenizer_render_chat(bad, 1, &text, &err), -1);
+    assert_int_equal(prompt_render_chat(bad, 1, &text, &err), -1);
     assert_int_equal(err.code, RL_EINPUT);
 }
 

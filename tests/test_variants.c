@@ -28,9 +28,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../worker/checkpoint.h"
-#include "qwen2_ref.h"
-#include "safetensors_writer.h"
+#include "worker/model/checkpoint.h"
+#include "tests/qwen2_ref.h"
+#include "tests/safetensors_writer.h"
 
 #define N_GEN 24
 #define TOL 1e-3

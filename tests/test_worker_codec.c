@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../worker/codec.h"
-#include "../worker/redis_url.h"
+#include "worker/request/codec.h"
+#include "worker/redis/redis_url.h"
 
 static json_t *decode(rlEncoding enc, const char *buf, size_t len, int *bad, const char **code) {
     rlError err;

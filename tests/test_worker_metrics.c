@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../worker/metrics.h"
-#include "redis_server.h" /* for a free port */
+#include "worker/redis/metrics.h"
+#include "tests/redis_server.h" /* for a free port */
 
 static void test_render(void **state) {
     (void)state;

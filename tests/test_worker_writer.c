@@ -10,9 +10,9 @@
 
 #include <ev.h>
 
-#include "../worker/rconn.h"
-#include "../worker/writer.h"
-#include "redis_server.h"
+#include "worker/redis/rconn.h"
+#include "worker/redis/writer.h"
+#include "tests/redis_server.h"
 
 static rlRedisServer server;
 

@@ -18,9 +18,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../kernels/model.h"
-#include "checkpoint.h"
-#include "commands.h"
+#include "kernels/model.h"
+#include "worker/model/checkpoint.h"
+#include "worker/commands.h"
+#include "worker/lib/now.h"
 
 #define BENCH_MAX_BATCHES 8
 #define BENCH_BLOCK 16
@@ -40,12 +41,6 @@ typedef struct benchRow {
     double floor_s;                  /* one decode step at the bandwidth floor */
 } benchRow;
 
-static double bench_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int bench_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -62,10 +57,10 @@ static int bench_bandwidth(rlBackend *be, size_t bytes, double *out, rlError *er
     double t[BENCH_COPY_REPS + 1];
     int rc = 0;
     for (int i = 0; i <= BENCH_COPY_REPS && rc == 0; i++) {   /* rep 0 faults pages in */
-        double t0 = bench_now();
+        double t0 = now_s();
         be->ops->copy2d(be, b, 0, a, 0, bytes, 1);
         rc = be->ops->sync(be, err);
-        t[i] = bench_now() - t0;
+        t[i] = now_s() - t0;
     }
     be->ops->free(be, a);
     be->ops->free(be, b);
@@ -159,7 +154,7 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE 
     for (int i = 0; i < batch * s.max_blocks; i++) s.tables[i] = i;
 
     int prefill_steps = 0;
-    double t0 = bench_now();
+    double t0 = now_s();
     for (int i = 0; i < batch; prefill_steps++) {          /* whole prompts while they fit, else chunks */
         int budget = o->max_tokens;
         memset(take, 0, (size_t)batch * sizeof(int));
@@ -170,7 +165,7 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE 
         }
         if (bench_step(m, &s, take, o->prompt_len, res, err) != 0) goto out;
     }
-    double t1 = bench_now();
+    double t1 = now_s();
     char label[64];
     if (o->profile && m->be->ops->profile_report) {
         snprintf(label, sizeof label, "prefill, batch %d x %d tokens", batch, o->prompt_len);
@@ -185,7 +180,7 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE 
     }
     row->batch = batch;
     row->prefill_s = t1 - t0;
-    row->decode_s = bench_now() - t1;
+    row->decode_s = now_s() - t1;
     rc = 0;
 out:
     free(s.ids), free(s.tables), free(s.cached), free(take), free(res);

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "commands.h"
-#include "doctor.h"
-#include "layout.h"
+#include "worker/commands.h"
+#include "worker/doctor/doctor.h"
+#include "worker/engine/layout.h"
 
 static const char doctor_help[] =
     "usage: redlm doctor [--model DIR] [--devices LIST] [--redis URL] [--verify MANIFEST]\n"

@@ -15,12 +15,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "codec.h"
-#include "commands.h"
-#include "engine.h"
-#include "engine_flags.h"
-#include "layout.h"
-#include "output.h"
+#include "worker/request/codec.h"
+#include "worker/commands.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/engine_flags.h"
+#include "worker/engine/layout.h"
+#include "worker/engine/output.h"
+#include "worker/lib/now.h"
 
 static const char USAGE_HEAD[] =
     "usage: redlm generate --model DIR [options]\n"
@@ -284,8 +285,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (!(e = engine_open(o, &err))) goto done;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = now_s();
     for (int i = 0; i < n_lines; i++)
         if (gen_submit(&g, e, lines[i], i, &err)) goto done;
     int steps = 0;
@@ -294,13 +294,12 @@ int cmd_generate(int argc, char **argv) {
         steps++;
         if (g.progress && steps % 8 == 0) fprintf(stderr, "\r%d/%d requests done", g.n_done, n_lines);
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = now_s() - t0;
     if (g.progress) fprintf(stderr, "\r%d/%d requests done\n", g.n_done, n_lines);
     if (g.failed || fflush(g.out)) rl_error(&err, RL_EIO, "writing --output %s failed", output);
     if (stats) {
         rlEngineStats st;
         engine_stats(e, &st);
-        double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
         fprintf(stderr,
                 "stats: requests=%d steps=%d seconds=%.3f generated_tokens=%llu "
                 "prompt_tokens_computed=%llu preemptions=%d prefix_hit_tokens=%llu "

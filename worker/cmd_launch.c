@@ -20,9 +20,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../kernels/gpuinfo.h"
-#include "commands.h"
-#include "layout.h"
+#include "kernels/gpuinfo.h"
+#include "worker/commands.h"
+#include "worker/engine/layout.h"
 
 #define LAUNCH_MAX 64
 

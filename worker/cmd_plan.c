@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
-#include "commands.h"
-#include "layout.h"
-#include "plan.h"
+#include "worker/model/checkpoint.h"
+#include "worker/commands.h"
+#include "worker/engine/layout.h"
+#include "worker/plan/plan.h"
 
 static const char plan_help[] =
     "usage: redlm plan --model DIR|config.json [options]\n"

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commands.h"
-#include "redis_url.h"
+#include "worker/commands.h"
+#include "worker/redis/redis_url.h"
 
 static void status_usage(FILE *f) {
     fprintf(f, "usage: redlm status --redis redis://[user:pass@]host:port[/db] "

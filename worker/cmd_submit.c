@@ -19,8 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "redis_url.h"
+#include "worker/commands.h"
+#include "worker/redis/redis_url.h"
+#include "worker/lib/now.h"
 
 typedef struct subSlot {
     long line;                  /* input line number, 1-based; 0 = free */
@@ -58,12 +59,6 @@ typedef struct subRun {
     double t0;
     int tty;
 } subRun;
-
-static double sub_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void sub_usage(FILE *f) {
     fprintf(f, "usage: redlm submit --redis URL --input jobs.jsonl --output results.jsonl [--window N]\n"
@@ -127,7 +122,7 @@ static int sub_resume(subRun *r, const char *path) {
 
 static void sub_progress(subRun *r, int final) {
     if (!r->tty) return;
-    double el = sub_now() - r->t0;
+    double el = now_s() - r->t0;
     double rate = el > 0 ? r->completed / el : 0;
     char eta[32] = "";
     if (r->eof && rate > 0) {
@@ -393,9 +388,9 @@ static int sub_loop(subRun *r) {
             fprintf(stderr, "redlm submit: writing the output failed: %s\n", strerror(errno));
             rc = RL_EIO;
         }
-        if (sub_now() - last_progress > 0.2) {
+        if (now_s() - last_progress > 0.2) {
             sub_progress(r, 0);
-            last_progress = sub_now();
+            last_progress = now_s();
         }
     }
     sub_progress(r, 1);
@@ -472,9 +467,9 @@ int cmd_submit(int argc, char **argv) {
     /* read from the beginning of the reply stream: it is new */
     snprintf(r.last_id, sizeof(r.last_id), "0-0");
     r.tty = isatty(2);
-    r.t0 = sub_now();
+    r.t0 = now_s();
     rc = sub_loop(&r);
-    double el = sub_now() - r.t0;
+    double el = now_s() - r.t0;
     fprintf(stderr, "redlm submit: %ld jobs in %.2f s (%.1f jobs/s), %ld errors, %ld already done\n",
             r.completed, el, el > 0 ? r.completed / el : 0.0, r.errors, r.skipped);
     freeReplyObject(redisCommand(r.c, "DEL %s", r.reply_key));

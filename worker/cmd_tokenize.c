@@ -14,24 +14,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "bytebuf.h"
-#include "commands.h"
-#include "tokenizer.h"
+#include "worker/lib/bytebuf.h"
+#include "worker/commands.h"
+#include "worker/tokenizer/tokenizer.h"
+#include "worker/lib/now.h"
 
 typedef struct tokArgs {
     const char *model, *tokenizer, *input, *output;
     int bench;
 } tokArgs;
-
-static double tok_clock(clockid_t which) {
-    struct timespec ts;
-    clock_gettime(which, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double tok_now(void) {
-    return tok_clock(CLOCK_MONOTONIC);
-}
 
 static void tok_usage(FILE *f, const char *cmd) {
     fprintf(f,
@@ -197,8 +188,8 @@ static int tok_bench(const rlTokenizer *t, json_t *texts, int repeat, double loa
     double t0 = 0, c0 = 0;
     for (int r = -1; r < repeat; r++) {   /* r = -1: the warm-up pass */
         if (r == 0) {
-            t0 = tok_now();
-            c0 = tok_clock(CLOCK_THREAD_CPUTIME_ID);
+            t0 = now_s();
+            c0 = now_thread_cpu_s();
         }
         for (size_t i = 0; i < n; i++) {
             json_t *s = json_array_get(texts, i);
@@ -214,7 +205,7 @@ static int tok_bench(const rlTokenizer *t, json_t *texts, int repeat, double loa
     }
     /* Wall time is what the peer reports; CPU time tells a busy machine's
      * effect apart. */
-    double dt = tok_now() - t0, dc = tok_clock(CLOCK_THREAD_CPUTIME_ID) - c0;
+    double dt = now_s() - t0, dc = now_thread_cpu_s() - c0;
     fprintf(out, "{\"tool\": \"redlm\", \"bytes_per_s\": %.0f, \"tokens_per_s\": %.0f, \"load_s\": %.3f, "
                  "\"cpu_bytes_per_s\": %.0f, \"load_cpu_s\": %.3f, \"texts\": %zu, \"repeat\": %d}\n",
             (double)bytes / dt, (double)tokens / dt, load_s, (double)bytes / dc, load_cpu_s, n, repeat);
@@ -233,9 +224,9 @@ static int tok_run(int argc, char **argv, int detok) {
     size_t cap = 0;
     ssize_t n;
     long lineno = 0;
-    double t0 = tok_now(), c0 = tok_clock(CLOCK_THREAD_CPUTIME_ID);
+    double t0 = now_s(), c0 = now_thread_cpu_s();
     rlTokenizer *t = tok_open(&a, &err);
-    double load_s = tok_now() - t0, load_cpu_s = tok_clock(CLOCK_THREAD_CPUTIME_ID) - c0;
+    double load_s = now_s() - t0, load_cpu_s = now_thread_cpu_s() - c0;
     if (!t || tok_open_io(&a, &io, &err)) goto done;
     /* Line by line, so any size of input runs in constant memory. */
     while ((n = getline(&line, &cap, io.in)) >= 0) {
@@ -264,9 +255,9 @@ static int tok_run(int argc, char **argv, int detok) {
         /* Loading, best of five: the first load of a process also pays for
          * page faults that a long-running worker pays once. */
         for (int k = 0; k < 4 && err.code == RL_OK; k++) {
-            double l0 = tok_now(), lc0 = tok_clock(CLOCK_THREAD_CPUTIME_ID);
+            double l0 = now_s(), lc0 = now_thread_cpu_s();
             rlTokenizer *again = tok_open(&a, &err);
-            double l = tok_now() - l0, lc = tok_clock(CLOCK_THREAD_CPUTIME_ID) - lc0;
+            double l = now_s() - l0, lc = now_thread_cpu_s() - lc0;
             tokenizer_free(again);
             if (l < load_s) load_s = l;
             if (lc < load_cpu_s) load_cpu_s = lc;

@@ -4,10 +4,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
-#include "engine_flags.h"
-#include "serve.h"
-#include "startup.h"
+#include "worker/commands.h"
+#include "worker/engine/engine_flags.h"
+#include "worker/redis/serve.h"
 
 static void worker_usage(FILE *f) {
     fprintf(f,
@@ -114,7 +113,7 @@ int cmd_worker(int argc, char **argv) {
         return RL_EUSAGE;
     }
     /* Before the weights: an unreachable Redis is found in seconds, not after loading. */
-    if (redis_url_parse(url, &so.url, &err) || startup_wait_redis(&so.url, redis_wait, &err)) {
+    if (redis_url_parse(url, &so.url, &err) || redis_url_wait(&so.url, redis_wait, &err)) {
         fprintf(stderr, "redlm worker: %s\n", err.msg);
         return err.code;
     }

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "commands.h"
+#include "worker/commands.h"
 
 /* Weak so the binary links while a command's file is still being written:
  * a missing one answers "not available in this build" instead. */

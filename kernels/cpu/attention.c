@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "kernels/cpu/cpu.h"
 
 static int cpu_rope_tables(cpuBackend *c, const rlAttnShape *s) {
     const rlBatch *b = c->b;

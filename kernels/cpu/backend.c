@@ -7,7 +7,7 @@
  * floor; the simplicity is worth it for the reference backend.  Operations
  * run synchronously on the caller's thread (OpenBLAS and the attention pool
  * fan out below it); failures are recorded and reported from sync(). */
-#include "cpu.h"
+#include "kernels/cpu/cpu.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../half.h"
-#include "../rng.h"
+#include "kernels/half.h"
+#include "kernels/rng.h"
 
 static cpuBackend *cpu_of(rlBackend *be) { return be->impl; }
 

@@ -6,8 +6,8 @@
 #ifndef RL_CPU_H
 #define RL_CPU_H
 
-#include "../backend.h"
-#include "pool.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/pool.h"
 
 typedef struct cpuBackend {
     rlBackend base;

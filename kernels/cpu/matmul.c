@@ -12,7 +12,7 @@
 #include <cblas.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "kernels/cpu/cpu.h"
 
 #define SKINNY_ROWS 8       /* at most this many rows: the streaming kernel */
 #define SKINNY_TILE 32      /* weight rows per pool item */

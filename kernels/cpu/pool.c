@@ -5,7 +5,7 @@
  * Workers sleep on a condition variable between loops: a step runs a few
  * hundred loops at most, so wake-up latency (microseconds) does not matter
  * next to the GEMMs around them. */
-#include "pool.h"
+#include "kernels/cpu/pool.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -6,7 +6,7 @@
 #ifndef RL_CPU_POOL_H
 #define RL_CPU_POOL_H
 
-#include "../error.h"
+#include "kernels/error.h"
 
 typedef struct cpuPool cpuPool;
 typedef void (*cpuPoolFn)(void *ctx, int item);

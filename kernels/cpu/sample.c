@@ -16,14 +16,14 @@
  * Sorting the whole vocabulary costs ~10 ms per sampled row at 152k tokens,
  * so the candidates are sorted lazily: a quickselect finds the best 1024
  * (or top_k) and only those are sorted unless a walk goes past them. */
-#include "sample.h"
+#include "kernels/cpu/sample.h"
 
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "../rng.h"
-#include "cpu.h"
+#include "kernels/rng.h"
+#include "kernels/cpu/cpu.h"
 
 int rl_sample_check(const rlRowSpec *spec, int vocab, rlError *err) {
     if (spec->n_top < 0 || spec->n_top > RL_MAX_TOP)

@@ -4,8 +4,8 @@
 #ifndef RL_CPU_SAMPLE_H
 #define RL_CPU_SAMPLE_H
 
-#include "../batch.h"
-#include "../error.h"
+#include "kernels/batch.h"
+#include "kernels/error.h"
 
 /* Checks a row's parameters (n_top, temperature, top_p, min_p, top_k, target). */
 int rl_sample_check(const rlRowSpec *spec, int vocab, rlError *err);

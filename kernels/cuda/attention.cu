@@ -29,11 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_internal.h"
-#include "cuda_launch.cuh"
-#include "cuda_mma.cuh"
-#include "cuda_reduce.cuh"
-#include "cuda_types.cuh"
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_launch.cuh"
+#include "kernels/cuda/cuda_mma.cuh"
+#include "kernels/cuda/cuda_reduce.cuh"
+#include "kernels/cuda/cuda_types.cuh"
 
 #define ATT_ROWS 32      /* query rows per block */
 #define ATT_WARPS 4

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 int cuda_check(rlCuda *c, cudaError_t e, const char *op) {
     if (e == cudaSuccess) return 0;

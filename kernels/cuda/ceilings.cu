@@ -4,7 +4,7 @@
  * events after warm-up, median of repeats. */
 #include <stdlib.h>
 
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 #define CEIL_REPS 15
 

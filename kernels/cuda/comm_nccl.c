@@ -22,7 +22,7 @@
  * past the timeout ends the process (NCCL offers no safe way back from a
  * collective a peer never joins) with what a person needs: the ranks stuck
  * and in what, their devices, the topology, and the variables to check. */
-#include "../comm.h"
+#include "kernels/comm.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../gpuinfo.h"
+#include "kernels/gpuinfo.h"
 
 #define NCCL_MAX_RANKS 64
 

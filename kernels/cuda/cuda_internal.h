@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 extern "C" {
-#include "../backend.h"
+#include "kernels/backend.h"
 }
 
 #define RL_CUDA_GEMM_CACHE 128

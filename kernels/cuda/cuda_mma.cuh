@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "cuda_types.cuh"
+#include "kernels/cuda/cuda_types.cuh"
 
 static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uint32_t b0,
                                                 uint32_t b1, bf16) {

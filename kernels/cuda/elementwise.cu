@@ -4,12 +4,12 @@
  * gather, SwiGLU, the logit-row gather and the residual add.  All are bound
  * by memory and tiny next to the GEMMs; they are written plainly, with
  * grid-stride loops, and vectorised only where it is free. */
-#include "cuda_internal.h"
-#include "cuda_launch.cuh"
-#include "cuda_types.cuh"
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_launch.cuh"
+#include "kernels/cuda/cuda_types.cuh"
 
 extern "C" {
-#include "../rng.h"
+#include "kernels/rng.h"
 }
 
 template <typename D, typename S>

@@ -24,10 +24,10 @@
  * cached), then reduce through shared memory. */
 #include <string.h>
 
-#include "cuda_internal.h"
-#include "cuda_launch.cuh"
-#include "cuda_reduce.cuh"
-#include "cuda_types.cuh"
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_launch.cuh"
+#include "kernels/cuda/cuda_reduce.cuh"
+#include "kernels/cuda/cuda_types.cuh"
 
 #define GEMV_THREADS 128
 #define GEMV_COLS 4

@@ -7,7 +7,7 @@
  * plan is logged as a table so a user can see where the memory went. */
 #include <stdio.h>
 
-#include "cuda_internal.h"
+#include "kernels/cuda/cuda_internal.h"
 
 /* Attention partials, sampling workspace and CUDA graph pools: measured
  * upper bound for Qwen2.5 shapes at 256 sequences, with margin. */

@@ -6,10 +6,10 @@
  * normalised value is rounded before the weight multiplies it; RoPE uses
  * fp32 angles and cos/sin rounded to the activation type.  The decode path's
  * kernels (the one-pass norms, RoPE) launch with PDL (cuda_launch.cuh). */
-#include "cuda_internal.h"
-#include "cuda_launch.cuh"
-#include "cuda_reduce.cuh"
-#include "cuda_types.cuh"
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_launch.cuh"
+#include "kernels/cuda/cuda_reduce.cuh"
+#include "kernels/cuda/cuda_types.cuh"
 
 template <typename T>
 __global__ void rmsnorm_kernel(T *out, const T *in, const T *w, int dim, float eps) {

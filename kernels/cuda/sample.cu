@@ -22,11 +22,11 @@
  * token. */
 #include <string.h>
 
-#include "cuda_internal.h"
-#include "cuda_reduce.cuh"
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_reduce.cuh"
 
 extern "C" {
-#include "../rng.h"
+#include "kernels/rng.h"
 }
 
 #define SAMPLE_THREADS 512

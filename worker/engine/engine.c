@@ -1,0 +1,719 @@
+/* engine.c: the loop that turns requests into outputs (see engine.h).
+ *
+ * One step: answer requests that can never run, drop aborted ones, ask the
+ * scheduler for plans and hand them to the ranks until the pipeline holds
+ * one step per stage (one step in all without pipeline parallelism), then
+ * wait for the oldest and walk its logit rows: prompt logprobs are stored,
+ * sampled tokens appended, checked against EOS, stop ids, stop strings
+ * (through the incremental detokenizer) and max_tokens, and streamed.  The
+ * steps in flight are over disjoint requests, which the scheduler leaves
+ * alone until their results are applied, so every stage works on one of
+ * them while the others work on theirs.  The scheduler decides what runs;
+ * this file never decides, it executes and reports. */
+#include "worker/engine/engine.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "kernels/rng.h"
+#include "sched/sched.h"
+#include "worker/model/checkpoint.h"
+#include "worker/engine/layout.h"
+#include "worker/engine/ranks.h"
+#include "worker/engine/engine_plan.h"
+#include "worker/engine/prompt.h"
+#include "worker/lib/now.h"
+
+void rl_engine_options_init(rlEngineOptions *o) {
+    memset(o, 0, sizeof(*o));
+    o->backend = "cpu";
+    o->load_format = "auto";
+    o->dtype = "auto";
+    o->block_size = 16;
+    o->gpu_memory_utilization = 0.90;
+    o->max_num_seqs = 256;
+    o->max_num_batched_tokens = 2048;
+    o->prefix_caching = 1;
+    o->tp = o->pp = 1;
+}
+
+/* One sample's output state. */
+typedef struct engSample {
+    rlDetok *detok;
+    int32_t *tokens;            /* not yet delivered */
+    rlTokenLogprob *logprobs;   /* parallel to tokens when asked */
+    int n_tokens;
+    char *text;                 /* not yet delivered */
+    size_t text_len, text_cap;
+    int n_generated;
+    rlFinish finish;            /* NONE while running */
+    int dirty;                  /* has undelivered tokens this step */
+} engSample;
+
+typedef struct engReq {
+    rlRequest *req;
+    rlSchedReq *h;              /* NULL: answered with an error, never scheduled */
+    const char *error_code;
+    char *error_message;
+    engSample *samples;
+    int n_done;
+    rlTokenLogprob *prompt_lp;  /* [n_prompt] when prompt_logprobs was asked */
+    uint64_t seed;
+    int aborted;
+    double t_arrival, t_scheduled, t_first;
+    struct engReq *prev, *next;
+} engReq;
+
+/* A step handed to the ranks and not applied yet: its plan, row specs and
+ * results stay untouched until ranks_wait on its ticket returns. */
+typedef struct engFlight {
+    rlSchedPlan *plan;
+    rlRowSpec *specs;
+    rlRowResult *results;
+    uint64_t ticket;
+} engFlight;
+
+struct rlEngine {
+    rlEngineOptions opt;
+    rlModelConfig cfg;
+    rlCheckpoint *ckpt;
+    rlTokenizer *tok;
+    rlRanks *ranks;
+    rlSched *sched;
+    int n_blocks;
+    int max_rows;
+    engFlight *flights;         /* [depth], a ring: n_flight of them from oldest on */
+    int depth;                  /* steps kept in flight: the pipeline's stages */
+    int oldest, n_flight, max_flight;
+    engReq *head, *tail;        /* every request not yet fully answered */
+    uint64_t n_arrivals;
+    uint64_t prompt_tokens, generation_tokens;
+    double model_ms;
+};
+
+/* ---- the model over its ranks ---- */
+
+static int engine_dtype(const rlEngine *e, rlDtype *out, rlError *err) {
+    const char *d = e->opt.dtype;
+    if (!d || !strcmp(d, "auto")) *out = e->cfg.torch_dtype == RL_F32 ? RL_BF16 : e->cfg.torch_dtype;
+    else if (!strcmp(d, "bf16")) *out = RL_BF16;
+    else if (!strcmp(d, "fp16")) *out = RL_F16;
+    else if (!strcmp(d, "fp32")) *out = RL_F32;
+    else return rl_error(err, RL_EUSAGE, "--dtype %s: expected auto, bf16, fp16 or fp32", d);
+    return 0;
+}
+
+/* KV bytes one token costs: on CPU all ranks share host memory, so the sum
+ * over ranks; on GPUs each rank has its own, so the largest rank's share. */
+static int engine_kv_bytes_per_token(const rlEngine *e, rlDtype dtype, size_t *out, rlError *err) {
+    const rlEngineOptions *o = &e->opt;
+    int n = o->tp * o->pp;
+    rlShard *plan = calloc((size_t)n, sizeof(*plan));
+    if (!plan) return rl_error(err, RL_EINTERNAL, "out of memory");
+    int rc = rl_shard_plan(&e->cfg, o->tp, o->pp, o->pp_partition, plan, err);
+    int cpu = !strcmp(o->backend, "cpu");
+    *out = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        size_t b = rl_model_kv_bytes_per_token(&e->cfg, &plan[i], cpu ? RL_F32 : dtype);
+        *out = cpu ? *out + b : (b > *out ? b : *out);
+    }
+    free(plan);
+    return rc;
+}
+
+static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
+    const rlEngineOptions *o = &e->opt;
+    rlRanksOptions ro = {.cfg = e->cfg, .backend = o->backend, .dtype = dtype,
+                         .threads = o->threads, .tp = o->tp, .pp = o->pp,
+                         .pp_partition = o->pp_partition, .devices = o->devices,
+                         .src = e->ckpt ? checkpoint_lookup : NULL, .src_ctx = e->ckpt,
+                         .dummy_seed = o->seed, .block_size = o->block_size,
+                         .n_blocks = e->n_blocks, .max_tokens = o->max_num_batched_tokens,
+                         .max_rows = e->max_rows, .nccl_timeout_s = o->nccl_timeout_s,
+                         .collectives = o->collectives,
+                         .quiet = o->tp * o->pp == 1 && !o->collectives};
+    e->ranks = ranks_open(&ro, err);
+    return e->ranks ? 0 : -1;
+}
+
+/* ---- opening ---- */
+
+static int engine_kv_blocks(rlEngine *e, rlDtype dtype, rlError *err) {
+    const rlEngineOptions *o = &e->opt;
+    (void)dtype;
+    if (!strcmp(o->backend, "cuda")) {
+        /* Before any weight is on a GPU: a layout that cannot fit stops
+         * here with the plan.  The KV cache is then what each GPU has left
+         * under gpu_memory_utilization once its weights are there (0: the
+         * ranks measure it), unless --kv-cache-memory says how much. */
+        long long planned;
+        if (engine_check_plan(&e->cfg, o, stderr, &planned, err)) return -1;
+        if (!o->kv_cache_memory) return 0;
+    }
+    size_t per_token;
+    if (engine_kv_bytes_per_token(e, dtype, &per_token, err)) return -1;
+    size_t per_block = per_token * (size_t)o->block_size;
+    size_t budget = o->kv_cache_memory ? o->kv_cache_memory : (size_t)1 << 30;
+    /* By default never more than every sequence at full length needs. */
+    size_t full = (size_t)o->max_num_seqs * (size_t)((o->max_model_len + o->block_size - 1) / o->block_size);
+    size_t n = budget / per_block;
+    if (!o->kv_cache_memory && n > full) n = full;
+    if (n < 1)
+        return rl_error(err, RL_EMEMORY,
+                        "--kv-cache-memory %zu bytes holds no KV block (one block of %d tokens "
+                        "takes %zu bytes for this model and layout); give more", budget,
+                        o->block_size, per_block);
+    if (n > (size_t)1 << 30) n = (size_t)1 << 30;
+    return (int)n;
+}
+
+/* On GPUs the first step of each batch size plans its products (cuBLASLt's
+ * heuristic and a timing of its candidates: ~65 ms a size on 7B), and a
+ * running set meets new sizes while requests wait.  Decode steps come padded
+ * to rl_batch_bucket sizes (kernels/model.c), so one step of padding alone
+ * per bucket up to --max-num-seqs, at start, takes all of that off the
+ * requests' path. */
+static int engine_plan_buckets(rlEngine *e, rlError *err) {
+    int most = rl_batch_bucket(e->opt.max_num_seqs), n_sizes = 0, none = 0, rc = 0;
+    rlBatch empty = {.seq_start = &none, .max_blocks = 1}, b;
+    rlBatchPad pad = {0};
+    double t0 = now_ms();
+    for (int p = 1; !rc && p <= most && p <= e->opt.max_num_batched_tokens && p <= e->max_rows;
+         p = rl_batch_bucket(p + 1), n_sizes++) {
+        if (rl_batch_pad(&pad, &empty, p, &b)) rc = rl_error(err, RL_EMEMORY, "out of memory");
+        else rc = ranks_forward(e->ranks, &b, e->flights[0].results, err);
+    }
+    rl_batch_pad_free(&pad);
+    if (rc) return rl_error_wrap(err, "planning decode steps of padding");
+    fprintf(stderr, "redlm: %d decode batch sizes (1-%d) planned in %.2f s\n", n_sizes,
+            most, (now_ms() - t0) / 1e3);
+    return 0;
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
+    rlEngine *e = calloc(1, sizeof(*e));
+    if (!e) {
+        rl_error(err, RL_EINTERNAL, "out of memory");
+        return NULL;
+    }
+    e->opt = *opt;
+    rlEngineOptions *o = &e->opt;
+    if (!o->model) {
+        rl_error(err, RL_EUSAGE, "no model given: pass --model DIR");
+        goto fail;
+    }
+    if (o->block_size < 1 || o->block_size > 1024 || o->max_num_seqs < 1 ||
+        o->max_num_batched_tokens < 1) {
+        rl_error(err, RL_EUSAGE, "--block-size, --max-num-seqs and --max-num-batched-tokens "
+                                 "must be positive (block size at most 1024)");
+        goto fail;
+    }
+    if (!strcmp(o->load_format, "dummy")) {
+        if (checkpoint_read_config(o->model, &e->cfg, err)) goto fail;
+    } else if (!strcmp(o->load_format, "auto")) {
+        if (!(e->ckpt = checkpoint_open(o->model, &e->cfg, err))) goto fail;
+    } else {
+        rl_error(err, RL_EUSAGE, "--load-format %s: expected auto or dummy", o->load_format);
+        goto fail;
+    }
+    if (o->max_model_len <= 0 || o->max_model_len > e->cfg.max_position_embeddings) {
+        if (o->max_model_len > e->cfg.max_position_embeddings) {
+            rl_error(err, RL_EUSAGE, "--max-model-len %d is over the model's "
+                     "max_position_embeddings (%d)", o->max_model_len,
+                     e->cfg.max_position_embeddings);
+            goto fail;
+        }
+        o->max_model_len = e->cfg.max_position_embeddings;
+    }
+    if (o->tp < 1 || o->pp < 1) {
+        rl_error(err, RL_EUSAGE, "--tp and --pp must be at least 1");
+        goto fail;
+    }
+    /* The layout's own checks (worker/layout.c), with the model's layers. */
+    rlLayout lay;
+    layout_init(&lay);
+    lay.tp = o->tp, lay.pp = o->pp, lay.n_devices = o->devices ? o->n_devices : 0;
+    if (layout_check(&lay, e->cfg.num_layers, err)) goto fail;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
+    if (file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;
+
+    rlDtype dtype = RL_BF16;
+    if (engine_dtype(e, &dtype, err)) goto fail;
+    int n_blocks = e->n_blocks = engine_kv_blocks(e, dtype, err);
+    if (n_blocks < 0) goto fail;
+    rlSchedConfig sc = {.block_size = o->block_size, .max_num_seqs = o->max_num_seqs,
+                        .max_num_batched_tokens = o->max_num_batched_tokens,
+                        .max_model_len = o->max_model_len, .prefix_caching = o->prefix_caching,
+                        .max_prompt_rows = SCHED_PROMPT_ROWS, .pipeline_depth = o->pp};
+    e->max_rows = sched_config_max_rows(&sc);
+    if (engine_ranks_open(e, dtype, err)) goto fail;
+    n_blocks = sc.n_blocks = e->n_blocks = ranks_n_blocks(e->ranks);
+    e->sched = sched_create(&sc);
+    e->depth = o->pp;
+    e->flights = calloc((size_t)e->depth, sizeof(*e->flights));
+    int ok = e->sched && e->flights;
+    for (int i = 0; ok && i < e->depth; i++) {
+        engFlight *f = &e->flights[i];
+        f->plan = sched_plan_create(e->sched);
+        f->specs = calloc((size_t)e->max_rows, sizeof(*f->specs));
+        f->results = calloc((size_t)e->max_rows, sizeof(*f->results));
+        ok = f->plan && f->specs && f->results;
+    }
+    if (!ok) {
+        rl_error(err, RL_EMEMORY, "out of memory setting up the scheduler for %d KV blocks",
+                 n_blocks);
+        goto fail;
+    }
+    if (!strcmp(o->backend, "cuda") && engine_plan_buckets(e, err)) goto fail;
+    return e;
+fail:
+    engine_close(e);
+    return NULL;
+}
+
+/* ---- requests ---- */
+
+static void sample_free(engSample *s) {
+    if (s->detok) detok_free(s->detok);
+    free(s->tokens);
+    free(s->logprobs);
+    free(s->text);
+}
+
+static void ereq_free(rlEngine *e, engReq *q) {
+    if (q->prev) q->prev->next = q->next;
+    else e->head = q->next;
+    if (q->next) q->next->prev = q->prev;
+    else e->tail = q->prev;
+    if (q->h) sched_remove(e->sched, q->h);
+    if (q->samples)
+        for (int i = 0; i < q->req->n; i++) sample_free(&q->samples[i]);
+    free(q->samples);
+    free(q->prompt_lp);
+    free(q->error_message);
+    rl_request_free(q->req);
+    free(q->req);
+    free(q);
+}
+
+/* Refuse q at the next step with code and a message. */
+static int ereq_refuse(engReq *q, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int ereq_refuse(engReq *q, const char *code, const char *fmt, ...) {
+    char msg[RL_ERROR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    q->error_code = code;
+    q->error_message = strdup(msg);
+    return 0;
+}
+
+/* Prompt text or chat -> ids, when the model has a tokenizer. */
+static int ereq_tokenize(rlEngine *e, engReq *q, rlError *err) {
+    rlRequest *r = q->req;
+    if (r->prompt_ids) return 0;
+    if (!e->tok)
+        return ereq_refuse(q, "invalid_request",
+                           "'%s' needs the model's tokenizer.json, which this model directory "
+                           "lacks; send prompt_ids instead", r->prompt ? "prompt" : "messages");
+    if (!prompt_fill_ids(e->tok, r, err)) return 0;
+    if (err->code != RL_EINPUT) return -1;
+    return ereq_refuse(q, strncmp(err->msg, "invalid_utf8", 12) ? "invalid_request" : "invalid_utf8",
+                       "%s", err->msg);
+}
+
+static int ereq_check(rlEngine *e, engReq *q) {
+    const rlRequest *r = q->req;
+    int V = e->cfg.vocab_size;
+    if (r->n_prompt_ids < 1)
+        return ereq_refuse(q, "invalid_request", "the prompt is empty: give at least one token");
+    for (int i = 0; i < r->n_prompt_ids; i++)
+        if (r->prompt_ids[i] >= V)
+            return ereq_refuse(q, "invalid_request",
+                               "prompt token %d (at %d) is outside the model's vocabulary "
+                               "(0..%d)", r->prompt_ids[i], i, V - 1);
+    for (int i = 0; i < r->n_stop_token_ids; i++)
+        if (r->stop_token_ids[i] >= V)
+            return ereq_refuse(q, "invalid_request",
+                               "stop_token_ids[%d] = %d is outside the model's vocabulary "
+                               "(0..%d)", i, r->stop_token_ids[i], V - 1);
+    if (r->n_stop > 0 && !e->tok)
+        return ereq_refuse(q, "invalid_request",
+                           "'stop' strings need the model's tokenizer.json to detokenize; use "
+                           "stop_token_ids instead");
+    if (r->n > e->opt.max_num_seqs)
+        return ereq_refuse(q, "invalid_request", "n = %d is over --max-num-seqs %d", r->n,
+                           e->opt.max_num_seqs);
+    return 0;
+}
+
+static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
+    rlRequest *r = q->req;
+    q->samples = calloc((size_t)r->n, sizeof(*q->samples));
+    if (!q->samples) return rl_error(err, RL_EINTERNAL, "out of memory");
+    for (int i = 0; i < r->n; i++) {
+        engSample *s = &q->samples[i];
+        size_t cap = (size_t)r->max_tokens + 1;
+        s->tokens = malloc(cap * sizeof(int32_t));
+        if (r->logprobs >= 0) s->logprobs = malloc(cap * sizeof(rlTokenLogprob));
+        if (!s->tokens || (r->logprobs >= 0 && !s->logprobs))
+            return rl_error(err, RL_EINTERNAL, "out of memory");
+        if (e->tok && !(s->detok = detok_create(e->tok, r->stop, r->n_stop, err))) return -1;
+    }
+    if (r->prompt_logprobs >= 0 &&
+        !(q->prompt_lp = calloc((size_t)r->n_prompt_ids, sizeof(rlTokenLogprob))))
+        return rl_error(err, RL_EINTERNAL, "out of memory");
+    rlSchedParams p = {.prompt = r->prompt_ids, .n_prompt = r->n_prompt_ids, .n = r->n,
+                       .max_tokens = r->max_tokens, .priority = r->priority,
+                       .deadline_ms = r->deadline_ms, .prompt_logprobs = r->prompt_logprobs >= 0,
+                       .user = q};
+    switch (sched_add(e->sched, &p, &q->h)) {
+    case RL_SCHED_OK: return 0;
+    case RL_SCHED_ENOMEM: return rl_error(err, RL_EINTERNAL, "out of memory queueing a request");
+    case RL_SCHED_TOO_LONG:
+        return ereq_refuse(q, "prompt_too_long",
+                           "prompt (%d tokens) + max_tokens (%d) is over --max-model-len %d; "
+                           "shorten the prompt or lower max_tokens", r->n_prompt_ids,
+                           r->max_tokens, e->opt.max_model_len);
+    case RL_SCHED_TOO_BIG:
+        return ereq_refuse(q, "prompt_too_long",
+                           "prompt (%d tokens) + max_tokens (%d) x n (%d) can never fit the KV "
+                           "cache (%d blocks of %d tokens); raise --kv-cache-memory or lower "
+                           "max_tokens", r->n_prompt_ids, r->max_tokens, r->n, e->n_blocks,
+                           e->opt.block_size);
+    default:
+        return ereq_refuse(q, "invalid_request", "the request cannot be scheduled");
+    }
+}
+
+int engine_add(rlEngine *e, rlRequest *req, rlError *err) {
+    engReq *q = calloc(1, sizeof(*q));
+    if (!q) {
+        rl_request_free(req);
+        free(req);
+        return rl_error(err, RL_EINTERNAL, "out of memory");
+    }
+    q->req = req;
+    q->t_arrival = now_ms();
+    uint64_t arrival = e->n_arrivals++;
+    q->seed = req->has_seed ? req->seed : rl_mix64(e->opt.seed ^ rl_mix64(arrival));
+    q->prev = e->tail;
+    if (e->tail) e->tail->next = q;
+    else e->head = q;
+    e->tail = q;
+    if (ereq_tokenize(e, q, err) || (!q->error_code && ereq_check(e, q)) ||
+        (!q->error_code && ereq_start(e, q, err))) {
+        ereq_free(e, q);
+        return -1;
+    }
+    if (q->error_code && q->h) {
+        sched_remove(e->sched, q->h);
+        q->h = NULL;
+    }
+    return 0;
+}
+
+int engine_abort(rlEngine *e, const char *id) {
+    for (engReq *q = e->head; q; q = q->next)
+        if (q->req->id && !strcmp(q->req->id, id) && !q->aborted && !q->error_code) {
+            q->aborted = 1;
+            return 0;
+        }
+    return -1;
+}
+
+/* ---- outputs ---- */
+
+static int sample_text_append(engSample *s, const char *t, size_t n) {
+    if (s->text_len + n + 1 > s->text_cap) {
+        size_t cap = s->text_cap ? s->text_cap * 2 : 256;
+        while (cap < s->text_len + n + 1) cap *= 2;
+        char *p = realloc(s->text, cap);
+        if (!p) return -1;
+        s->text = p;
+        s->text_cap = cap;
+    }
+    memcpy(s->text + s->text_len, t, n);
+    s->text_len += n;
+    s->text[s->text_len] = 0;
+    return 0;
+}
+
+static void emit_error(engReq *q, const char *code, const char *msg, rlOutputFn fn, void *ctx) {
+    rlOutput o = {.kind = RL_OUT_ERROR, .req = q->req, .error_code = code, .error_message = msg};
+    fn(ctx, &o);
+}
+
+/* Deliver what sample i holds (a chunk, or its done event) and clear it. */
+static void emit_sample(engReq *q, int i, rlOutputKind kind, rlOutputFn fn, void *ctx) {
+    engSample *s = &q->samples[i];
+    const rlRequest *r = q->req;
+    double now = now_ms();
+    rlOutput o = {.kind = kind, .req = r, .index = i, .token_ids = s->tokens,
+                  .n_tokens = s->n_tokens, .text = s->text ? s->text : "",
+                  .text_len = s->text_len, .logprobs = s->logprobs};
+    if (kind == RL_OUT_DONE) {
+        o.finish = s->finish;
+        o.prompt_logprobs = q->prompt_lp;
+        o.n_prompt = r->n_prompt_ids;
+        o.prompt_tokens = r->n_prompt_ids;
+        o.completion_tokens = s->n_generated;
+        o.cached_tokens = q->h ? q->h->cached_tokens : 0;
+        o.queued_ms = q->t_scheduled > 0 ? q->t_scheduled - q->t_arrival : now - q->t_arrival;
+        o.first_token_ms = q->t_first > 0 ? q->t_first - q->t_arrival : 0;
+        o.total_ms = now - q->t_arrival;
+    }
+    fn(ctx, &o);
+    s->n_tokens = 0;
+    s->text_len = 0;
+    s->dirty = 0;
+}
+
+static int sample_finish(rlEngine *e, engReq *q, int i, rlFinish f, rlOutputFn fn, void *ctx,
+                         rlError *err) {
+    engSample *s = &q->samples[i];
+    s->finish = f;
+    if (s->detok) {
+        size_t n;
+        const char *t = detok_finish(s->detok, &n);
+        if (sample_text_append(s, t, n)) return rl_error(err, RL_EINTERNAL, "out of memory");
+    }
+    emit_sample(q, i, RL_OUT_DONE, fn, ctx);
+    if (q->h) sched_finish_seq(e->sched, q->h, i);
+    q->n_done++;
+    return 0;
+}
+
+static int is_stop_token(const rlEngine *e, const rlRequest *r, int32_t tok) {
+    if (!r->ignore_eos)
+        for (int i = 0; i < e->cfg.n_eos; i++)
+            if (e->cfg.eos_ids[i] == tok) return 1;
+    for (int i = 0; i < r->n_stop_token_ids; i++)
+        if (r->stop_token_ids[i] == tok) return 1;
+    return 0;
+}
+
+static void logprob_fill(rlTokenLogprob *lp, int32_t id, float logprob, const rlRowResult *res) {
+    lp->id = id;
+    lp->logprob = logprob;
+    lp->n_top = res->n_top;
+    memcpy(lp->top_ids, res->top_ids, sizeof(lp->top_ids));
+    memcpy(lp->top_logprobs, res->top_logprobs, sizeof(lp->top_logprobs));
+}
+
+/* A sampled token for sample i: append, check every stop condition. */
+static int sample_push(rlEngine *e, engReq *q, int i, const rlRowResult *res, rlOutputFn fn,
+                       void *ctx, rlError *err) {
+    engSample *s = &q->samples[i];
+    const rlRequest *r = q->req;
+    int32_t tok = res->token;
+    if (s->logprobs) logprob_fill(&s->logprobs[s->n_tokens], tok, res->token_logprob, res);
+    s->tokens[s->n_tokens++] = tok;
+    s->n_generated++;
+    e->generation_tokens++;
+    if (q->t_first == 0) q->t_first = now_ms();
+    sched_append(e->sched, q->h, i, tok);
+    rlFinish f = RL_FINISH_NONE;
+    if (is_stop_token(e, r, tok)) {
+        f = RL_FINISH_STOP;   /* the stop token's own text is not part of the output */
+    } else if (s->detok) {
+        int stopped = 0;
+        size_t n;
+        if (detok_push(s->detok, tok, &stopped, err)) return -1;
+        const char *t = detok_take(s->detok, &n);
+        if (sample_text_append(s, t, n)) return rl_error(err, RL_EINTERNAL, "out of memory");
+        if (stopped) f = RL_FINISH_STOP;
+    }
+    if (!f && s->n_generated >= r->max_tokens) f = RL_FINISH_LENGTH;
+    if (f) return sample_finish(e, q, i, f, fn, ctx, err);
+    s->dirty = 1;
+    return 0;
+}
+
+/* ---- the step ---- */
+
+static void row_spec(const rlSchedRow *row, rlRowSpec *spec) {
+    const engReq *q = row->req->user;
+    const rlRequest *r = q->req;
+    memset(spec, 0, sizeof(*spec));
+    spec->token = row->token;
+    spec->top_p = 1.0f;
+    if (row->kind == RL_ROW_PROMPT) {
+        spec->target = row->target;
+        spec->n_top = r->prompt_logprobs;
+        return;
+    }
+    spec->target = -1;
+    spec->n_top = r->logprobs > 0 ? r->logprobs : 0;
+    spec->sample = 1;
+    spec->temperature = r->temperature;
+    spec->top_p = r->top_p;
+    spec->min_p = r->min_p;
+    spec->top_k = r->top_k;
+    spec->seed = q->seed;
+    spec->sample_index = (uint32_t)row->seq;
+    spec->step = (uint32_t)row->step;
+}
+
+/* Refused and aborted requests are answered before anything is planned; an
+ * abort of a request in flight waits for its step's results. */
+static int engine_answer_pending(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
+    for (engReq *q = e->head, *next; q; q = next) {
+        next = q->next;
+        if (q->error_code) {
+            emit_error(q, q->error_code, q->error_message ? q->error_message : "out of memory",
+                       fn, ctx);
+            ereq_free(e, q);
+        } else if (q->aborted && !(q->h && q->h->in_flight)) {
+            for (int i = 0; i < q->req->n; i++)
+                if (q->samples[i].finish == RL_FINISH_NONE &&
+                    sample_finish(e, q, i, RL_FINISH_ABORT, fn, ctx, err))
+                    return -1;
+            ereq_free(e, q);
+        }
+    }
+    return 0;
+}
+
+/* Plan a step over the requests not in flight and hand it to the ranks
+ * without waiting: 1 when a step went out, 0 when there was nothing to run. */
+static int engine_submit(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
+    engFlight *f = &e->flights[(e->oldest + e->n_flight) % e->depth];
+    rlSchedPlan *p = f->plan;
+    if (sched_step(e->sched, now_wall_ms(), p))
+        return rl_error(err, RL_EINTERNAL, "out of memory planning a step");
+    for (int i = 0; i < p->n_expired; i++) {
+        engReq *q = p->expired[i]->user;
+        emit_error(q, "deadline_exceeded", "the request's deadline_ms passed before it started",
+                   fn, ctx);
+        ereq_free(e, q);
+    }
+    if (p->n_seqs == 0) return 0;
+
+    double now = now_ms();
+    for (int i = 0; i < p->n_seqs; i++) {
+        engReq *q = p->seq_req[i]->user;
+        if (q->t_scheduled == 0) q->t_scheduled = now;
+        /* Prompt tokens computed (recomputation after preemption included). */
+        int start = p->positions[p->seq_start[i]];
+        int end = p->seq_len[i] < q->req->n_prompt_ids ? p->seq_len[i] : q->req->n_prompt_ids;
+        if (end > start) e->prompt_tokens += (uint64_t)(end - start);
+    }
+    for (int i = 0; i < p->n_rows; i++) row_spec(&p->rows[i], &f->specs[i]);
+    rlBatch b = {.n_seqs = p->n_seqs, .n_tokens = p->n_tokens, .tokens = p->tokens,
+                 .positions = p->positions, .slots = p->slots, .seq_start = p->seq_start,
+                 .seq_len = p->seq_len, .block_tables = p->block_tables,
+                 .max_blocks = p->max_blocks, .n_rows = p->n_rows, .rows = f->specs};
+    double t0 = now_ms();
+    if (ranks_submit(e->ranks, &b, f->results, &f->ticket, err)) return -1;
+    e->model_ms += now_ms() - t0;
+    sched_in_flight(e->sched, p);
+    if (++e->n_flight > e->max_flight) e->max_flight = e->n_flight;
+    return 1;
+}
+
+/* Wait for the oldest step in flight and apply its results. */
+static int engine_land(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
+    engFlight *f = &e->flights[e->oldest];
+    double t0 = now_ms();
+    if (ranks_wait(e->ranks, f->ticket, err)) return -1;
+    e->model_ms += now_ms() - t0;
+    e->oldest = (e->oldest + 1) % e->depth;
+    e->n_flight--;
+    const rlSchedPlan *p = f->plan;
+    sched_landed(e->sched, p);
+
+    for (int i = 0; i < p->n_rows; i++) {
+        const rlSchedRow *row = &p->rows[i];
+        engReq *q = row->req->user;
+        if (row->kind == RL_ROW_PROMPT) {
+            logprob_fill(&q->prompt_lp[row->position + 1], row->target,
+                         f->results[i].target_logprob, &f->results[i]);
+        } else if (q->samples[row->seq].finish == RL_FINISH_NONE &&
+                   sample_push(e, q, row->seq, &f->results[i], fn, ctx, err)) {
+            return -1;
+        }
+    }
+    /* Scoring only: done once the whole prompt is computed. */
+    for (int i = 0; i < p->n_seqs; i++) {
+        engReq *q = p->seq_req[i]->user;
+        if (q->req->max_tokens > 0 || q->h->seqs[p->seq_index[i]].n_computed < q->req->n_prompt_ids)
+            continue;
+        for (int k = 0; k < q->req->n; k++)
+            if (q->samples[k].finish == RL_FINISH_NONE &&
+                sample_finish(e, q, k, RL_FINISH_LENGTH, fn, ctx, err))
+                return -1;
+    }
+    for (int i = 0; i < p->n_rows; i++) {
+        const rlSchedRow *row = &p->rows[i];
+        engReq *q = row->req->user;
+        if (row->kind == RL_ROW_SAMPLE && q->req->stream && q->samples[row->seq].dirty)
+            emit_sample(q, row->seq, RL_OUT_CHUNK, fn, ctx);
+    }
+    for (engReq *q = e->head, *next; q; q = next) {
+        next = q->next;
+        if (q->h && q->n_done == q->req->n) ereq_free(e, q);
+    }
+    return 0;
+}
+
+int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
+    if (engine_answer_pending(e, fn, ctx, err)) return -1;
+    int rc = 1;
+    while (e->n_flight < e->depth && (rc = engine_submit(e, fn, ctx, err)) > 0) continue;
+    if (rc < 0) return -1;
+    return e->n_flight ? engine_land(e, fn, ctx, err) : 0;
+}
+
+int engine_has_work(const rlEngine *e) { return e->head != NULL; }
+
+int engine_free_slots(const rlEngine *e) { return sched_free_seqs(e->sched); }
+
+void engine_stats(const rlEngine *e, rlEngineStats *st) {
+    rlSchedStats s;
+    sched_stats(e->sched, &s);
+    st->running = s.running;
+    st->waiting = s.waiting;
+    st->preempted = (int)s.preemptions;
+    st->kv_blocks_used = s.blocks.used;
+    st->kv_blocks_free = s.blocks.free;
+    st->kv_blocks_cached = s.blocks.cached;
+    st->kv_blocks_total = s.blocks.total;
+    st->prefix_hit_tokens = s.prefix_hit_tokens;
+    st->prefix_query_tokens = s.prefix_query_tokens;
+    st->prompt_tokens = e->prompt_tokens;
+    st->generation_tokens = e->generation_tokens;
+    st->steps_in_flight = e->n_flight;
+    st->max_steps_in_flight = e->max_flight;
+    st->model_seconds = e->model_ms / 1e3;
+}
+
+void engine_close(rlEngine *e) {
+    if (!e) return;
+    /* First: closing the ranks finishes the steps in flight, which read
+     * their plans. */
+    if (e->ranks) ranks_close(e->ranks);
+    while (e->head) ereq_free(e, e->head);
+    sched_free(e->sched);
+    for (int i = 0; e->flights && i < e->depth; i++) {
+        sched_plan_free(e->flights[i].plan);
+        free(e->flights[i].specs);
+        free(e->flights[i].results);
+    }
+    free(e->flights);
+    if (e->tok) tokenizer_free(e->tok);
+    if (e->ckpt) checkpoint_close(e->ckpt);
+    free(e);
+}

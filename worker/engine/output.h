@@ -1,0 +1,18 @@
+/* output.h: an engine output as protocol.md's reply event.
+ *
+ * One place builds chunk, done and error events, so `redlm generate` and
+ * the Redis worker answer with the same fields and spellings. */
+#ifndef RL_OUTPUT_H
+#define RL_OUTPUT_H
+
+#include <jansson.h>
+
+#include "worker/engine/engine.h"
+
+/* The event for out, numbered seq within its job and attempt; NULL when out
+ * of memory or the text is not valid UTF-8 (the engine never emits such). */
+json_t *rl_output_event(const rlOutput *out, int seq);
+
+const char *rl_finish_name(rlFinish f);
+
+#endif

@@ -1,0 +1,19 @@
+/* prompt.c: a request's prompt, in whichever of its three forms the
+ * producer sent, turned into the token ids the engine runs on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/engine/prompt.h"
+
+int prompt_fill_ids(const rlTokenizer *t, rlRequest *r, rlError *err) {
+    if (r->prompt_ids) return 0;
+    /* Errors keep tokenizer_encode's message as it is: callers look for
+     * its "invalid_utf8:" prefix. */
+    if (r->prompt) return tokenizer_encode(t, r->prompt, strlen(r->prompt), &r->prompt_ids, &r->n_prompt_ids, err);
+    if (!r->messages) return rl_error(err, RL_EINPUT, "no prompt: give one of prompt, messages or prompt_ids");
+    char *text;
+    if (prompt_render_chat(r->messages, r->n_messages, &text, err)) return -1;
+    int rc = tokenizer_encode(t, text, strlen(text), &r->prompt_ids, &r->n_prompt_ids, err);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,325 @@
+/* modelcfg.c: reading and checking a Qwen2 config.json.
+ *
+ * The config decides every buffer size in the process, so each value is
+ * checked here (type, range, consistency) and anything redlm does not
+ * implement (another architecture, rope scaling, sliding-window attention)
+ * is refused with a message, rather than producing wrong numbers later. */
+#include "worker/model/modelcfg.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Larger dimensions are a corrupt file, not a model, and would overflow
+ * the size arithmetic downstream. */
+#define RL_MAX_DIM (1 << 24)
+
+/* Loads a JSON object from path.  Returns NULL with *missing set when the
+ * file does not exist, so optional files can be skipped. */
+static json_t *modelcfg_read_json(const char *path, int *missing, rlError *err) {
+    *missing = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT) {
+            *missing = 1;
+            rl_error(err, RL_EMODEL, "%s does not exist", path);
+        } else if (errno == EACCES) {
+            rl_error(err, RL_EMODEL,
+                     "%s cannot be read: permission denied. Make the file readable by the "
+                     "user running redlm (chmod a+r).", path);
+        } else {
+            rl_error(err, RL_EMODEL, "%s cannot be opened: %s", path, strerror(errno));
+        }
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    int read_failed = ferror(f);
+    fclose(f);
+    if (read_failed) {
+        json_decref(root);
+        rl_error(err, RL_EMODEL, "%s cannot be read: I/O error (is it a directory or on a "
+                 "failing disk?)", path);
+        return NULL;
+    }
+    if (!root) {
+        rl_error(err, RL_EMODEL,
+                 "%s is not valid JSON (line %d, column %d: %s). The file is damaged or "
+                 "incomplete: download it again from the model's repository.",
+                 path, jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        rl_error(err, RL_EMODEL, "%s is valid JSON but not an object, so it is not a Hugging "
+                 "Face config: download it again from the model's repository.", path);
+        return NULL;
+    }
+    return root;
+}
+
+/* An integer key in [1, RL_MAX_DIM]; absent or null gives def, or an error
+ * when def < 0 (the key is required). */
+static int modelcfg_get_dim(json_t *root, const char *path, const char *key, int def,
+                            int *out, rlError *err) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        if (def >= 0) { *out = def; return 0; }
+        return rl_error(err, RL_EMODEL,
+                        "%s has no \"%s\", which every Qwen2 config.json sets. The file is "
+                        "incomplete: download config.json again from the model's repository.",
+                        path, key);
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > RL_MAX_DIM)
+        return rl_error(err, RL_EMODEL,
+                        "%s: \"%s\" must be an integer between 1 and %d. The config is damaged "
+                        "or edited by hand: restore it from the model's repository.",
+                        path, key, RL_MAX_DIM);
+    *out = (int)json_integer_value(v);
+    return 0;
+}
+
+/* A positive finite number; absent or null gives def. */
+static int modelcfg_get_real(json_t *root, const char *path, const char *key, double def,
+                             double max, double *out, rlError *err) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) { *out = def; return 0; }
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x > 0 && x < max))
+        return rl_error(err, RL_EMODEL,
+                        "%s: \"%s\" must be a positive number below %g. The config is damaged "
+                        "or edited by hand: restore it from the model's repository.",
+                        path, key, max);
+    *out = x;
+    return 0;
+}
+
+/* A token id or a list of them (both forms occur on the hub). */
+static int modelcfg_get_eos(json_t *v, const char *path, rlModelConfig *cfg, rlError *err) {
+    json_t *one = v;
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (n > RL_MAX_EOS)
+        return rl_error(err, RL_EMODEL, "%s: \"eos_token_id\" lists %zu ids; redlm supports at "
+                        "most %d.", path, n, RL_MAX_EOS);
+    cfg->n_eos = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (json_is_array(v)) one = json_array_get(v, i);
+        if (!json_is_integer(one) || json_integer_value(one) < 0 ||
+            json_integer_value(one) > RL_MAX_DIM)
+            return rl_error(err, RL_EMODEL, "%s: \"eos_token_id\" must be a token id or a list "
+                            "of token ids. Restore the file from the model's repository.", path);
+        cfg->eos_ids[cfg->n_eos++] = (int)json_integer_value(one);
+    }
+    return 0;
+}
+
+static int modelcfg_get_bos(json_t *root, const char *path, rlModelConfig *cfg, rlError *err) {
+    json_t *v = json_object_get(root, "bos_token_id");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > RL_MAX_DIM)
+        return rl_error(err, RL_EMODEL, "%s: \"bos_token_id\" must be a token id. Restore the "
+                        "file from the model's repository.", path);
+    cfg->bos_id = (int)json_integer_value(v);
+    return 0;
+}
+
+static int modelcfg_check_arch(json_t *root, const char *path, rlError *err) {
+    const char *type = json_string_value(json_object_get(root, "model_type"));
+    if (!type)
+        return rl_error(err, RL_EMODEL,
+                        "%s has no \"model_type\" string, so it is not a Hugging Face "
+                        "transformers config. Point redlm at a Qwen2 / Qwen2.5 model directory "
+                        "downloaded from the Hugging Face hub.", path);
+    if (strcmp(type, "qwen2") != 0)
+        return rl_error(err, RL_EMODEL,
+                        "%s: model_type \"%s\" is not supported: redlm runs the Qwen2 "
+                        "architecture only (model_type \"qwen2\": Qwen2, Qwen2.5 and their "
+                        "fine-tunes). Use a Qwen2-family checkpoint.", path, type);
+    json_t *archs = json_object_get(root, "architectures");
+    if (!archs || json_is_null(archs)) return 0;
+    size_t i;
+    json_t *a;
+    json_array_foreach(archs, i, a) {
+        if (json_is_string(a) && strcmp(json_string_value(a), "Qwen2ForCausalLM") == 0) return 0;
+    }
+    const char *first = json_string_value(json_array_get(archs, 0));
+    return rl_error(err, RL_EMODEL,
+                    "%s: architecture %s is not supported: redlm runs Qwen2ForCausalLM (text "
+                    "generation) only. Use the causal-LM checkpoint of the model.",
+                    path, first ? first : "(not a list of names)");
+}
+
+/* Refuses the features that change the math redlm implements. */
+static int modelcfg_check_features(json_t *root, const char *path, int num_layers, rlError *err) {
+    const char *act = json_string_value(json_object_get(root, "hidden_act"));
+    json_t *actv = json_object_get(root, "hidden_act");
+    if (actv && !json_is_null(actv) && (!act || strcmp(act, "silu") != 0))
+        return rl_error(err, RL_EMODEL, "%s: hidden_act \"%s\" is unsupported: redlm implements "
+                        "the SiLU MLP of Qwen2 (\"silu\") only.", path, act ? act : "?");
+
+    /* rope_scaling (transformers 4) and rope_parameters (5) describe the same thing. */
+    const char *rope_keys[] = {"rope_scaling", "rope_parameters"};
+    for (int k = 0; k < 2; k++) {
+        json_t *rs = json_object_get(root, rope_keys[k]);
+        if (!rs || json_is_null(rs)) continue;
+        const char *t = json_string_value(json_object_get(rs, "rope_type"));
+        if (!t) t = json_string_value(json_object_get(rs, "type"));
+        if (json_is_object(rs) && (!t || strcmp(t, "default") == 0)) continue;
+        return rl_error(err, RL_EMODEL,
+                        "%s: %s of type \"%s\" is unsupported: redlm implements plain rotary "
+                        "embeddings only. Set its \"rope_type\" to \"default\" (or \"%s\" to "
+                        "null) in config.json to run the model at its native context length "
+                        "(max_position_embeddings).",
+                        path, rope_keys[k], t ? t : "?", rope_keys[k]);
+    }
+
+    /* HF applies the window only to layers from max_window_layers on. */
+    json_t *use = json_object_get(root, "use_sliding_window");
+    json_t *win = json_object_get(root, "sliding_window");
+    json_t *mwl = json_object_get(root, "max_window_layers");
+    int sliding = json_is_true(use) && win && !json_is_null(win) &&
+                  !(json_is_integer(mwl) && json_integer_value(mwl) >= num_layers);
+    json_t *types = json_object_get(root, "layer_types");
+    size_t i;
+    json_t *t;
+    json_array_foreach(types, i, t) {
+        if (!json_is_string(t) || strcmp(json_string_value(t), "full_attention") != 0)
+            sliding = 1;
+    }
+    if (sliding)
+        return rl_error(err, RL_EMODEL,
+                        "%s: sliding-window attention is enabled (use_sliding_window / "
+                        "layer_types) and redlm implements full causal attention only. Set "
+                        "\"use_sliding_window\": false in config.json (the released Qwen2.5 "
+                        "models ship it off).", path);
+    return 0;
+}
+
+static int modelcfg_get_dtype(json_t *root, const char *path, rlDtype *out, rlError *err) {
+    /* transformers 5 writes "dtype", older versions "torch_dtype". */
+    json_t *v = json_object_get(root, "torch_dtype");
+    if (!v || json_is_null(v)) v = json_object_get(root, "dtype");
+    if (!v || json_is_null(v)) { *out = RL_F32; return 0; }  /* transformers' default */
+    const char *s = json_string_value(v);
+    if (s && strcmp(s, "bfloat16") == 0) *out = RL_BF16;
+    else if (s && (strcmp(s, "float16") == 0 || strcmp(s, "half") == 0)) *out = RL_F16;
+    else if (s && (strcmp(s, "float32") == 0 || strcmp(s, "float") == 0)) *out = RL_F32;
+    else
+        return rl_error(err, RL_EMODEL, "%s: torch_dtype \"%s\" is unsupported: redlm reads "
+                        "bfloat16, float16 and float32 checkpoints.", path, s ? s : "?");
+    return 0;
+}
+
+/* Fills cfg from a parsed config.json; path is only for messages. */
+static int modelcfg_parse(json_t *root, const char *path, rlModelConfig *cfg, rlError *err) {
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->bos_id = -1;
+    if (modelcfg_check_arch(root, path, err)) return -1;
+    if (modelcfg_get_dim(root, path, "hidden_size", -1, &cfg->hidden_size, err) ||
+        modelcfg_get_dim(root, path, "num_hidden_layers", -1, &cfg->num_layers, err) ||
+        modelcfg_get_dim(root, path, "num_attention_heads", -1, &cfg->num_heads, err) ||
+        modelcfg_get_dim(root, path, "num_key_value_heads", cfg->num_heads,
+                         &cfg->num_kv_heads, err) ||
+        modelcfg_get_dim(root, path, "intermediate_size", -1, &cfg->intermediate_size, err) ||
+        modelcfg_get_dim(root, path, "vocab_size", -1, &cfg->vocab_size, err) ||
+        modelcfg_get_dim(root, path, "max_position_embeddings", 32768,
+                         &cfg->max_position_embeddings, err))
+        return -1;
+    if (cfg->num_heads % cfg->num_kv_heads != 0)
+        return rl_error(err, RL_EMODEL, "%s: num_attention_heads (%d) is not a multiple of "
+                        "num_key_value_heads (%d), so query heads cannot share KV heads evenly. "
+                        "The config is damaged: restore it from the model's repository.",
+                        path, cfg->num_heads, cfg->num_kv_heads);
+    json_t *hd = json_object_get(root, "head_dim");
+    if ((!hd || json_is_null(hd)) && cfg->hidden_size % cfg->num_heads != 0)
+        return rl_error(err, RL_EMODEL, "%s: hidden_size (%d) is not a multiple of "
+                        "num_attention_heads (%d) and there is no \"head_dim\" key to say "
+                        "the head size. Restore config.json from the model's repository.",
+                        path, cfg->hidden_size, cfg->num_heads);
+    if (modelcfg_get_dim(root, path, "head_dim", cfg->hidden_size / cfg->num_heads,
+                         &cfg->head_dim, err))
+        return -1;
+    if (cfg->head_dim % 2 != 0 || (int64_t)cfg->head_dim * cfg->num_heads > RL_MAX_DIM)
+        return rl_error(err, RL_EMODEL, "%s: head_dim %d with %d heads is not a usable shape "
+                        "(rotary embeddings need an even head size). Restore config.json from "
+                        "the model's repository.", path, cfg->head_dim, cfg->num_heads);
+    if (modelcfg_get_real(root, path, "rope_theta", 10000.0, 1e12, &cfg->rope_theta, err) ||
+        modelcfg_get_real(root, path, "rms_norm_eps", 1e-6, 1.0, &cfg->rms_norm_eps, err))
+        return -1;
+    json_t *params = json_object_get(root, "rope_parameters");
+    if (json_is_object(params) &&
+        modelcfg_get_real(params, path, "rope_theta", cfg->rope_theta, 1e12,
+                          &cfg->rope_theta, err))
+        return -1;
+    json_t *tie = json_object_get(root, "tie_word_embeddings");
+    if (tie && !json_is_null(tie) && !json_is_boolean(tie))
+        return rl_error(err, RL_EMODEL, "%s: \"tie_word_embeddings\" must be true or false.",
+                        path);
+    cfg->tie_word_embeddings = json_is_true(tie);
+    if (modelcfg_get_dtype(root, path, &cfg->torch_dtype, err) ||
+        modelcfg_check_features(root, path, cfg->num_layers, err) ||
+        modelcfg_get_bos(root, path, cfg, err))
+        return -1;
+    json_t *eos = json_object_get(root, "eos_token_id");
+    if (eos && !json_is_null(eos) && modelcfg_get_eos(eos, path, cfg, err)) return -1;
+    return 0;
+}
+
+/* generation_config.json overrides the config's EOS and BOS ids. */
+static int modelcfg_apply_generation(const char *path, rlModelConfig *cfg, rlError *err) {
+    int missing;
+    json_t *gen = modelcfg_read_json(path, &missing, err);
+    if (!gen) return missing ? 0 : -1;
+    int rc = 0;
+    json_t *eos = json_object_get(gen, "eos_token_id");
+    if (eos && !json_is_null(eos)) rc = modelcfg_get_eos(eos, path, cfg, err);
+    if (rc == 0) rc = modelcfg_get_bos(gen, path, cfg, err);
+    json_decref(gen);
+    return rc;
+}
+
+int modelcfg_load(const char *path, rlModelConfig *cfg, rlError *err) {
+    char cfg_path[4096], gen_path[4096];
+    struct stat st;
+    int is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    size_t plen = strlen(path);
+    if (plen + 32 > sizeof(cfg_path))
+        return rl_error(err, RL_EMODEL, "model path is too long (%zu bytes)", plen);
+    if (is_dir) {
+        snprintf(cfg_path, sizeof(cfg_path), "%s/config.json", path);
+        snprintf(gen_path, sizeof(gen_path), "%s/generation_config.json", path);
+    } else {
+        snprintf(cfg_path, sizeof(cfg_path), "%s", path);
+        const char *slash = strrchr(path, '/');
+        const char *base = slash ? slash + 1 : path;
+        if (strcmp(base, "config.json") == 0)
+            snprintf(gen_path, sizeof(gen_path), "%.*sgeneration_config.json",
+                     (int)(base - path), path);
+        else
+            gen_path[0] = '\0';
+    }
+
+    int missing;
+    json_t *root = modelcfg_read_json(cfg_path, &missing, err);
+    if (!root) {
+        if (missing && is_dir)
+            return rl_error(err, RL_EMODEL,
+                            "%s has no config.json, so it is not a Hugging Face model "
+                            "directory. Download the whole model repository (config.json, "
+                            "generation_config.json, *.safetensors), e.g. `huggingface-cli "
+                            "download Qwen/Qwen2.5-0.5B-Instruct --local-dir DIR`.", path);
+        if (missing)
+            return rl_error(err, RL_EMODEL,
+                            "%s does not exist. Pass a model directory, or a config.json for "
+                            "--load-format dummy (e.g. tests/fixtures/configs/qwen2.5-0.5b.json).",
+                            path);
+        return -1;
+    }
+    int rc = modelcfg_parse(root, cfg_path, cfg, err);
+    json_decref(root);
+    if (rc == 0 && gen_path[0]) rc = modelcfg_apply_generation(gen_path, cfg, err);
+    return rc;
+}

@@ -1,0 +1,108 @@
+/* plan.h: where every byte of GPU memory goes, for every way to lay a model
+ * out over some GPUs, computed before anything is allocated.
+ *
+ * A layout is k instances of TP x PP ranks (k * TP * PP GPUs).  For each rank
+ * the plan counts the shard's weights (rl_shard_plan + rl_model_weight_bytes,
+ * the numbers the model loader will allocate), its activation buffers, the
+ * CUDA backend's workspace and graph reserve, NCCL buffers and the CUDA
+ * context; what is left of the GPU's budget becomes KV blocks.  `redlm plan`
+ * prints it; the worker runs the same functions at start and stops before
+ * loading weights when its layout does not fit.  Computing and printing are
+ * separate (plan_report.c) so callers take the numbers as a struct. */
+#ifndef RL_PLAN_H
+#define RL_PLAN_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kernels/config.h"
+#include "kernels/error.h"
+#include "kernels/shard.h"
+
+#define RL_PLAN_MAX_GPUS 64
+
+typedef struct rlPlanOptions {
+    rlDtype dtype;                 /* weights, activations and KV cache on the device */
+    int max_model_len;             /* 0: the model's max_position_embeddings */
+    int max_num_seqs;              /* default 256 (the engine's) */
+    int max_num_batched_tokens;    /* default 2048 */
+    int block_size;                /* default 16 */
+    double gpu_memory_utilization; /* share of each GPU's total memory redlm may use */
+    int n_gpus;
+    size_t gpu_total[RL_PLAN_MAX_GPUS]; /* each GPU's memory */
+    size_t gpu_used[RL_PLAN_MAX_GPUS];  /* already taken by other processes */
+    int gpu_ordinal[RL_PLAN_MAX_GPUS];  /* CUDA ordinal, or -1 for a hypothetical GPU */
+} rlPlanOptions;
+
+/* The engine's defaults; n_gpus GPUs of gpu_bytes each. */
+void plan_options_init(rlPlanOptions *o, int n_gpus, size_t gpu_bytes);
+
+/* One rank's memory on its GPU, in bytes. */
+typedef struct rlPlanRank {
+    rlShard shard;
+    int gpu;                 /* index into the options' GPU arrays */
+    size_t budget;           /* utilization x total, less other processes' use */
+    size_t weights;
+    size_t activations;      /* model buffers, logits included */
+    size_t workspace;        /* GEMM workspace and sampling scratch */
+    size_t graphs;           /* CUDA graph pools and the rest of the backend's reserve */
+    size_t nccl;             /* communicator buffers */
+    size_t runtime;          /* CUDA context, cuBLAS handles, module images */
+    size_t kv;               /* the KV blocks' share on this rank */
+    size_t kv_bytes_per_block;
+} rlPlanRank;
+
+typedef struct rlPlanLayout {
+    int instances, tp, pp;
+    int fits;
+    char why[768];           /* fits == 0: why not, and what to change */
+    rlPlanRank *ranks;       /* [instance][pp_rank * tp + tp_rank] */
+    long long *kv_blocks;    /* [instance] blocks every rank of it holds */
+    long long kv_tokens;     /* per instance (the smallest when they differ) */
+    int max_seqs;            /* sequences of max_model_len that fit at once, per instance */
+    int collectives;         /* TP all-reduces and gathers plus PP hand-offs per step */
+    double imbalance;        /* weight bytes max / mean over one instance's ranks */
+    int tight;               /* index into ranks of the rank with the least KV room */
+} rlPlanLayout;
+
+typedef struct rlPlan {
+    rlModelConfig cfg;
+    rlPlanOptions opt;       /* with defaults filled in */
+    rlPlanLayout *layouts;
+    int n_layouts;
+    int throughput, latency; /* recommended layouts (index), -1 when nothing fits */
+    char throughput_why[512], latency_why[512];
+} rlPlan;
+
+/* Every layout of cfg over the options' GPUs, each checked, and the two
+ * recommendations.  Fails only on bad options (RL_EUSAGE). */
+int plan_compute(const rlModelConfig *cfg, const rlPlanOptions *o, rlPlan *p, rlError *err);
+
+/* One layout on the GPUs the options list in order (the worker's start):
+ * p holds just that layout.  RL_EDEVICE when it needs more GPUs than listed
+ * (p empty); RL_EMEMORY with the plan's numbers and the flags to change when
+ * it does not fit (p holds the layout, for printing the evidence). */
+int plan_layout(const rlModelConfig *cfg, const rlPlanOptions *o, int instances, int tp, int pp,
+                rlPlan *p, rlError *err);
+
+/* plan_devices.c: fill o's GPU arrays from real devices (CUDA ordinals):
+ * total memory and what other processes hold.  RL_EDEVICE when they cannot
+ * be read. */
+int plan_read_devices(const int *devices, int n, rlPlanOptions *o, rlError *err);
+
+/* RL_EDEVICE, saying which flags to change, when the layout needs more
+ * GPUs than n_gpus. */
+int plan_check_gpu_count(int instances, int tp, int pp, int n_gpus, rlError *err);
+
+void plan_layout_free(rlPlanLayout *l);
+void plan_free(rlPlan *p);
+
+/* plan_report.c: the plan as a table for a terminal, or as JSON. */
+void plan_print(FILE *f, const rlPlan *p);
+void plan_print_layout(FILE *f, const rlPlan *p, const rlPlanLayout *l);
+int plan_print_json(FILE *f, const rlPlan *p, rlError *err);
+
+/* "24GiB", "141GB", "512MiB", "80G" (G = GiB) into bytes. */
+int plan_parse_size(const char *s, size_t *out, rlError *err);
+
+#endif

@@ -1,0 +1,33 @@
+/* metrics.h: the worker's Prometheus metrics, served over HTTP.
+ *
+ * Names follow vLLM's (vllm:num_requests_running ...) with the redlm:
+ * prefix, so dashboards built for vLLM need only the prefix changed.  The
+ * engine thread records, the HTTP thread (libmicrohttpd) reads; one mutex,
+ * held for microseconds, is all the sharing there is. */
+#ifndef RL_METRICS_H
+#define RL_METRICS_H
+
+#include <stddef.h>
+
+#include "kernels/error.h"
+#include "worker/engine/engine.h"
+
+typedef struct rlMetrics rlMetrics;
+
+rlMetrics *metrics_create(void);
+void metrics_free(rlMetrics *m);   /* stops the HTTP server too */
+
+/* Serve GET /metrics on port (all interfaces). */
+int metrics_serve(rlMetrics *m, int port, rlError *err);
+
+void metrics_set_engine(rlMetrics *m, const rlEngineStats *st);
+void metrics_set_backlog(rlMetrics *m, size_t bytes, size_t items);
+/* One finished sample: finish reason, latencies in seconds (tpot < 0 when
+ * fewer than two tokens were generated). */
+void metrics_observe_done(rlMetrics *m, rlFinish finish, double ttft, double tpot, double e2e);
+void metrics_count_error(rlMetrics *m, const char *code);
+
+/* The exposition text; malloc'd. */
+char *metrics_render(rlMetrics *m);
+
+#endif

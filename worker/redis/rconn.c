@@ -1,0 +1,144 @@
+/* rconn.c: a self-reconnecting hiredis async connection on libev (rconn.h). */
+#include "worker/redis/rconn.h"
+
+#include <hiredis/adapters/libev.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Backoff starts short so a restarted redis-server is picked up within a
+ * fraction of a second, and stops at 2 s so a long outage costs little. */
+#define RCONN_BACKOFF_MIN 0.05
+#define RCONN_BACKOFF_MAX 2.0
+
+struct rlConn {
+    struct ev_loop *loop;
+    rlRedisUrl url;
+    char name[32];
+    rlConnFn on_ready, on_lost;
+    void *ctx;
+    redisAsyncContext *ac;   /* connecting or connected */
+    int up;                  /* connected and logged in */
+    int closing;
+    double backoff;
+    ev_timer retry;
+    int lost_logged;
+};
+
+static void rconn_connect(rlConn *c);
+
+static void rconn_schedule(rlConn *c) {
+    if (c->closing) {
+        free(c);
+        return;
+    }
+    ev_timer_set(&c->retry, c->backoff, 0.);
+    ev_timer_start(c->loop, &c->retry);
+    c->backoff = c->backoff * 2 > RCONN_BACKOFF_MAX ? RCONN_BACKOFF_MAX : c->backoff * 2;
+}
+
+static void rconn_on_retry(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)loop, (void)revents;
+    rconn_connect(w->data);
+}
+
+static void rconn_on_login(redisAsyncContext *ac, void *r, void *priv) {
+    (void)ac;
+    rlConn *c = priv;
+    redisReply *reply = r;
+    if (reply && reply->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "redlm worker: Redis at %s:%d refused the login on the %s connection: %s; "
+                        "check the user, password and database in --redis\n",
+                c->url.host, c->url.port, c->name, reply->str);
+        rconn_reset(c);
+    }
+}
+
+static void rconn_on_connect(const redisAsyncContext *ac, int status) {
+    rlConn *c = ac->data;
+    if (status != REDIS_OK) {
+        if (!c->lost_logged)
+            fprintf(stderr, "redlm worker: cannot reach Redis at %s:%d (%s); retrying\n", c->url.host,
+                    c->url.port, ac->errstr);
+        c->lost_logged = 1;
+        c->ac = NULL; /* hiredis frees it after this callback */
+        rconn_schedule(c);
+        return;
+    }
+    if (c->lost_logged) fprintf(stderr, "redlm worker: Redis at %s:%d is back (%s connection)\n",
+                                c->url.host, c->url.port, c->name);
+    c->lost_logged = 0;
+    c->backoff = RCONN_BACKOFF_MIN;
+    c->up = 1;
+    redisEnableKeepAlive((redisContext *)&ac->c);
+    rlRedisLogin l;
+    char buf[16];
+    int n = redis_url_login(&c->url, &l, buf);
+    for (int i = 0; i < n; i++)
+        redisAsyncCommandArgv(c->ac, rconn_on_login, c, l.argc[i], l.argv[i], NULL);
+    c->on_ready(c, c->ctx);
+}
+
+static void rconn_on_disconnect(const redisAsyncContext *ac, int status) {
+    rlConn *c = ac->data;
+    int was_up = c->up;
+    c->ac = NULL;
+    c->up = 0;
+    if (!c->closing && status != REDIS_OK && !c->lost_logged) {
+        fprintf(stderr, "redlm worker: lost the %s connection to Redis at %s:%d (%s); reconnecting\n",
+                c->name, c->url.host, c->url.port, ac->errstr);
+        c->lost_logged = 1;
+    }
+    if (was_up && !c->closing) c->on_lost(c, c->ctx);
+    rconn_schedule(c);
+}
+
+static void rconn_connect(rlConn *c) {
+    redisAsyncContext *ac = redisAsyncConnect(c->url.host, c->url.port);
+    if (!ac || ac->err) {
+        if (!c->lost_logged)
+            fprintf(stderr, "redlm worker: cannot connect to Redis at %s:%d (%s); retrying\n", c->url.host,
+                    c->url.port, ac ? ac->errstr : "out of memory");
+        c->lost_logged = 1;
+        if (ac) redisAsyncFree(ac);
+        rconn_schedule(c);
+        return;
+    }
+    ac->data = c;
+    c->ac = ac;
+    redisLibevAttach(c->loop, ac);
+    redisAsyncSetConnectCallback(ac, rconn_on_connect);
+    redisAsyncSetDisconnectCallback(ac, rconn_on_disconnect);
+}
+
+rlConn *rconn_create(struct ev_loop *loop, const rlRedisUrl *url, const char *name,
+                     rlConnFn on_ready, rlConnFn on_lost, void *ctx) {
+    rlConn *c = calloc(1, sizeof(*c));
+    if (!c) return NULL;
+    c->loop = loop;
+    c->url = *url;
+    snprintf(c->name, sizeof(c->name), "%s", name);
+    c->on_ready = on_ready;
+    c->on_lost = on_lost;
+    c->ctx = ctx;
+    c->backoff = RCONN_BACKOFF_MIN;
+    ev_timer_init(&c->retry, rconn_on_retry, 0., 0.);
+    c->retry.data = c;
+    rconn_connect(c);
+    return c;
+}
+
+redisAsyncContext *rconn_ctx(rlConn *c) { return c->up ? c->ac : NULL; }
+
+void rconn_reset(rlConn *c) {
+    if (c->ac) redisAsyncDisconnect(c->ac);
+}
+
+void rconn_close(rlConn *c, int now) {
+    c->closing = 1;
+    ev_timer_stop(c->loop, &c->retry);
+    if (!c->ac) free(c);
+    else if (!c->up) redisAsyncFree(c->ac), free(c); /* still connecting: no callback will come */
+    else if (now) redisAsyncFree(c->ac); /* the disconnect callback frees c */
+    else redisAsyncDisconnect(c->ac);
+}

@@ -1,0 +1,298 @@
+/* runner.c: the engine thread (see runner.h).
+ *
+ * Locking: one mutex guards the inbox, the outbox, the credit and the
+ * stats; it is never held during engine_add/engine_step, so the loop thread
+ * waits at most for a list splice.  Credit is recomputed after each step as
+ * engine_free_slots() minus what still sits in the inbox, so the loop's view
+ * can only be stale towards "fewer", never towards over-reading. */
+#include "worker/redis/runner.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "worker/engine/output.h"
+
+
+typedef struct rlInbox {
+    struct rlInbox *next;
+    rlRequest *req;             /* add, or NULL for an abort */
+    char *abort_id;
+} rlInbox;
+
+struct rlRunner {
+    rlEngine *e;
+    rlRunnerOptions o;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rlInbox *in_head, *in_tail;
+    int in_adds;
+    rlItemList out;
+    int credit;
+    rlEngineStats st;
+    int stop, failed;
+    rlError err;
+    rlItemList produced;        /* engine thread only: items of the current step */
+};
+
+/* Append b's token_ids, text and logprobs to a (both chunk/done objects of
+ * one sample). */
+static void runner_merge(json_t *a, const json_t *b) {
+    static const char *arrays[] = {"token_ids", "logprobs"};
+    for (int i = 0; i < 2; i++) {
+        json_t *x = json_object_get(a, arrays[i]), *y = json_object_get(b, arrays[i]);
+        if (json_is_array(x) && json_is_array(y)) json_array_extend(x, y);
+    }
+    json_t *ta = json_object_get(a, "text"), *tb = json_object_get(b, "text");
+    if (json_is_string(ta) && json_is_string(tb)) {
+        size_t la = json_string_length(ta), lb = json_string_length(tb);
+        char *s = malloc(la + lb + 1);
+        if (s) {
+            memcpy(s, json_string_value(ta), la);
+            memcpy(s + la, json_string_value(tb), lb);
+            json_string_setn_nocheck(ta, s, la + lb);
+            free(s);
+        }
+    }
+}
+
+static void runner_emit(rlRunner *r, rlJob *job, json_t *ev) {
+    json_object_set_new(ev, "seq", json_integer(job->seq++));
+    json_object_set_new(ev, "attempt", json_integer(job->attempt));
+    if (items_event(&r->produced, job, ev))
+        fprintf(stderr, "redlm worker: cannot encode an event of job %s (out of memory)\n", job->id);
+}
+
+static void runner_fail_job(rlRunner *r, rlJob *job, const char *code, const char *message) {
+    const char *field = codec_field_name(job->enc);
+    const char *fv[2] = {field, job->payload ? job->payload : ""};
+    size_t fl[2] = {strlen(field), job->payload_len};
+    if (r->o.metrics) metrics_count_error(r->o.metrics, code);
+    if (items_fail(&r->produced, r->o.keys, job, 2, fv, fl, code, message))
+        fprintf(stderr, "redlm worker: out of memory answering job %s\n", job->id);
+}
+
+static void runner_on_output(void *ctx, const rlOutput *out) {
+    rlRunner *r = ctx;
+    rlJob *job = out->req->user;
+    if (job->samples_left <= 0) return; /* already answered (error) */
+    if (out->kind == RL_OUT_ERROR) {
+        runner_fail_job(r, job, out->error_code ? out->error_code : "internal",
+                        out->error_message ? out->error_message : "");
+        job->samples_left = 0;
+        return;
+    }
+    if (out->index < 0 || out->index >= job->n_samples) return;
+    json_t *ev = rl_output_event(out, 0); /* seq is set when it is sent */
+    if (!ev) {
+        runner_fail_job(r, job, "internal", "cannot build a reply event (out of memory)");
+        job->samples_left = 0;
+        return;
+    }
+    json_t **pending = &job->pending[out->index];
+    if (out->kind == RL_OUT_CHUNK) {
+        if (*pending) {
+            runner_merge(*pending, ev);
+            json_decref(ev);
+        } else *pending = ev;
+        json_t *ids = json_object_get(*pending, "token_ids");
+        if (out->req->stream && json_array_size(ids) >= (size_t)r->o.stream_interval) {
+            runner_emit(r, job, *pending);
+            json_decref(*pending);
+            *pending = NULL;
+        }
+        return;
+    }
+    /* done: whatever was held back goes first, as "the rest" */
+    if (*pending) {
+        runner_merge(*pending, ev);
+        json_t *keep = ev;
+        ev = *pending;
+        *pending = NULL;
+        const char *k;
+        json_t *v;
+        json_object_foreach(keep, k, v) if (!json_object_get(ev, k)) json_object_set(ev, k, v);
+        json_object_set(ev, "event", json_object_get(keep, "event"));
+        json_decref(keep);
+    }
+    runner_emit(r, job, ev);
+    json_decref(ev);
+    if (r->o.metrics) {
+        double tpot = out->completion_tokens > 1
+                          ? (out->total_ms - out->first_token_ms) / 1000.0 / (out->completion_tokens - 1)
+                          : -1;
+        metrics_observe_done(r->o.metrics, out->finish,
+                             out->completion_tokens > 0 ? out->first_token_ms / 1000.0 : -1, tpot,
+                             out->total_ms / 1000.0);
+    }
+    if (--job->samples_left == 0) items_ack(&r->produced, r->o.keys, job);
+}
+
+static void runner_add_one(rlRunner *r, rlRequest *req) {
+    rlJob *job = req->user;
+    job->n_samples = job->samples_left = req->n > 0 ? req->n : 1;
+    job->pending = calloc((size_t)job->n_samples, sizeof(*job->pending));
+    rlError err;
+    if (!job->pending) {
+        rl_request_free(req);
+        free(req);
+        runner_fail_job(r, job, "internal", "out of memory");
+        return;
+    }
+    if (engine_add(r->e, req, &err)) {
+        runner_fail_job(r, job, "internal", err.msg);
+        job->samples_left = 0;
+    }
+}
+
+static void *runner_main(void *arg) {
+    rlRunner *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        while (!r->stop && !r->in_head && !engine_has_work(r->e)) pthread_cond_wait(&r->cv, &r->mu);
+        rlInbox *in = r->in_head;
+        r->in_head = r->in_tail = NULL;
+        r->in_adds = 0;
+        int stop = r->stop;
+        pthread_mutex_unlock(&r->mu);
+        if (stop) break;
+        while (in) {
+            rlInbox *nx = in->next;
+            if (in->req) runner_add_one(r, in->req);
+            else engine_abort(r->e, in->abort_id);
+            free(in->abort_id);
+            free(in);
+            in = nx;
+        }
+        /* Redis away long enough to fill the backlog: hold the engine rather
+         * than let memory grow without bound. */
+        if (atomic_load(r->o.backlog) > r->o.max_backlog) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        } else if (engine_has_work(r->e)) {
+            rlError err;
+            if (engine_step(r->e, runner_on_output, r, &err)) {
+                pthread_mutex_lock(&r->mu);
+                r->failed = 1;
+                r->err = err;
+                pthread_mutex_unlock(&r->mu);
+                ev_async_send(r->o.loop, r->o.wake);
+                break;
+            }
+        }
+        rlEngineStats st;
+        engine_stats(r->e, &st);
+        if (r->o.metrics) metrics_set_engine(r->o.metrics, &st);
+        int free_slots = engine_free_slots(r->e);
+        pthread_mutex_lock(&r->mu);
+        items_append(&r->out, &r->produced);
+        r->credit = free_slots - r->in_adds;
+        r->st = st;
+        pthread_mutex_unlock(&r->mu);
+        ev_async_send(r->o.loop, r->o.wake);
+    }
+    return NULL;
+}
+
+rlRunner *runner_start(rlEngine *e, const rlRunnerOptions *o, rlError *err) {
+    rlRunner *r = calloc(1, sizeof(*r));
+    if (!r) {
+        rl_error(err, RL_EMEMORY, "out of memory starting the engine thread");
+        return NULL;
+    }
+    r->e = e;
+    r->o = *o;
+    if (r->o.stream_interval < 1) r->o.stream_interval = 1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->credit = engine_free_slots(e);
+    if (pthread_create(&r->thread, NULL, runner_main, r)) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+        free(r);
+        rl_error(err, RL_EINTERNAL, "cannot start the engine thread");
+        return NULL;
+    }
+    return r;
+}
+
+void runner_stop(rlRunner *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    while (r->in_head) {
+        rlInbox *nx = r->in_head->next;
+        if (r->in_head->req) {
+            rl_request_free(r->in_head->req);
+            free(r->in_head->req);
+        }
+        free(r->in_head->abort_id);
+        free(r->in_head);
+        r->in_head = nx;
+    }
+    for (rlItem *it; (it = items_pop(&r->out));) item_free(it);
+    for (rlItem *it; (it = items_pop(&r->produced));) item_free(it);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+static void runner_push(rlRunner *r, rlInbox *in) {
+    pthread_mutex_lock(&r->mu);
+    if (r->in_tail) r->in_tail->next = in;
+    else r->in_head = in;
+    r->in_tail = in;
+    if (in->req) {
+        r->in_adds++;
+        r->credit--;
+    }
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void runner_add(rlRunner *r, rlRequest *req) {
+    rlInbox *in = calloc(1, sizeof(*in));
+    if (!in) abort(); /* a few bytes; nothing sensible remains to be done */
+    in->req = req;
+    runner_push(r, in);
+}
+
+void runner_abort(rlRunner *r, const char *id) {
+    rlInbox *in = calloc(1, sizeof(*in));
+    if (!in || !(in->abort_id = strdup(id))) abort();
+    runner_push(r, in);
+}
+
+int runner_credit(rlRunner *r) {
+    pthread_mutex_lock(&r->mu);
+    int c = r->credit;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+void runner_take(rlRunner *r, rlItemList *out) {
+    pthread_mutex_lock(&r->mu);
+    items_append(out, &r->out);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void runner_stats(rlRunner *r, rlEngineStats *st) {
+    pthread_mutex_lock(&r->mu);
+    *st = r->st;
+    pthread_mutex_unlock(&r->mu);
+}
+
+int runner_failed(rlRunner *r, rlError *err) {
+    pthread_mutex_lock(&r->mu);
+    int f = r->failed;
+    if (f && err) *err = r->err;
+    pthread_mutex_unlock(&r->mu);
+    return f;
+}

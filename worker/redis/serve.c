@@ -1,0 +1,539 @@
+/* serve.c: the worker's event loop (see serve.h).
+ *
+ * Reading is one state machine on the reader connection: when the engine has
+ * credit, first (every claim interval) look for entries other consumers left
+ * idle too long (XPENDING IDLE, then XCLAIM, which only succeeds if the entry
+ * is still idle, so two workers never both take it), then XREADGROUP for new
+ * ones, COUNT = credit.  XPENDING+XCLAIM is used rather than XAUTOCLAIM
+ * because XPENDING also gives each entry's delivery count, the job's
+ * `attempt`, in the same round trip.  Entries of jobs this worker is running
+ * never look idle: their idle time is reset every claim_idle/3 (XCLAIM
+ * JUSTID to ourselves), however long the generation takes. */
+#include "worker/redis/serve.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "worker/redis/intake.h"
+#include "worker/redis/metrics.h"
+#include "worker/redis/rconn.h"
+#include "worker/redis/runner.h"
+#include "worker/redis/writer.h"
+
+#define SERVE_HEARTBEAT_S 1.0
+/* Cancels remembered for jobs not read yet (a cancel may overtake its job
+ * in a long queue); the oldest are forgotten first. */
+#define SERVE_CANCEL_RING 1024
+#define SERVE_HEARTBEAT_TTL "10"
+
+typedef struct rlServe {
+    struct ev_loop *loop;
+    rlServeOptions o;
+    rlEngine *e;
+    rlRunner *runner;
+    rlWriter *writer;
+    rlIntake intake;
+    rlMetrics *metrics;
+    rlConn *reader, *canceller, *wconn;
+    int group_ready, reader_busy;
+    double last_claim;
+    char cancel_last[48];
+    int cancel_busy;
+    char *cancelled[SERVE_CANCEL_RING];
+    int cancel_next;
+    rlJob *jobs;                    /* not yet acknowledged */
+    int n_jobs;
+    ev_async wake;
+    ev_timer heartbeat, refresh, drain;
+    ev_signal sigterm, sigint;
+    int draining, failed;
+    rlError err;
+    uint64_t last_gen;
+    double last_gen_t, tok_s;
+    char hb_key[300];
+    char started[24];
+} rlServe;
+
+void serve_options_init(rlServeOptions *o) {
+    memset(o, 0, sizeof(*o));
+    o->keys.stream = "redlm:jobs";
+    o->keys.group = "redlm";
+    o->keys.dead = "redlm:dead";
+    o->keys.cancel = "redlm:cancel";
+    o->claim_idle_ms = 30000;
+    o->max_deliveries = 3;
+    o->stream_interval = 8;
+    o->reply_ttl = 86400;
+    o->drain_timeout = 30;
+    o->max_backlog = (size_t)256 << 20;
+    o->block_ms = 1000;
+    o->model = o->layout = o->devices = "";
+}
+
+static void serve_cycle(rlServe *s);
+
+static void serve_jobs_add(rlServe *s, rlJob *j) {
+    j->prev = NULL;
+    j->next = s->jobs;
+    if (s->jobs) s->jobs->prev = j;
+    s->jobs = j;
+    s->n_jobs++;
+}
+
+static void serve_check_drained(rlServe *s) {
+    if (s->draining && !s->n_jobs && !writer_pending(s->writer)) ev_break(s->loop, EVBREAK_ALL);
+}
+
+/* the writer confirmed a job's XACK */
+static void serve_on_job_done(void *ctx, rlJob *j) {
+    rlServe *s = ctx;
+    if (j->prev) j->prev->next = j->next;
+    else if (s->jobs == j) s->jobs = j->next;
+    if (j->next) j->next->prev = j->prev;
+    s->n_jobs--;
+    job_free(j);
+    serve_check_drained(s);
+}
+
+static int serve_was_cancelled(rlServe *s, const char *id) {
+    for (int i = 0; i < SERVE_CANCEL_RING && s->cancelled[i]; i++)
+        if (!strcmp(s->cancelled[i], id)) return 1;
+    return 0;
+}
+
+static void serve_remember_cancel(rlServe *s, const char *id) {
+    free(s->cancelled[s->cancel_next]);
+    s->cancelled[s->cancel_next] = strdup(id);
+    s->cancel_next = (s->cancel_next + 1) % SERVE_CANCEL_RING;
+}
+
+static void serve_entry(rlServe *s, const redisReply *entry, int attempt) {
+    rlItemList items = {0};
+    rlJob *job;
+    rlRequest *req = intake_entry(&s->intake, entry, attempt, &job, &items);
+    if (!job) return; /* out of memory: left pending, claimed again later */
+    serve_jobs_add(s, job);
+    if (req && serve_was_cancelled(s, req->id)) {
+        if (items_abort(&items, &s->o.keys, job, req))
+            fprintf(stderr, "redlm worker: out of memory answering cancelled job %s\n", req->id);
+        rl_request_free(req);
+        free(req);
+    } else if (req)
+        runner_add(s->runner, req);
+    writer_push(s->writer, &items);
+}
+
+static int serve_reply_error(rlServe *s, const redisReply *r, const char *what) {
+    if (!r) return 1; /* connection lost: on_lost resets the state */
+    if (r->type != REDIS_REPLY_ERROR) return 0;
+    fprintf(stderr, "redlm worker: %s failed: %s\n", what, r->str);
+    if (!strncmp(r->str, "NOGROUP", 7)) {
+        /* the stream or group was deleted (or Redis restarted empty) */
+        s->group_ready = 0;
+        rconn_reset(s->reader);
+    }
+    return 1;
+}
+
+static void serve_on_read(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!r) return;
+    s->reader_busy = 0;
+    if (!serve_reply_error(s, r, "XREADGROUP") && r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < r->elements; i++) {
+            const redisReply *st = r->element[i];
+            if (st->type != REDIS_REPLY_ARRAY || st->elements != 2) continue;
+            for (size_t k = 0; k < st->element[1]->elements; k++) serve_entry(s, st->element[1]->element[k], 1);
+        }
+    serve_cycle(s);
+}
+
+typedef struct rlClaim {
+    rlServe *s;
+    size_t n;
+    char (*ids)[48];
+    int *deliveries;
+} rlClaim;
+
+static void serve_on_claim(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlClaim *c = priv;
+    rlServe *s = c->s;
+    redisReply *r = reply;
+    if (r && !serve_reply_error(s, r, "XCLAIM") && r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < r->elements; i++) {
+            const redisReply *en = r->element[i];
+            if (en->type != REDIS_REPLY_ARRAY || en->elements < 1 || en->element[0]->type != REDIS_REPLY_STRING)
+                continue;
+            int attempt = 2;
+            for (size_t k = 0; k < c->n; k++)
+                if (!strcmp(c->ids[k], en->element[0]->str)) attempt = c->deliveries[k] + 1;
+            fprintf(stderr, "redlm worker: claimed entry %s (attempt %d)\n", en->element[0]->str, attempt);
+            serve_entry(s, en, attempt);
+        }
+    free(c->ids);
+    free(c->deliveries);
+    free(c);
+    if (!r) return;
+    s->reader_busy = 0;
+    serve_cycle(s);
+}
+
+static int serve_is_ours(rlServe *s, const char *entry) {
+    for (rlJob *j = s->jobs; j; j = j->next)
+        if (!strcmp(j->entry, entry)) return 1;
+    return 0;
+}
+
+static void serve_on_pending(redisAsyncContext *ac, void *reply, void *priv) {
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!r) return;
+    s->reader_busy = 0;
+    if (serve_reply_error(s, r, "XPENDING") || r->type != REDIS_REPLY_ARRAY || !r->elements) {
+        serve_cycle(s);
+        return;
+    }
+    rlClaim *c = calloc(1, sizeof(*c));
+    const char **argv = calloc(r->elements + 5, sizeof(*argv));
+    if (c) c->ids = calloc(r->elements, sizeof(*c->ids)), c->deliveries = calloc(r->elements, sizeof(int));
+    if (!c || !argv || !c->ids || !c->deliveries) {
+        if (c) free(c->ids), free(c->deliveries);
+        free(c), free(argv);
+        serve_cycle(s);
+        return;
+    }
+    char idle[24];
+    snprintf(idle, sizeof(idle), "%d", s->o.claim_idle_ms);
+    int argc = 0;
+    argv[argc++] = "XCLAIM";
+    argv[argc++] = s->o.keys.stream;
+    argv[argc++] = s->o.keys.group;
+    argv[argc++] = s->o.keys.consumer;
+    argv[argc++] = idle;
+    c->s = s;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *p = r->element[i]; /* [id, consumer, idle, deliveries] */
+        if (p->type != REDIS_REPLY_ARRAY || p->elements != 4 || p->element[0]->type != REDIS_REPLY_STRING ||
+            p->element[0]->len >= 48 || serve_is_ours(s, p->element[0]->str))
+            continue;
+        memcpy(c->ids[c->n], p->element[0]->str, (size_t)p->element[0]->len + 1);
+        c->deliveries[c->n] = (int)p->element[3]->integer;
+        argv[argc++] = c->ids[c->n++];
+    }
+    if (!c->n) {
+        free(c->ids), free(c->deliveries), free(c), free(argv);
+        serve_cycle(s);
+        return;
+    }
+    s->reader_busy = 1;
+    redisAsyncCommandArgv(ac, serve_on_claim, c, argc, argv, NULL);
+    free(argv);
+}
+
+static void serve_cycle(rlServe *s) {
+    redisAsyncContext *ac = rconn_ctx(s->reader);
+    if (!ac || !s->group_ready || s->reader_busy || s->draining || s->failed) return;
+    int credit = runner_credit(s->runner);
+    if (credit <= 0) return; /* the runner's wake-up calls again when slots free up */
+    char count[16];
+    snprintf(count, sizeof(count), "%d", credit);
+    double now = ev_now(s->loop);
+    s->reader_busy = 1;
+    if (now - s->last_claim >= s->o.claim_idle_ms / 2000.0) {
+        s->last_claim = now;
+        char idle[24];
+        snprintf(idle, sizeof(idle), "%d", s->o.claim_idle_ms);
+        const char *argv[] = {"XPENDING", s->o.keys.stream, s->o.keys.group, "IDLE", idle, "-", "+", count};
+        redisAsyncCommandArgv(ac, serve_on_pending, s, 8, argv, NULL);
+        return;
+    }
+    char block[16];
+    snprintf(block, sizeof(block), "%d", s->o.block_ms);
+    const char *argv[] = {"XREADGROUP", "GROUP", s->o.keys.group, s->o.keys.consumer, "COUNT", count,
+                          "BLOCK", block, "STREAMS", s->o.keys.stream, ">"};
+    redisAsyncCommandArgv(ac, serve_on_read, s, 11, argv, NULL);
+}
+
+static void serve_on_group(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!r) return;
+    s->reader_busy = 0;
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9)) {
+        fprintf(stderr, "redlm worker: cannot create group %s on %s: %s\n", s->o.keys.group, s->o.keys.stream,
+                r->str);
+        return;
+    }
+    s->group_ready = 1;
+    serve_cycle(s);
+}
+
+static void serve_reader_ready(rlConn *c, void *ctx) {
+    rlServe *s = ctx;
+    /* From 0, not $: jobs queued before the first worker ever started are
+     * jobs too.  An existing group is left as it is (BUSYGROUP). */
+    const char *argv[] = {"XGROUP", "CREATE", s->o.keys.stream, s->o.keys.group, "0", "MKSTREAM"};
+    s->reader_busy = 1;
+    redisAsyncCommandArgv(rconn_ctx(c), serve_on_group, s, 6, argv, NULL);
+}
+
+static void serve_reader_lost(rlConn *c, void *ctx) {
+    (void)c;
+    rlServe *s = ctx;
+    s->group_ready = 0;
+    s->reader_busy = 0;
+}
+
+/* cancel stream: every worker reads all of it (XREAD, not a group) */
+static void serve_cancel_read(rlServe *s);
+
+static void serve_on_cancel(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!r) return;
+    s->cancel_busy = 0;
+    if (r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < r->elements; i++) {
+            const redisReply *st = r->element[i];
+            if (st->type != REDIS_REPLY_ARRAY || st->elements != 2) continue;
+            for (size_t k = 0; k < st->element[1]->elements; k++) {
+                const redisReply *en = st->element[1]->element[k];
+                if (en->elements != 2 || en->element[0]->len >= 48) continue;
+                memcpy(s->cancel_last, en->element[0]->str, (size_t)en->element[0]->len + 1);
+                const redisReply *f = en->element[1];
+                for (size_t j = 0; f->type == REDIS_REPLY_ARRAY && j + 1 < f->elements; j += 2)
+                    if (!strcmp(f->element[j]->str, "id")) {
+                        runner_abort(s->runner, f->element[j + 1]->str);
+                        serve_remember_cancel(s, f->element[j + 1]->str);
+                    }
+            }
+        }
+    else if (r->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "redlm worker: reading %s failed: %s\n", s->o.keys.cancel, r->str);
+        return;
+    }
+    serve_cancel_read(s);
+}
+
+static void serve_on_cancel_start(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!r) return;
+    s->cancel_busy = 0;
+    /* start after the newest entry: old cancels were for earlier runs */
+    snprintf(s->cancel_last, sizeof(s->cancel_last), "0-0");
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && r->element[0]->elements == 2 &&
+        r->element[0]->element[0]->len < 48)
+        memcpy(s->cancel_last, r->element[0]->element[0]->str, (size_t)r->element[0]->element[0]->len + 1);
+    serve_cancel_read(s);
+}
+
+static void serve_cancel_read(rlServe *s) {
+    redisAsyncContext *ac = rconn_ctx(s->canceller);
+    if (!ac || s->cancel_busy) return;
+    s->cancel_busy = 1;
+    if (!s->cancel_last[0]) {
+        const char *argv[] = {"XREVRANGE", s->o.keys.cancel, "+", "-", "COUNT", "1"};
+        redisAsyncCommandArgv(ac, serve_on_cancel_start, s, 6, argv, NULL);
+        return;
+    }
+    const char *argv[] = {"XREAD", "BLOCK", "5000", "STREAMS", s->o.keys.cancel, s->cancel_last};
+    redisAsyncCommandArgv(ac, serve_on_cancel, s, 6, argv, NULL);
+}
+
+static void serve_cancel_ready(rlConn *c, void *ctx) {
+    (void)c;
+    serve_cancel_read(ctx);
+}
+static void serve_cancel_lost(rlConn *c, void *ctx) {
+    (void)c;
+    ((rlServe *)ctx)->cancel_busy = 0;
+}
+
+static void serve_writer_ready(rlConn *c, void *ctx) { writer_connected(((rlServe *)ctx)->writer, rconn_ctx(c)); }
+static void serve_writer_lost(rlConn *c, void *ctx) {
+    (void)c;
+    writer_connected(((rlServe *)ctx)->writer, NULL);
+}
+
+static void serve_on_wake(struct ev_loop *loop, ev_async *w, int revents) {
+    (void)loop, (void)revents;
+    rlServe *s = w->data;
+    rlItemList items = {0};
+    runner_take(s->runner, &items);
+    writer_push(s->writer, &items);
+    if (!s->failed && runner_failed(s->runner, &s->err)) {
+        s->failed = 1;
+        fprintf(stderr, "redlm worker: the engine failed: %s; stopping (unfinished jobs stay pending "
+                        "for other workers)\n", s->err.msg);
+        ev_break(s->loop, EVBREAK_ALL);
+        return;
+    }
+    serve_cycle(s);
+}
+
+static void serve_on_heartbeat(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)revents;
+    rlServe *s = w->data;
+    rlEngineStats st;
+    runner_stats(s->runner, &st);
+    double now = ev_now(loop);
+    if (now > s->last_gen_t) {
+        double rate = (double)(st.generation_tokens - s->last_gen) / (now - s->last_gen_t);
+        s->tok_s = s->last_gen_t > 0 ? rate : 0;
+    }
+    s->last_gen = st.generation_tokens;
+    s->last_gen_t = now;
+    if (s->metrics) metrics_set_backlog(s->metrics, atomic_load(writer_bytes(s->writer)), writer_pending(s->writer));
+    redisAsyncContext *ac = rconn_ctx(s->wconn);
+    if (!ac) return;
+    char running[16], waiting[16], tps[32], jobs[16], pid[16];
+    snprintf(running, sizeof(running), "%d", st.running);
+    snprintf(waiting, sizeof(waiting), "%d", st.waiting);
+    snprintf(tps, sizeof(tps), "%.1f", s->tok_s);
+    snprintf(jobs, sizeof(jobs), "%d", s->n_jobs);
+    snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    const char *argv[] = {"HSET", s->hb_key, "model", s->o.model, "layout", s->o.layout, "devices",
+                          s->o.devices, "running", running, "waiting", waiting, "tokens_per_s", tps,
+                          "jobs", jobs, "pid", pid, "started", s->started, "state",
+                          s->draining ? "draining" : "serving"};
+    redisAsyncCommandArgv(ac, NULL, NULL, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
+    const char *ex[] = {"EXPIRE", s->hb_key, SERVE_HEARTBEAT_TTL};
+    redisAsyncCommandArgv(ac, NULL, NULL, 3, ex, NULL);
+}
+
+static void serve_on_refresh(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)loop, (void)revents;
+    rlServe *s = w->data;
+    redisAsyncContext *ac = rconn_ctx(s->wconn);
+    if (!ac || !s->jobs) return;
+    enum { CHUNK = 256 };
+    const char *argv[CHUNK + 6] = {"XCLAIM", s->o.keys.stream, s->o.keys.group, s->o.keys.consumer, "0"};
+    int argc = 5;
+    for (rlJob *j = s->jobs; j; j = j->next) {
+        argv[argc++] = j->entry;
+        if (argc == CHUNK + 5 || !j->next) {
+            argv[argc++] = "JUSTID";
+            redisAsyncCommandArgv(ac, NULL, NULL, argc, argv, NULL);
+            argc = 5;
+        }
+    }
+}
+
+static void serve_on_drain_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)revents;
+    rlServe *s = w->data;
+    fprintf(stderr, "redlm worker: drain timeout: %d jobs left pending for other workers\n", s->n_jobs);
+    ev_break(loop, EVBREAK_ALL);
+}
+
+static void serve_on_signal(struct ev_loop *loop, ev_signal *w, int revents) {
+    (void)revents;
+    rlServe *s = w->data;
+    if (s->draining) {
+        fprintf(stderr, "redlm worker: second signal: stopping now, %d jobs left pending\n", s->n_jobs);
+        ev_break(loop, EVBREAK_ALL);
+        return;
+    }
+    s->draining = 1;
+    fprintf(stderr, "redlm worker: %s: no new jobs; finishing %d running jobs (up to %.0f s)\n",
+            w->signum == SIGTERM ? "SIGTERM" : "SIGINT", s->n_jobs, s->o.drain_timeout);
+    ev_timer_set(&s->drain, s->o.drain_timeout, 0.);
+    ev_timer_start(loop, &s->drain);
+    serve_check_drained(s);
+}
+
+int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
+    rlServe *s = calloc(1, sizeof(*s));
+    if (!s) return rl_error(err, RL_EMEMORY, "out of memory starting the worker");
+    s->o = *o;
+    s->e = e;
+    s->loop = ev_default_loop(0);
+    signal(SIGPIPE, SIG_IGN);
+    snprintf(s->hb_key, sizeof(s->hb_key), "redlm:instances:%s", o->keys.consumer);
+    snprintf(s->started, sizeof(s->started), "%lld", (long long)time(NULL));
+    int rc = 0;
+    if (o->metrics_port) {
+        s->metrics = metrics_create();
+        if (!s->metrics || metrics_serve(s->metrics, o->metrics_port, err)) {
+            metrics_free(s->metrics);
+            free(s);
+            return -1;
+        }
+    }
+    s->writer = writer_create(o->reply_ttl, serve_on_job_done, s);
+    s->intake = (rlIntake){.keys = &s->o.keys, .max_deliveries = o->max_deliveries, .metrics = s->metrics};
+    ev_async_init(&s->wake, serve_on_wake);
+    s->wake.data = s;
+    ev_async_start(s->loop, &s->wake);
+    rlRunnerOptions ro = {.stream_interval = o->stream_interval, .max_backlog = o->max_backlog,
+                          .keys = &s->o.keys, .metrics = s->metrics, .backlog = writer_bytes(s->writer),
+                          .loop = s->loop, .wake = &s->wake};
+    if (!s->writer || !(s->runner = runner_start(e, &ro, err))) {
+        rc = -1;
+        goto done;
+    }
+    s->reader = rconn_create(s->loop, &o->url, "jobs", serve_reader_ready, serve_reader_lost, s);
+    s->canceller = rconn_create(s->loop, &o->url, "cancel", serve_cancel_ready, serve_cancel_lost, s);
+    s->wconn = rconn_create(s->loop, &o->url, "writer", serve_writer_ready, serve_writer_lost, s);
+    ev_timer_init(&s->heartbeat, serve_on_heartbeat, 0., SERVE_HEARTBEAT_S);
+    s->heartbeat.data = s;
+    ev_timer_start(s->loop, &s->heartbeat);
+    double refresh = o->claim_idle_ms / 3000.0;
+    ev_timer_init(&s->refresh, serve_on_refresh, refresh, refresh);
+    s->refresh.data = s;
+    ev_timer_start(s->loop, &s->refresh);
+    ev_timer_init(&s->drain, serve_on_drain_timeout, 0., 0.);
+    s->drain.data = s;
+    ev_signal_init(&s->sigterm, serve_on_signal, SIGTERM);
+    ev_signal_init(&s->sigint, serve_on_signal, SIGINT);
+    s->sigterm.data = s->sigint.data = s;
+    ev_signal_start(s->loop, &s->sigterm);
+    ev_signal_start(s->loop, &s->sigint);
+    fprintf(stderr, "redlm worker: consumer %s serving %s (group %s) from %s:%d\n", o->keys.consumer,
+            o->keys.stream, o->keys.group, o->url.host, o->url.port);
+
+    ev_run(s->loop, 0);
+
+    runner_stop(s->runner);
+    s->runner = NULL;
+    if (s->failed) rc = rl_error(err, s->err.code ? s->err.code : RL_EINTERNAL, "%s", s->err.msg);
+    ev_timer_stop(s->loop, &s->heartbeat);
+    ev_timer_stop(s->loop, &s->refresh);
+    ev_timer_stop(s->loop, &s->drain);
+    ev_signal_stop(s->loop, &s->sigterm);
+    ev_signal_stop(s->loop, &s->sigint);
+    if (rconn_ctx(s->wconn)) {
+        const char *argv[] = {"DEL", s->hb_key};
+        redisAsyncCommandArgv(rconn_ctx(s->wconn), NULL, NULL, 2, argv, NULL);
+    }
+    rconn_close(s->reader, 1);
+    rconn_close(s->canceller, 1);
+    rconn_close(s->wconn, 0);
+    /* let the closes (and the DEL) go out; a blocked XREAD is cut short by
+     * the disconnect */
+    ev_async_stop(s->loop, &s->wake);
+    ev_run(s->loop, 0);
+done:
+    runner_stop(s->runner);
+    while (s->jobs) {
+        rlJob *j = s->jobs;
+        s->jobs = j->next;
+        job_free(j);
+    }
+    writer_free(s->writer);
+    metrics_free(s->metrics);
+    for (int i = 0; i < SERVE_CANCEL_RING; i++) free(s->cancelled[i]);
+    free(s);
+    return rc;
+}

@@ -1,0 +1,33 @@
+/* serve.h: the Redis worker's event loop: jobs in, replies out.
+ *
+ * One libev loop owns three Redis connections (jobs reader, cancel reader,
+ * writer), the timers (heartbeat, idle refresh, drain) and the signals; the
+ * engine runs on the runner's thread.  serve_run() returns when a SIGTERM or
+ * SIGINT drain has finished (or timed out), or when the engine fails. */
+#ifndef RL_SERVE_H
+#define RL_SERVE_H
+
+#include "worker/engine/engine.h"
+#include "worker/redis/item.h"
+#include "worker/redis/redis_url.h"
+
+typedef struct rlServeOptions {
+    rlRedisUrl url;
+    rlKeys keys;
+    int claim_idle_ms;        /* claim others' entries idle this long, default 30000 */
+    int max_deliveries;       /* default 3 */
+    int stream_interval;      /* tokens per chunk event, default 8 */
+    long reply_ttl;           /* seconds, default 86400 */
+    double drain_timeout;     /* seconds, default 30 */
+    int metrics_port;         /* 0: no metrics server */
+    size_t max_backlog;       /* bytes of unwritten items before the engine pauses */
+    int block_ms;             /* XREADGROUP BLOCK, default 1000 */
+    const char *model;        /* for the heartbeat */
+    const char *layout;
+    const char *devices;
+} rlServeOptions;
+
+void serve_options_init(rlServeOptions *o);
+int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err);
+
+#endif

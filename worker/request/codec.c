@@ -1,0 +1,277 @@
+/* codec.c: JSON and msgpack payloads <-> jansson values (see codec.h).
+ *
+ * msgpack is converted through jansson rather than validated separately so
+ * that the two encodings cannot drift apart: one validator, one set of error
+ * messages.  The cost is one extra tree per job, small next to a forward. */
+#include "worker/request/codec.h"
+
+#include <math.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Nesting deeper than this is refused: no request needs it, and recursion
+ * on attacker-chosen depth is how decoders run out of stack. */
+#define CODEC_MAX_DEPTH 64
+
+const char *codec_field_name(rlEncoding enc) { return enc == RL_ENC_MSGPACK ? "msgpack" : "json"; }
+
+int codec_field_encoding(const char *name, size_t len, rlEncoding *enc) {
+    if (len == 4 && !memcmp(name, "json", 4)) *enc = RL_ENC_JSON;
+    else if (len == 7 && !memcmp(name, "msgpack", 7)) *enc = RL_ENC_MSGPACK;
+    else return -1;
+    return 0;
+}
+
+/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlongs, no
+ * surrogates, nothing above U+10FFFF), or 0 when it is invalid. */
+static size_t codec_utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else return 0;
+    if (n < len || s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    return len;
+}
+
+char *codec_repair_utf8(const char *s, size_t len, size_t *out_len, int *changed) {
+    /* Worst case every byte becomes the 3-byte U+FFFD. */
+    char *out = malloc(len * 3 + 1);
+    if (!out) return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, o = 0;
+    *changed = 0;
+    while (i < len) {
+        size_t k = codec_utf8_seq(p + i, len - i);
+        if (k) {
+            memcpy(out + o, p + i, k);
+            o += k;
+            i += k;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+            *changed = 1;
+        }
+    }
+    out[o] = 0;
+    *out_len = o;
+    return out;
+}
+
+static json_t *codec_string(const char *s, size_t len, int *bad_utf8) {
+    int changed;
+    size_t n;
+    char *fixed = codec_repair_utf8(s, len, &n, &changed);
+    if (!fixed) return NULL;
+    if (changed) *bad_utf8 = 1;
+    json_t *v = json_stringn_nocheck(fixed, n);
+    free(fixed);
+    return v;
+}
+
+static json_t *codec_from_msgpack(const msgpack_object *o, int depth, int *bad_utf8,
+                                  const char **code, rlError *err) {
+    if (depth > CODEC_MAX_DEPTH) {
+        *code = "invalid_request";
+        rl_error(err, RL_EINPUT, "msgpack value nested deeper than %d levels", CODEC_MAX_DEPTH);
+        return NULL;
+    }
+    json_t *v = NULL;
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL: return json_null();
+    case MSGPACK_OBJECT_BOOLEAN: return json_boolean(o->via.boolean);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        /* Above INT64_MAX no field can take it; a real makes the validator
+         * say "must be an integer in range" with the field's name. */
+        if (o->via.u64 > (uint64_t)INT64_MAX) return json_real((double)o->via.u64);
+        return json_integer((json_int_t)o->via.u64);
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return json_integer((json_int_t)o->via.i64);
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        if (!isfinite(o->via.f64)) {
+            *code = "invalid_request";
+            rl_error(err, RL_EINPUT, "msgpack float is NaN or infinite; numbers must be finite");
+            return NULL;
+        }
+        return json_real(o->via.f64);
+    /* Older msgpack producers send text as raw/bin: accept both as strings. */
+    case MSGPACK_OBJECT_STR: return codec_string(o->via.str.ptr, o->via.str.size, bad_utf8);
+    case MSGPACK_OBJECT_BIN: return codec_string(o->via.bin.ptr, o->via.bin.size, bad_utf8);
+    case MSGPACK_OBJECT_ARRAY:
+        v = json_array();
+        for (uint32_t i = 0; v && i < o->via.array.size; i++) {
+            json_t *e = codec_from_msgpack(&o->via.array.ptr[i], depth + 1, bad_utf8, code, err);
+            if (!e || json_array_append_new(v, e)) goto fail;
+        }
+        return v;
+    case MSGPACK_OBJECT_MAP:
+        v = json_object();
+        for (uint32_t i = 0; v && i < o->via.map.size; i++) {
+            const msgpack_object *k = &o->via.map.ptr[i].key;
+            const char *ks;
+            size_t kn;
+            if (k->type == MSGPACK_OBJECT_STR) ks = k->via.str.ptr, kn = k->via.str.size;
+            else if (k->type == MSGPACK_OBJECT_BIN) ks = k->via.bin.ptr, kn = k->via.bin.size;
+            else {
+                *code = "invalid_request";
+                rl_error(err, RL_EINPUT, "msgpack map key is not a string; request fields are named by strings");
+                goto fail;
+            }
+            int changed;
+            size_t fn;
+            char *key = codec_repair_utf8(ks, kn, &fn, &changed);
+            if (!key) goto oom;
+            if (changed) *bad_utf8 = 1;
+            if (strlen(key) != fn || json_object_get(v, key)) {
+                *code = "invalid_request";
+                rl_error(err, RL_EINPUT, "msgpack map key '%s' is %s", key,
+                         strlen(key) != fn ? "not a valid field name (contains NUL)" : "given twice");
+                free(key);
+                goto fail;
+            }
+            json_t *e = codec_from_msgpack(&o->via.map.ptr[i].val, depth + 1, bad_utf8, code, err);
+            int bad = !e || json_object_set_new_nocheck(v, key, e);
+            free(key);
+            if (bad) goto fail;
+        }
+        return v;
+    case MSGPACK_OBJECT_EXT:
+    default:
+        *code = "invalid_encoding";
+        rl_error(err, RL_EINPUT, "msgpack extension types are not part of the request format");
+        return NULL;
+    }
+oom:
+    *code = "internal";
+    rl_error(err, RL_EINTERNAL, "out of memory decoding msgpack");
+fail:
+    if (!*code) {
+        *code = "internal";
+        rl_error(err, RL_EINTERNAL, "out of memory decoding msgpack");
+    }
+    json_decref(v);
+    return NULL;
+}
+
+static json_t *codec_decode_msgpack(const char *buf, size_t len, int *bad_utf8,
+                                    const char **code, rlError *err) {
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    json_t *v = NULL;
+    msgpack_unpack_return r = msgpack_unpack_next(&u, buf, len, &off);
+    if (r != MSGPACK_UNPACK_SUCCESS || off != len) {
+        *code = "invalid_encoding";
+        rl_error(err, RL_EINPUT,
+                 r == MSGPACK_UNPACK_SUCCESS
+                     ? "msgpack field holds %zu bytes after the first value; it must hold exactly one map"
+                     : "msgpack field is not valid msgpack (%zu bytes); send one msgpack map",
+                 r == MSGPACK_UNPACK_SUCCESS ? len - off : len);
+    } else {
+        v = codec_from_msgpack(&u.data, 0, bad_utf8, code, err);
+    }
+    msgpack_unpacked_destroy(&u);
+    return v;
+}
+
+static json_t *codec_decode_json(const char *buf, size_t len, int *bad_utf8, const char **code,
+                                 rlError *err) {
+    /* jansson refuses invalid UTF-8 outright; repairing first lets the job's
+     * id be read so the producer hears `invalid_utf8` on its reply stream. */
+    int changed;
+    size_t n;
+    char *fixed = codec_repair_utf8(buf, len, &n, &changed);
+    if (!fixed) {
+        *code = "internal";
+        rl_error(err, RL_EINTERNAL, "out of memory decoding JSON");
+        return NULL;
+    }
+    if (changed) *bad_utf8 = 1;
+    json_error_t je;
+    /* U+0000 in a value is valid JSON: decoded, so request.c can refuse it
+     * under the job's id (as it does for msgpack) */
+    json_t *v = json_loadb(fixed, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    free(fixed);
+    if (v) return v;
+    enum json_error_code jc = json_error_code(&je);
+    *code = jc == json_error_duplicate_key || jc == json_error_numeric_overflow ? "invalid_request"
+                                                                                : "invalid_encoding";
+    rl_error(err, RL_EINPUT, "json field is not valid JSON: %s (at byte %d); send one JSON object",
+             je.text, je.position);
+    return NULL;
+}
+
+json_t *codec_decode(rlEncoding enc, const char *buf, size_t len, int *bad_utf8,
+                     const char **code, rlError *err) {
+    *bad_utf8 = 0;
+    *code = NULL;
+    return enc == RL_ENC_MSGPACK ? codec_decode_msgpack(buf, len, bad_utf8, code, err)
+                                 : codec_decode_json(buf, len, bad_utf8, code, err);
+}
+
+static int codec_pack(msgpack_packer *pk, const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *e;
+        if (msgpack_pack_map(pk, json_object_size(v))) return -1;
+        json_object_foreach((json_t *)v, k, e) {
+            size_t kn = strlen(k);
+            if (msgpack_pack_str(pk, kn) || msgpack_pack_str_body(pk, k, kn) || codec_pack(pk, e))
+                return -1;
+        }
+        return 0;
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *e;
+        if (msgpack_pack_array(pk, json_array_size(v))) return -1;
+        json_array_foreach(v, i, e) if (codec_pack(pk, e)) return -1;
+        return 0;
+    }
+    case JSON_STRING: {
+        size_t n = json_string_length(v);
+        return msgpack_pack_str(pk, n) || msgpack_pack_str_body(pk, json_string_value(v), n);
+    }
+    case JSON_INTEGER: return msgpack_pack_int64(pk, json_integer_value(v));
+    case JSON_REAL: return msgpack_pack_double(pk, json_real_value(v));
+    case JSON_TRUE: return msgpack_pack_true(pk);
+    case JSON_FALSE: return msgpack_pack_false(pk);
+    case JSON_NULL:
+    default: return msgpack_pack_nil(pk);
+    }
+}
+
+int codec_encode(rlEncoding enc, const json_t *v, char **buf, size_t *len, rlError *err) {
+    if (enc == RL_ENC_JSON) {
+        *buf = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!*buf) return rl_error(err, RL_EINTERNAL, "cannot encode a reply as JSON (out of memory)");
+        *len = strlen(*buf);
+        return 0;
+    }
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    if (codec_pack(&pk, v)) {
+        msgpack_sbuffer_destroy(&sb);
+        return rl_error(err, RL_EINTERNAL, "cannot encode a reply as msgpack (out of memory)");
+    }
+    *len = sb.size; /* release() zeroes the size */
+    *buf = msgpack_sbuffer_release(&sb);
+    /* An empty map still packs to one byte, so *buf is never NULL here. */
+    return 0;
+}

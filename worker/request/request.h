@@ -1,0 +1,68 @@
+/* request.h: one job, as producers describe it (protocol.md's request map).
+ *
+ * Filled by protocol.c from JSON or msgpack, used by `redlm generate`
+ * offline and by the Redis worker alike.  Everything the engine needs to run
+ * and answer the job is here; the engine takes ownership on engine_add(). */
+#ifndef RL_REQUEST_H
+#define RL_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/error.h"
+
+#define RL_ID_MAX 256
+
+typedef struct rlMessage {
+    char *role;
+    char *content;
+} rlMessage;
+
+typedef struct rlRequest {
+    char *id;                   /* 1..256 bytes */
+    /* exactly one prompt form */
+    char *prompt;               /* text, or NULL */
+    rlMessage *messages;        /* chat, or NULL */
+    int n_messages;
+    int32_t *prompt_ids;        /* ids, or NULL (filled by tokenizing prompt/messages) */
+    int n_prompt_ids;
+
+    int max_tokens;             /* default 256; 0 = score only */
+    float temperature;          /* default 1.0; 0 = greedy */
+    float top_p;                /* default 1.0 */
+    int top_k;                  /* default 0 (off) */
+    float min_p;                /* default 0.0 */
+    int has_seed;
+    uint64_t seed;
+    int n;                      /* default 1 */
+    char **stop;                /* stop strings */
+    int n_stop;
+    int32_t *stop_token_ids;
+    int n_stop_token_ids;
+    int ignore_eos;
+    int logprobs;               /* -1 = not asked, else 0..20 */
+    int prompt_logprobs;        /* -1 = not asked, else 0..20 */
+    int stream;                 /* default 1 */
+    char *reply_to;             /* NULL = redlm:reply:<id> */
+    int priority;               /* default 0 */
+    int64_t deadline_ms;        /* 0 = none */
+
+    /* set by whoever receives the job */
+    int attempt;                /* delivery count, 1 normally */
+    int64_t arrival_ms;         /* when it was received */
+    void *user;                 /* the receiver's handle (stream entry, input line) */
+} rlRequest;
+
+void rl_request_init(rlRequest *r);   /* protocol defaults */
+void rl_request_free(rlRequest *r);   /* frees the fields, not r */
+
+/* Fill r (initialised) from one request object, validated exactly as
+ * protocol.md says: types, ranges, exactly one prompt form, no unknown
+ * field, UTF-8 strings.  On failure returns -1, sets *code to the protocol
+ * error code ("invalid_request" or "invalid_utf8") and fills err (RL_EINPUT)
+ * with a message naming the field; r may be partly filled (free it).
+ * Transport-free: JSON lines and msgpack entries both arrive as json_t. */
+struct json_t;
+int rl_request_parse(rlRequest *r, const struct json_t *obj, const char **code, rlError *err);
+
+#endif

@@ -1,0 +1,50 @@
+/* tokenizer.h: Hugging Face tokenizer.json (Qwen byte-level BPE) and
+ * incremental detokenizing for streamed replies.
+ *
+ * Token ids must be exactly what Hugging Face `tokenizers` gives: any
+ * difference changes model outputs and scores. */
+#ifndef RL_TOKENIZER_H
+#define RL_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/error.h"
+
+typedef struct rlTokenizer rlTokenizer;
+
+/* Load a tokenizer.json; anything outside the supported subset is refused
+ * with an error naming the unsupported part. */
+rlTokenizer *tokenizer_load(const char *path, rlError *err);
+void tokenizer_free(rlTokenizer *t);
+int tokenizer_vocab_size(const rlTokenizer *t);   /* highest id + 1, added tokens included */
+
+/* text -> ids, as tokenizer.encode(text) (special tokens in the text are
+ * recognised).  Invalid UTF-8 fails with RL_EINPUT and a message starting
+ * "invalid_utf8:".  *ids is malloc'd; the caller frees it. */
+int tokenizer_encode(const rlTokenizer *t, const char *text, size_t len, int32_t **ids,
+                     int *n_ids, rlError *err);
+
+/* ids -> text (special tokens included), invalid UTF-8 replaced by U+FFFD as
+ * Rust's String::from_utf8_lossy.  *text is malloc'd and NUL-terminated. */
+int tokenizer_decode(const rlTokenizer *t, const int32_t *ids, int n_ids, char **text,
+                     size_t *len, rlError *err);
+
+/* Incremental detokenizer for one generated sequence.  Emits only complete
+ * UTF-8; the concatenation of everything emitted equals the full decode of
+ * the pushed ids (minus a stop string and what follows it).  Text that could
+ * still be the start of a stop string is held back until it cannot. */
+typedef struct rlDetok rlDetok;
+
+rlDetok *detok_create(const rlTokenizer *t, char *const *stops, int n_stops, rlError *err);
+/* Feed one generated id.  Sets *stopped when a stop string is now complete
+ * (generation must end; the stop string and anything after it are dropped). */
+int detok_push(rlDetok *d, int32_t id, int *stopped, rlError *err);
+/* Text ready since the last take; valid until the next call on d. */
+const char *detok_take(rlDetok *d, size_t *len);
+/* End of sequence: release held text (a trailing incomplete UTF-8 sequence
+ * becomes U+FFFD) and return what was not yet taken. */
+const char *detok_finish(rlDetok *d, size_t *len);
+void detok_free(rlDetok *d);
+
+#endif
