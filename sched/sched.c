@@ -54,8 +54,8 @@ rlSched *sched_create(const rlSchedConfig *cfg) {
     return s;
 }
 
-rlSchedPlan *sched_plan_create(const rlSched *s) {
-    rlSchedPlan *p = calloc(1, sizeof(*p));
+rlStep *sched_step_create(const rlSched *s) {
+    rlStep *p = calloc(1, sizeof(*p));
     if (!p) return NULL;
     size_t nt = (size_t)s->cfg.max_num_batched_tokens, ns = (size_t)s->cfg.max_num_seqs;
     p->max_blocks = s->max_blocks;
@@ -70,13 +70,13 @@ rlSchedPlan *sched_plan_create(const rlSched *s) {
     p->seq_index = malloc(ns * sizeof(int32_t));
     if (!p->tokens || !p->positions || !p->slots || !p->seq_start || !p->seq_len ||
         !p->block_tables || !p->rows || !p->seq_req || !p->seq_index) {
-        sched_plan_free(p);
+        sched_step_free(p);
         return NULL;
     }
     return p;
 }
 
-void sched_plan_free(rlSchedPlan *p) {
+void sched_step_free(rlStep *p) {
     if (!p) return;
     free(p->tokens);
     free(p->positions);
@@ -217,7 +217,7 @@ static void seq_release(rlSched *s, rlSchedSeq *q) {
     q->n_computed = 0;
 }
 
-static void req_preempt(rlSched *s, rlSchedPlan *p, rlSchedReq *r) {
+static void req_preempt(rlSched *s, rlStep *p, rlSchedReq *r) {
     int lead = seq_leader(r);
     for (int i = 0; i < r->n; i++) {
         rlSchedSeq *q = &r->seqs[i];
@@ -258,7 +258,7 @@ static int seq_chunk(const rlSchedReq *r, const rlSchedSeq *q, int left, int *ro
     return chunk;
 }
 
-static void plan_row(rlSchedPlan *p, rlRowKind kind, int32_t token, rlSchedReq *r, int seq,
+static void plan_row(rlStep *p, rlRowKind kind, int32_t token, rlSchedReq *r, int seq,
                      int step, int position, int target) {
     p->rows[p->n_rows++] = (rlSchedRow){.kind = kind, .token = token, .req = r, .seq = seq,
                                         .step = step, .position = position, .target = target};
@@ -282,7 +282,7 @@ static void req_fork(rlSched *s, rlSchedReq *r, const rlSchedSeq *lead) {
 }
 
 /* Put chunk tokens of sample k into the plan; its blocks must be available. */
-static int plan_seq(rlSched *s, rlSchedPlan *p, rlSchedReq *r, int k, int chunk) {
+static int plan_seq(rlSched *s, rlStep *p, rlSchedReq *r, int k, int chunk) {
     int rows0 = p->n_rows;
     rlSchedSeq *q = &r->seqs[k];
     int bs = s->cfg.block_size;
@@ -346,7 +346,7 @@ typedef enum planResult { PLAN_DONE = 0, PLAN_PREEMPTED, PLAN_SKIPPED } planResu
  * only those with one token left), preempting younger running requests while
  * blocks are short.  PLAN_PREEMPTED when r itself had to go, PLAN_SKIPPED when it must
  * wait because nothing it may preempt is left. */
-static planResult plan_running(rlSched *s, rlSchedPlan *p, rlSchedReq *r, int decodes,
+static planResult plan_running(rlSched *s, rlStep *p, rlSchedReq *r, int decodes,
                                int *budget, int *rows) {
     int chunks[r->n];
     for (;;) {
@@ -374,7 +374,7 @@ static planResult plan_running(rlSched *s, rlSchedPlan *p, rlSchedReq *r, int de
     return PLAN_DONE;
 }
 
-static int plan_expire(rlSched *s, rlSchedPlan *p, rlSchedReq *r) {
+static int plan_expire(rlSched *s, rlStep *p, rlSchedReq *r) {
     if (grow(&p->expired, &p->cap_expired, p->n_expired + 1)) return -1;
     list_remove(s->waiting, &s->n_waiting, r);
     for (int i = 0; i < r->n; i++) r->seqs[i].state = RL_SEQ_FINISHED;
@@ -386,7 +386,7 @@ static int plan_expire(rlSched *s, rlSchedPlan *p, rlSchedReq *r) {
 
 /* Admit the first waiting request if its sequences and first chunk fit:
  * 1 admitted, 0 not now (order is kept: nothing behind it jumps ahead). */
-static int plan_admit(rlSched *s, rlSchedPlan *p, rlSchedReq *r, int *budget, int *rows,
+static int plan_admit(rlSched *s, rlStep *p, rlSchedReq *r, int *budget, int *rows,
                       int *n_running_seqs) {
     int active = req_active_seqs(r), bs = s->cfg.block_size;
     if (*n_running_seqs + active > s->cfg.max_num_seqs) return 0;
@@ -423,7 +423,7 @@ static int plan_admit(rlSched *s, rlSchedPlan *p, rlSchedReq *r, int *budget, in
 
 /* Block tables as wide as this step's longest one, not max_model_len: a
  * device backend copies them every step. */
-static void plan_tables(rlSchedPlan *p) {
+static void plan_tables(rlStep *p) {
     int width = 1;
     for (int i = 0; i < p->n_seqs; i++) {
         const rlSchedSeq *q = &p->seq_req[i]->seqs[p->seq_index[i]];
@@ -453,7 +453,7 @@ static int step_share(const rlSched *s) {
     return want > depth ? ceil_div(want, depth) : 1;
 }
 
-int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan *p) {
+int sched_step(rlSched *s, int64_t now_ms, rlStep *p) {
     p->n_seqs = p->n_tokens = p->n_rows = 0;
     p->seq_start[0] = 0;
     p->n_expired = 0;
@@ -487,12 +487,12 @@ int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan *p) {
     return 0;
 }
 
-void sched_in_flight(rlSched *s, const rlSchedPlan *p) {
+void sched_in_flight(rlSched *s, const rlStep *p) {
     (void)s;
     for (int i = 0; i < p->n_seqs; i++) p->seq_req[i]->in_flight = 1;
 }
 
-void sched_landed(rlSched *s, const rlSchedPlan *p) {
+void sched_landed(rlSched *s, const rlStep *p) {
     (void)s;
     for (int i = 0; i < p->n_seqs; i++) p->seq_req[i]->in_flight = 0;
 }

@@ -131,10 +131,11 @@ typedef struct rlSchedRow {
     int32_t target;         /* PROMPT: the prompt token at position + 1 */
 } rlSchedRow;
 
-/* One step.  The arrays belong to the plan (sched_plan_create) and keep what
- * sched_step wrote until the next sched_step into the same plan; the first
+/* One step: what the scheduler chose to run now (not the memory plan of
+ * worker/plan/).  The arrays belong to the step (sched_step_create) and keep what
+ * sched_step wrote until the next sched_step into the same step; the first
  * seven map onto rlBatch's fields of the same names. */
-typedef struct rlSchedPlan {
+typedef struct rlStep {
     int32_t n_seqs, n_tokens, n_rows, max_blocks;
     int32_t *tokens;        /* [n_tokens] */
     int32_t *positions;     /* [n_tokens] */
@@ -148,7 +149,7 @@ typedef struct rlSchedPlan {
     rlSchedReq **expired;   /* requests whose deadline passed before they started */
     int n_expired, cap_expired;
     int n_preempted;        /* requests preempted while building this step */
-} rlSchedPlan;
+} rlStep;
 
 typedef struct rlSchedStats {
     int running, waiting;           /* requests */
@@ -180,22 +181,22 @@ typedef enum rlSchedAdd {
 /* Queue a request (the prompt is copied).  *out is the scheduler's handle. */
 rlSchedAdd sched_add(rlSched *s, const rlSchedParams *p, rlSchedReq **out);
 
-/* Storage for one step's plan, sized for s: one per step the caller keeps
+/* Storage for one step (rlStep), sized for s: one per step the caller keeps
  * in flight.  NULL when out of memory. */
-rlSchedPlan *sched_plan_create(const rlSched *s);
-void sched_plan_free(rlSchedPlan *p);
+rlStep *sched_step_create(const rlSched *s);
+void sched_step_free(rlStep *p);
 
-/* Build the next step into plan at time now_ms (for deadlines), leaving out
- * requests in flight.  Expired requests are listed in the plan, finished;
+/* Build the next step into step at time now_ms (for deadlines), leaving out
+ * requests in flight.  Expired requests are listed in the step, finished;
  * the caller answers them and removes them. */
-int sched_step(rlSched *s, int64_t now_ms, rlSchedPlan *plan);
+int sched_step(rlSched *s, int64_t now_ms, rlStep *step);
 
-/* The requests of plan are in flight: until sched_landed on the same plan,
+/* The requests of step are in flight: until sched_landed on the same step,
  * no step plans, preempts or frees them, and the caller neither appends to,
- * finishes nor removes them, nor touches the plan. */
-void sched_in_flight(rlSched *s, const rlSchedPlan *plan);
-/* Its results are back: the plan's requests are the caller's again. */
-void sched_landed(rlSched *s, const rlSchedPlan *plan);
+ * finishes nor removes them, nor touches the step. */
+void sched_in_flight(rlSched *s, const rlStep *step);
+/* Its results are back: the step's requests are the caller's again. */
+void sched_landed(rlSched *s, const rlStep *step);
 
 /* The token a SAMPLE row drew for sample seq: appended to it. */
 void sched_append(rlSched *s, rlSchedReq *r, int seq, int32_t token);

@@ -31,7 +31,7 @@ static void collect(void *ctx, const rlOutput *o) {
         snprintf(s->error_code, sizeof(s->error_code), "%s", o->error_code);
         return;
     }
-    json_t *ev = rl_output_event(o, 0);   /* every output must make a valid event */
+    json_t *ev = output_event(o, 0);   /* every output must make a valid event */
     assert_non_null(ev);
     json_decref(ev);
     memcpy(s->tokens[o->index] + s->n_tokens[o->index], o->token_ids,
@@ -52,7 +52,7 @@ static rlEngine *open_engine_pp(int pp) {
     static char path[1024];
     snprintf(path, sizeof(path), "%s/models/qwen2-tiny-gqa3", dir);
     rlEngineOptions o;
-    rl_engine_options_init(&o);
+    engine_options_init(&o);
     o.model = path;
     o.threads = 2;
     o.kv_cache_memory = 4u << 20;
@@ -67,7 +67,7 @@ static rlEngine *open_engine(void) { return open_engine_pp(1); }
 
 static rlRequest *request(const char *id, int n_prompt, int max_tokens, int stream) {
     rlRequest *r = malloc(sizeof(*r));
-    rl_request_init(r);
+    request_init(r);
     r->id = strdup(id);
     r->prompt_ids = malloc((size_t)n_prompt * sizeof(int32_t));
     for (int i = 0; i < n_prompt; i++) r->prompt_ids[i] = 100 + i;

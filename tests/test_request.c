@@ -16,9 +16,9 @@ static const char *parse(const char *text, rlRequest *r, rlError *err) {
     json_error_t jerr;
     json_t *obj = json_loads(text, JSON_ALLOW_NUL, &jerr);
     assert_non_null(obj);
-    rl_request_init(r);
+    request_init(r);
     const char *code = NULL;
-    int rc = rl_request_parse(r, obj, &code, err);
+    int rc = request_parse(r, obj, &code, err);
     json_decref(obj);
     return rc ? code : NULL;
 }
@@ -42,12 +42,12 @@ static void test_valid(void **state) {
     assert_int_equal(r.seed, UINT64_MAX);
     assert_int_equal(r.priority, -2);
     assert_string_equal(r.stop[0], "x");
-    rl_request_free(&r);
+    request_free(&r);
     assert_null(parse("{\"id\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r, &err));
     assert_int_equal(r.n_messages, 1);
     assert_int_equal(r.max_tokens, 256);
     assert_float_equal(r.temperature, 1.0, 0);
-    rl_request_free(&r);
+    request_free(&r);
 }
 
 static void test_invalid(void **state) {
@@ -86,7 +86,7 @@ static void test_invalid(void **state) {
         if (!code || strcmp(code, cases[i].code) || !strstr(err.msg, cases[i].field))
             fail_msg("case %zu %s: code %s, message %s", i, cases[i].json, code ? code : "none",
                      code ? err.msg : "");
-        rl_request_free(&r);
+        request_free(&r);
     }
 }
 
@@ -99,24 +99,24 @@ static void test_long_id_and_bad_utf8(void **state) {
     rlRequest r;
     rlError err;
     const char *code;
-    rl_request_init(&r);
-    assert_int_equal(rl_request_parse(&r, obj, &code, &err), -1);
+    request_init(&r);
+    assert_int_equal(request_parse(&r, obj, &code, &err), -1);
     assert_string_equal(code, "invalid_request");
-    rl_request_free(&r);
+    request_free(&r);
     json_decref(obj);
     obj = json_pack("{s:s, s:o}", "id", "a", "prompt", json_stringn_nocheck("\xff\xfe", 2));
-    rl_request_init(&r);
-    assert_int_equal(rl_request_parse(&r, obj, &code, &err), -1);
+    request_init(&r);
+    assert_int_equal(request_parse(&r, obj, &code, &err), -1);
     assert_string_equal(code, "invalid_utf8");
     assert_non_null(strstr(err.msg, "'prompt'"));
-    rl_request_free(&r);
+    request_free(&r);
     json_decref(obj);
 }
 
 static void test_events(void **state) {
     (void)state;
     rlRequest r;
-    rl_request_init(&r);
+    request_init(&r);
     r.id = "job";
     int32_t ids[2] = {5, 6};
     rlTokenLogprob lp[3] = {{0}, {.id = 6, .logprob = -0.5f, .n_top = 1, .top_ids = {6},
@@ -125,7 +125,7 @@ static void test_events(void **state) {
                   .text = "hi", .text_len = 2, .finish = RL_FINISH_LENGTH,
                   .prompt_logprobs = lp, .n_prompt = 2, .prompt_tokens = 2,
                   .completion_tokens = 2, .cached_tokens = 0};
-    json_t *ev = rl_output_event(&o, 3);
+    json_t *ev = output_event(&o, 3);
     char *s = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
     assert_string_equal(s,
         "{\"id\":\"job\",\"event\":\"done\",\"seq\":3,\"attempt\":1,\"index\":1,"
@@ -137,7 +137,7 @@ static void test_events(void **state) {
     json_decref(ev);
     rlOutput e = {.kind = RL_OUT_ERROR, .req = &r, .error_code = "prompt_too_long",
                   .error_message = "too long"};
-    ev = rl_output_event(&e, 0);
+    ev = output_event(&e, 0);
     assert_string_equal(json_string_value(json_object_get(json_object_get(ev, "error"), "code")),
                         "prompt_too_long");
     json_decref(ev);

@@ -48,7 +48,7 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 }
 
 /* The first half of a step on the fake model: write its tokens' KV. */
-static void kv_write(fakeKV *kv, const rlSchedPlan *p) {
+static void kv_write(fakeKV *kv, const rlStep *p) {
     for (int t = 0; t < p->n_tokens; t++) {
         assert_true(p->slots[t] >= 0 && p->slots[t] < kv->n_slots);
         kv->tok[p->slots[t]] = p->tokens[t];
@@ -60,7 +60,7 @@ static void kv_write(fakeKV *kv, const rlSchedPlan *p) {
  * and return each row's token.  A step in flight writes when it goes out
  * and reads when it lands, so any step in between that reuses its blocks
  * shows up here. */
-static void kv_read(fakeKV *kv, const rlSchedPlan *p, int32_t *row_tokens) {
+static void kv_read(fakeKV *kv, const rlStep *p, int32_t *row_tokens) {
     uint64_t *hash_at = malloc((size_t)(p->n_tokens + 1) * sizeof(uint64_t));
     for (int i = 0; i < p->n_seqs; i++) {
         const rlSchedSeq *q = &p->seq_req[i]->seqs[p->seq_index[i]];
@@ -89,7 +89,7 @@ static void kv_read(fakeKV *kv, const rlSchedPlan *p, int32_t *row_tokens) {
     free(hash_at);
 }
 
-static void kv_forward(fakeKV *kv, const rlSchedPlan *p, int32_t *row_tokens) {
+static void kv_forward(fakeKV *kv, const rlStep *p, int32_t *row_tokens) {
     kv_write(kv, p);
     kv_read(kv, p, row_tokens);
 }
@@ -106,7 +106,7 @@ typedef struct simReq {
 } simReq;
 
 /* Apply one step's rows to the requests (stop on EOS or max_tokens). */
-static void sim_apply(rlSched *s, const rlSchedPlan *p, const int32_t *row_tokens) {
+static void sim_apply(rlSched *s, const rlStep *p, const int32_t *row_tokens) {
     for (int r = 0; r < p->n_rows; r++) {
         const rlSchedRow *row = &p->rows[r];
         simReq *u = row->req->user;
@@ -165,7 +165,7 @@ static rlSchedReq *add(rlSched *s, const int32_t *prompt, int n_prompt, int n, i
 typedef struct fakePipe {
     rlSchedConfig c;
     int depth, oldest, n, most;     /* most: the most steps in flight at once */
-    rlSchedPlan *plans[MAX_DEPTH];
+    rlStep *plans[MAX_DEPTH];
     int32_t *row_tokens;
 } fakePipe;
 
@@ -175,12 +175,12 @@ static void pipe_init(fakePipe *f, rlSched *s, const rlSchedConfig *c) {
     assert_true(depth <= MAX_DEPTH);
     f->c = *c;
     f->depth = depth;
-    for (int i = 0; i < depth; i++) assert_non_null(f->plans[i] = sched_plan_create(s));
+    for (int i = 0; i < depth; i++) assert_non_null(f->plans[i] = sched_step_create(s));
     assert_non_null(f->row_tokens = malloc((size_t)sched_max_rows(s) * sizeof(int32_t)));
 }
 
 static void pipe_free(fakePipe *f) {
-    for (int i = 0; i < f->depth; i++) sched_plan_free(f->plans[i]);
+    for (int i = 0; i < f->depth; i++) sched_step_free(f->plans[i]);
     free(f->row_tokens);
 }
 
@@ -193,8 +193,8 @@ static int pipe_seqs_in_flight(const fakePipe *f) {
 /* Plan the next step within the budgets; it goes out (KV written, requests
  * in flight) when it holds anything.  It must hold no request already in
  * flight, and all steps in flight no more sequences than max_num_seqs. */
-static rlSchedPlan *pipe_submit(fakePipe *f, rlSched *s, fakeKV *kv) {
-    rlSchedPlan *p = f->plans[(f->oldest + f->n) % f->depth];
+static rlStep *pipe_submit(fakePipe *f, rlSched *s, fakeKV *kv) {
+    rlStep *p = f->plans[(f->oldest + f->n) % f->depth];
     assert_int_equal(sched_step(s, 0, p), 0);
     assert_true(p->n_tokens <= f->c.max_num_batched_tokens);
     assert_true(p->n_seqs + pipe_seqs_in_flight(f) <= f->c.max_num_seqs);
@@ -214,7 +214,7 @@ static rlSchedPlan *pipe_submit(fakePipe *f, rlSched *s, fakeKV *kv) {
 /* Land the oldest step: its requests are still running with the blocks it
  * planned them with, and read back their own tokens; then its rows apply. */
 static void pipe_land(fakePipe *f, rlSched *s, fakeKV *kv) {
-    rlSchedPlan *p = f->plans[f->oldest];
+    rlStep *p = f->plans[f->oldest];
     f->oldest = (f->oldest + 1) % f->depth;
     f->n--;
     for (int i = 0; i < p->n_seqs; i++) {
@@ -235,7 +235,7 @@ static void pipe_land(fakePipe *f, rlSched *s, fakeKV *kv) {
  * is in flight); the oldest lands when the pipeline is full or nothing went
  * out.  0 when neither happened: nothing could run. */
 static int pipe_next(fakePipe *f, rlSched *s, fakeKV *kv, int submit) {
-    const rlSchedPlan *p = (submit || f->n == 0) && f->n < f->depth ? pipe_submit(f, s, kv) : NULL;
+    const rlStep *p = (submit || f->n == 0) && f->n < f->depth ? pipe_submit(f, s, kv) : NULL;
     int went_out = p && p->n_seqs > 0;
     if (f->n > 0 && (f->n == f->depth || !went_out)) {
         pipe_land(f, s, kv);
@@ -273,7 +273,7 @@ static void test_decode_after_prefill(void **state) {
     for (int i = 0; i < 40; i++) prompt[i] = i + 1;
     simReq u = {.n = 1, .max_tokens = 3};
     u.h = add(s, prompt, 40, 1, 3, &u);
-    rlSchedPlan *p = sched_plan_create(s);
+    rlStep *p = sched_step_create(s);
     assert_int_equal(sched_step(s, 0, p), 0);
     assert_int_equal(p->n_seqs, 1);
     assert_int_equal(p->n_tokens, 40);
@@ -294,7 +294,7 @@ static void test_decode_after_prefill(void **state) {
     assert_int_equal(st.blocks.used, 0);
     assert_int_equal(st.blocks.cached, 2);   /* the prompt's two full blocks */
     assert_int_equal(sched_check(s), 0);
-    sched_plan_free(p);
+    sched_step_free(p);
     sched_free(s);
 }
 
@@ -310,7 +310,7 @@ static void test_chunked_prefill(void **state) {
     simReq ua = {.n = 1, .max_tokens = 30}, ub = {.n = 1, .max_tokens = 2};
     ua.h = add(s, a, 8, 1, 30, &ua);
     int32_t rt[64];
-    rlSchedPlan *p = sched_plan_create(s);
+    rlStep *p = sched_step_create(s);
     assert_int_equal(sched_step(s, 0, p), 0);
     kv_forward(&kv, p, rt);
     sim_apply(s, p, rt);
@@ -330,7 +330,7 @@ static void test_chunked_prefill(void **state) {
     run_to_end(s, &kv, &c);
     assert_int_equal(sched_check(s), 0);
     kv_free(&kv);
-    sched_plan_free(p);
+    sched_step_free(p);
     sched_free(s);
 }
 
@@ -345,7 +345,7 @@ static void test_decodes_before_prompts(void **state) {
     for (int i = 0; i < 300; i++) a[i] = 5 + i % 50;
     simReq ua = {.n = 1, .max_tokens = 2}, ub = {.n = 1, .max_tokens = 30};
     ub.h = add(s, b, 4, 1, 30, &ub);
-    rlSchedPlan *p = sched_plan_create(s);
+    rlStep *p = sched_step_create(s);
     assert_int_equal(sched_step(s, 0, p), 0);   /* b's prompt */
     kv_forward(&kv, p, rt);
     sim_apply(s, p, rt);
@@ -366,7 +366,7 @@ static void test_decodes_before_prompts(void **state) {
     assert_true(steps > 10);   /* a's prompt took many chunks, b decoded in each */
     run_to_end(s, &kv, &c);
     kv_free(&kv);
-    sched_plan_free(p);
+    sched_step_free(p);
     sched_free(s);
 }
 
@@ -405,7 +405,7 @@ static void test_fork_shares_blocks(void **state) {
     simReq u = {.n = 4, .max_tokens = 5, .abort_at = -1};
     u.h = add(s, prompt, 37, 4, 5, &u);
     int32_t rt[64];
-    rlSchedPlan *p = sched_plan_create(s);
+    rlStep *p = sched_step_create(s);
     assert_int_equal(sched_step(s, 0, p), 0);
     assert_int_equal(p->n_rows, 4);
     kv_forward(&kv, p, rt);
@@ -427,7 +427,7 @@ static void test_fork_shares_blocks(void **state) {
     sched_remove(s, u.h);
     assert_int_equal(sched_check(s), 0);
     kv_free(&kv);
-    sched_plan_free(p);
+    sched_step_free(p);
     sched_free(s);
 }
 
@@ -549,7 +549,7 @@ static void test_in_flight(void **state) {
     fakePipe f;
     pipe_init(&f, s, &roomy);
     u[0].h = add(s, prompts[0], 20, 1, 6, &u[0]);
-    const rlSchedPlan *a = pipe_submit(&f, s, &kv);
+    const rlStep *a = pipe_submit(&f, s, &kv);
     assert_int_equal(a->n_seqs, 1);
     assert_ptr_equal(a->seq_req[0], u[0].h);
     assert_true(u[0].h->in_flight);
@@ -559,12 +559,12 @@ static void test_in_flight(void **state) {
     memcpy(a_tables, a->block_tables, sizeof(a_tables));
     for (int i = 1; i < N; i++) u[i].h = add(s, prompts[i], 20, 1, 6, &u[i]);
     /* Five want to run: shares of three (the first step's one included). */
-    const rlSchedPlan *b = pipe_submit(&f, s, &kv);
+    const rlStep *b = pipe_submit(&f, s, &kv);
     assert_int_equal(b->n_seqs, 3);
     for (int i = 0; i < 3; i++) assert_ptr_equal(b->seq_req[i], u[1 + i].h);
     assert_int_equal(u[3].h->cached_tokens, 16);
     assert_int_equal(f.n, 2);
-    const rlSchedPlan *d = pipe_submit(&f, s, &kv);
+    const rlStep *d = pipe_submit(&f, s, &kv);
     assert_int_equal(d->n_seqs, 1);
     assert_ptr_equal(d->seq_req[0], u[4].h);
     assert_int_equal(pipe_submit(&f, s, &kv)->n_seqs, 0);
@@ -576,7 +576,7 @@ static void test_in_flight(void **state) {
     pipe_land(&f, s, &kv);
     assert_false(u[0].h->in_flight);
     assert_int_equal(u[0].n_out[0], 1);
-    const rlSchedPlan *e = pipe_submit(&f, s, &kv);
+    const rlStep *e = pipe_submit(&f, s, &kv);
     assert_int_equal(e->n_seqs, 1);
     assert_ptr_equal(e->seq_req[0], u[0].h);
     while (sched_has_work(s)) {
@@ -609,7 +609,7 @@ static void test_priority_and_deadline(void **state) {
     p.deadline_ms = 0;
     p.priority = 5;
     assert_int_equal(sched_add(s, &p, &high), RL_SCHED_OK);
-    rlSchedPlan *pl = sched_plan_create(s);
+    rlStep *pl = sched_step_create(s);
     assert_int_equal(sched_step(s, 2000, pl), 0);
     assert_int_equal(pl->n_seqs, 1);
     assert_ptr_equal(pl->seq_req[0], high);
@@ -624,7 +624,7 @@ static void test_priority_and_deadline(void **state) {
     sched_remove(s, low);
     assert_false(sched_has_work(s));
     assert_int_equal(sched_check(s), 0);
-    sched_plan_free(pl);
+    sched_step_free(pl);
     sched_free(s);
 }
 

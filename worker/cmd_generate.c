@@ -89,20 +89,20 @@ static void gen_output(void *ctx, const rlOutput *out) {
         for (int i = 0; l->events && i < l->n; i++) json_decref(l->events[i]), l->events[i] = NULL;
         l->n = 1;
         l->got = 0;
-        gen_put(g, line, 0, rl_output_event(out, 0));
+        gen_put(g, line, 0, output_event(out, 0));
         return;
     }
-    gen_put(g, line, out->index, rl_output_event(out, 0));
+    gen_put(g, line, out->index, output_event(out, 0));
 }
 
 /* An error result for a line that never became a request. */
 static void gen_line_error(genRun *g, int line, const char *id, const char *code, const char *msg) {
     rlRequest r;
-    rl_request_init(&r);
+    request_init(&r);
     r.id = (char *)id;
     rlOutput o = {.kind = RL_OUT_ERROR, .req = &r, .error_code = code, .error_message = msg};
     g->lines[line].n = 1;
-    gen_put(g, line, 0, rl_output_event(&o, 0));
+    gen_put(g, line, 0, output_event(&o, 0));
 }
 
 static int parse_int(const char *s, int lo, int *out) {
@@ -200,14 +200,14 @@ static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *
         json_decref(obj);
         return rl_error(err, RL_EINTERNAL, "out of memory");
     }
-    rl_request_init(r);
+    request_init(r);
     const char *code;
     rlError perr;
-    if (rl_request_parse(r, obj, &code, &perr)) {
+    if (request_parse(r, obj, &code, &perr)) {
         json_t *id = json_object_get(obj, "id");
         gen_line_error(g, i, json_is_string(id) && r->id ? r->id : NULL, code, perr.msg);
         json_decref(obj);
-        rl_request_free(r);
+        request_free(r);
         free(r);
         return 0;
     }

@@ -4,19 +4,6 @@
 
 #include "worker/commands.h"
 
-/* Weak so the binary links while a command's file is still being written:
- * a missing one answers "not available in this build" instead. */
-#pragma weak cmd_generate
-#pragma weak cmd_tokenize
-#pragma weak cmd_detokenize
-#pragma weak cmd_worker
-#pragma weak cmd_submit
-#pragma weak cmd_status
-#pragma weak cmd_bench
-#pragma weak cmd_plan
-#pragma weak cmd_doctor
-#pragma weak cmd_launch
-
 typedef struct command {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -50,10 +37,6 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
         if (strcmp(argv[1], commands[i].name)) continue;
-        if (!commands[i].run) {
-            fprintf(stderr, "redlm: '%s' is not available in this build\n", argv[1]);
-            return 2;
-        }
         return commands[i].run(argc - 1, argv + 1);
     }
     fprintf(stderr, "redlm: unknown command '%s'\n\n", argv[1]);

@@ -24,14 +24,4 @@ template <typename T> static __device__ T block_sum(T v, T *shm) {
     return warp_sum(r);
 }
 
-static __device__ float block_max(float v, float *shm) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) shm[warp] = v;
-    __syncthreads();
-    float r = lane < nw ? shm[lane] : -INFINITY;
-    return warp_max(r);
-}
-
 #endif

@@ -28,7 +28,7 @@
 #include "worker/engine/prompt.h"
 #include "worker/lib/now.h"
 
-void rl_engine_options_init(rlEngineOptions *o) {
+void engine_options_init(rlEngineOptions *o) {
     memset(o, 0, sizeof(*o));
     o->backend = "cpu";
     o->load_format = "auto";
@@ -71,7 +71,7 @@ typedef struct engReq {
 /* A step handed to the ranks and not applied yet: its plan, row specs and
  * results stay untouched until ranks_wait on its ticket returns. */
 typedef struct engFlight {
-    rlSchedPlan *plan;
+    rlStep *plan;
     rlRowSpec *specs;
     rlRowResult *results;
     uint64_t ticket;
@@ -264,7 +264,7 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     int ok = e->sched && e->flights;
     for (int i = 0; ok && i < e->depth; i++) {
         engFlight *f = &e->flights[i];
-        f->plan = sched_plan_create(e->sched);
+        f->plan = sched_step_create(e->sched);
         f->specs = calloc((size_t)e->max_rows, sizeof(*f->specs));
         f->results = calloc((size_t)e->max_rows, sizeof(*f->results));
         ok = f->plan && f->specs && f->results;
@@ -301,7 +301,7 @@ static void ereq_free(rlEngine *e, engReq *q) {
     free(q->samples);
     free(q->prompt_lp);
     free(q->error_message);
-    rl_request_free(q->req);
+    request_free(q->req);
     free(q->req);
     free(q);
 }
@@ -401,7 +401,7 @@ static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
 int engine_add(rlEngine *e, rlRequest *req, rlError *err) {
     engReq *q = calloc(1, sizeof(*q));
     if (!q) {
-        rl_request_free(req);
+        request_free(req);
         free(req);
         return rl_error(err, RL_EINTERNAL, "out of memory");
     }
@@ -591,7 +591,7 @@ static int engine_answer_pending(rlEngine *e, rlOutputFn fn, void *ctx, rlError 
  * without waiting: 1 when a step went out, 0 when there was nothing to run. */
 static int engine_submit(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     engFlight *f = &e->flights[(e->oldest + e->n_flight) % e->depth];
-    rlSchedPlan *p = f->plan;
+    rlStep *p = f->plan;
     if (sched_step(e->sched, now_wall_ms(), p))
         return rl_error(err, RL_EINTERNAL, "out of memory planning a step");
     for (int i = 0; i < p->n_expired; i++) {
@@ -632,7 +632,7 @@ static int engine_land(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     e->model_ms += now_ms() - t0;
     e->oldest = (e->oldest + 1) % e->depth;
     e->n_flight--;
-    const rlSchedPlan *p = f->plan;
+    const rlStep *p = f->plan;
     sched_landed(e->sched, p);
 
     for (int i = 0; i < p->n_rows; i++) {
@@ -708,7 +708,7 @@ void engine_close(rlEngine *e) {
     while (e->head) ereq_free(e, e->head);
     sched_free(e->sched);
     for (int i = 0; e->flights && i < e->depth; i++) {
-        sched_plan_free(e->flights[i].plan);
+        sched_step_free(e->flights[i].plan);
         free(e->flights[i].specs);
         free(e->flights[i].results);
     }

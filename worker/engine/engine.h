@@ -38,7 +38,7 @@ typedef struct rlEngineOptions {
     uint64_t seed;              /* dummy weights and unseeded requests */
 } rlEngineOptions;
 
-void rl_engine_options_init(rlEngineOptions *o);
+void engine_options_init(rlEngineOptions *o);
 
 typedef enum rlFinish { RL_FINISH_NONE = 0, RL_FINISH_STOP, RL_FINISH_LENGTH, RL_FINISH_ABORT } rlFinish;
 

@@ -48,7 +48,7 @@ static int engine_flags_bytes(const char *flag, const char *v, size_t *out, rlEr
 }
 
 void engine_flags_init(rlEngineFlags *f) {
-    rl_engine_options_init(&f->o);
+    engine_options_init(&f->o);
     layout_init(&f->lay);
 }
 

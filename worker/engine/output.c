@@ -1,7 +1,7 @@
 /* output.c: rlOutput -> the protocol's chunk / done / error event (json_t). */
 #include "worker/engine/output.h"
 
-const char *rl_finish_name(rlFinish f) {
+const char *output_finish_name(rlFinish f) {
     switch (f) {
     case RL_FINISH_STOP: return "stop";
     case RL_FINISH_LENGTH: return "length";
@@ -31,7 +31,7 @@ static json_t *token_list(const int32_t *ids, int n) {
     return a;
 }
 
-json_t *rl_output_event(const rlOutput *o, int seq) {
+json_t *output_event(const rlOutput *o, int seq) {
     const rlRequest *r = o->req;
     static const char *const kinds[] = {"chunk", "done", "error"};
     json_t *ev = json_pack("{s:s?, s:s, s:i, s:i}", "id", r ? r->id : NULL, "event",
@@ -51,7 +51,7 @@ json_t *rl_output_event(const rlOutput *o, int seq) {
     bad |= json_object_set_new(ev, "text", text);
     if (o->logprobs) bad |= json_object_set_new(ev, "logprobs", logprob_list(o->logprobs, 0, o->n_tokens));
     if (o->kind == RL_OUT_DONE) {
-        bad |= json_object_set_new(ev, "finish_reason", json_string(rl_finish_name(o->finish)));
+        bad |= json_object_set_new(ev, "finish_reason", json_string(output_finish_name(o->finish)));
         if (o->prompt_logprobs)
             bad |= json_object_set_new(ev, "prompt_logprobs",
                                        logprob_list(o->prompt_logprobs, 1, o->n_prompt));

@@ -11,8 +11,8 @@
 
 /* The event for out, numbered seq within its job and attempt; NULL when out
  * of memory or the text is not valid UTF-8 (the engine never emits such). */
-json_t *rl_output_event(const rlOutput *out, int seq);
+json_t *output_event(const rlOutput *out, int seq);
 
-const char *rl_finish_name(rlFinish f);
+const char *output_finish_name(rlFinish f);
 
 #endif

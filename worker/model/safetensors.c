@@ -244,11 +244,6 @@ int safetensors_open(rlSafetensors *st, const char *path, rlError *err) {
     return 0;
 }
 
-const rlStTensor *safetensors_find_tensor(const rlSafetensors *st, const char *name) {
-    rlStTensor key = {.name = (char *)name};
-    return bsearch(&key, st->tensors, (size_t)st->n_tensors, sizeof(key), st_cmp_name);
-}
-
 void safetensors_close(rlSafetensors *st) {
     for (int i = 0; i < st->n_tensors; i++) free(st->tensors[i].name);
     free(st->tensors);

@@ -38,9 +38,6 @@ typedef struct rlSafetensors {
  * PyTorch pickle apart. */
 int safetensors_open(rlSafetensors *st, const char *path, rlError *err);
 
-/* NULL when the file holds no tensor of that name. */
-const rlStTensor *safetensors_find_tensor(const rlSafetensors *st, const char *name);
-
 void safetensors_close(rlSafetensors *st);
 
 #endif

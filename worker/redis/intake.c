@@ -111,9 +111,9 @@ rlRequest *intake_entry(const rlIntake *in, const redisReply *entry, int attempt
             code = "internal";
             snprintf(msg, sizeof(msg), "out of memory");
         } else {
-            rl_request_init(req);
+            request_init(req);
             const char *pcode = NULL; /* set on success too: only read on failure */
-            if (rl_request_parse(req, obj, &pcode, &err)) {
+            if (request_parse(req, obj, &pcode, &err)) {
                 code = pcode ? pcode : "invalid_request";
                 snprintf(msg, sizeof(msg), "%s", err.msg);
             } else if (req->deadline_ms && now_wall_ms() > req->deadline_ms) {
@@ -122,7 +122,7 @@ rlRequest *intake_entry(const rlIntake *in, const redisReply *entry, int attempt
                          (long long)req->deadline_ms, (long long)(now_wall_ms() - req->deadline_ms));
             }
             if (code) {
-                rl_request_free(req);
+                request_free(req);
                 free(req);
                 req = NULL;
             }

@@ -107,7 +107,7 @@ int items_abort(rlItemList *out, const rlKeys *k, rlJob *job, const rlRequest *r
     for (int i = 0; i < (req->n > 0 ? req->n : 1); i++) {
         rlOutput o = {.kind = RL_OUT_DONE, .req = req, .index = i, .text = "", .finish = RL_FINISH_ABORT,
                       .prompt_tokens = req->n_prompt_ids};
-        json_t *ev = rl_output_event(&o, job->seq++);
+        json_t *ev = output_event(&o, job->seq++);
         int bad = !ev || items_event(out, job, ev);
         json_decref(ev);
         if (bad) return -1;
@@ -122,7 +122,7 @@ int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, int n_fields, const
     if (job->id) {
         rlRequest req = {.id = job->id, .attempt = job->attempt};
         rlOutput o = {.kind = RL_OUT_ERROR, .req = &req, .error_code = code, .error_message = message};
-        json_t *ev = rl_output_event(&o, job->seq);
+        json_t *ev = output_event(&o, job->seq);
         int bad = !ev || items_event(out, job, ev);
         json_decref(ev);
         if (bad) {

@@ -87,7 +87,7 @@ static void runner_on_output(void *ctx, const rlOutput *out) {
         return;
     }
     if (out->index < 0 || out->index >= job->n_samples) return;
-    json_t *ev = rl_output_event(out, 0); /* seq is set when it is sent */
+    json_t *ev = output_event(out, 0); /* seq is set when it is sent */
     if (!ev) {
         runner_fail_job(r, job, "internal", "cannot build a reply event (out of memory)");
         job->samples_left = 0;
@@ -138,7 +138,7 @@ static void runner_add_one(rlRunner *r, rlRequest *req) {
     job->pending = calloc((size_t)job->n_samples, sizeof(*job->pending));
     rlError err;
     if (!job->pending) {
-        rl_request_free(req);
+        request_free(req);
         free(req);
         runner_fail_job(r, job, "internal", "out of memory");
         return;
@@ -230,7 +230,7 @@ void runner_stop(rlRunner *r) {
     while (r->in_head) {
         rlInbox *nx = r->in_head->next;
         if (r->in_head->req) {
-            rl_request_free(r->in_head->req);
+            request_free(r->in_head->req);
             free(r->in_head->req);
         }
         free(r->in_head->abort_id);

@@ -120,7 +120,7 @@ static void serve_entry(rlServe *s, const redisReply *entry, int attempt) {
     if (req && serve_was_cancelled(s, req->id)) {
         if (items_abort(&items, &s->o.keys, job, req))
             fprintf(stderr, "redlm worker: out of memory answering cancelled job %s\n", req->id);
-        rl_request_free(req);
+        request_free(req);
         free(req);
     } else if (req)
         runner_add(s->runner, req);

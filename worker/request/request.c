@@ -14,7 +14,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
-void rl_request_init(rlRequest *r) {
+void request_init(rlRequest *r) {
     memset(r, 0, sizeof(*r));
     r->max_tokens = 256;
     r->temperature = 1.0f;
@@ -26,7 +26,7 @@ void rl_request_init(rlRequest *r) {
     r->attempt = 1;
 }
 
-void rl_request_free(rlRequest *r) {
+void request_free(rlRequest *r) {
     free(r->id);
     free(r->prompt);
     for (int i = 0; i < r->n_messages; i++) {
@@ -281,7 +281,7 @@ static int field(rlRequest *r, const char *key, const json_t *v, const char **co
                     key);
 }
 
-int rl_request_parse(rlRequest *r, const json_t *obj, const char **code, rlError *err) {
+int request_parse(rlRequest *r, const json_t *obj, const char **code, rlError *err) {
     *code = INVALID;
     if (!json_is_object(obj))
         return rl_error(err, RL_EINPUT, "invalid_request: a request must be a JSON object");

@@ -53,8 +53,8 @@ typedef struct rlRequest {
     void *user;                 /* the receiver's handle (stream entry, input line) */
 } rlRequest;
 
-void rl_request_init(rlRequest *r);   /* protocol defaults */
-void rl_request_free(rlRequest *r);   /* frees the fields, not r */
+void request_init(rlRequest *r);   /* protocol defaults */
+void request_free(rlRequest *r);   /* frees the fields, not r */
 
 /* Fill r (initialised) from one request object, validated exactly as
  * protocol.md says: types, ranges, exactly one prompt form, no unknown
@@ -63,6 +63,6 @@ void rl_request_free(rlRequest *r);   /* frees the fields, not r */
  * with a message naming the field; r may be partly filled (free it).
  * Transport-free: JSON lines and msgpack entries both arrive as json_t. */
 struct json_t;
-int rl_request_parse(rlRequest *r, const struct json_t *obj, const char **code, rlError *err);
+int request_parse(rlRequest *r, const struct json_t *obj, const char **code, rlError *err);
 
 #endif
