@@ -1,4 +1,4 @@
-/* test_layout.c: the layout flags every command shares (worker/layout.c). */
+/* test_layout.c: the layout flags every command shares (worker/engine/layout.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,16 +9,20 @@
 
 #include "worker/engine/layout.h"
 
-/* Parse argv as a command would: layout flags consumed, others counted. */
+/* Parse argv as a command would: the layout flags beside a --model flag
+ * of the command's own, whose words are counted in others. */
 static int parse(rlLayout *l, int argc, char **argv, int *others, rlError *err) {
     layout_init(l);
-    *others = 0;
-    for (int i = 0; i < argc;) {
-        int rc = layout_parse_flag(l, argc, argv, &i, err);
-        if (rc < 0) return -1;
-        if (rc == 0) (*others)++, i++;
-    }
-    return 0;
+    const char *model = NULL;
+    rlFlags fs;
+    flags_init(&fs, "test", NULL);
+    flags_string(&fs, "--model", &model, "DIR", NULL);
+    layout_flags_add(&fs, l);
+    char *args[32] = {"test"};
+    for (int i = 0; i < argc && i < 31; i++) args[i + 1] = argv[i];
+    int rc = flags_parse(&fs, argc + 1, args, err);
+    *others = 2 * flags_given(&fs, "--model");
+    return rc ? -1 : 0;
 }
 
 static void test_flags(void **state) {

@@ -332,24 +332,6 @@ static void test_one_layout(void **state) {
     plan_free(&p);
 }
 
-static void test_parse(void **state) {
-    (void)state;
-    size_t b;
-    rlError err = {0};
-    assert_int_equal(plan_parse_size("24GiB", &b, &err), 0);
-    assert_int_equal(b, 24 * GiB);
-    assert_int_equal(plan_parse_size("141GB", &b, &err), 0);
-    assert_int_equal(b, 141000000000ULL);
-    assert_int_equal(plan_parse_size("512MiB", &b, &err), 0);
-    assert_int_equal(b, 512ULL << 20);
-    assert_int_equal(plan_parse_size("80", &b, &err), 0);
-    assert_int_equal(b, 80 * GiB);
-    assert_int_equal(plan_parse_size("lots", &b, &err), -1);
-    assert_int_equal(err.code, RL_EUSAGE);
-    assert_int_equal(plan_parse_size("-3GiB", &b, &err), -1);
-    assert_int_equal(plan_parse_size("3 parsecs", &b, &err), -1);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_05b_one_gpu),
@@ -357,7 +339,6 @@ int main(void) {
         cmocka_unit_test(test_every_config),
         cmocka_unit_test(test_known_answers),
         cmocka_unit_test(test_one_layout),
-        cmocka_unit_test(test_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

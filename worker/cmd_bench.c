@@ -12,7 +12,6 @@
  * checkpoint directory is given with --load-format auto.  --profile prints the
  * device time per operation kind of the prefill and of the decode steps
  * (backends that time their operations: CUDA, with graphs off). */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,8 @@
 #include "kernels/model.h"
 #include "worker/model/checkpoint.h"
 #include "worker/commands.h"
+#include "worker/engine/engine_flags.h"
+#include "worker/lib/flags.h"
 #include "worker/lib/now.h"
 
 #define BENCH_MAX_BATCHES 8
@@ -31,7 +32,7 @@
 typedef struct benchOpts {
     const char *backend, *model, *load_format;
     int threads, prompt_len, gen, max_tokens, json, profile;
-    size_t copy_bytes;      /* the bandwidth copy: far larger than any cache */
+    int copy_mib;           /* the bandwidth copy: far larger than any cache */
     int batches[BENCH_MAX_BATCHES], n_batches;
 } benchOpts;
 
@@ -187,70 +188,32 @@ out:
     return rc;
 }
 
-static int bench_parse(int argc, char **argv, benchOpts *o, rlError *err) {
+/* -1: go on; else the exit status (help printed, or a bad flag). */
+static int bench_parse(int argc, char **argv, benchOpts *o) {
     *o = (benchOpts){.backend = "cpu", .load_format = "dummy", .prompt_len = 512, .gen = 32,
-                     .max_tokens = 2048, .batches = {1, 8}, .n_batches = 2,
-                     .copy_bytes = (size_t)256 << 20};
-    static const struct option opts[] = {
-        {"backend", required_argument, 0, 'b'}, {"model", required_argument, 0, 'm'},
-        {"load-format", required_argument, 0, 'l'}, {"threads", required_argument, 0, 't'},
-        {"prompt-len", required_argument, 0, 'p'}, {"gen", required_argument, 0, 'g'},
-        {"batch", required_argument, 0, 'B'}, {"max-num-batched-tokens", required_argument, 0, 'T'},
-        {"copy-mib", required_argument, 0, 'c'}, {"json", no_argument, 0, 'j'},
-        {"profile", no_argument, 0, 'P'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
-        switch (c) {
-        case 'b': o->backend = optarg; break;
-        case 'm': o->model = optarg; break;
-        case 'l': o->load_format = optarg; break;
-        case 't': o->threads = atoi(optarg); break;
-        case 'p': o->prompt_len = atoi(optarg); break;
-        case 'g': o->gen = atoi(optarg); break;
-        case 'T': o->max_tokens = atoi(optarg); break;
-        case 'j': o->json = 1; break;
-        case 'P': o->profile = 1; break;
-        case 'c': {
-            long mib = atol(optarg);
-            if (mib < 1 || mib > 65536)
-                return rl_error(err, RL_EUSAGE, "--copy-mib %s: give 1 to 65536 (default 256, "
-                                "well above the last-level cache)", optarg);
-            o->copy_bytes = (size_t)mib << 20;
-            break;
-        }
-        case 'B': {
-            o->n_batches = 0;
-            for (char *p = optarg; *p && o->n_batches < BENCH_MAX_BATCHES;) {
-                char *end;
-                long v = strtol(p, &end, 10);
-                if (end == p || v < 1 || v > 4096)
-                    return rl_error(err, RL_EUSAGE, "--batch %s: give batch sizes from 1 to "
-                                    "4096 separated by commas, e.g. --batch 1,8", optarg);
-                o->batches[o->n_batches++] = (int)v;
-                p = *end == ',' ? end + 1 : end;
-            }
-            break;
-        }
-        case 'h':
-            printf("usage: redlm bench --model DIR|config.json [--backend cpu|cuda] "
-                   "[--load-format dummy|auto] [--threads N] [--prompt-len 512] [--gen 32] "
-                   "[--batch 1,8] [--max-num-batched-tokens 2048] [--copy-mib 256] [--json] "
-                   "[--profile]\n");
-            return 1;
-        default:
-            return rl_error(err, RL_EUSAGE, "unknown option; see `redlm bench --help`");
-        }
-    }
-    if (!o->model)
-        return rl_error(err, RL_EUSAGE, "--model is required: a model directory, or a "
-                        "config.json with --load-format dummy (e.g. "
-                        "tests/fixtures/configs/qwen2.5-0.5b.json)");
-    if (o->prompt_len < 1 || o->gen < 1 || o->max_tokens < 1 || o->threads < 0)
-        return rl_error(err, RL_EUSAGE, "--prompt-len, --gen and --max-num-batched-tokens must "
-                        "be at least 1, --threads at least 0");
-    if (strcmp(o->load_format, "dummy") && strcmp(o->load_format, "auto"))
-        return rl_error(err, RL_EUSAGE, "--load-format %s: use dummy or auto", o->load_format);
-    return 0;
+                     .max_tokens = 2048, .batches = {1, 8}, .n_batches = 2, .copy_mib = 256};
+    rlFlags fs;
+    flags_init(&fs, "bench", "usage: redlm bench --model DIR|config.json [options]\n");
+    flags_string(&fs, "--model", &o->model, "DIR",
+                 "a model directory, or a config.json with --load-format\n"
+                 "dummy (e.g. tests/fixtures/configs/qwen2.5-0.5b.json)")->required = 1;
+    flags_enum(&fs, "--backend", &o->backend, engine_backends, "compute backend (default cpu)");
+    flags_enum(&fs, "--load-format", &o->load_format, engine_load_formats,
+               "dummy (default): random weights; auto: the checkpoint's");
+    flags_int(&fs, "--threads", &o->threads, 1, 1 << 16, "N", "CPU threads (default: all cores)");
+    flags_int(&fs, "--prompt-len", &o->prompt_len, 1, 1 << 24, "N",
+              "prompt tokens per sequence (default 512)");
+    flags_int(&fs, "--gen", &o->gen, 1, 1 << 24, "N", "decode steps (default 32)");
+    flags_list(&fs, "--batch", o->batches, BENCH_MAX_BATCHES, &o->n_batches, 1, 4096, 0, "B,B",
+               "batch sizes, e.g. 1,8 (default)");
+    flags_int(&fs, "--max-num-batched-tokens", &o->max_tokens, 1, 1 << 24, "N",
+              "prefill tokens per step (default 2048)");
+    flags_int(&fs, "--copy-mib", &o->copy_mib, 1, 65536, "N",
+              "the bandwidth copy's size, well above the last-level\ncache (default 256)");
+    flags_bool(&fs, "--json", &o->json, "one JSON object instead of the table");
+    flags_bool(&fs, "--profile", &o->profile,
+               "device time per operation kind (CUDA, with graphs off)");
+    return flags_main(&fs, argc, argv);
 }
 
 static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t step_bytes,
@@ -308,23 +271,17 @@ int cmd_bench(int argc, char **argv) {
     rlBackend *be = NULL;
     rlModel m = {0};
     benchRow rows[BENCH_MAX_BATCHES];
-    int rc = bench_parse(argc, argv, &o, &err);
-    if (rc > 0) return 0;                       /* --help */
-    if (rc != 0) goto fail;
+    int rc = bench_parse(argc, argv, &o);
+    if (rc >= 0) return rc;
 
     int dummy = !strcmp(o.load_format, "dummy");
     if (dummy ? checkpoint_read_config(o.model, &cfg, &err) != 0
               : !(ck = checkpoint_open(o.model, &cfg, &err)))
         goto fail;
     rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16, .profile = o.profile};
-    if (!strcmp(o.backend, "cpu")) {
-        be = rl_backend_cpu_create(&bo, &err);
-    } else if (!strcmp(o.backend, "cuda")) {
-        be = rl_backend_cuda_create(&bo, &err);
-    } else {
-        rl_error(&err, RL_EUSAGE, "--backend %s: use cpu or cuda", o.backend);
-        goto fail;
-    }
+    /* --backend is cpu or cuda: the flag's choices */
+    be = strcmp(o.backend, "cuda") ? rl_backend_cpu_create(&bo, &err)
+                                   : rl_backend_cuda_create(&bo, &err);
     if (!be) goto fail;
     if (!strcmp(o.backend, "cuda")) {
         /* The GPU's two ceilings, measured now, before the model takes its memory. */
@@ -354,7 +311,7 @@ int cmd_bench(int argc, char **argv) {
         goto fail;
     }
     double bw;
-    if (bench_bandwidth(be, o.copy_bytes, &bw, &err) != 0) goto fail;
+    if (bench_bandwidth(be, (size_t)o.copy_mib << 20, &bw, &err) != 0) goto fail;
     /* A decode step reads every weight but the embedding table (one row of
      * it), unless that table is also the LM head, plus the KV cache. */
     size_t step_bytes = rl_model_weight_bytes(&cfg, &shard, be->weight_dtype);

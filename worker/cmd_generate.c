@@ -21,20 +21,8 @@
 #include "worker/engine/engine_flags.h"
 #include "worker/engine/layout.h"
 #include "worker/engine/output.h"
+#include "worker/lib/flags.h"
 #include "worker/lib/now.h"
-
-static const char USAGE_HEAD[] =
-    "usage: redlm generate --model DIR [options]\n"
-    "  --input FILE|-                requests, one JSON object per line (default -)\n"
-    "  --output FILE|-               results, one JSON object per line (default -)\n"
-    "  --prompt-ids 1,2,3            one greedy request from token ids instead of --input\n"
-    "  --max-tokens N                tokens to generate for --prompt-ids (default 16)\n"
-    "  --stats                       scheduler counters to stderr at the end\n";
-
-static void gen_usage(FILE *f) {
-    fputs(USAGE_HEAD, f);
-    fputs(engine_flags_help, f);
-}
 
 /* One input line's results, kept until every earlier line is written. */
 typedef struct genLine {
@@ -105,15 +93,6 @@ static void gen_line_error(genRun *g, int line, const char *id, const char *code
     gen_put(g, line, 0, output_event(&o, 0));
 }
 
-static int parse_int(const char *s, int lo, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > INT32_MAX) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 /* The lines of path ("-": stdin), or one synthesized --prompt-ids request. */
 static int gen_read_lines(const char *path, char ***lines, int *n, rlError *err) {
     FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
@@ -141,28 +120,15 @@ static int gen_read_lines(const char *path, char ***lines, int *n, rlError *err)
     return 0;
 }
 
-static char *gen_prompt_ids_line(const char *ids, int max_tokens, rlError *err) {
+/* One greedy request from --prompt-ids, as the JSON line a file would hold. */
+static char *gen_prompt_ids_line(const int *ids, int n, int max_tokens, rlError *err) {
     json_t *arr = json_array();
-    for (const char *p = ids; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > INT32_MAX) {
-            json_decref(arr);
-            rl_error(err, RL_EUSAGE, "--prompt-ids %s: expected comma-separated token ids", ids);
-            return NULL;
-        }
-        json_array_append_new(arr, json_integer(v));
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') {
-            json_decref(arr);
-            rl_error(err, RL_EUSAGE, "--prompt-ids %s: expected comma-separated token ids", ids);
-            return NULL;
-        }
-    }
+    for (int i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
     json_t *req = json_pack("{s:s, s:o, s:i, s:f}", "id", "prompt", "prompt_ids", arr,
                             "max_tokens", max_tokens, "temperature", 0.0);
-    char *s = json_dumps(req, JSON_COMPACT);
+    char *s = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
+    if (!s) rl_error(err, RL_EINTERNAL, "out of memory");
     return s;
 }
 
@@ -222,53 +188,45 @@ int cmd_generate(int argc, char **argv) {
     rlEngineFlags flags;
     engine_flags_init(&flags);
     rlEngineOptions *o = &flags.o;
-    const char *input = "-", *output = "-", *prompt_ids = NULL;
-    int max_tokens = 16, stats = 0;
-    rlError err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int known = engine_flags_parse(argc, argv, &i, &flags, &err);
-        if (known < 0) {
-            fprintf(stderr, "redlm generate: %s\n", err.msg);
-            return RL_EUSAGE;
-        }
-        if (known) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            gen_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--stats") || !strcmp(a, "--verbose")) {
-            stats = 1;
-            continue;
-        }
-        int bad = !v;
-        if (!strcmp(a, "--input")) input = v;
-        else if (!strcmp(a, "--output")) output = v;
-        else if (!strcmp(a, "--prompt-ids")) prompt_ids = v;
-        else if (!strcmp(a, "--max-tokens")) bad = bad || parse_int(v, 0, &max_tokens);
-        else {
-            fprintf(stderr, "redlm generate: unknown option %s\n\n", a);
-            gen_usage(stderr);
-            return RL_EUSAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "redlm generate: %s needs a %svalue\n", a, v ? "valid " : "");
-            return RL_EUSAGE;
-        }
-        i++;
+    const char *input = "-", *output = "-";
+    int max_tokens = 16, stats = 0, n_ids = 0;
+    /* one argument holds at most 128 KiB (MAX_ARG_STRLEN): 64 Ki ids */
+    enum { GEN_MAX_IDS = 1 << 16 };
+    int *ids = malloc(GEN_MAX_IDS * sizeof(int));
+    if (!ids) {
+        fprintf(stderr, "redlm generate: out of memory\n");
+        return RL_EINTERNAL;
     }
-    if (!o->model) {
-        fprintf(stderr, "redlm generate: --model DIR is required\n\n");
-        gen_usage(stderr);
-        return RL_EUSAGE;
+    rlError err = {0};
+    rlFlags fs;
+    flags_init(&fs, "generate", "usage: redlm generate --model DIR [options]\n");
+    flags_string(&fs, "--input", &input, "FILE|-",
+                 "requests, one JSON object per line (default -)");
+    flags_string(&fs, "--output", &output, "FILE|-",
+                 "results, one JSON object per line (default -)");
+    flags_list(&fs, "--prompt-ids", ids, GEN_MAX_IDS, &n_ids, 0, INT32_MAX, 0, "1,2,3",
+               "one greedy request from token ids instead of --input");
+    flags_int(&fs, "--max-tokens", &max_tokens, 0, INT32_MAX, "N",
+              "tokens to generate for --prompt-ids (default 16)");
+    flags_bool(&fs, "--stats", &stats, "scheduler counters to stderr at the end")->aliases =
+        "--verbose";
+    flags_section(&fs, "engine:");
+    engine_flags_add(&fs, &flags);
+    flags_conflict(&fs, "--prompt-ids", "--input");
+    flags_requires(&fs, "--max-tokens", "--prompt-ids");
+    int rc = flags_main(&fs, argc, argv);
+    if (rc >= 0) {
+        free(ids);
+        return rc;
     }
     engine_flags_finish(&flags);
     char **lines = NULL;
     int n_lines = 0;
     genRun g = {0};
     rlEngine *e = NULL;
-    if (prompt_ids) {
+    if (n_ids) {
         lines = malloc(sizeof(char *));
-        if (!lines || !(lines[0] = gen_prompt_ids_line(prompt_ids, max_tokens, &err))) goto done;
+        if (!lines || !(lines[0] = gen_prompt_ids_line(ids, n_ids, max_tokens, &err))) goto done;
         n_lines = 1;
     } else if (gen_read_lines(input, &lines, &n_lines, &err)) {
         goto done;
@@ -320,6 +278,7 @@ done:
         if (g.lines) free(g.lines[i].events);
     }
     free(lines);
+    free(ids);
     free(g.lines);
     if (g.out && g.out != stdout) fclose(g.out);
     if (err.code) {

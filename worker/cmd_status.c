@@ -6,12 +6,8 @@
 #include <string.h>
 
 #include "worker/commands.h"
+#include "worker/lib/flags.h"
 #include "worker/redis/redis_url.h"
-
-static void status_usage(FILE *f) {
-    fprintf(f, "usage: redlm status --redis redis://[user:pass@]host:port[/db] "
-               "[--stream redlm:jobs] [--group redlm]\n");
-}
 
 /* Field `name` of a flat [k, v, k, v ...] reply, or NULL. */
 static const redisReply *status_field(const redisReply *r, const char *name) {
@@ -30,31 +26,13 @@ static void status_print_value(const redisReply *v) {
 
 int cmd_status(int argc, char **argv) {
     const char *url_s = NULL, *stream = "redlm:jobs", *group = "redlm";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            status_usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "redlm status: %s needs a value\n", a);
-            status_usage(stderr);
-            return 2;
-        }
-        if (!strcmp(a, "--redis")) url_s = v;
-        else if (!strcmp(a, "--stream")) stream = v;
-        else if (!strcmp(a, "--group")) group = v;
-        else {
-            fprintf(stderr, "redlm status: unknown option %s\n", a);
-            status_usage(stderr);
-            return 2;
-        }
-        i++;
-    }
-    if (!url_s) {
-        status_usage(stderr);
-        return 2;
-    }
+    rlFlags fs;
+    flags_init(&fs, "status", "usage: redlm status --redis URL [options]\n");
+    flags_string(&fs, "--redis", &url_s, "URL", "redis://[user:pass@]host:port[/db]")->required = 1;
+    flags_string(&fs, "--stream", &stream, "KEY", "job stream (default redlm:jobs)");
+    flags_string(&fs, "--group", &group, "NAME", "consumer group (default redlm)");
+    int rc = flags_main(&fs, argc, argv);
+    if (rc >= 0) return rc;
     rlRedisUrl url;
     rlError err;
     redisContext *c;
@@ -111,7 +89,8 @@ int cmd_status(int argc, char **argv) {
                 status_print_value(status_field(h, "tokens_per_s"));
                 printf(" ");
                 status_print_value(status_field(h, "layout"));
-                const redisReply *m = status_field(h, "model");
+                const redisReply *m = status_field(h, "served_model_name");
+                if (!m) m = status_field(h, "model");
                 printf(" %s\n", m ? m->str : "-");
                 rows++;
             }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "worker/commands.h"
+#include "worker/lib/flags.h"
 #include "worker/redis/redis_url.h"
 #include "worker/lib/now.h"
 
@@ -59,14 +60,6 @@ typedef struct subRun {
     double t0;
     int tty;
 } subRun;
-
-static void sub_usage(FILE *f) {
-    fprintf(f, "usage: redlm submit --redis URL --input jobs.jsonl --output results.jsonl [--window N]\n"
-               "                    [--stream redlm:jobs]\n\n"
-               "Submits every line (a request object, protocol.md) as a job, at most N (default 256)\n"
-               "at a time, and writes each job's done events (one per sample) or its error, in input\n"
-               "order.  Restarted with the same output file, it skips the jobs already there.\n");
-}
 
 static void sub_slot_clear(subSlot *s) {
     free(s->id);
@@ -400,40 +393,24 @@ static int sub_loop(subRun *r) {
 
 int cmd_submit(int argc, char **argv) {
     const char *url_s = NULL, *input = NULL, *output = NULL, *stream = "redlm:jobs";
-    long window = 256;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            sub_usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            fprintf(stderr, "redlm submit: %s needs a value (or is unknown)\n", a);
-            return RL_EUSAGE;
-        }
-        i++;
-        if (!strcmp(a, "--redis")) url_s = v;
-        else if (!strcmp(a, "--input")) input = v;
-        else if (!strcmp(a, "--output")) output = v;
-        else if (!strcmp(a, "--stream")) stream = v;
-        else if (!strcmp(a, "--window")) {
-            char *end;
-            window = strtol(v, &end, 10);
-            if (*end || window < 1 || window > 1000000) {
-                fprintf(stderr, "redlm submit: --window must be from 1 to 1000000\n");
-                return RL_EUSAGE;
-            }
-        } else {
-            fprintf(stderr, "redlm submit: unknown option %s\n", a);
-            sub_usage(stderr);
-            return RL_EUSAGE;
-        }
-    }
-    if (!url_s || !input || !output) {
-        sub_usage(stderr);
-        return RL_EUSAGE;
-    }
-    subRun r = {.stream = stream, .window = (int)window, .oldest = 1};
+    int window = 256;
+    rlFlags fs;
+    flags_init(&fs, "submit",
+               "usage: redlm submit --redis URL --input jobs.jsonl --output results.jsonl "
+               "[options]\n\n"
+               "Submits every line (a request object, worker/README.md) as a job, at most\n"
+               "--window at a time, and writes each job's done events (one per sample) or\n"
+               "its error, in input order.  Restarted with the same output file, it skips\n"
+               "the jobs already there.\n\n");
+    flags_string(&fs, "--redis", &url_s, "URL", "redis://[user:pass@]host:port[/db]")->required = 1;
+    flags_string(&fs, "--input", &input, "FILE|-", "jobs, one JSON object per line")->required = 1;
+    flags_string(&fs, "--output", &output, "FILE", "results, one JSON object per line")
+        ->required = 1;
+    flags_string(&fs, "--stream", &stream, "KEY", "job stream (default redlm:jobs)");
+    flags_int(&fs, "--window", &window, 1, 1000000, "N", "jobs outstanding at once (default 256)");
+    int rc = flags_main(&fs, argc, argv);
+    if (rc >= 0) return rc;
+    subRun r = {.stream = stream, .window = window, .oldest = 1};
     rlRedisUrl url;
     rlError err;
     struct timeval tv = {10, 0};
@@ -441,7 +418,7 @@ int cmd_submit(int argc, char **argv) {
         fprintf(stderr, "redlm submit: %s\n", err.msg);
         return err.code;
     }
-    int rc = 0;
+    rc = 0;
     r.by_id = json_object();
     r.done_ids = json_object();
     r.slots = calloc((size_t)window, sizeof(*r.slots));
@@ -476,7 +453,7 @@ int cmd_submit(int argc, char **argv) {
 done:
     if (r.in && r.in != stdin) fclose(r.in);
     if (r.out && fclose(r.out) && !rc) rc = RL_EIO;
-    for (long i = 0; r.slots && i < window; i++) sub_slot_clear(&r.slots[i]);
+    for (int i = 0; r.slots && i < window; i++) sub_slot_clear(&r.slots[i]);
     free(r.slots);
     json_decref(r.by_id);
     json_decref(r.done_ids);

@@ -16,6 +16,7 @@
 
 #include "worker/lib/bytebuf.h"
 #include "worker/commands.h"
+#include "worker/lib/flags.h"
 #include "worker/tokenizer/tokenizer.h"
 #include "worker/lib/now.h"
 
@@ -24,54 +25,29 @@ typedef struct tokArgs {
     int bench;
 } tokArgs;
 
-static void tok_usage(FILE *f, const char *cmd) {
-    fprintf(f,
-            "usage: redlm %s (--model DIR | --tokenizer FILE) [--input F] [--output F]%s\n"
-            "  reads JSONL %s per line, writes %s per line, in order\n"
-            "  --model DIR        use DIR/tokenizer.json\n"
-            "  --tokenizer FILE   a Hugging Face tokenizer.json\n"
-            "  --input F          input file (default or '-': stdin)\n"
-            "  --output F         output file (default or '-': stdout)\n%s",
-            cmd, strcmp(cmd, "tokenize") ? "" : " [--bench N]",
-            strcmp(cmd, "tokenize") ? "{\"ids\": [...]}" : "{\"text\": ...}",
-            strcmp(cmd, "tokenize") ? "{\"text\": ...}" : "{\"ids\": [...]}",
-            strcmp(cmd, "tokenize") ? ""
-                                    : "  --bench N          encode all texts N times, print bytes/s and tokens/s\n");
-}
-
 /* Returns -1 to continue, else an exit status. */
 static int tok_parse_args(int argc, char **argv, tokArgs *a) {
     const char *cmd = argv[0];
+    int detok = !strcmp(cmd, "detokenize");
     memset(a, 0, sizeof(*a));
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-            tok_usage(stdout, cmd);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "redlm %s: %s needs a value (or is unknown); see --help\n", cmd, o);
-            return RL_EUSAGE;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(o, "--model")) a->model = v;
-        else if (!strcmp(o, "--tokenizer")) a->tokenizer = v;
-        else if (!strcmp(o, "--input")) a->input = v;
-        else if (!strcmp(o, "--output")) a->output = v;
-        else if (!strcmp(o, "--bench") && !strcmp(cmd, "tokenize")) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || n < 1 || n > 1000000) {
-                fprintf(stderr, "redlm %s: --bench wants a repeat count 1..1000000, not '%s'\n", cmd, v);
-                return RL_EUSAGE;
-            }
-            a->bench = (int)n;
-        } else {
-            fprintf(stderr, "redlm %s: unknown option %s; see --help\n", cmd, o);
-            return RL_EUSAGE;
-        }
-    }
-    if (!a->model == !a->tokenizer) {
+    rlFlags fs;
+    flags_init(&fs, cmd, detok ? "usage: redlm detokenize (--model DIR | --tokenizer FILE) [options]\n"
+                               "  reads JSONL {\"ids\": [...]} per line, writes {\"text\": ...} per "
+                               "line, in order\n"
+                             : "usage: redlm tokenize (--model DIR | --tokenizer FILE) [options]\n"
+                               "  reads JSONL {\"text\": ...} per line, writes {\"ids\": [...]} per "
+                               "line, in order\n");
+    flags_string(&fs, "--model", &a->model, "DIR", "use DIR/tokenizer.json");
+    flags_string(&fs, "--tokenizer", &a->tokenizer, "FILE", "a Hugging Face tokenizer.json");
+    flags_string(&fs, "--input", &a->input, "FILE|-", "input file (default -: stdin)");
+    flags_string(&fs, "--output", &a->output, "FILE|-", "output file (default -: stdout)");
+    if (!detok)
+        flags_int(&fs, "--bench", &a->bench, 1, 1000000, "N",
+                  "encode all texts N times, print bytes/s and tokens/s");
+    flags_conflict(&fs, "--model", "--tokenizer");
+    int rc = flags_main(&fs, argc, argv);
+    if (rc >= 0) return rc;
+    if (!a->model && !a->tokenizer) {
         fprintf(stderr, "redlm %s: give exactly one of --model DIR or --tokenizer FILE\n", cmd);
         return RL_EUSAGE;
     }

@@ -6,40 +6,8 @@
 
 #include "worker/commands.h"
 #include "worker/engine/engine_flags.h"
+#include "worker/lib/flags.h"
 #include "worker/redis/serve.h"
-
-static void worker_usage(FILE *f) {
-    fprintf(f,
-            "usage: redlm worker --model DIR --redis redis://[user:pass@]host:port[/db] [options]\n\n"
-            "Redis:\n"
-            "  --stream KEY            job stream (default redlm:jobs)\n"
-            "  --group NAME            consumer group (default redlm)\n"
-            "  --consumer NAME         this instance's name (default host:pid)\n"
-            "  --dead KEY              dead-letter stream (default redlm:dead)\n"
-            "  --cancel KEY            cancel stream (default redlm:cancel)\n"
-            "  --claim-idle-ms N       take over others' jobs idle this long (default 30000)\n"
-            "  --max-deliveries N      give up on a job delivered more often (default 3)\n"
-            "  --stream-interval N     tokens per chunk event (default 8)\n"
-            "  --reply-ttl S           reply stream expiry in seconds (default 86400)\n"
-            "  --drain-timeout S       on SIGTERM, finish running jobs for up to S s (default 30)\n"
-            "  --max-backlog BYTES     unwritten replies kept while Redis is away (default 256MiB)\n"
-            "  --metrics-port N        serve Prometheus metrics on http://0.0.0.0:N/metrics\n"
-            "  --redis-wait S          at start, wait up to S s for Redis, then exit 8 (default 10)\n\n"
-            "engine:\n"
-            "  --model DIR             Hugging Face model directory\n%s",
-            engine_flags_help);
-}
-
-static int worker_int(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "redlm worker: %s: '%s' is not a whole number from %ld to %ld\n", flag, v, lo, hi);
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
 
 int cmd_worker(int argc, char **argv) {
     rlEngineFlags flags;
@@ -51,67 +19,43 @@ int cmd_worker(int argc, char **argv) {
     int redis_wait = 10;
     char consumer[300];
     rlError err = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            worker_usage(stdout);
-            return 0;
-        }
-        int r = engine_flags_parse(argc, argv, &i, &flags, &err);
-        if (r < 0) {
-            fprintf(stderr, "redlm worker: %s\n", err.msg);
-            return RL_EUSAGE;
-        }
-        if (r) continue;
-        if (i + 1 >= argc) {
-            fprintf(stderr, "redlm worker: unknown option %s (or it needs a value)\n\n", a);
-            worker_usage(stderr);
-            return RL_EUSAGE;
-        }
-        const char *v = argv[++i];
-        long x;
-        if (!strcmp(a, "--redis")) url = v;
-        else if (!strcmp(a, "--stream")) so.keys.stream = v;
-        else if (!strcmp(a, "--group")) so.keys.group = v;
-        else if (!strcmp(a, "--consumer")) so.keys.consumer = v;
-        else if (!strcmp(a, "--dead")) so.keys.dead = v;
-        else if (!strcmp(a, "--cancel")) so.keys.cancel = v;
-        else if (!strcmp(a, "--claim-idle-ms")) {
-            if (worker_int(a, v, 10, 1L << 30, &x)) return RL_EUSAGE;
-            so.claim_idle_ms = (int)x;
-        } else if (!strcmp(a, "--max-deliveries")) {
-            if (worker_int(a, v, 1, 1000000, &x)) return RL_EUSAGE;
-            so.max_deliveries = (int)x;
-        } else if (!strcmp(a, "--stream-interval")) {
-            if (worker_int(a, v, 1, 1000000, &x)) return RL_EUSAGE;
-            so.stream_interval = (int)x;
-        } else if (!strcmp(a, "--reply-ttl")) {
-            if (worker_int(a, v, 0, 1L << 40, &x)) return RL_EUSAGE;
-            so.reply_ttl = x;
-        } else if (!strcmp(a, "--drain-timeout")) {
-            if (worker_int(a, v, 0, 1L << 30, &x)) return RL_EUSAGE;
-            so.drain_timeout = (double)x;
-        } else if (!strcmp(a, "--max-backlog")) {
-            if (worker_int(a, v, 1 << 20, 1L << 40, &x)) return RL_EUSAGE;
-            so.max_backlog = (size_t)x;
-        } else if (!strcmp(a, "--redis-wait")) {
-            if (worker_int(a, v, 0, 3600, &x)) return RL_EUSAGE;
-            redis_wait = (int)x;
-        } else if (!strcmp(a, "--metrics-port")) {
-            if (worker_int(a, v, 1, 65535, &x)) return RL_EUSAGE;
-            so.metrics_port = (int)x;
-        } else {
-            fprintf(stderr, "redlm worker: unknown option %s\n\n", a);
-            worker_usage(stderr);
-            return RL_EUSAGE;
-        }
-    }
+    long long reply_ttl = so.reply_ttl;
+    rlFlags fs;
+    flags_init(&fs, "worker",
+               "usage: redlm worker --model DIR --redis redis://[user:pass@]host:port[/db] "
+               "[options]\n");
+    flags_section(&fs, "Redis:");
+    flags_string(&fs, "--redis", &url, "URL", "redis://[user:pass@]host:port[/db]")->required = 1;
+    flags_string(&fs, "--stream", &so.keys.stream, "KEY", "job stream (default redlm:jobs)");
+    flags_string(&fs, "--group", &so.keys.group, "NAME", "consumer group (default redlm)");
+    flags_string(&fs, "--consumer", &so.keys.consumer, "NAME",
+                 "this instance's name (default host:pid)");
+    flags_string(&fs, "--dead", &so.keys.dead, "KEY", "dead-letter stream (default redlm:dead)");
+    flags_string(&fs, "--cancel", &so.keys.cancel, "KEY", "cancel stream (default redlm:cancel)");
+    flags_string(&fs, "--served-model-name", &so.served_model_name, "NAME",
+                 "the model's name in heartbeats and `redlm status`\n(default: --model as given)");
+    flags_int(&fs, "--claim-idle-ms", &so.claim_idle_ms, 10, 1 << 30, "N",
+              "take over others' jobs idle this long (default 30000)");
+    flags_int(&fs, "--max-deliveries", &so.max_deliveries, 1, 1000000, "N",
+              "give up on a job delivered more often (default 3)");
+    flags_int(&fs, "--stream-interval", &so.stream_interval, 1, 1000000, "N",
+              "tokens per chunk event (default 8)");
+    flags_long(&fs, "--reply-ttl", &reply_ttl, 0, 1LL << 40, "S",
+               "reply stream expiry in seconds (default 86400)");
+    flags_double(&fs, "--drain-timeout", &so.drain_timeout, 0, 0, 1 << 30, "S",
+                 "on SIGTERM, finish running jobs for up to S s (default 30)");
+    flags_size(&fs, "--max-backlog", &so.max_backlog, 1 << 20,
+               "unwritten replies kept while Redis is away (default 256MiB)");
+    flags_int(&fs, "--metrics-port", &so.metrics_port, 1, 65535, "N",
+              "serve Prometheus metrics on http://0.0.0.0:N/metrics");
+    flags_int(&fs, "--redis-wait", &redis_wait, 0, 3600, "S",
+              "at start, wait up to S s for Redis, then exit 8 (default 10)");
+    flags_section(&fs, "engine:");
+    engine_flags_add(&fs, &flags);
+    int rc = flags_main(&fs, argc, argv);
+    if (rc >= 0) return rc;
+    so.reply_ttl = (long)reply_ttl;
     engine_flags_finish(&flags);
-    if (!url || !eo->model) {
-        fprintf(stderr, "redlm worker: --model and --redis are required\n\n");
-        worker_usage(stderr);
-        return RL_EUSAGE;
-    }
     /* Before the weights: an unreachable Redis is found in seconds, not after loading. */
     if (redis_url_parse(url, &so.url, &err) || redis_url_wait(&so.url, redis_wait, &err)) {
         fprintf(stderr, "redlm worker: %s\n", err.msg);
@@ -132,6 +76,7 @@ int cmd_worker(int argc, char **argv) {
             n += snprintf(devices + n, sizeof(devices) - (size_t)n, "%c%d", d ? ',' : ':',
                           eo->devices && d < eo->n_devices ? eo->devices[d] : d);
     so.model = eo->model;
+    if (!so.served_model_name) so.served_model_name = eo->model;
     so.layout = layout;
     so.devices = devices;
     rlEngine *e = engine_open(eo, &err);
@@ -139,7 +84,7 @@ int cmd_worker(int argc, char **argv) {
         fprintf(stderr, "redlm worker: %s\n", err.msg);
         return err.code ? err.code : RL_EINTERNAL;
     }
-    int rc = serve_run(e, &so, &err);
+    rc = serve_run(e, &so, &err);
     engine_close(e);
     if (rc) {
         fprintf(stderr, "redlm worker: %s\n", err.msg);

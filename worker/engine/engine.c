@@ -22,6 +22,7 @@
 #include "kernels/rng.h"
 #include "sched/sched.h"
 #include "worker/model/checkpoint.h"
+#include "worker/model/modelcfg.h"
 #include "worker/engine/layout.h"
 #include "worker/engine/ranks.h"
 #include "worker/engine/engine_plan.h"
@@ -96,16 +97,6 @@ struct rlEngine {
 };
 
 /* ---- the model over its ranks ---- */
-
-static int engine_dtype(const rlEngine *e, rlDtype *out, rlError *err) {
-    const char *d = e->opt.dtype;
-    if (!d || !strcmp(d, "auto")) *out = e->cfg.torch_dtype == RL_F32 ? RL_BF16 : e->cfg.torch_dtype;
-    else if (!strcmp(d, "bf16")) *out = RL_BF16;
-    else if (!strcmp(d, "fp16")) *out = RL_F16;
-    else if (!strcmp(d, "fp32")) *out = RL_F32;
-    else return rl_error(err, RL_EUSAGE, "--dtype %s: expected auto, bf16, fp16 or fp32", d);
-    return 0;
-}
 
 /* KV bytes one token costs: on CPU all ranks share host memory, so the sum
  * over ranks; on GPUs each rank has its own, so the largest rank's share. */
@@ -248,7 +239,7 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     if (file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;
 
     rlDtype dtype = RL_BF16;
-    if (engine_dtype(e, &dtype, err)) goto fail;
+    if (modelcfg_dtype(&e->cfg, e->opt.dtype, &dtype, err)) goto fail;
     int n_blocks = e->n_blocks = engine_kv_blocks(e, dtype, err);
     if (n_blocks < 0) goto fail;
     rlSchedConfig sc = {.block_size = o->block_size, .max_num_seqs = o->max_num_seqs,

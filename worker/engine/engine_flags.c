@@ -1,55 +1,53 @@
-/* engine_flags.c: parsing the engine's flags (see engine_flags.h). */
+/* engine_flags.c: declaring the engine's flags (see engine_flags.h). */
 #include "worker/engine/engine_flags.h"
 
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-
-const char engine_flags_help[] =
-    "  --backend cpu|cuda            compute backend (default cpu)\n"
-    "  --load-format auto|dummy      dummy: random weights from config.json\n"
-    "  --dtype auto|bf16|fp16|fp32   weight type (default: the config's)\n"
-    "  --threads N                   CPU threads (default: all cores)\n"
-    "  --block-size N                KV block size in tokens (default 16)\n"
-    "  --kv-cache-memory BYTES       CPU KV cache size, e.g. 1GiB\n"
-    "  --gpu-memory-utilization F    CUDA: fraction of GPU memory (default 0.90)\n"
-    "  --max-num-seqs N              sequences per step (default 256)\n"
-    "  --max-num-batched-tokens N    tokens per step (default 2048)\n"
-    "  --max-model-len N             prompt + generation limit\n"
-    "  --no-prefix-caching           turn the prefix cache off\n"
-    "  --seed N                      seed for dummy weights and unseeded requests\n"
-    LAYOUT_USAGE;
-
-static int engine_flags_int(const char *flag, const char *v, long lo, long hi, long *out, rlError *err) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
-        return rl_error(err, RL_EUSAGE, "%s: '%s' is not a whole number from %ld to %ld", flag, v, lo, hi);
-    *out = x;
-    return 0;
-}
-
-/* "1GiB", "512MiB", "1000000" */
-static int engine_flags_bytes(const char *flag, const char *v, size_t *out, rlError *err) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    double mul = 1;
-    if (!strcmp(end, "KiB")) mul = 1024.0;
-    else if (!strcmp(end, "MiB")) mul = 1024.0 * 1024;
-    else if (!strcmp(end, "GiB")) mul = 1024.0 * 1024 * 1024;
-    else if (*end) end = NULL;
-    if (errno || !end || end == v || x < 0)
-        return rl_error(err, RL_EUSAGE, "%s: '%s' is not a size (bytes, or a number with KiB, MiB or GiB)",
-                        flag, v);
-    *out = (size_t)(x * mul);
-    return 0;
-}
+const rlFlagChoice engine_backends[] = {{"cpu", NULL, 0}, {"cuda", NULL, 0}, {NULL, NULL, 0}};
+const rlFlagChoice engine_load_formats[] = {{"auto", NULL, 0}, {"dummy", NULL, 0},
+                                            {NULL, NULL, 0}};
+const rlFlagChoice engine_dtypes[] = {
+    {"auto", NULL, 0}, {"bf16", NULL, 0}, {"fp16", NULL, 0}, {"fp32", NULL, 0},
+    {"bfloat16", "bf16", 0}, {"float16", "fp16", 0}, {"half", "fp16", 0},
+    {"float32", "fp32", 0}, {"float", "fp32", 0}, {NULL, NULL, 0}};
 
 void engine_flags_init(rlEngineFlags *f) {
     engine_options_init(&f->o);
     layout_init(&f->lay);
+}
+
+void engine_flags_add_limits(rlFlags *fs, int *block_size, double *gpu_memory_utilization,
+                             int *max_num_seqs, int *max_num_batched_tokens, int *max_model_len) {
+    flags_int(fs, "--block-size", block_size, 1, 1024, "N", "KV block size in tokens (default 16)");
+    flags_double(fs, "--gpu-memory-utilization", gpu_memory_utilization, 0, 1, 1, "F",
+                 "CUDA: share of each GPU's memory to use (default 0.90)");
+    flags_int(fs, "--max-num-seqs", max_num_seqs, 1, 1 << 16, "N",
+              "sequences per step (default 256)");
+    flags_int(fs, "--max-num-batched-tokens", max_num_batched_tokens, 1, 1 << 24, "N",
+              "new tokens per step (default 2048)");
+    flags_int(fs, "--max-model-len", max_model_len, 1, 1 << 24, "N",
+              "longest sequence, prompt + generation\n(default: the model's maximum)");
+}
+
+void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
+    rlEngineOptions *o = &f->o;
+    flags_string(fs, "--model", &o->model, "DIR", "Hugging Face model directory")->required = 1;
+    flags_enum(fs, "--backend", &o->backend, engine_backends, "compute backend (default cpu)");
+    flags_enum(fs, "--load-format", &o->load_format, engine_load_formats,
+               "dummy: random weights from config.json");
+    flags_enum(fs, "--dtype", &o->dtype, engine_dtypes,
+               "weight type (default auto: the config's);\n"
+               "also bfloat16, float16, half, float32");
+    flags_int(fs, "--threads", &o->threads, 1, 1 << 16, "N", "CPU threads (default: all cores)");
+    flags_size(fs, "--kv-cache-memory", &o->kv_cache_memory, 1,
+               "CPU KV cache size, e.g. 1GiB (a bare number is bytes)")
+        ->aliases = "--kv-cache-memory-bytes";
+    engine_flags_add_limits(fs, &o->block_size, &o->gpu_memory_utilization, &o->max_num_seqs,
+                            &o->max_num_batched_tokens, &o->max_model_len);
+    rlFlag *pc = flags_bool(fs, "--enable-prefix-caching", &o->prefix_caching,
+                            "the prefix cache (default on)");
+    pc->aliases = "--prefix-caching";
+    pc->negatable = 1;
+    flags_u64(fs, "--seed", &o->seed, "N", "seed for dummy weights and unseeded requests");
+    layout_flags_add(fs, &f->lay);
 }
 
 void engine_flags_finish(rlEngineFlags *f) {
@@ -62,54 +60,4 @@ void engine_flags_finish(rlEngineFlags *f) {
     o->pp_partition = lay->n_partition ? lay->partition : NULL;
     o->nccl_timeout_s = lay->nccl_timeout_s;
     o->collectives = lay->collectives;
-}
-
-int engine_flags_parse(int argc, char **argv, int *i, rlEngineFlags *f, rlError *err) {
-    /* The layout owns --tp and --pp along with --devices. */
-    int next = *i, known = layout_parse_flag(&f->lay, argc, argv, &next, err);
-    if (known) {
-        if (known > 0) *i = next - 1;
-        return known;
-    }
-    rlEngineOptions *o = &f->o;
-    const char *a = argv[*i];
-    if (!strcmp(a, "--no-prefix-caching")) {
-        o->prefix_caching = 0;
-        return 1;
-    }
-    static const char *valued[] = {"--model", "--backend", "--load-format", "--dtype", "--threads",
-                                   "--block-size", "--kv-cache-memory", "--gpu-memory-utilization",
-                                   "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len",
-                                   "--seed"};
-    size_t k = 0;
-    while (k < sizeof(valued) / sizeof(valued[0]) && strcmp(a, valued[k])) k++;
-    if (k == sizeof(valued) / sizeof(valued[0])) return 0;
-    if (*i + 1 >= argc) return rl_error(err, RL_EUSAGE, "%s needs a value", a);
-    const char *v = argv[++*i];
-    long x = 0;
-    if (!strcmp(a, "--model")) o->model = v;
-    else if (!strcmp(a, "--backend")) o->backend = v;
-    else if (!strcmp(a, "--load-format")) o->load_format = v;
-    else if (!strcmp(a, "--dtype")) o->dtype = v;
-    else if (!strcmp(a, "--kv-cache-memory")) return engine_flags_bytes(a, v, &o->kv_cache_memory, err) ? -1 : 1;
-    else if (!strcmp(a, "--gpu-memory-utilization")) {
-        char *end;
-        o->gpu_memory_utilization = strtod(v, &end);
-        if (end == v || *end || o->gpu_memory_utilization <= 0 || o->gpu_memory_utilization > 1)
-            return rl_error(err, RL_EUSAGE, "%s: '%s' must be a fraction in (0, 1]", a, v);
-    } else if (!strcmp(a, "--seed")) {
-        char *end;
-        errno = 0;
-        unsigned long long s = strtoull(v, &end, 10);
-        if (errno || end == v || *end) return rl_error(err, RL_EUSAGE, "--seed: '%s' is not a whole number", v);
-        o->seed = s;
-    } else {
-        if (engine_flags_int(a, v, 1, 1L << 30, &x, err)) return -1;
-        if (!strcmp(a, "--threads")) o->threads = (int)x;
-        else if (!strcmp(a, "--block-size")) o->block_size = (int)x;
-        else if (!strcmp(a, "--max-num-seqs")) o->max_num_seqs = (int)x;
-        else if (!strcmp(a, "--max-num-batched-tokens")) o->max_num_batched_tokens = (int)x;
-        else o->max_model_len = (int)x;
-    }
-    return 1;
 }

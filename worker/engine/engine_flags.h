@@ -1,11 +1,13 @@
-/* engine_flags.h: the engine's command-line flags, parsed in one place so
- * `redlm generate`, `redlm worker` and `redlm bench` accept the same ones. */
+/* engine_flags.h: the engine's command-line flags, declared in one place so
+ * `redlm generate`, `redlm worker` and `redlm bench` accept the same ones
+ * (with vLLM's spellings), and `plan` the sizing ones. */
 #ifndef RL_ENGINE_FLAGS_H
 #define RL_ENGINE_FLAGS_H
 
 #include "kernels/error.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/layout.h"
+#include "worker/lib/flags.h"
 
 /* The engine's options and the layout flags (--tp, --pp, --devices, ...)
  * they point into: keep the struct alive as long as the options. */
@@ -15,13 +17,22 @@ typedef struct rlEngineFlags {
 } rlEngineFlags;
 
 void engine_flags_init(rlEngineFlags *f);
-/* If argv[*i] is an engine or layout flag, store it, leave *i on its last
- * argument and return 1; return 0 for any other argument, -1 (err filled)
- * for a bad value.  The strings stored point into argv. */
-int engine_flags_parse(int argc, char **argv, int *i, rlEngineFlags *f, rlError *err);
-/* Copy the parsed layout into f->o; call once, after the last flag. */
+/* Declare --model (required) and the engine's and the layout's flags,
+ * bound to f.  The strings stored point into argv. */
+void engine_flags_add(rlFlags *fs, rlEngineFlags *f);
+/* The flags that size a run (--block-size, --gpu-memory-utilization,
+ * --max-num-seqs, --max-num-batched-tokens, --max-model-len), bound to the
+ * given fields: the engine's, or `plan`'s. */
+void engine_flags_add_limits(rlFlags *fs, int *block_size, double *gpu_memory_utilization,
+                             int *max_num_seqs, int *max_num_batched_tokens, int *max_model_len);
+/* Copy the parsed layout into f->o; call once, after the parse. */
 void engine_flags_finish(rlEngineFlags *f);
-/* The flags' help text, one per line (layout flags included). */
-extern const char engine_flags_help[];
+
+/* The choices of --backend (cpu, cuda), --load-format (auto, dummy) and
+ * --dtype (auto, bf16, fp16, fp32, and vLLM's spellings of them), for
+ * commands that keep them elsewhere (`bench`, `plan`). */
+extern const rlFlagChoice engine_backends[];
+extern const rlFlagChoice engine_load_formats[];
+extern const rlFlagChoice engine_dtypes[];
 
 #endif

@@ -1,11 +1,10 @@
-/* layout.c: parsing and checking the layout flags (see layout.h), in one
+/* layout.c: declaring and checking the layout flags (see layout.h), in one
  * place so every command that opens ranks accepts the same spellings and
  * gives the same messages. */
 #include "worker/engine/layout.h"
 
-#include <errno.h>
+#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 void layout_init(rlLayout *l) {
@@ -15,123 +14,32 @@ void layout_init(rlLayout *l) {
     l->nccl_timeout_s = 600;
 }
 
-static int layout_int(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
+void layout_flags_add_shape(rlFlags *fs, int *tp, int *pp) {
+    flags_int(fs, "--tp", tp, 1, RL_MAX_RANKS, "N", "tensor-parallel ranks per stage (default 1)")
+        ->aliases = "-tp --tensor-parallel-size";
+    flags_int(fs, "--pp", pp, 1, RL_MAX_RANKS, "M", "pipeline stages (default 1)")
+        ->aliases = "-pp --pipeline-parallel-size";
 }
 
-int layout_parse_list(const char *s, int *out, int max, int *n, const char *flag, rlError *err) {
-    *n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long a = strtol(p, &end, 10), b = a;
-        if (errno || end == p || a < 0 || a > 1023) goto bad;
-        p = end;
-        if (*p == '-') {
-            b = strtol(++p, &end, 10);
-            if (errno || end == p || b < a || b > 1023) goto bad;
-            p = end;
-        }
-        if (*p == ',') {
-            if (!*++p) goto bad;
-        } else if (*p) {
-            goto bad;
-        }
-        for (long v = a; v <= b; v++) {
-            if (*n == max)
-                return rl_error(err, RL_EUSAGE, "%s '%s' lists more than %d entries", flag, s,
-                                max);
-            for (int k = 0; k < *n; k++)
-                if (out[k] == v)
-                    return rl_error(err, RL_EUSAGE,
-                                    "%s '%s' lists %ld twice: each entry may appear once",
-                                    flag, s, v);
-            out[(*n)++] = (int)v;
-        }
-    }
-    if (*n == 0) goto bad;
-    return 0;
-bad:
-    return rl_error(err, RL_EUSAGE,
-                    "%s '%s' is not a list of numbers: write e.g. 0,1,2 or 0-5 or 0-2,6", flag,
-                    s);
+void layout_flags_add_devices(rlFlags *fs, int *out, int max, int *n, const char *help) {
+    flags_list(fs, "--devices", out, max, n, 0, 1023, 1, "LIST", help);
 }
 
-/* Layer partitions are numbers, not ranges: "14,14" is 14 then 14. */
-static int layout_parse_partition(rlLayout *l, const char *s, rlError *err) {
-    l->n_partition = 0;
-    char buf[512];
-    snprintf(buf, sizeof(buf), "%s", s);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        long v;
-        if (layout_int(tok, 1, 100000, &v) || l->n_partition == RL_MAX_RANKS)
-            return rl_error(err, RL_EUSAGE,
-                            "--pp-layer-partition '%s' must be one positive layer count per "
-                            "stage, e.g. 14,14", s);
-        l->partition[l->n_partition++] = (int)v;
-    }
-    if (!l->n_partition)
-        return rl_error(err, RL_EUSAGE, "--pp-layer-partition is empty; e.g. 14,14");
-    return 0;
-}
-
-int layout_parse_flag(rlLayout *l, int argc, char **argv, int *i, rlError *err) {
-    static const char *flags[] = {"--tp", "--pp", "--devices", "--pp-layer-partition",
-                                  "--nccl-timeout", "--collectives"};
-    const char *arg = argv[*i], *val = NULL;
-    int which = -1;
-    for (int k = 0; k < 6; k++) {
-        size_t len = strlen(flags[k]);
-        if (strncmp(arg, flags[k], len)) continue;
-        if (arg[len] == '=') val = arg + len + 1;
-        else if (arg[len]) continue;
-        which = k;
-        break;
-    }
-    if (which < 0) return 0;
-    if (!val) {
-        if (*i + 1 >= argc) return rl_error(err, RL_EUSAGE, "%s needs a value", flags[which]);
-        val = argv[++*i];
-    }
-    (*i)++;
-    long v;
-    double d;
-    char *end;
-    switch (which) {
-    case 0:
-    case 1:
-        if (layout_int(val, 1, RL_MAX_RANKS, &v))
-            return rl_error(err, RL_EUSAGE, "%s '%s' must be a whole number from 1 to %d",
-                            flags[which], val, RL_MAX_RANKS);
-        *(which ? &l->pp : &l->tp) = (int)v;
-        return 1;
-    case 2:
-        return layout_parse_list(val, l->devices, RL_MAX_RANKS, &l->n_devices, "--devices", err)
-                   ? -1 : 1;
-    case 3:
-        return layout_parse_partition(l, val, err) ? -1 : 1;
-    case 4:
-        d = strtod(val, &end);
-        if (end == val || *end || !(d > 0))
-            return rl_error(err, RL_EUSAGE, "--nccl-timeout '%s' must be a positive number of "
-                            "seconds", val);
-        l->nccl_timeout_s = d;
-        return 1;
-    default:
-        if (strcmp(val, "auto") && strcmp(val, "always"))
-            return rl_error(err, RL_EUSAGE, "--collectives '%s' must be auto (a 1x1 layout runs "
-                            "without communicators) or always (every layout runs through its "
-                            "rank threads and communicators)", val);
-        l->collectives = !strcmp(val, "always");
-        return 1;
-    }
+void layout_flags_add(rlFlags *fs, rlLayout *l) {
+    static const rlFlagChoice collectives[] = {{"auto", NULL, 0}, {"always", NULL, 1}, {NULL}};
+    layout_flags_add_shape(fs, &l->tp, &l->pp);
+    layout_flags_add_devices(fs, l->devices, RL_MAX_RANKS, &l->n_devices,
+                             "GPUs in rank order, e.g. 0-5 or 0,1,4,5; adjacent ones\n"
+                             "form a TP group (default 0 .. tp*pp-1)");
+    flags_list(fs, "--pp-layer-partition", l->partition, RL_MAX_RANKS, &l->n_partition, 1,
+               100000, 0, "L", "layers per stage, e.g. 14,14 (default balanced)");
+    flags_double(fs, "--nccl-timeout", &l->nccl_timeout_s, 0, 1, INFINITY, "S",
+                 "end the process when an NCCL step hangs S seconds\n(default 600)");
+    flags_enum_int(fs, "--collectives", &l->collectives, collectives,
+                   "auto (default): a 1x1 layout runs directly, with no\n"
+                   "communicator; always: every layout, 1x1 included, runs\n"
+                   "on rank threads with real communicators (NCCL on GPUs),\n"
+                   "to check that path on one device");
 }
 
 int layout_check(const rlLayout *l, int num_layers, rlError *err) {

@@ -323,3 +323,12 @@ int modelcfg_load(const char *path, rlModelConfig *cfg, rlError *err) {
     if (rc == 0 && gen_path[0]) rc = modelcfg_apply_generation(gen_path, cfg, err);
     return rc;
 }
+
+int modelcfg_dtype(const rlModelConfig *cfg, const char *name, rlDtype *out, rlError *err) {
+    if (!name || !strcmp(name, "auto")) *out = cfg->torch_dtype == RL_F32 ? RL_BF16 : cfg->torch_dtype;
+    else if (!strcmp(name, "bf16")) *out = RL_BF16;
+    else if (!strcmp(name, "fp16")) *out = RL_F16;
+    else if (!strcmp(name, "fp32")) *out = RL_F32;
+    else return rl_error(err, RL_EUSAGE, "--dtype %s: expected auto, bf16, fp16 or fp32", name);
+    return 0;
+}

@@ -15,4 +15,9 @@
  * picks up the generation_config.json beside it.  Errors are RL_EMODEL. */
 int modelcfg_load(const char *path, rlModelConfig *cfg, rlError *err);
 
+/* The weight type a --dtype name (auto, bf16, fp16, fp32) means for this
+ * model: auto is the checkpoint's own, except that fp32 checkpoints run in
+ * bf16.  The one home of that rule, for the engine and `plan`. */
+int modelcfg_dtype(const rlModelConfig *cfg, const char *name, rlDtype *out, rlError *err);
+
 #endif

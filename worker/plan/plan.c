@@ -10,7 +10,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "kernels/model.h"
 #include "sched/sched.h"
@@ -420,22 +419,4 @@ void plan_free(rlPlan *p) {
     free(p->layouts);
     p->layouts = NULL;
     p->n_layouts = 0;
-}
-
-int plan_parse_size(const char *s, size_t *out, rlError *err) {
-    char *end;
-    double v = strtod(s, &end);
-    double unit = 0;
-    if (!strcasecmp(end, "GiB") || !strcasecmp(end, "G") || !*end) unit = (double)GiB;
-    else if (!strcasecmp(end, "GB")) unit = 1e9;
-    else if (!strcasecmp(end, "MiB") || !strcasecmp(end, "M")) unit = (double)MiB;
-    else if (!strcasecmp(end, "MB")) unit = 1e6;
-    else if (!strcasecmp(end, "TiB") || !strcasecmp(end, "T")) unit = (double)GiB * 1024;
-    else if (!strcasecmp(end, "TB")) unit = 1e12;
-    if (end == s || !unit || !(v > 0) || v * unit > 1e15)
-        return rl_error(err, RL_EUSAGE,
-                        "memory size '%s': give a positive number with a unit, e.g. 24GiB, "
-                        "141GB or 512MiB (a bare number is GiB)", s);
-    *out = (size_t)(v * unit);
-    return 0;
 }

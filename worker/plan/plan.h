@@ -102,7 +102,4 @@ void plan_print(FILE *f, const rlPlan *p);
 void plan_print_layout(FILE *f, const rlPlan *p, const rlPlanLayout *l);
 int plan_print_json(FILE *f, const rlPlan *p, rlError *err);
 
-/* "24GiB", "141GB", "512MiB", "80G" (G = GiB) into bytes. */
-int plan_parse_size(const char *s, size_t *out, rlError *err);
-
 #endif

@@ -403,7 +403,9 @@ static void serve_on_heartbeat(struct ev_loop *loop, ev_timer *w, int revents) {
     snprintf(tps, sizeof(tps), "%.1f", s->tok_s);
     snprintf(jobs, sizeof(jobs), "%d", s->n_jobs);
     snprintf(pid, sizeof(pid), "%d", (int)getpid());
-    const char *argv[] = {"HSET", s->hb_key, "model", s->o.model, "layout", s->o.layout, "devices",
+    const char *argv[] = {"HSET", s->hb_key, "model", s->o.model, "served_model_name",
+                          s->o.served_model_name ? s->o.served_model_name : s->o.model,
+                          "layout", s->o.layout, "devices",
                           s->o.devices, "running", running, "waiting", waiting, "tokens_per_s", tps,
                           "jobs", jobs, "pid", pid, "started", s->started, "state",
                           s->draining ? "draining" : "serving"};

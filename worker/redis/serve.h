@@ -23,6 +23,7 @@ typedef struct rlServeOptions {
     size_t max_backlog;       /* bytes of unwritten items before the engine pauses */
     int block_ms;             /* XREADGROUP BLOCK, default 1000 */
     const char *model;        /* for the heartbeat */
+    const char *served_model_name;  /* --served-model-name: the name jobs know the model by */
     const char *layout;
     const char *devices;
 } rlServeOptions;
