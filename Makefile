@@ -12,6 +12,9 @@
 # when CUDA is on.  Includes are spelled from the top ("kernels/batch.h").
 # Every tests/test_*.c is a cmocka program linked against everything but main.
 
+# The release; `redlm --version` prints it with the commit, the CUDA archs
+# and the backends built (the generated $(BUILD)/gen/version.h).
+VERSION  = 0.1.0
 BUILD    ?= build
 CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
@@ -25,7 +28,7 @@ DEPS_DEB = build-essential pkg-config xz-utils jq libhiredis-dev libev-dev libms
            libcmocka-dev redis-server redis-tools clang libclang-rt-14-dev
 
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c17 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -MMD -MP -I. \
+CFLAGS   += -std=c17 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -MMD -MP -I. -I$(BUILD)/gen \
             -I/usr/include/x86_64-linux-gnu/openblas-pthread
 LDLIBS   = -lhiredis -lev -lmsgpackc -lopenblas -lpcre2-8 -lutf8proc -ljansson -lmicrohttpd \
            -lm -lpthread -ldl
@@ -56,8 +59,21 @@ OBJ      = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(patsubst %.cu,$(BUILD)/%.o,$(CU
 LIBOBJ   = $(filter-out $(BUILD)/worker/main.o,$(OBJ))
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
-.PHONY: all deps test test-asan bench test-gpu bench-gpu demo fuzz clean fixtures
+.PHONY: all deps test test-asan bench test-gpu bench-gpu demo fuzz clean fixtures FORCE
 all: $(BUILD)/redlm
+
+# What this build is: rewritten only when it changes, so main.o (its only
+# reader) is rebuilt after a commit but nothing else is.
+GIT_COMMIT := $(shell c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && \
+                { git diff --quiet HEAD 2>/dev/null || c=$$c-dirty; echo $$c; } || echo unknown)
+VERSION_H = $(BUILD)/gen/version.h
+$(VERSION_H): FORCE
+	@mkdir -p $(dir $@)
+	@printf '#define RL_VERSION "%s"\n#define RL_GIT_COMMIT "%s"\n#define RL_CUDA_ARCHS "%s"\n#define RL_BACKENDS "%s"\n' \
+	    '$(VERSION)' '$(GIT_COMMIT)' '$(if $(filter 1,$(CUDA)),$(CUDA_ARCH),none)' \
+	    'cpu$(if $(filter 1,$(CUDA)), cuda)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/worker/main.o: $(VERSION_H)
 
 $(BUILD)/redlm: $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -118,7 +118,9 @@ typedef struct flagsNear {
 static int flags_near(const char *s, size_t len, int negated, void *ctx) {
     (void)negated;
     flagsNear *n = ctx;
-    int d = flags_distance(n->word, n->len, s, len);
+    /* a spelling cut short is one edit away, however much is missing */
+    int d = n->len >= 4 && n->len < len && !strncmp(s, n->word, n->len)
+                ? 1 : flags_distance(n->word, n->len, s, len);
     if (d < n->best) {
         n->best = d;
         snprintf(n->buf, n->cap, "%.*s", (int)len, s);
