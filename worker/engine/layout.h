@@ -1,4 +1,5 @@
-/* layout.h: the parallel layout flags shared by `generate`, `worker`, `plan`.
+/* layout.h: the parallel layout flags shared by `generate`, `worker`, `bench`
+ * and (--tp, --pp, --devices) `plan`, `launch` and `doctor`.
  *
  *   --tp N --pp M [--devices 0,1,2 | 0-5] [--pp-layer-partition 14,14]
  *   [--nccl-timeout SECONDS] [--collectives auto|always]
