@@ -383,28 +383,6 @@ static void test_invalid_utf8(void **state) {
     free(ids);
 }
 
-/* Rust's String::from_utf8_lossy on these bytes (maximal subparts). */
-static void test_lossy(void **state) {
-    (void)state;
-    struct { const char *in, *out; } cases[] = {
-        {"a\xF0\x9F\x98", "a\xEF\xBF\xBD"},
-        {"\xE0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD"},
-        {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
-        {"\xF4\x90\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
-        {"a\xC3(", "a\xEF\xBF\xBD("},
-        {"\xE2\x82\xAC\xE2\x82", "\xE2\x82\xAC\xEF\xBF\xBD"},
-        {"\xF0\x9F\x98\x80\xF0\x9F", "\xF0\x9F\x98\x80\xEF\xBF\xBD"},
-        {"\xFF\xFE", "\xEF\xBF\xBD\xEF\xBF\xBD"},
-        {"\xC2\xA9\xC2", "\xC2\xA9\xEF\xBF\xBD"},
-    };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        bytebuf b = {0};
-        assert_int_equal(utf8_lossy_append(&b, cases[i].in, strlen(cases[i].in)), 0);
-        assert_string_equal(b.data, cases[i].out);
-        bytebuf_free(&b);
-    }
-}
-
 /* Write the small tokenizer.json with one part replaced, and load it. */
 static void check_refused(const char *pointer, const char *value_json, const char *expect) {
     json_error_t je;
@@ -649,7 +627,7 @@ int main(void) {
         cmocka_unit_test(test_qwen_encode),  cmocka_unit_test(test_qwen_decode),
         cmocka_unit_test(test_cli),          cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_long_inputs),
-        cmocka_unit_test(test_invalid_utf8), cmocka_unit_test(test_lossy),
+        cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_refused),      cmocka_unit_test(test_chat),
         cmocka_unit_test(test_pretok_oniguruma), cmocka_unit_test(test_threads),
         cmocka_unit_test(test_prompt_ids),       cmocka_unit_test(test_damaged_files),

@@ -77,19 +77,22 @@ int utf8_valid(const char *s, size_t n, size_t *bad_at) {
 
 int utf8_lossy_append(bytebuf *out, const char *s, size_t n) {
     if (n == 0) return 0;
+    size_t i = 0;   /* valid text (the common case) is one scan and one copy */
+    if (utf8_valid(s, n, &i)) return bytebuf_append(out, s, n);
     const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0, run = 0;   /* run: start of the valid bytes not yet copied */
+    size_t run = 0; /* start of the valid bytes not yet copied */
+    int replaced = 0;
     while (i < n) {
         size_t len;
         if (utf8_next(p + i, n - i, &len) == UTF8_CHAR) {
             i += len;
             continue;
         }
-        if (bytebuf_append(out, s + run, i - run) ||
-            bytebuf_append(out, UTF8_REPLACEMENT, 3))
+        if (bytebuf_append(out, s + run, i - run) || bytebuf_append(out, UTF8_REPLACEMENT, 3))
             return -1;
+        replaced++;
         i += len;
         run = i;
     }
-    return bytebuf_append(out, s + run, n - run);
+    return bytebuf_append(out, s + run, n - run) ? -1 : replaced;
 }

@@ -1,7 +1,11 @@
-/* utf8.h: UTF-8 validation and lossy decoding exactly as Rust's
- * String::from_utf8_lossy, which is what Hugging Face's decoders use: every
- * maximal prefix of a would-be character that cannot be completed becomes
- * one U+FFFD (Unicode's "substitution of maximal subparts"). */
+/* utf8.h: the one home of UTF-8 in redlm: validation and lossy repair, used
+ * by the tokenizer (decode, detokenizer, tokenizer.json), request validation
+ * and payload decoding alike, so text is judged and repaired by one rule
+ * everywhere.  The rule is Unicode's recommended practice ("substitution of
+ * maximal subparts"): every maximal prefix of a would-be character that
+ * cannot be completed becomes one U+FFFD, as Rust's
+ * String::from_utf8_lossy, Python's bytes.decode('utf-8', 'replace') and
+ * Hugging Face tokenizers' decoders do. */
 #ifndef RL_UTF8_H
 #define RL_UTF8_H
 
@@ -22,8 +26,10 @@ utf8Kind utf8_next(const unsigned char *s, size_t n, size_t *len);
  * the first byte that is not. */
 int utf8_valid(const char *s, size_t n, size_t *bad_at);
 
-/* Append s[0..n) to out with invalid parts replaced by U+FFFD; a trailing
- * incomplete character is replaced too.  -1 when out of memory. */
+/* Append s[0..n) to out with every maximal ill-formed subpart replaced by
+ * one U+FFFD; a trailing incomplete character is replaced too.  Returns how
+ * many U+FFFD were written (0: s was valid and is copied as is), or -1 when
+ * out of memory. */
 int utf8_lossy_append(bytebuf *out, const char *s, size_t n);
 
 #define UTF8_REPLACEMENT "\xEF\xBF\xBD"

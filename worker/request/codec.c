@@ -4,6 +4,7 @@
  * that the two encodings cannot drift apart: one validator, one set of error
  * messages.  The cost is one extra tree per job, small next to a forward. */
 #include "worker/request/codec.h"
+#include "worker/lib/utf8.h"
 
 #include <math.h>
 #include <msgpack.h>
@@ -23,62 +24,20 @@ int codec_field_encoding(const char *name, size_t len, rlEncoding *enc) {
     return 0;
 }
 
-/* Length of the valid UTF-8 sequence at s (RFC 3629: no overlongs, no
- * surrogates, nothing above U+10FFFF), or 0 when it is invalid. */
-static size_t codec_utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else return 0;
-    if (n < len || s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-    return len;
-}
-
-char *codec_repair_utf8(const char *s, size_t len, size_t *out_len, int *changed) {
-    /* Worst case every byte becomes the 3-byte U+FFFD. */
-    char *out = malloc(len * 3 + 1);
-    if (!out) return NULL;
-    const unsigned char *p = (const unsigned char *)s;
-    size_t i = 0, o = 0;
-    *changed = 0;
-    while (i < len) {
-        size_t k = codec_utf8_seq(p + i, len - i);
-        if (k) {
-            memcpy(out + o, p + i, k);
-            o += k;
-            i += k;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i++;
-            *changed = 1;
-        }
-    }
-    out[o] = 0;
-    *out_len = o;
-    return out;
+/* out = s[0..len), NUL-terminated, with invalid UTF-8 repaired by utf8.h's
+ * rule and *bad_utf8 set: the job's id can still be read, so the producer
+ * hears `invalid_utf8` on its reply stream.  -1 when out of memory. */
+static int codec_text(bytebuf *out, const char *s, size_t len, int *bad_utf8) {
+    bytebuf_clear(out);
+    int replaced = utf8_lossy_append(out, s, len);
+    if (replaced > 0) *bad_utf8 = 1;
+    return replaced < 0 || bytebuf_reserve(out, 0) ? -1 : 0;
 }
 
 static json_t *codec_string(const char *s, size_t len, int *bad_utf8) {
-    int changed;
-    size_t n;
-    char *fixed = codec_repair_utf8(s, len, &n, &changed);
-    if (!fixed) return NULL;
-    if (changed) *bad_utf8 = 1;
-    json_t *v = json_stringn_nocheck(fixed, n);
-    free(fixed);
+    bytebuf text = {0};
+    json_t *v = codec_text(&text, s, len, bad_utf8) ? NULL : json_stringn_nocheck(text.data, text.len);
+    bytebuf_free(&text);
     return v;
 }
 
@@ -130,21 +89,19 @@ static json_t *codec_from_msgpack(const msgpack_object *o, int depth, int *bad_u
                 rl_error(err, RL_EINPUT, "msgpack map key is not a string; request fields are named by strings");
                 goto fail;
             }
-            int changed;
-            size_t fn;
-            char *key = codec_repair_utf8(ks, kn, &fn, &changed);
-            if (!key) goto oom;
-            if (changed) *bad_utf8 = 1;
-            if (strlen(key) != fn || json_object_get(v, key)) {
+            bytebuf key = {0};
+            if (codec_text(&key, ks, kn, bad_utf8)) goto oom;
+            if (strlen(key.data) != key.len || json_object_get(v, key.data)) {
                 *code = "invalid_request";
-                rl_error(err, RL_EINPUT, "msgpack map key '%s' is %s", key,
-                         strlen(key) != fn ? "not a valid field name (contains NUL)" : "given twice");
-                free(key);
+                rl_error(err, RL_EINPUT, "msgpack map key '%s' is %s", key.data,
+                         strlen(key.data) != key.len ? "not a valid field name (contains NUL)"
+                                                     : "given twice");
+                bytebuf_free(&key);
                 goto fail;
             }
             json_t *e = codec_from_msgpack(&o->via.map.ptr[i].val, depth + 1, bad_utf8, code, err);
-            int bad = !e || json_object_set_new_nocheck(v, key, e);
-            free(key);
+            int bad = !e || json_object_set_new_nocheck(v, key.data, e);
+            bytebuf_free(&key);
             if (bad) goto fail;
         }
         return v;
@@ -191,26 +148,37 @@ static json_t *codec_decode_json(const char *buf, size_t len, int *bad_utf8, con
                                  rlError *err) {
     /* jansson refuses invalid UTF-8 outright; repairing first lets the job's
      * id be read so the producer hears `invalid_utf8` on its reply stream. */
-    int changed;
-    size_t n;
-    char *fixed = codec_repair_utf8(buf, len, &n, &changed);
-    if (!fixed) {
+    bytebuf text = {0};
+    if (codec_text(&text, buf, len, bad_utf8)) {
         *code = "internal";
         rl_error(err, RL_EINTERNAL, "out of memory decoding JSON");
         return NULL;
     }
-    if (changed) *bad_utf8 = 1;
     json_error_t je;
     /* U+0000 in a value is valid JSON: decoded, so request.c can refuse it
      * under the job's id (as it does for msgpack) */
-    json_t *v = json_loadb(fixed, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-    free(fixed);
+    json_t *v = json_loadb(text.data, text.len,
+                           JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    bytebuf_free(&text);
     if (v) return v;
-    enum json_error_code jc = json_error_code(&je);
-    *code = jc == json_error_duplicate_key || jc == json_error_numeric_overflow ? "invalid_request"
-                                                                                : "invalid_encoding";
-    rl_error(err, RL_EINPUT, "json field is not valid JSON: %s (at byte %d); send one JSON object",
-             je.text, je.position);
+    /* A value that is well-formed JSON but cannot be a request's (a key
+     * given twice, a number no field can hold) is the request's fault, not
+     * the encoding's, as the same value through msgpack. */
+    switch (json_error_code(&je)) {
+    case json_error_duplicate_key:
+        *code = "invalid_request";
+        rl_error(err, RL_EINPUT, "%s (at byte %d); give each field once", je.text, je.position);
+        break;
+    case json_error_numeric_overflow:
+        *code = "invalid_request";
+        rl_error(err, RL_EINPUT, "%s (at byte %d); no request field takes a number that large",
+                 je.text, je.position);
+        break;
+    default:
+        *code = "invalid_encoding";
+        rl_error(err, RL_EINPUT, "not valid JSON: %s (at byte %d); send one JSON object", je.text,
+                 je.position);
+    }
     return NULL;
 }
 

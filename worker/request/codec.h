@@ -19,7 +19,8 @@ typedef enum rlEncoding { RL_ENC_JSON = 0, RL_ENC_MSGPACK = 1 } rlEncoding;
 const char *codec_field_name(rlEncoding enc);
 int codec_field_encoding(const char *name, size_t len, rlEncoding *enc);
 
-/* Decode a payload.  Strings with invalid UTF-8 are repaired (U+FFFD) and
+/* Decode a payload.  Strings with invalid UTF-8 are repaired (one U+FFFD per
+ * maximal ill-formed subpart, worker/lib/utf8.h) and
  * *bad_utf8 set, so the caller can still read the job's id to answer it with
  * `invalid_utf8`.  On failure returns NULL, sets *code to the protocol's
  * error code ("invalid_encoding" or "invalid_request") and fills err. */
@@ -28,9 +29,5 @@ json_t *codec_decode(rlEncoding enc, const char *buf, size_t len, int *bad_utf8,
 
 /* Encode a value; *buf is malloc'd (the caller frees it). */
 int codec_encode(rlEncoding enc, const json_t *v, char **buf, size_t *len, rlError *err);
-
-/* Copy of s with every invalid UTF-8 sequence replaced by U+FFFD; *changed
- * tells whether anything was replaced.  Returns NULL only when out of memory. */
-char *codec_repair_utf8(const char *s, size_t len, size_t *out_len, int *changed);
 
 #endif

@@ -6,13 +6,13 @@
  * and says what was expected, since the producer reading it cannot see our
  * source. */
 #include "worker/request/request.h"
+#include "worker/lib/utf8.h"
 
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 
 void request_init(rlRequest *r) {
     memset(r, 0, sizeof(*r));
@@ -44,19 +44,6 @@ void request_free(rlRequest *r) {
 
 static const char *const INVALID = "invalid_request";
 
-static int utf8_valid(const char *s, size_t len) {
-    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s;
-    utf8proc_ssize_t left = (utf8proc_ssize_t)len;
-    while (left > 0) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
-        if (n <= 0) return 0;
-        p += n;
-        left -= n;
-    }
-    return 1;
-}
-
 /* A copy of string value v of field `name` (element `idx` of it when >= 0). */
 static int get_string(const json_t *v, const char *name, int idx, int allow_empty, char **out,
                       const char **code, rlError *err) {
@@ -69,7 +56,7 @@ static int get_string(const json_t *v, const char *name, int idx, int allow_empt
     }
     const char *s = json_string_value(v);
     size_t len = json_string_length(v);
-    if (!utf8_valid(s, len)) {
+    if (!utf8_valid(s, len, NULL)) {
         *code = "invalid_utf8";
         return rl_error(err, RL_EINPUT, "invalid_utf8: field '%s' is not valid UTF-8", where);
     }

@@ -119,14 +119,14 @@ int tokenizer_decode(const rlTokenizer *t, const int32_t *ids, int n_ids, char *
             rc = bytebuf_append(&run, s, n);
             break;
         case TOK_ADDED:
-            rc = utf8_lossy_append(&out, run.data, run.len) || bytebuf_append(&out, s, n) ? -1 : 0;
+            rc = utf8_lossy_append(&out, run.data, run.len) < 0 || bytebuf_append(&out, s, n) ? -1 : 0;
             bytebuf_clear(&run);
             break;
         case TOK_NONE:   /* unknown ids are skipped, as Hugging Face does */
             break;
         }
     }
-    if (rc == 0) rc = utf8_lossy_append(&out, run.data, run.len);
+    if (rc == 0 && utf8_lossy_append(&out, run.data, run.len) < 0) rc = -1;
     bytebuf_free(&run);
     if (rc == 0) *text = bytebuf_steal(&out, len);
     if (rc || !*text) {

@@ -1,5 +1,5 @@
-/* test_worker_codec.c: JSON/msgpack payload decoding and encoding, and
- * Redis URL parsing: the parts of the worker that see raw network bytes. */
+/* test_codec.c: worker/request/codec, JSON and msgpack payloads <-> jansson
+ * values: the part of redlm that sees a job's raw network bytes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "worker/request/codec.h"
-#include "worker/redis/redis_url.h"
 
 static json_t *decode(rlEncoding enc, const char *buf, size_t len, int *bad, const char **code) {
     rlError err;
@@ -105,48 +104,32 @@ static void test_invalid_utf8_keeps_id(void **state) {
     json_decref(v);
 }
 
+/* Bad UTF-8 is repaired by worker/lib/utf8's rule (one U+FFFD per maximal
+ * ill-formed subpart), in JSON text and msgpack strings and keys alike. */
 static void test_repair_utf8(void **state) {
     (void)state;
-    size_t n;
-    int changed;
-    const char *ok = "h\xc3\xa9llo \xf0\x9f\x98\x80";
-    char *r = codec_repair_utf8(ok, strlen(ok), &n, &changed);
-    assert_int_equal(changed, 0);
-    assert_string_equal(r, ok);
-    free(r);
-    /* surrogate U+D800 and a truncated 3-byte sequence */
-    const char *bad = "\xed\xa0\x80x\xe2\x82";
-    r = codec_repair_utf8(bad, strlen(bad), &n, &changed);
-    assert_int_equal(changed, 1);
-    assert_string_equal(r, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx\xef\xbf\xbd\xef\xbf\xbd");
-    free(r);
-}
-
-static void test_redis_url(void **state) {
-    (void)state;
-    rlRedisUrl u;
-    rlError err;
-    assert_int_equal(redis_url_parse("redis://localhost:6380/2", &u, &err), 0);
-    assert_string_equal(u.host, "localhost");
-    assert_int_equal(u.port, 6380);
-    assert_int_equal(u.db, 2);
-    assert_string_equal(u.pass, "");
-    assert_int_equal(redis_url_parse("redis://bob:p%40ss@10.0.0.1", &u, &err), 0);
-    assert_string_equal(u.user, "bob");
-    assert_string_equal(u.pass, "p@ss");
-    assert_string_equal(u.host, "10.0.0.1");
-    assert_int_equal(u.port, 6379);
-    assert_int_equal(redis_url_parse("redis://:secret@h:1", &u, &err), 0);
-    assert_string_equal(u.user, "");
-    assert_string_equal(u.pass, "secret");
-    rlRedisLogin l;
-    char buf[16];
-    assert_int_equal(redis_url_login(&u, &l, buf), 1);
-    assert_int_equal(l.argc[0], 2);
-    assert_int_equal(redis_url_parse("http://h:1", &u, &err), -1);
-    assert_int_equal(redis_url_parse("redis://h:99999", &u, &err), -1);
-    assert_int_equal(redis_url_parse("redis://h:1/x", &u, &err), -1);
-    assert_int_equal(redis_url_parse("redis://h:1x", &u, &err), -1);
+    const char *fixed = "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdx\xef\xbf\xbd";
+    const char js[] = "{\"id\":\"a\",\"prompt\":\"\xed\xa0\x80x\xe2\x82\"}";
+    /* {"id": "a", "prompt": ED A0 80 'x' E2 82, E0 80: 1} */
+    const char mp[] = "\x83\xa2id\xa1" "a\xa6prompt\xa6\xed\xa0\x80x\xe2\x82\xa2\xe0\x80\x01";
+    int bad;
+    const char *code;
+    json_t *v = decode(RL_ENC_JSON, js, sizeof(js) - 1, &bad, &code);
+    assert_non_null(v);
+    assert_int_equal(bad, 1);
+    assert_string_equal(json_string_value(json_object_get(v, "prompt")), fixed);
+    json_decref(v);
+    v = decode(RL_ENC_MSGPACK, mp, sizeof(mp) - 1, &bad, &code);
+    assert_non_null(v);
+    assert_int_equal(bad, 1);
+    assert_string_equal(json_string_value(json_object_get(v, "prompt")), fixed);
+    assert_non_null(json_object_get(v, "\xef\xbf\xbd\xef\xbf\xbd"));
+    json_decref(v);
+    const char ok[] = "{\"id\":\"h\xc3\xa9llo \xf0\x9f\x98\x80\"}";
+    v = decode(RL_ENC_JSON, ok, sizeof(ok) - 1, &bad, &code);
+    assert_int_equal(bad, 0);
+    assert_string_equal(json_string_value(json_object_get(v, "id")), "h\xc3\xa9llo \xf0\x9f\x98\x80");
+    json_decref(v);
 }
 
 int main(void) {
@@ -156,7 +139,6 @@ int main(void) {
         cmocka_unit_test(test_deep_nesting_refused),
         cmocka_unit_test(test_invalid_utf8_keeps_id),
         cmocka_unit_test(test_repair_utf8),
-        cmocka_unit_test(test_redis_url),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
