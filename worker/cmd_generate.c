@@ -15,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "worker/request/codec.h"
 #include "worker/commands.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/engine_flags.h"
@@ -23,6 +22,7 @@
 #include "worker/engine/output.h"
 #include "worker/lib/flags.h"
 #include "worker/lib/now.h"
+#include "worker/request/request_decode.h"
 
 /* One input line's results, kept until every earlier line is written. */
 typedef struct genLine {
@@ -132,52 +132,19 @@ static char *gen_prompt_ids_line(const int *ids, int n, int max_tokens, rlError 
     return s;
 }
 
-/* Turn line i into an engine request, or an error result. */
+/* Turn line i into an engine request, or an error result: through
+ * request_decode, as the Redis worker decodes a json entry. */
 static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *err) {
-    json_error_t jerr;
-    json_t *obj = json_loads(text, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-    if (!obj) {
-        char msg[512];
-        enum json_error_code why = json_error_code(&jerr);
-        snprintf(msg, sizeof(msg), "line %d is not a valid request: %s (column %d)", i + 1,
-                 jerr.text, jerr.column);
-        /* Bad UTF-8 in a string: repaired, the line still names its id. */
-        char *id = NULL;
-        if (why == json_error_invalid_utf8) {
-            size_t len;
-            int changed;
-            char *fixed = codec_repair_utf8(text, strlen(text), &len, &changed);
-            json_t *o = fixed ? json_loadb(fixed, len, JSON_ALLOW_NUL, NULL) : NULL;
-            const char *s = json_string_value(json_object_get(o, "id"));
-            if (s && strlen(s) <= RL_ID_MAX) id = strdup(s);
-            json_decref(o);
-            free(fixed);
-        }
-        gen_line_error(g, i, id,
-                       why == json_error_invalid_utf8    ? "invalid_utf8"
-                       : why == json_error_duplicate_key ? "invalid_request"
-                                                         : "invalid_encoding",
-                       msg);
-        free(id);
-        return 0;
-    }
-    rlRequest *r = malloc(sizeof(*r));
+    rlDecoded d;
+    rlRequest *r = request_decode(RL_ENC_JSON, text, strlen(text), &d);
     if (!r) {
-        json_decref(obj);
-        return rl_error(err, RL_EINTERNAL, "out of memory");
-    }
-    request_init(r);
-    const char *code;
-    rlError perr;
-    if (request_parse(r, obj, &code, &perr)) {
-        json_t *id = json_object_get(obj, "id");
-        gen_line_error(g, i, json_is_string(id) && r->id ? r->id : NULL, code, perr.msg);
-        json_decref(obj);
-        request_free(r);
-        free(r);
+        char msg[RL_ERROR_LEN + 32];
+        snprintf(msg, sizeof(msg), "line %d: %s", i + 1, d.err.msg);
+        gen_line_error(g, i, d.id, d.code, msg);
+        request_decoded_free(&d);
         return 0;
     }
-    json_decref(obj);
+    request_decoded_free(&d);
     r->stream = 0;              /* one result with everything per sample */
     r->user = (void *)(intptr_t)i;
     g->lines[i].n = r->n;

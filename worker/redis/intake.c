@@ -1,17 +1,11 @@
 /* intake.c: validating stream entries (see intake.h). */
 #include "worker/redis/intake.h"
 #include "worker/lib/now.h"
+#include "worker/request/request_decode.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-
-/* Ids longer than this are not answered at all: the reply stream's name
- * would be the producer's bytes, and nobody waits on a megabyte key. */
-#define INTAKE_MAX_REPLY_ID 1024
 
 static void intake_fail(const rlIntake *in, rlJob *job, const redisReply *fields, rlItemList *items,
                         const char *code, const char *message) {
@@ -55,11 +49,6 @@ rlRequest *intake_entry(const rlIntake *in, const redisReply *entry, int attempt
             enc = e;
         }
     }
-    char msg[RL_ERROR_LEN];
-    rlError err = {0};
-    const char *code = NULL;
-    json_t *obj = NULL;
-    int bad_utf8 = 0;
     if (fields->type != REDIS_REPLY_ARRAY) {
         /* deleted from the stream while pending: nothing to run or answer */
         rlJob *job = job_create(entry_id, NULL, 0, NULL, enc, NULL, 0, attempt);
@@ -67,68 +56,36 @@ rlRequest *intake_entry(const rlIntake *in, const redisReply *entry, int attempt
         *jobp = job;
         return NULL;
     }
+    char msg[RL_ERROR_LEN];
+    rlDecoded d = {0};
+    rlRequest *req = NULL;
+    const char *code = NULL;
     if (n_payloads != 1) {
         code = "invalid_request";
         snprintf(msg, sizeof(msg), "entry %s has %d json/msgpack fields; a job entry has exactly one "
                  "(XADD %s '*' json '{...}')", entry_id, n_payloads, in->keys->stream);
-    } else if (!(obj = codec_decode(enc, payload->str, (size_t)payload->len, &bad_utf8, &code, &err))) {
-        snprintf(msg, sizeof(msg), "%s", err.msg);
-    }
-
-    /* the id and reply stream, when they can be read at all */
-    const char *id = NULL, *reply_to = NULL;
-    size_t id_len = 0;
-    json_t *jid = json_object_get(obj, "id"), *jreply = json_object_get(obj, "reply_to");
-    if (json_is_string(jid) && json_string_length(jid) > 0 && json_string_length(jid) <= INTAKE_MAX_REPLY_ID &&
-        strlen(json_string_value(jid)) == json_string_length(jid)) {
-        id = json_string_value(jid);
-        id_len = json_string_length(jid);
-        if (json_is_string(jreply) && json_string_length(jreply) > 0 &&
-            strlen(json_string_value(jreply)) == json_string_length(jreply))
-            reply_to = json_string_value(jreply);
-    }
-    rlJob *job = job_create(entry_id, id, id_len, reply_to, enc, payload ? payload->str : NULL,
-                            payload ? (size_t)payload->len : 0, attempt);
-    *jobp = job;
-    if (!job) {
-        json_decref(obj);
-        return NULL;
-    }
-    rlRequest *req = NULL;
-    if (!code && bad_utf8) {
-        code = "invalid_utf8";
-        snprintf(msg, sizeof(msg), "a string in the request is not valid UTF-8 (bad bytes are shown "
-                 "as U+FFFD); send text as UTF-8");
-    }
-    if (!code && attempt > in->max_deliveries) {
+    } else if (!(req = request_decode(enc, payload->str, (size_t)payload->len, &d))) {
+        code = d.code;
+        snprintf(msg, sizeof(msg), "%s", d.err.msg);
+    } else if (attempt > in->max_deliveries) {
         code = "too_many_deliveries";
         snprintf(msg, sizeof(msg), "delivered %d times, more than --max-deliveries %d: the workers "
                  "that took it stopped before answering; it is not retried again", attempt, in->max_deliveries);
+    } else if (req->deadline_ms && now_wall_ms() > req->deadline_ms) {
+        code = "deadline_exceeded";
+        snprintf(msg, sizeof(msg), "deadline_ms %lld passed %lld ms before the job was read",
+                 (long long)req->deadline_ms, (long long)(now_wall_ms() - req->deadline_ms));
     }
-    if (!code) {
-        req = malloc(sizeof(*req));
-        if (!req) {
-            code = "internal";
-            snprintf(msg, sizeof(msg), "out of memory");
-        } else {
-            request_init(req);
-            const char *pcode = NULL; /* set on success too: only read on failure */
-            if (request_parse(req, obj, &pcode, &err)) {
-                code = pcode ? pcode : "invalid_request";
-                snprintf(msg, sizeof(msg), "%s", err.msg);
-            } else if (req->deadline_ms && now_wall_ms() > req->deadline_ms) {
-                code = "deadline_exceeded";
-                snprintf(msg, sizeof(msg), "deadline_ms %lld passed %lld ms before the job was read",
-                         (long long)req->deadline_ms, (long long)(now_wall_ms() - req->deadline_ms));
-            }
-            if (code) {
-                request_free(req);
-                free(req);
-                req = NULL;
-            }
-        }
+    rlJob *job = job_create(entry_id, d.id, d.id ? strlen(d.id) : 0, d.reply_to, enc,
+                            payload ? payload->str : NULL, payload ? (size_t)payload->len : 0, attempt);
+    request_decoded_free(&d);
+    *jobp = job;
+    if (req && (code || !job)) {
+        request_free(req);
+        free(req);
+        req = NULL;
     }
-    json_decref(obj);
+    if (!job) return NULL;
     if (code) {
         intake_fail(in, job, fields, items, code, msg);
         return NULL;
