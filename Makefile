@@ -110,7 +110,7 @@ bench: $(BUILD)/redlm fixtures
 	BUILD=$(BUILD) scripts/bench-cpu
 
 test-gpu: $(BUILD)/redlm $(TESTS) fixtures
-	BUILD=$(BUILD) RL_GPU=1 tests/run gpu
+	BUILD=$(BUILD) RL_REQUIRE_GPU=1 tests/run gpu
 
 bench-gpu: $(BUILD)/redlm fixtures
 	BUILD=$(BUILD) scripts/bench-gpu

@@ -4,6 +4,7 @@
 # logprobs within 0.05, greedy identical up to the first margin under 0.1,
 # batched and chunked runs equal to the prompt run alone), in bf16 and fp16.
 set -eu
+source "$(dirname "$0")/skip_without_gpu.sh"
 RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 "$BUILD/tests/test_forward"
 RL_TEST_BACKEND=cuda RL_TEST_DTYPE=fp16 "$BUILD/tests/test_forward"
 

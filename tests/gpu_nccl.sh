@@ -11,6 +11,7 @@
 #      NCCL, and it says so (version, rank, device), as does NCCL's own log.
 # Every failure says what differed and where its logs are.
 set -u
+source "$(dirname "$0")/skip_without_gpu.sh"
 tmp=$(mktemp -d /tmp/redlm-gpu-nccl.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }

@@ -3,6 +3,7 @@
 # --backend cuda`: the worker takes it from the stream, runs it on the GPU
 # and replies with the same greedy tokens `redlm generate --backend cuda`
 # gives for the same request.
+source "$(dirname "$0")/skip_without_gpu.sh"
 source "$(dirname "$0")/worker_lib.sh"
 
 job='{"id":"gpu-1","prompt_ids":[1,2,3,4,5,6,7,8],"max_tokens":12,"temperature":0,"ignore_eos":true}'

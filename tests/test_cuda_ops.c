@@ -4,8 +4,9 @@
  * Inputs are rounded to the device dtype on the host first, so the reference
  * and the GPU see the same numbers; the check is ||out - ref|| / ||ref||
  * (bf16 < 1e-2, fp16 < 1e-3), with outputs poisoned first so an unwritten
- * element fails.  Without a GPU it prints "skipped: no GPU" and passes (CPU
- * CI); RL_REQUIRE_GPU=1 (tests/gpu_kernels.sh) makes that a failure.
+ * element fails.  Without a GPU it prints "skipped: no GPU" and exits 77
+ * (tests/run counts it as skipped); RL_REQUIRE_GPU=1 (tests/gpu_kernels.sh)
+ * makes that a failure.
  * RL_TEST_SEED=N repeats a run's inputs. */
 #include <math.h>
 #include <setjmp.h>
@@ -533,7 +534,7 @@ int main(void) {
             return 1;
         }
         printf("skipped: no GPU (%s)\n", err.msg);
-        return 0;
+        return 77;
     }
     o.dtype = RL_F16;
     if (!(backends[1] = rl_backend_cuda_create(&o, &err))) {

@@ -12,8 +12,8 @@
  * Each case runs in a process of its own (this program again, exec'd with
  * --case N), as each worker start is: no case sees memory an earlier one left
  * to its context, nor NVML state from before a fork.  Without a GPU it
- * prints "skipped" and passes (RL_REQUIRE_GPU=1 makes that
- * a failure, for tests/gpu_plan.sh). */
+ * prints "skipped" and exits 77, counted as skipped by tests/run
+ * (RL_REQUIRE_GPU=1 makes that a failure, for tests/gpu_plan.sh). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -159,7 +159,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         printf("skipped: no GPU (%s)\n", why);
-        return 0;
+        return 77;
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_7b),

@@ -1,4 +1,4 @@
-/* test_worker_writer.c: the reply writer against a real redis-server: every
+/* test_writer.c: the reply writer against a real redis-server: every
  * item stored in order, the events/s it reaches, and nothing lost when the
  * connection is killed mid-flight.  RL_BENCH_EVENTS=N sets the event count
  * (scripts/bench-redis uses it). */

@@ -1,4 +1,4 @@
-/* test_worker_metrics.c: the Prometheus text and its HTTP endpoint. */
+/* test_metrics.c: the Prometheus text and its HTTP endpoint. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
