@@ -1,4 +1,4 @@
-/* test_redis_url.c: worker/redis/redis_url, the --redis URL a user types:
+/* test_redis_url.c: worker/lib/redis_url, the --redis URL a user types:
  * every part, the defaults, percent-escapes and the refusals. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "worker/redis/redis_url.h"
+#include "worker/lib/redis_url.h"
 
 static void test_redis_url(void **state) {
     (void)state;

@@ -7,7 +7,7 @@
 
 #include "worker/commands.h"
 #include "worker/lib/flags.h"
-#include "worker/redis/redis_url.h"
+#include "worker/lib/redis_url.h"
 
 /* Field `name` of a flat [k, v, k, v ...] reply, or NULL. */
 static const redisReply *status_field(const redisReply *r, const char *name) {

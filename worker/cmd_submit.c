@@ -21,7 +21,7 @@
 
 #include "worker/commands.h"
 #include "worker/lib/flags.h"
-#include "worker/redis/redis_url.h"
+#include "worker/lib/redis_url.h"
 #include "worker/lib/now.h"
 
 typedef struct subSlot {

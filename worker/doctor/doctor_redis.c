@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "worker/doctor/doctor.h"
-#include "worker/redis/redis_url.h"
+#include "worker/lib/redis_url.h"
 
 void doctor_check_redis(rlDoctor *d, const char *url) {
     rlRedisUrl u;

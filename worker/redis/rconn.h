@@ -11,7 +11,7 @@
 #include <ev.h>
 #include <hiredis/async.h>
 
-#include "worker/redis/redis_url.h"
+#include "worker/lib/redis_url.h"
 
 typedef struct rlConn rlConn;
 typedef void (*rlConnFn)(rlConn *c, void *ctx);

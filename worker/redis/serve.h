@@ -9,7 +9,7 @@
 
 #include "worker/engine/engine.h"
 #include "worker/redis/item.h"
-#include "worker/redis/redis_url.h"
+#include "worker/lib/redis_url.h"
 
 typedef struct rlServeOptions {
     rlRedisUrl url;

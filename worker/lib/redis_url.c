@@ -1,5 +1,5 @@
 /* redis_url.c: parsing Redis URLs and logging in (see redis_url.h). */
-#include "worker/redis/redis_url.h"
+#include "worker/lib/redis_url.h"
 #include "worker/lib/now.h"
 
 #include <ctype.h>

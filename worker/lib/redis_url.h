@@ -1,8 +1,10 @@
 /* redis_url.h: where Redis is, as `redis://[user:pass@]host[:port][/db]`.
  *
- * One parser shared by `redlm worker`, `submit` and `status`, and the
- * commands every new connection must send first (AUTH, SELECT), so the
- * synchronous tools and the asynchronous worker log in the same way. */
+ * One parser shared by `redlm worker`, `submit`, `status` and `doctor`, and
+ * the commands every new connection must send first (AUTH, SELECT), so the
+ * synchronous tools and the asynchronous worker log in the same way.  It
+ * lives in lib/ because two sibling rooms need it: redis/ (the worker's
+ * connections) and doctor/ (checking the Redis a start will use). */
 #ifndef RL_REDIS_URL_H
 #define RL_REDIS_URL_H
 
