@@ -129,7 +129,7 @@ build-fuzz/fuzz_tokenizer: tests/fuzz_tokenizer.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=c17 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -I. \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $^ \
-	    -lpcre2-8 -lutf8proc -ljansson
+	    -lpcre2-8 -lutf8proc -ljansson -lhiredis
 fuzz: build-fuzz/fuzz_tokenizer
 	@mkdir -p build-fuzz/corpus
 	build-fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=2048 \

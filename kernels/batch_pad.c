@@ -2,7 +2,7 @@
  *
  * Graph replays and GEMM plans are made per batch size, so a decode step
  * runs padded to its rl_batch_bucket size (model.c), and the engine plans
- * each bucket at start on steps of padding alone (worker/engine.c).  Both
+ * each bucket at start on steps of padding alone (worker/engine/engine.c).  Both
  * build padding here, the one definition of what a padding sequence is: one
  * token (id 0) at position 0 that stores nothing (slot -1), attends to
  * block 0 and has a logit row that samples nothing. */

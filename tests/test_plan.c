@@ -2,7 +2,7 @@
  * hand, and every real Qwen2.5 shape on "6 x 24 GiB" and "1 x 141 GiB".
  *
  * The hand computations follow the model's own buffers (kernels/shard.c,
- * kernels/model_weights.c) and the constants in worker/plan.c: the CUDA
+ * kernels/model_weights.c) and the constants in worker/plan/plan.c: the CUDA
  * context 500 MiB, cuBLASLt workspace 64 MiB, the backend's 2 GiB reserve
  * (sampling scratch + graph pools), NCCL 400 MiB per TP communicator. */
 #include <setjmp.h>

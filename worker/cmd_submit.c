@@ -398,9 +398,9 @@ int cmd_submit(int argc, char **argv) {
     flags_init(&fs, "submit",
                "usage: redlm submit --redis URL --input jobs.jsonl --output results.jsonl "
                "[options]\n\n"
-               "Submits every line (a request object, worker/README.md) as a job, at most\n"
-               "--window at a time, and writes each job's done events (one per sample) or\n"
-               "its error, in input order.  Restarted with the same output file, it skips\n"
+               "Submits every line (a request object, worker/redis/PROTOCOL.md) as a job, at\n"
+               "most --window at a time, and writes each job's done events (one per sample)\n"
+               "or its error, in input order.  Restarted with the same output file, it skips\n"
                "the jobs already there.\n\n");
     flags_string(&fs, "--redis", &url_s, "URL", "redis://[user:pass@]host:port[/db]")->required = 1;
     flags_string(&fs, "--input", &input, "FILE|-", "jobs, one JSON object per line")->required = 1;

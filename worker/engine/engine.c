@@ -229,7 +229,7 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         rl_error(err, RL_EUSAGE, "--tp and --pp must be at least 1");
         goto fail;
     }
-    /* The layout's own checks (worker/layout.c), with the model's layers. */
+    /* The layout's own checks (worker/engine/layout.c), with the model's layers. */
     rlLayout lay;
     layout_init(&lay);
     lay.tp = o->tp, lay.pp = o->pp, lay.n_devices = o->devices ? o->n_devices : 0;

@@ -68,7 +68,7 @@ typedef struct rlOutput {
     int prompt_tokens, completion_tokens, cached_tokens;
     double queued_ms, first_token_ms, total_ms;
     /* error only */
-    const char *error_code;         /* protocol.md's codes */
+    const char *error_code;         /* worker/redis/PROTOCOL.md's codes */
     const char *error_message;
 } rlOutput;
 

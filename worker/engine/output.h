@@ -1,4 +1,4 @@
-/* output.h: an engine output as protocol.md's reply event.
+/* output.h: an engine output as a reply event of worker/redis/PROTOCOL.md.
  *
  * One place builds chunk, done and error events, so `redlm generate` and
  * the Redis worker answer with the same fields and spellings. */

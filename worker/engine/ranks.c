@@ -1,7 +1,7 @@
 /* ranks.c: the model over a TP x PP layout of ranks, as threads of this process.
  *
  * Rank i is stage i / tp, tensor rank i % tp, on device devices[i]: adjacent
- * devices form a TP group (see worker/layout.c).  Each rank owns a backend, a
+ * devices form a TP group (see worker/engine/layout.c).  Each rank owns a backend, a
  * shard plan, the model's slice and its communicators, and runs in its own
  * thread, because a CUDA device and an NCCL communicator belong to the thread
  * that set them up.  A 1x1 layout has no thread: the model runs in the

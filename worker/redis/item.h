@@ -15,7 +15,8 @@
 
 struct json_t;
 
-/* The Redis names a worker uses (protocol.md's defaults are options). */
+/* The Redis names a worker uses (worker/redis/PROTOCOL.md's defaults are
+ * options). */
 typedef struct rlKeys {
     const char *stream;      /* redlm:jobs */
     const char *group;       /* redlm */

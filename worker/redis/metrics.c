@@ -103,7 +103,7 @@ void metrics_count_error(rlMetrics *m, const char *code) {
     pthread_mutex_lock(&m->mu);
     int i = 0;
     while (i < METRICS_MAX_CODES && m->codes[i][0] && strcmp(m->codes[i], code)) i++;
-    if (i == METRICS_MAX_CODES) i--; /* protocol.md has six codes: never reached */
+    if (i == METRICS_MAX_CODES) i--; /* PROTOCOL.md has fewer codes: never reached */
     if (!m->codes[i][0]) snprintf(m->codes[i], sizeof(m->codes[i]), "%s", code);
     m->code_counts[i]++;
     pthread_mutex_unlock(&m->mu);

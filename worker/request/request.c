@@ -1,4 +1,5 @@
-/* request.c: one job's request map -> rlRequest, validated per protocol.md.
+/* request.c: one job's request map -> rlRequest, validated as
+ * worker/redis/PROTOCOL.md says.
  *
  * Shared by `redlm generate` (JSON lines) and the Redis worker (JSON or
  * msgpack entries, both decoded to json_t first), so validation and its
@@ -264,7 +265,8 @@ static int field(rlRequest *r, const char *key, const json_t *v, const char **co
     }
     *code = INVALID;
     return rl_error(err, RL_EINPUT,
-                    "invalid_request: unknown field '%s' (see protocol.md for the request fields)",
+                    "invalid_request: unknown field '%s' (the request fields are listed in "
+                    "worker/redis/PROTOCOL.md)",
                     key);
 }
 

@@ -1,7 +1,8 @@
-/* request.h: one job, as producers describe it (protocol.md's request map).
+/* request.h: one job, as producers describe it (the request map of
+ * worker/redis/PROTOCOL.md).
  *
- * Filled by protocol.c from JSON or msgpack, used by `redlm generate`
- * offline and by the Redis worker alike.  Everything the engine needs to run
+ * Filled by request.c from a JSON or msgpack map (request_decode.h takes the
+ * bytes), used by `redlm generate` offline and by the Redis worker alike.  Everything the engine needs to run
  * and answer the job is here; the engine takes ownership on engine_add(). */
 #ifndef RL_REQUEST_H
 #define RL_REQUEST_H
@@ -57,7 +58,7 @@ void request_init(rlRequest *r);   /* protocol defaults */
 void request_free(rlRequest *r);   /* frees the fields, not r */
 
 /* Fill r (initialised) from one request object, validated exactly as
- * protocol.md says: types, ranges, exactly one prompt form, no unknown
+ * worker/redis/PROTOCOL.md says: types, ranges, exactly one prompt form, no unknown
  * field, UTF-8 strings.  On failure returns -1, sets *code to the protocol
  * error code ("invalid_request" or "invalid_utf8") and fills err (RL_EINPUT)
  * with a message naming the field; r may be partly filled (free it).
