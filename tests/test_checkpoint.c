@@ -11,7 +11,6 @@
 #include <cmocka.h>
 
 #include <dirent.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,13 +21,12 @@
 
 #include "worker/model/checkpoint.h"
 #include "tests/safetensors_writer.h"
+#include "tests/tmp_dir.h"
 
 #define HD128 "qwen2-tiny-hd128"
 #define GQA3 "qwen2-tiny-gqa3"
 #define SHARD1 "model-00001-of-00002.safetensors"
 #define SHARD2 "model-00002-of-00002.safetensors"
-
-static char g_tmp[256];
 
 static const char *fixture(const char *model) {
     static char path[4][1024];
@@ -45,22 +43,6 @@ static const char *tmp_path(const char *name) {
     char *p = path[next++ % 4];
     snprintf(p, sizeof(path[0]), "%s/%s", g_tmp, name);
     return p;
-}
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb; (void)flag; (void)ftw;
-    return remove(path);
-}
-
-static int setup_tmp(void **state) {
-    (void)state;
-    snprintf(g_tmp, sizeof(g_tmp), "/tmp/rl-test-ckpt-XXXXXX");
-    return mkdtemp(g_tmp) ? 0 : -1;
-}
-
-static int teardown_tmp(void **state) {
-    (void)state;
-    return nftw(g_tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static void copy_file(const char *src, const char *dst) {
@@ -847,5 +829,5 @@ int main(void) {
         cmocka_unit_test(test_config_values),
         cmocka_unit_test(test_config_variants),
     };
-    return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+    return cmocka_run_group_tests(tests, tmp_dir_setup, tmp_dir_teardown);
 }

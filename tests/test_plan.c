@@ -11,23 +11,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/model/checkpoint.h"
+#include "tests/fixture_configs.h"
 #include "worker/plan/plan.h"
 
 #define GiB ((size_t)1 << 30)
-
-static void load_config(const char *name, rlModelConfig *cfg) {
-    const char *root = getenv("FIXTURES");
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/configs/%s", root ? root : "tests/fixtures", name);
-    rlError err = {0};
-    if (checkpoint_read_config(path, cfg, &err)) fail_msg("%s: %s", path, err.msg);
-}
 
 static const rlPlanLayout *find_layout(const rlPlan *p, int instances, int tp, int pp) {
     for (int i = 0; i < p->n_layouts; i++)
@@ -61,7 +52,7 @@ static const rlPlanLayout *find_layout(const rlPlan *p, int instances, int tp, i
 static void test_hand_05b_one_gpu(void **state) {
     (void)state;
     rlModelConfig cfg;
-    load_config("qwen2.5-0.5b.json", &cfg);
+    fixture_config("configs/qwen2.5-0.5b.json", &cfg);
     rlPlanOptions o;
     plan_options_init(&o, 1, 141 * GiB);
     o.max_model_len = 4096, o.max_num_seqs = 16, o.max_num_batched_tokens = 512;
@@ -119,7 +110,7 @@ static void test_hand_05b_one_gpu(void **state) {
 static void test_hand_7b_two_tp3(void **state) {
     (void)state;
     rlModelConfig cfg;
-    load_config("qwen2.5-7b.json", &cfg);
+    fixture_config("configs/qwen2.5-7b.json", &cfg);
     rlPlanOptions o;
     plan_options_init(&o, 6, 24 * GiB);
     o.max_model_len = 8192, o.max_num_seqs = 16;
@@ -200,25 +191,15 @@ static void check_machine(const rlModelConfig *cfg, const char *name, int gpus, 
     plan_free(&p);
 }
 
+static void each_config(const char *name, rlModelConfig *cfg, void *ctx) {
+    (void)ctx;
+    check_machine(cfg, name, 6, 24 * GiB);
+    check_machine(cfg, name, 1, 141 * GiB);
+}
+
 static void test_every_config(void **state) {
     (void)state;
-    const char *root = getenv("FIXTURES");
-    char dir[1024];
-    snprintf(dir, sizeof(dir), "%s/configs", root ? root : "tests/fixtures");
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".json")) continue;
-        rlModelConfig cfg;
-        load_config(e->d_name, &cfg);
-        check_machine(&cfg, e->d_name, 6, 24 * GiB);
-        check_machine(&cfg, e->d_name, 1, 141 * GiB);
-        n++;
-    }
-    closedir(d);
-    assert_true(n >= 7);
+    fixture_each_config(each_config, NULL);
 }
 
 static int fits_anywhere(const rlPlan *p) {
@@ -236,7 +217,7 @@ static void test_known_answers(void **state) {
     rlError err = {0};
 
     /* 72B on 6 x 24 GiB: 135 GiB of bf16 weights against 129.6 GiB of budget. */
-    load_config("qwen2.5-72b.json", &cfg);
+    fixture_config("configs/qwen2.5-72b.json", &cfg);
     plan_options_init(&o, 6, 24 * GiB);
     o.max_model_len = 8192;
     assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
@@ -252,7 +233,7 @@ static void test_known_answers(void **state) {
     plan_free(&p);
 
     /* 7B on one 141 GiB GPU: fits, with room for many full-length sequences. */
-    load_config("qwen2.5-7b.json", &cfg);
+    fixture_config("configs/qwen2.5-7b.json", &cfg);
     plan_options_init(&o, 1, 141 * GiB);
     assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
     assert_true(p.layouts[0].fits);
@@ -271,7 +252,7 @@ static void test_known_answers(void **state) {
     plan_free(&p);
 
     /* A max-model-len whose one sequence cannot fit: the reason says so. */
-    load_config("qwen2.5-14b.json", &cfg);
+    fixture_config("configs/qwen2.5-14b.json", &cfg);
     plan_options_init(&o, 2, 21 * GiB);
     o.max_model_len = 32768;
     assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
@@ -289,7 +270,7 @@ static void test_known_answers(void **state) {
 static void test_one_layout(void **state) {
     (void)state;
     rlModelConfig cfg;
-    load_config("qwen2.5-14b.json", &cfg);
+    fixture_config("configs/qwen2.5-14b.json", &cfg);
     rlPlanOptions o;
     rlPlan p;
     rlError err = {0};

@@ -13,22 +13,16 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/model.h"
 #include "kernels/shard.h"
-#include "worker/model/checkpoint.h"
+#include "tests/fixture_configs.h"
 
 #define MAX_TP 8
 #define MAX_PP 4
-
-static const char *fixtures(void) {
-    const char *f = getenv("FIXTURES");
-    return f ? f : "tests/fixtures";
-}
 
 static int sum_tensor(void *ctx, const char *name, int ndim, const int64_t *shape) {
     (void)name;
@@ -114,48 +108,27 @@ static void check_config(const char *what, const rlModelConfig *c) {
     printf("\n");
 }
 
+static void each_config(const char *name, rlModelConfig *c, void *ctx) {
+    (void)ctx;
+    check_config(name, c);
+}
+
 static void test_configs(void **state) {
     (void)state;
-    char dir[512];
-    snprintf(dir, sizeof(dir), "%s/configs", fixtures());
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strstr(e->d_name, ".json")) continue;
-        char path[1024];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        rlModelConfig c;
-        rlError err = {0};
-        if (checkpoint_read_config(path, &c, &err) != 0) fail_msg("%s", err.msg);
-        check_config(e->d_name, &c);
-        n++;
-    }
-    closedir(d);
-    assert_true(n >= 7);
+    fixture_each_config(each_config, NULL);
 }
 
 static void test_models(void **state) {
     (void)state;
-    const char *models[] = {"qwen2-tiny-hd128", "qwen2-tiny-gqa3"};
-    for (int i = 0; i < 2; i++) {
-        char path[512];
-        snprintf(path, sizeof(path), "%s/models/%s", fixtures(), models[i]);
-        rlModelConfig c;
-        rlError err = {0};
-        if (checkpoint_read_config(path, &c, &err) != 0) fail_msg("%s", err.msg);
-        check_config(models[i], &c);
-    }
+    fixture_each_model(each_config, NULL);
 }
 
 /* Qwen2.5-7B at TP 3: 28 heads / 4 KV heads / 18944 MLP, which vLLM refuses. */
 static void test_7b_tp3(void **state) {
     (void)state;
-    char path[512];
-    snprintf(path, sizeof(path), "%s/configs/qwen2.5-7b.json", fixtures());
     rlModelConfig c;
+    fixture_config("configs/qwen2.5-7b.json", &c);
     rlError err = {0};
-    if (checkpoint_read_config(path, &c, &err) != 0) fail_msg("%s", err.msg);
     rlShard p[6];
     assert_int_equal(rl_shard_plan(&c, 3, 2, NULL, p, &err), 0);
     /* heads 0-8 | 9-17 | 18-27 over KV groups of 7: ranks read KV 0-1, 1-2, 2-3 */
@@ -170,11 +143,9 @@ static void test_7b_tp3(void **state) {
 
 static void test_errors(void **state) {
     (void)state;
-    char path[512];
-    snprintf(path, sizeof(path), "%s/models/qwen2-tiny-gqa3", fixtures());
     rlModelConfig c;
+    fixture_config("models/qwen2-tiny-gqa3", &c);
     rlError err = {0};
-    if (checkpoint_read_config(path, &c, &err) != 0) fail_msg("%s", err.msg);
     rlShard p[32];
     assert_int_equal(rl_shard_plan(&c, 1, 4, NULL, p, &err), -1);   /* 3 layers */
     assert_non_null(strstr(err.msg, "3 layers"));

@@ -23,7 +23,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +30,7 @@
 #include "kernels/comm.h"
 #include "kernels/model.h"
 #include "kernels/shard.h"
-#include "worker/model/checkpoint.h"
+#include "tests/fixture_configs.h"
 
 #define MAX_TP 8
 #define MAX_PP 4
@@ -62,11 +61,6 @@ typedef struct tModel {
     uint8_t *count;         /* ranks holding each element, per layout */
     int32_t *seen_by;       /* last rank (layout-unique stamp) that held it */
 } tModel;
-
-static const char *fixtures(void) {
-    const char *f = getenv("FIXTURES");
-    return f ? f : "tests/fixtures";
-}
 
 static tKind kind_of(const char *name) {
     static const struct { const char *suffix; tKind kind; } kinds[] = {
@@ -307,40 +301,27 @@ static void check_model(const char *what, const rlModelConfig *cfg) {
     free(t);
 }
 
+static void each_model(const char *name, rlModelConfig *c, void *ctx) {
+    (void)ctx;
+    check_model(name, c);
+}
+
 static void test_fixture_models(void **state) {
     (void)state;
-    const char *models[] = {"qwen2-tiny-hd128", "qwen2-tiny-gqa3"};
-    for (int i = 0; i < 2; i++) {
-        char path[512];
-        snprintf(path, sizeof(path), "%s/models/%s", fixtures(), models[i]);
-        rlModelConfig c;
-        rlError err = {0};
-        if (checkpoint_read_config(path, &c, &err)) fail_msg("%s", err.msg);
-        check_model(models[i], &c);
-    }
+    fixture_each_model(each_model, NULL);
+}
+
+/* Every real shape's head and MLP split, on a narrow model of few layers. */
+static void each_config(const char *name, rlModelConfig *c, void *ctx) {
+    (void)ctx;
+    c->hidden_size = 8;
+    c->num_layers = MAX_PP;
+    check_model(name, c);
 }
 
 static void test_configs(void **state) {
     (void)state;
-    char dir[512];
-    snprintf(dir, sizeof(dir), "%s/configs", fixtures());
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strstr(e->d_name, ".json")) continue;
-        char path[1024];
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        rlModelConfig c;
-        rlError err = {0};
-        if (checkpoint_read_config(path, &c, &err)) fail_msg("%s", err.msg);
-        c.hidden_size = 8;
-        c.num_layers = MAX_PP;
-        check_model(e->d_name, &c);
-        n++;
-    }
-    closedir(d);
-    assert_true(n >= 7);
+    fixture_each_config(each_config, NULL);
 }
 
 int main(void) {

@@ -18,7 +18,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,30 +30,13 @@
 #include "worker/model/checkpoint.h"
 #include "tests/qwen2_ref.h"
 #include "tests/safetensors_writer.h"
+#include "tests/tmp_dir.h"
 
 #define N_GEN 24
 #define TOL 1e-3
 #define MARGIN 1e-2
 #define ANCHOR_TOL 1e-5     /* the oracle against Hugging Face's float64 */
 #define MAX_LEN 512
-
-static char g_tmp[256];
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int setup_tmp(void **state) {
-    (void)state;
-    snprintf(g_tmp, sizeof(g_tmp), "/tmp/rl-test-variants-XXXXXX");
-    return mkdtemp(g_tmp) ? 0 : -1;
-}
-
-static int teardown_tmp(void **state) {
-    (void)state;
-    return nftw(g_tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 static int reliable_steps(const double *margin, double threshold) {
     int n = 0;
@@ -407,5 +389,5 @@ int main(void) {
         cmocka_unit_test(test_oracle_is_hf),
         cmocka_unit_test(test_variants),
     };
-    return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+    return cmocka_run_group_tests(tests, tmp_dir_setup, tmp_dir_teardown);
 }

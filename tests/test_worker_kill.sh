@@ -23,11 +23,7 @@ kill -KILL "$A"
 echo "killed worker a holding $(a_pending) jobs, $(rcli XLEN redlm:test:replies) reply events so far"
 
 # every entry read by the group and none pending: all acknowledged
-wait_until 120 all_acked "$N" || fail "not finished: read $(group entries-read), pending $(group pending)"
-summary > "$T/got.jsonl"
-[ "$(wc -l < "$T/got.jsonl")" = "$N" ] || fail "replies for $(wc -l < "$T/got.jsonl") jobs, want $N"
-bad=$(jq -c 'select(.dones != 1)' "$T/got.jsonl" | head -3)
-[ -z "$bad" ] || fail "jobs without exactly one final done: $bad"
+every_job_done "$N"
 # no reconnect here, so not even a repeat of an event: one done event, as written
 repeated=$(stream_json redlm:test:replies | jq -sc 'group_by(.id)[] | (map(.attempt) | max) as $m
     | map(select(.attempt == $m and .event == "done")) | select(length != 1) | {id: .[0].id, dones: length}' | head -3)
@@ -36,9 +32,6 @@ retried=$(jq -s 'map(select(.attempt > 1)) | length' "$T/got.jsonl")
 [ "$retried" -gt 0 ] || fail "no job was claimed from the killed worker (attempt > 1)"
 
 # the same requests offline
-"$REDLM" generate --model "$MODEL" --threads 1 --input "$T/jobs.jsonl" --output "$T/gen.jsonl" 2> "$T/gen.log" ||
-    fail "redlm generate failed"
-diff <(jq -c '{id, token_ids}' "$T/gen.jsonl" | sort) <(jq -c '{id, token_ids}' "$T/got.jsonl" | sort) > "$T/diff" ||
-    fail "tokens differ from redlm generate: $(head -4 "$T/diff")"
+same_as_generate
 kill -0 "$B" || fail "worker b died"
 echo "ok: $N jobs, $retried re-run after the kill (attempt > 1), tokens equal to redlm generate"

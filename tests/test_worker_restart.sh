@@ -17,15 +17,8 @@ sleep 1
 start_redis --appendonly yes --appendfsync always
 echo "redis restarted with $(rcli XLEN redlm:test:replies) reply events stored"
 
-wait_until 120 all_acked "$N" || fail "not finished: read $(group entries-read), pending $(group pending)"
-summary > "$T/got.jsonl"
-[ "$(wc -l < "$T/got.jsonl")" = "$N" ] || fail "replies for $(wc -l < "$T/got.jsonl") jobs, want $N"
-bad=$(jq -c 'select(.dones != 1)' "$T/got.jsonl" | head -3)
-[ -z "$bad" ] || fail "jobs without exactly one final done: $bad"
-"$REDLM" generate --model "$MODEL" --threads 1 --input "$T/jobs.jsonl" --output "$T/gen.jsonl" 2> "$T/gen.log" ||
-    fail "redlm generate failed"
-diff <(jq -c '{id, token_ids}' "$T/gen.jsonl" | sort) <(jq -c '{id, token_ids}' "$T/got.jsonl" | sort) > "$T/diff" ||
-    fail "tokens differ from redlm generate: $(head -4 "$T/diff")"
+every_job_done "$N"
+same_as_generate
 kill -0 "$W" || fail "worker died"
 grep -q "is back" "$T/w.log" || fail "the worker never noticed the restart"
 echo "ok: $N jobs across a redis-server restart"

@@ -106,6 +106,27 @@ summary() {
                    token_ids: map(.token_ids) | add}'
 }
 
+# every_job_done N: wait until the group has read and acknowledged all N
+# jobs, then each must have exactly one final done in its highest attempt;
+# the per-job summary is left in $T/got.jsonl
+every_job_done() {
+    local n=$1 bad
+    wait_until 120 all_acked "$n" || fail "not finished: read $(group entries-read), pending $(group pending)"
+    summary > "$T/got.jsonl"
+    [ "$(wc -l < "$T/got.jsonl")" = "$n" ] || fail "replies for $(wc -l < "$T/got.jsonl") jobs, want $n"
+    bad=$(jq -c 'select(.dones != 1)' "$T/got.jsonl" | head -3)
+    [ -z "$bad" ] || fail "jobs without exactly one final done: $bad"
+}
+
+# same_as_generate: the tokens in $T/got.jsonl are those `redlm generate`
+# gives for the same requests ($T/jobs.jsonl) offline
+same_as_generate() {
+    "$REDLM" generate --model "$MODEL" --threads 1 --input "$T/jobs.jsonl" --output "$T/gen.jsonl" \
+        2> "$T/gen.log" || fail "redlm generate failed"
+    diff <(jq -c '{id, token_ids}' "$T/gen.jsonl" | sort) <(jq -c '{id, token_ids}' "$T/got.jsonl" | sort) \
+        > "$T/diff" || fail "tokens differ from redlm generate: $(head -4 "$T/diff")"
+}
+
 # a field of the group's XINFO GROUPS row (pending, entries-read, lag ...)
 group() { rcli XINFO GROUPS redlm:jobs | awk -v k="$1" '$0 == k { getline; v = $0 } END { print v == "" ? 0 : v }'; }
 all_acked() { [ "$(group entries-read)" = "$1" ] && [ "$(group pending)" = 0 ]; }
