@@ -5,6 +5,12 @@
  *   redlm tokenize   (--model DIR | --tokenizer FILE) [--input F] [--output F] [--bench N]
  *   redlm detokenize (--model DIR | --tokenizer FILE) [--input F] [--output F]
  *
+ * A tokenize line with "messages" (and optionally "tools",
+ * "add_generation_prompt" (default true), "enable_thinking",
+ * "chat_template_kwargs") is rendered with the chat template beside the
+ * tokenizer first and answered {"text", "ids"}, so a template's rendering
+ * can be checked against transformers' apply_chat_template.
+ *
  * --bench N encodes every text N times on this thread after one warm-up
  * pass and prints throughput instead of ids, so file I/O and JSON do not
  * count, and the best of five loads of the tokenizer. */
@@ -14,8 +20,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "worker/lib/bytebuf.h"
+#include "worker/chat/chat.h"
 #include "worker/commands.h"
+#include "worker/lib/bytebuf.h"
 #include "worker/lib/flags.h"
 #include "worker/tokenizer/tokenizer.h"
 #include "worker/lib/now.h"
@@ -36,7 +43,9 @@ static int tok_parse_args(int argc, char **argv, tokArgs *a) {
                                "line, in order\n"
                              : "usage: redlm tokenize (--model DIR | --tokenizer FILE) [options]\n"
                                "  reads JSONL {\"text\": ...} per line, writes {\"ids\": [...]} per "
-                               "line, in order\n");
+                               "line, in order;\n"
+                               "  a line {\"messages\", \"tools\", \"add_generation_prompt\", \"enable_thinking\"} "
+                               "is rendered\n  with the chat template beside the tokenizer: {\"text\", \"ids\"}\n");
     flags_string(&fs, "--model", &a->model, "DIR", "use DIR/tokenizer.json");
     flags_string(&fs, "--tokenizer", &a->tokenizer, "FILE", "a Hugging Face tokenizer.json");
     flags_string(&fs, "--input", &a->input, "FILE|-", "input file (default -: stdin)");
@@ -110,22 +119,76 @@ static json_t *tok_line_object(const char *line, size_t len, rlError *err) {
     return o;
 }
 
-/* {"text"} -> {"ids"}, appended to out. */
-static int tok_encode_line(const rlTokenizer *t, json_t *o, bytebuf *out, rlError *err) {
-    json_t *s = json_object_get(o, "text");
-    if (!json_is_string(s)) return rl_error(err, RL_EINPUT, "needs \"text\": a string");
+/* "ids": [...] of text, appended to out. */
+static int tok_write_ids(const rlTokenizer *t, const char *text, size_t len, bytebuf *out, rlError *err) {
     int32_t *ids;
     int n_ids;
-    if (tokenizer_encode(t, json_string_value(s), json_string_length(s), &ids, &n_ids, err)) return -1;
-    int bad = bytebuf_append(out, "{\"ids\": [", 9);
+    if (tokenizer_encode(t, text, len, &ids, &n_ids, err)) return -1;
+    int bad = bytebuf_append(out, "\"ids\": [", 8);
     for (int k = 0; k < n_ids && !bad; k++) {
         char num[16];
         int w = snprintf(num, sizeof(num), k ? ", %d" : "%d", ids[k]);
         bad = bytebuf_append(out, num, (size_t)w);
     }
     free(ids);
-    if (bad || bytebuf_append(out, "]}\n", 3)) return rl_error(err, RL_EMEMORY, "out of memory");
+    if (bad || bytebuf_putc(out, ']')) return rl_error(err, RL_EMEMORY, "out of memory");
     return 0;
+}
+
+/* {"text"} -> {"ids"}, appended to out. */
+static int tok_encode_line(const rlTokenizer *t, json_t *o, bytebuf *out, rlError *err) {
+    json_t *s = json_object_get(o, "text");
+    if (!json_is_string(s)) return rl_error(err, RL_EINPUT, "needs \"text\": a string (or \"messages\")");
+    if (bytebuf_putc(out, '{') || tok_write_ids(t, json_string_value(s), json_string_length(s), out, err) ||
+        bytebuf_append(out, "}\n", 2))
+        return err->code != RL_OK ? -1 : rl_error(err, RL_EMEMORY, "out of memory");
+    return 0;
+}
+
+/* {"messages", ...} -> {"text", "ids"}: the chat template's rendering. */
+static int tok_chat_line(const rlTokenizer *t, const rlChat *ch, json_t *o, bytebuf *out, rlError *err) {
+    const json_t *tools = json_object_get(o, "tools"), *agp = json_object_get(o, "add_generation_prompt");
+    const json_t *thinking = json_object_get(o, "enable_thinking"), *extra = json_object_get(o, "chat_template_kwargs");
+    if (agp && !json_is_boolean(agp)) return rl_error(err, RL_EINPUT, "\"add_generation_prompt\" must be true or false");
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        return rl_error(err, RL_EINPUT, "\"tools\" must be an array of tool objects or null");
+    if (extra && !json_is_null(extra) && !json_is_object(extra))
+        return rl_error(err, RL_EINPUT, "\"chat_template_kwargs\" must be an object");
+    json_t *kwargs = extra && json_is_object(extra) ? json_copy((json_t *)extra) : json_object();
+    if (!kwargs || (thinking && !json_is_null(thinking) && json_object_set(kwargs, "enable_thinking", (json_t *)thinking))) {
+        json_decref(kwargs);
+        return rl_error(err, RL_EMEMORY, "out of memory");
+    }
+    char *text;
+    size_t len;
+    int rc = chat_render(ch, json_object_get(o, "messages"), tools, agp ? json_is_true(agp) : 1, kwargs, &text, &len, err);
+    json_decref(kwargs);
+    if (rc) return -1;
+    json_t *js = json_stringn_nocheck(text, len);
+    char *dump = js ? json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    json_decref(js);
+    rc = !dump || bytebuf_append(out, "{\"text\": ", 9) || bytebuf_append(out, dump, strlen(dump)) ||
+         bytebuf_append(out, ", ", 2);
+    free(dump);
+    if (rc) {
+        free(text);
+        return rl_error(err, RL_EMEMORY, "out of memory");
+    }
+    rc = tok_write_ids(t, text, len, out, err);
+    free(text);
+    if (rc) return -1;
+    return bytebuf_append(out, "}\n", 2) ? rl_error(err, RL_EMEMORY, "out of memory") : 0;
+}
+
+/* The chat template beside the tokenizer, read at the first "messages" line. */
+static rlChat *tok_chat(const tokArgs *a, rlChat **ch, rlError *err) {
+    if (*ch) return *ch;
+    if (a->model) return *ch = chat_open(a->model, err);
+    const char *slash = strrchr(a->tokenizer, '/');
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - a->tokenizer) : 1, slash ? a->tokenizer : ".");
+    if (slash == a->tokenizer) snprintf(dir, sizeof(dir), "/");
+    return *ch = chat_open(dir, err);
 }
 
 /* {"ids"} -> {"text"}, appended to out. */
@@ -201,6 +264,7 @@ static int tok_run(int argc, char **argv, int detok) {
     ssize_t n;
     long lineno = 0;
     double t0 = now_s(), c0 = now_thread_cpu_s();
+    rlChat *chat = NULL;
     rlTokenizer *t = tok_open(&a, &err);
     double load_s = now_s() - t0, load_cpu_s = now_thread_cpu_s() - c0;
     if (!t || tok_open_io(&a, &io, &err)) goto done;
@@ -214,7 +278,9 @@ static int tok_run(int argc, char **argv, int detok) {
             json_t *s = json_object_get(o, "text");
             rc = json_is_string(s) ? json_array_append(texts, s) : rl_error(&err, RL_EINPUT, "needs \"text\": a string");
         } else if (o) {
-            rc = detok ? tok_decode_line(t, o, &out, &err) : tok_encode_line(t, o, &out, &err);
+            if (detok) rc = tok_decode_line(t, o, &out, &err);
+            else if (!json_object_get(o, "messages")) rc = tok_encode_line(t, o, &out, &err);
+            else rc = tok_chat(&a, &chat, &err) ? tok_chat_line(t, chat, o, &out, &err) : -1;
         }
         json_decref(o);
         if (!o || rc) {
@@ -246,6 +312,7 @@ done:
     bytebuf_free(&out);
     json_decref(texts);
     tokenizer_free(t);
+    chat_free(chat);
     if (err.code != RL_OK) {
         fprintf(stderr, "redlm %s: %s\n", argv[0], err.msg);
         return (int)err.code;
