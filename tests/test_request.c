@@ -44,9 +44,29 @@ static void test_valid(void **state) {
     assert_string_equal(r.stop[0], "x");
     request_free(&r);
     assert_null(parse("{\"id\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r, &err));
-    assert_int_equal(r.n_messages, 1);
+    assert_int_equal(json_array_size(r.messages), 1);
     assert_int_equal(r.max_tokens, 256);
     assert_float_equal(r.temperature, 1.0, 0);
+    assert_int_equal(r.add_generation_prompt, 1);
+    assert_null(r.tools);
+    request_free(&r);
+    /* A conversation with tools, tool calls (arguments as an object and as
+     * a JSON string), a tool result and reasoning, kept as sent. */
+    assert_null(parse("{\"id\":\"c\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+                      "{\"role\":\"user\",\"content\":\"weather?\",\"name\":\"ann\"},"
+                      "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"hmm\",\"tool_calls\":["
+                      "{\"id\":\"1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":{\"city\":\"Oslo\"}}},"
+                      "{\"function\":{\"name\":\"w\",\"arguments\":\"{\\\"city\\\": \\\"Rome\\\"}\"}}]},"
+                      "{\"role\":\"tool\",\"content\":\"5C\",\"tool_call_id\":\"1\"},"
+                      "{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"w\"}}]}],"
+                      "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"parameters\":{}}}],"
+                      "\"chat_template_kwargs\":{\"enable_thinking\":false},\"add_generation_prompt\":false}",
+                      &r, &err));
+    assert_int_equal(json_array_size(r.messages), 5);
+    assert_int_equal(json_array_size(r.tools), 1);
+    assert_true(json_is_false(json_object_get(r.chat_template_kwargs, "enable_thinking")));
+    assert_int_equal(r.add_generation_prompt, 0);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 2), "reasoning_content")), "hmm");
     request_free(&r);
 }
 
@@ -74,8 +94,32 @@ static void test_invalid(void **state) {
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"stop\":[\"\"]}", "invalid_request", "'stop[0]'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"temprature\":0}", "invalid_request", "'temprature'"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\"}]}", "invalid_request", "messages[0]"},
-        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"name\":\"y\"}]}",
-         "invalid_request", "'name'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"nme\":\"y\"}]}",
+         "invalid_request", "'nme'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"\",\"content\":\"x\"}]}", "invalid_request", "'role'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+         "invalid_request", "content parts"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"reasoning_content\":1}]}",
+         "invalid_request", "'messages[0].reasoning_content'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}", "invalid_request",
+         "'messages[0].tool_calls'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"name\":\"f\"}]}]}",
+         "invalid_request", "messages[0].tool_calls[0]"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+         "\"arguments\":3}}]}]}", "invalid_request", "'arguments'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "invalid_request",
+         "'tools'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[1]}", "invalid_request",
+         "'tools[0]'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":[]}",
+         "invalid_request", "'chat_template_kwargs'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"chat_template_kwargs\":{\"tools\":[]}}", "invalid_request", "chat_template_kwargs.tools"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"add_generation_prompt\":1}",
+         "invalid_request", "'add_generation_prompt'"},
+        {"{\"id\":\"a\",\"prompt\":\"x\",\"tools\":[]}", "invalid_request", "'tools' applies to 'messages' only"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", "invalid_request",
+         "NUL"},
         {"{\"id\":\"a\",\"prompt\":\"a\\u0000b\"}", "invalid_request", "NUL"},
         {"[1]", "invalid_request", "object"},
     };
@@ -109,6 +153,15 @@ static void test_long_id_and_bad_utf8(void **state) {
     assert_int_equal(request_parse(&r, obj, &code, &err), -1);
     assert_string_equal(code, "invalid_utf8");
     assert_non_null(strstr(err.msg, "'prompt'"));
+    request_free(&r);
+    json_decref(obj);
+    /* Bad UTF-8 deep inside a tool's schema is found too. */
+    obj = json_pack("{s:s, s:[{s:s, s:s}], s:[{s:{s:o}}]}", "id", "a", "messages", "role", "user", "content", "x",
+                    "tools", "function", "description", json_stringn_nocheck("\xc3", 1));
+    request_init(&r);
+    assert_int_equal(request_parse(&r, obj, &code, &err), -1);
+    assert_string_equal(code, "invalid_utf8");
+    assert_non_null(strstr(err.msg, "'tools'"));
     request_free(&r);
     json_decref(obj);
 }

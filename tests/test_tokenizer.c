@@ -529,19 +529,22 @@ static void test_prompt_ids(void **state) {
     rlTokenizer *t = small;
     rlError err = {0};
     rlRequest r;
+    /* tokenizer-small has no tokenizer_config.json: the Qwen2.5 fallback. */
+    rlChat *chat = chat_open(fixture("FIXTURES", "tests/fixtures", "tokenizer-small"), &err);
+    assert_non_null(chat);
+    assert_non_null(strstr(chat_describe(chat), "built-in Qwen2.5"));
     memset(&r, 0, sizeof(r));
-    assert_int_equal(prompt_fill_ids(t, &r, &err), -1);
+    assert_int_equal(prompt_fill_ids(t, chat, &r, &err), -1);
     assert_int_equal(err.code, RL_EINPUT);
     r.prompt = "<|im_start|>hi";
-    assert_int_equal(prompt_fill_ids(t, &r, &err), 0);
+    assert_int_equal(prompt_fill_ids(t, chat, &r, &err), 0);
     assert_true(r.n_prompt_ids >= 2);
     assert_int_equal(r.prompt_ids[0], 2001);
     free(r.prompt_ids);
     memset(&r, 0, sizeof(r));
-    rlMessage m[] = {{"user", "hi"}};
-    r.messages = m;
-    r.n_messages = 1;
-    assert_int_equal(prompt_fill_ids(t, &r, &err), 0);
+    r.messages = json_pack("[{s:s, s:s}]", "role", "user", "content", "hi");
+    r.add_generation_prompt = 1;
+    assert_int_equal(prompt_fill_ids(t, chat, &r, &err), 0);
     char *text;
     size_t len;
     assert_int_equal(tokenizer_decode(t, r.prompt_ids, r.n_prompt_ids, &text, &len, &err), 0);
@@ -549,10 +552,12 @@ static void test_prompt_ids(void **state) {
                               "assistant.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     free(text);
     free(r.prompt_ids);
+    json_decref(r.messages);
     memset(&r, 0, sizeof(r));
     r.prompt = "bad \xff";
-    assert_int_equal(prompt_fill_ids(t, &r, &err), -1);
+    assert_int_equal(prompt_fill_ids(t, chat, &r, &err), -1);
     assert_int_equal(strncmp(err.msg, "invalid_utf8:", 13), 0);
+    chat_free(chat);
 }
 
 /* A damaged tokenizer.json (cut short anywhere, or a byte changed) is an
@@ -591,36 +596,6 @@ static void test_damaged_files(void **state) {
     unlink(path);
 }
 
-static void test_chat(void **state) {
-    (void)state;
-    rlMessage m[] = {{"user", "Hi!"}, {"assistant", "Hello."}, {"user", "2+2?"}};
-    char *text;
-    rlError err = {0};
-    assert_int_equal(prompt_render_chat(m, 3, &text, &err), 0);
-    assert_string_equal(text,
-                        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-                        "<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
-                        "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
-    free(text);
-    rlMessage s[] = {{"system", "Be brief."}, {"user", "x"}};
-    assert_int_equal(prompt_render_chat(s, 2, &text, &err), 0);
-    assert_string_equal(text, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nx<|im_end|>\n"
-                              "<|im_start|>assistant\n");
-    /* and the special tokens come out as single ids */
-    rlTokenizer *t = qwen;
-    int32_t *ids;
-    int n;
-    assert_int_equal(tokenizer_encode(t, text, strlen(text), &ids, &n, &err), 0);
-    assert_int_equal(ids[0], 151644);
-    assert_int_equal(ids[n - 3], 151644);
-    free(ids);
-    free(text);
-    assert_int_equal(prompt_render_chat(m, 0, &text, &err), -1);
-    rlMessage bad[] = {{NULL, "x"}};
-    assert_int_equal(prompt_render_chat(bad, 1, &text, &err), -1);
-    assert_int_equal(err.code, RL_EINPUT);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_encode), cmocka_unit_test(test_small_decode),
@@ -628,7 +603,7 @@ int main(void) {
         cmocka_unit_test(test_cli),          cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_stop_strings), cmocka_unit_test(test_long_inputs),
         cmocka_unit_test(test_invalid_utf8),
-        cmocka_unit_test(test_refused),      cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_refused),
         cmocka_unit_test(test_pretok_oniguruma), cmocka_unit_test(test_threads),
         cmocka_unit_test(test_prompt_ids),       cmocka_unit_test(test_damaged_files),
     };

@@ -83,6 +83,7 @@ struct rlEngine {
     rlModelConfig cfg;
     rlCheckpoint *ckpt;
     rlTokenizer *tok;
+    rlChat *chat;               /* with tok: the model's chat template */
     rlRanks *ranks;
     rlSched *sched;
     int n_blocks;
@@ -236,7 +237,10 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     if (layout_check(&lay, e->cfg.num_layers, err)) goto fail;
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
-    if (file_exists(path) && !(e->tok = tokenizer_load(path, err))) goto fail;
+    if (file_exists(path)) {
+        if (!(e->tok = tokenizer_load(path, err)) || !(e->chat = chat_open(o->model, err))) goto fail;
+        fprintf(stderr, "redlm: %s\n", chat_describe(e->chat));
+    }
 
     rlDtype dtype = RL_BF16;
     if (modelcfg_dtype(&e->cfg, e->opt.dtype, &dtype, err)) goto fail;
@@ -319,7 +323,7 @@ static int ereq_tokenize(rlEngine *e, engReq *q, rlError *err) {
         return ereq_refuse(q, "invalid_request",
                            "'%s' needs the model's tokenizer.json, which this model directory "
                            "lacks; send prompt_ids instead", r->prompt ? "prompt" : "messages");
-    if (!prompt_fill_ids(e->tok, r, err)) return 0;
+    if (!prompt_fill_ids(e->tok, e->chat, r, err)) return 0;
     if (err->code != RL_EINPUT) return -1;
     return ereq_refuse(q, strncmp(err->msg, "invalid_utf8", 12) ? "invalid_request" : "invalid_utf8",
                        "%s", err->msg);
@@ -705,6 +709,7 @@ void engine_close(rlEngine *e) {
     }
     free(e->flights);
     if (e->tok) tokenizer_free(e->tok);
+    chat_free(e->chat);
     if (e->ckpt) checkpoint_close(e->ckpt);
     free(e);
 }

@@ -5,15 +5,17 @@
 
 #include "worker/engine/prompt.h"
 
-int prompt_fill_ids(const rlTokenizer *t, rlRequest *r, rlError *err) {
+int prompt_fill_ids(const rlTokenizer *t, const rlChat *chat, rlRequest *r, rlError *err) {
     if (r->prompt_ids) return 0;
     /* Errors keep tokenizer_encode's message as it is: callers look for
      * its "invalid_utf8:" prefix. */
     if (r->prompt) return tokenizer_encode(t, r->prompt, strlen(r->prompt), &r->prompt_ids, &r->n_prompt_ids, err);
     if (!r->messages) return rl_error(err, RL_EINPUT, "no prompt: give one of prompt, messages or prompt_ids");
     char *text;
-    if (prompt_render_chat(r->messages, r->n_messages, &text, err)) return -1;
-    int rc = tokenizer_encode(t, text, strlen(text), &r->prompt_ids, &r->n_prompt_ids, err);
+    size_t len;
+    if (chat_render(chat, r->messages, r->tools, r->add_generation_prompt, r->chat_template_kwargs, &text, &len, err))
+        return -1;
+    int rc = tokenizer_encode(t, text, len, &r->prompt_ids, &r->n_prompt_ids, err);
     free(text);
     return rc;
 }

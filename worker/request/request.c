@@ -12,6 +12,8 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,16 +27,15 @@ void request_init(rlRequest *r) {
     r->prompt_logprobs = -1;
     r->stream = 1;
     r->attempt = 1;
+    r->add_generation_prompt = 1;
 }
 
 void request_free(rlRequest *r) {
     free(r->id);
     free(r->prompt);
-    for (int i = 0; i < r->n_messages; i++) {
-        free(r->messages[i].role);
-        free(r->messages[i].content);
-    }
-    free(r->messages);
+    json_decref(r->messages);
+    json_decref(r->tools);
+    json_decref(r->chat_template_kwargs);
     free(r->prompt_ids);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
@@ -145,38 +146,156 @@ static int get_ids(const json_t *v, const char *name, int allow_empty, int32_t *
     return 0;
 }
 
+/* Every string inside v (keys too) valid UTF-8 without NUL, so a template
+ * renders only text the tokenizer takes; `where` names v in messages. */
+static int check_strings(const json_t *v, const char *where, const char **code, rlError *err) {
+    const char *key;
+    const json_t *x;
+    size_t i;
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        if (!utf8_valid(json_string_value(v), json_string_length(v))) {
+            *code = "invalid_utf8";
+            return rl_error(err, RL_EINPUT, "invalid_utf8: a string in '%s' is not valid UTF-8", where);
+        }
+        if (strlen(json_string_value(v)) != json_string_length(v)) {
+            *code = INVALID;
+            return rl_error(err, RL_EINPUT, "invalid_request: a string in '%s' contains a NUL character", where);
+        }
+        return 0;
+    case JSON_ARRAY:
+        json_array_foreach(v, i, x) if (check_strings(x, where, code, err)) return -1;
+        return 0;
+    case JSON_OBJECT:
+        json_object_foreach((json_t *)v, key, x) {
+            if (!utf8_valid(key, strlen(key))) {
+                *code = "invalid_utf8";
+                return rl_error(err, RL_EINPUT, "invalid_utf8: a key in '%s' is not valid UTF-8", where);
+            }
+            if (check_strings(x, where, code, err)) return -1;
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+static int bad_field(const char **code, rlError *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad_field(const char **code, rlError *err, const char *fmt, ...) {
+    char msg[RL_ERROR_LEN - 32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    *code = INVALID;
+    return rl_error(err, RL_EINPUT, "invalid_request: %s", msg);
+}
+
+/* Only the listed keys; `what` describes the object for the message. */
+static int known_keys(const json_t *o, const char *const *keys, const char *where, const char *what,
+                      const char **code, rlError *err) {
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)o, key, v) {
+        const char *const *k = keys;
+        while (*k && strcmp(*k, key)) k++;
+        if (!*k) return bad_field(code, err, "%s has unknown field '%s' (%s)", where, key, what);
+    }
+    return 0;
+}
+
+/* OpenAI-style tool calls: {"id", "type", "function": {"name", "arguments"}},
+ * arguments an object or a JSON string. */
+static int check_tool_calls(const json_t *calls, size_t m, const char **code, rlError *err) {
+    static const char *const call_keys[] = {"id", "type", "function", NULL}, *const fn_keys[] = {"name", "arguments", NULL};
+    if (!json_is_array(calls)) return bad_field(code, err, "field 'messages[%zu].tool_calls' must be an array", m);
+    size_t i;
+    const json_t *tc;
+    json_array_foreach(calls, i, tc) {
+        char where[96];
+        snprintf(where, sizeof(where), "messages[%zu].tool_calls[%zu]", m, i);
+        if (!json_is_object(tc)) return bad_field(code, err, "'%s' must be an object", where);
+        if (known_keys(tc, call_keys, where, "a tool call is {\"id\", \"type\", \"function\"}", code, err)) return -1;
+        const json_t *id = json_object_get(tc, "id"), *type = json_object_get(tc, "type"), *fn = json_object_get(tc, "function");
+        if ((id && !json_is_string(id)) || (type && !json_is_string(type)))
+            return bad_field(code, err, "'%s': id and type must be strings", where);
+        if (!json_is_object(fn)) return bad_field(code, err, "'%s' needs \"function\": {\"name\", \"arguments\"}", where);
+        if (known_keys(fn, fn_keys, where, "a function is {\"name\", \"arguments\"}", code, err)) return -1;
+        const json_t *args = json_object_get(fn, "arguments");
+        if (!json_is_string(json_object_get(fn, "name")) || (args && !json_is_object(args) && !json_is_string(args)))
+            return bad_field(code, err, "'%s.function' needs a string 'name' and 'arguments' as an object or a JSON "
+                             "string", where);
+    }
+    return 0;
+}
+
 static int get_messages(rlRequest *r, const json_t *v, const char **code, rlError *err) {
+    static const char *const keys[] = {"role", "content", "tool_calls", "reasoning_content", "name", "tool_call_id", NULL};
     if (get_array(v, "messages", 0, code, err)) return -1;
-    size_t len = json_array_size(v);
-    if (!(r->messages = calloc(len, sizeof(rlMessage)))) {
+    size_t i;
+    const json_t *m;
+    json_array_foreach(v, i, m) {
+        char where[64];
+        snprintf(where, sizeof(where), "messages[%zu]", i);
+        if (!json_is_object(m))
+            return bad_field(code, err, "%s must be an object with a string 'role' (and 'content', ...)", where);
+        if (known_keys(m, keys, where, "a message has role, content, tool_calls, reasoning_content, name, "
+                       "tool_call_id", code, err))
+            return -1;
+        const json_t *role = json_object_get(m, "role");
+        if (!json_is_string(role) || json_string_length(role) == 0)
+            return bad_field(code, err, "%s needs a non-empty string 'role'", where);
+        static const char *const texts[] = {"content", "reasoning_content", "name", "tool_call_id", NULL};
+        for (const char *const *k = texts; *k; k++) {
+            const json_t *x = json_object_get(m, *k);
+            if (x && !json_is_string(x) && !json_is_null(x))
+                return bad_field(code, err, "field '%s.%s' must be a string or null%s", where, *k,
+                                 json_is_array(x) ? " (content parts are not supported: send the text)" : "");
+        }
+        const json_t *calls = json_object_get(m, "tool_calls");
+        if (calls && !json_is_null(calls) && check_tool_calls(calls, i, code, err)) return -1;
+        if (!json_object_get(m, "content") && !(json_is_array(calls) && json_array_size(calls)))
+            return bad_field(code, err, "%s needs 'content' (only an assistant message with tool_calls may leave it "
+                             "out)", where);
+    }
+    if (check_strings(v, "messages", code, err)) return -1;
+    if (!(r->messages = json_deep_copy(v))) {
         *code = "internal";
         return rl_error(err, RL_EINTERNAL, "out of memory reading field 'messages'");
     }
-    for (size_t i = 0; i < len; i++) {
-        const json_t *m = json_array_get(v, i);
-        rlMessage *msg = &r->messages[r->n_messages++];
-        const char *key;
-        const json_t *val;
-        if (!json_is_object(m)) goto bad;
-        json_object_foreach((json_t *)m, key, val) {
-            if (strcmp(key, "role") && strcmp(key, "content")) {
-                *code = INVALID;
-                return rl_error(err, RL_EINPUT,
-                                "invalid_request: messages[%zu] has unknown field '%s' "
-                                "(a message is {\"role\", \"content\"})", i, key);
-            }
-        }
-        if (!json_object_get(m, "role") || !json_object_get(m, "content")) goto bad;
-        if (get_string(json_object_get(m, "role"), "messages.role", (int)i, 0, &msg->role, code, err) ||
-            get_string(json_object_get(m, "content"), "messages.content", (int)i, 1, &msg->content,
-                       code, err))
-            return -1;
-        continue;
-    bad:
-        *code = INVALID;
-        return rl_error(err, RL_EINPUT,
-                        "invalid_request: messages[%zu] must be an object with string fields "
-                        "'role' and 'content'", i);
+    return 0;
+}
+
+/* tools: an array of objects (null: none), kept as sent for the template. */
+static int get_tools(rlRequest *r, const json_t *v, const char **code, rlError *err) {
+    if (json_is_null(v)) return 0;
+    if (!json_is_array(v)) return bad_field(code, err, "field 'tools' must be an array of tool objects");
+    size_t i;
+    const json_t *t;
+    json_array_foreach(v, i, t) if (!json_is_object(t)) return bad_field(code, err, "field 'tools[%zu]' must be an object", i);
+    if (check_strings(v, "tools", code, err)) return -1;
+    if (!(r->tools = json_deep_copy(v))) {
+        *code = "internal";
+        return rl_error(err, RL_EINTERNAL, "out of memory reading field 'tools'");
+    }
+    return 0;
+}
+
+/* chat_template_kwargs (vLLM's name): more template variables, such as
+ * enable_thinking.  The ones the request has fields for are refused here. */
+static int get_kwargs(rlRequest *r, const json_t *v, const char **code, rlError *err) {
+    if (json_is_null(v)) return 0;
+    if (!json_is_object(v))
+        return bad_field(code, err, "field 'chat_template_kwargs' must be an object, e.g. {\"enable_thinking\": false}");
+    static const char *const own[] = {"messages", "tools", "add_generation_prompt", "documents", NULL};
+    for (const char *const *k = own; *k; k++)
+        if (json_object_get(v, *k))
+            return bad_field(code, err, "'chat_template_kwargs.%s' is not allowed%s", *k,
+                             strcmp(*k, "documents") ? ": give it as the request's own field" : "");
+    if (check_strings(v, "chat_template_kwargs", code, err)) return -1;
+    if (!(r->chat_template_kwargs = json_deep_copy(v))) {
+        *code = "internal";
+        return rl_error(err, RL_EINTERNAL, "out of memory reading field 'chat_template_kwargs'");
     }
     return 0;
 }
@@ -209,6 +328,9 @@ static int field(rlRequest *r, const char *key, const json_t *v, const char **co
     }
     if (!strcmp(key, "prompt")) return get_string(v, "prompt", -1, 1, &r->prompt, code, err);
     if (!strcmp(key, "messages")) return get_messages(r, v, code, err);
+    if (!strcmp(key, "tools")) return get_tools(r, v, code, err);
+    if (!strcmp(key, "chat_template_kwargs")) return get_kwargs(r, v, code, err);
+    if (!strcmp(key, "add_generation_prompt")) return get_bool(v, key, &r->add_generation_prompt, code, err);
     if (!strcmp(key, "prompt_ids"))
         return get_ids(v, "prompt_ids", 0, &r->prompt_ids, &r->n_prompt_ids, code, err);
     if (!strcmp(key, "max_tokens")) {
@@ -291,5 +413,10 @@ int request_parse(rlRequest *r, const json_t *obj, const char **code, rlError *e
                         "invalid_request: give exactly one of 'prompt', 'messages', 'prompt_ids' "
                         "(got %d)", forms);
     }
+    static const char *const chat_only[] = {"tools", "chat_template_kwargs", "add_generation_prompt", NULL};
+    for (const char *const *k = chat_only; *k && !r->messages; k++)
+        if (json_object_get(obj, *k))
+            return bad_field(code, err, "field '%s' applies to 'messages' only (this request has '%s')", *k,
+                             r->prompt ? "prompt" : "prompt_ids");
     return 0;
 }

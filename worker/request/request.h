@@ -14,19 +14,19 @@
 
 #define RL_ID_MAX 256
 
-typedef struct rlMessage {
-    char *role;
-    char *content;
-} rlMessage;
+struct json_t;
 
 typedef struct rlRequest {
     char *id;                   /* 1..256 bytes */
     /* exactly one prompt form */
     char *prompt;               /* text, or NULL */
-    rlMessage *messages;        /* chat, or NULL */
-    int n_messages;
+    struct json_t *messages;    /* chat: the array of message objects as sent, or NULL */
     int32_t *prompt_ids;        /* ids, or NULL (filled by tokenizing prompt/messages) */
     int n_prompt_ids;
+    /* chat only: what the model's chat template gets besides the messages */
+    struct json_t *tools;       /* tool definitions (an array), or NULL */
+    struct json_t *chat_template_kwargs; /* extra template variables (an object), or NULL */
+    int add_generation_prompt;  /* default 1 */
 
     int max_tokens;             /* default 256; 0 = score only */
     float temperature;          /* default 1.0; 0 = greedy */
@@ -59,11 +59,11 @@ void request_free(rlRequest *r);   /* frees the fields, not r */
 
 /* Fill r (initialised) from one request object, validated exactly as
  * worker/redis/PROTOCOL.md says: types, ranges, exactly one prompt form, no unknown
- * field, UTF-8 strings.  On failure returns -1, sets *code to the protocol
+ * field, UTF-8 strings (also inside tools and tool-call arguments).  On
+ * failure returns -1, sets *code to the protocol
  * error code ("invalid_request" or "invalid_utf8") and fills err (RL_EINPUT)
  * with a message naming the field; r may be partly filled (free it).
  * Transport-free: JSON lines and msgpack entries both arrive as json_t. */
-struct json_t;
 int request_parse(rlRequest *r, const struct json_t *obj, const char **code, rlError *err);
 
 #endif
