@@ -327,6 +327,25 @@ static int put_cp(bytebuf *b, int32_t cp) {
     return bytebuf_append(b, u, (size_t)n);
 }
 
+/* Python's str.upper()/lower() use Unicode's full case mappings, where a
+ * few characters become several (SpecialCasing.txt, unconditional part;
+ * the Greek iota-subscript forms are not listed and map one to one). */
+static const struct { int32_t cp; const char *upper; } FULL_UPPER[] = {
+    {0xDF, "SS"}, {0x149, "\u02BCN"}, {0x1F0, "J\u030C"}, {0x390, "\u0399\u0308\u0301"},
+    {0x3B0, "\u03A5\u0308\u0301"}, {0x587, "\u0535\u0552"}, {0x1E96, "H\u0331"}, {0x1E97, "T\u0308"},
+    {0x1E98, "W\u030A"}, {0x1E99, "Y\u030A"}, {0x1E9A, "A\u02BE"}, {0xFB00, "FF"}, {0xFB01, "FI"},
+    {0xFB02, "FL"}, {0xFB03, "FFI"}, {0xFB04, "FFL"}, {0xFB05, "ST"}, {0xFB06, "ST"},
+    {0xFB13, "\u0544\u0546"}, {0xFB14, "\u0544\u0535"}, {0xFB15, "\u0544\u053B"}, {0xFB16, "\u054E\u0546"},
+    {0xFB17, "\u0544\u053D"}, {0, NULL}};
+
+static int put_case(bytebuf *b, int32_t cp, caseFn f) {
+    if (f == to_upper)
+        for (int i = 0; FULL_UPPER[i].upper; i++)
+            if (FULL_UPPER[i].cp == cp) return bytebuf_append(b, FULL_UPPER[i].upper, strlen(FULL_UPPER[i].upper));
+    if (f == to_lower && cp == 0x130) return bytebuf_append(b, "i\u0307", 3);
+    return put_cp(b, f(cp));
+}
+
 static int is_cased(int32_t cp) {
     utf8proc_category_t k = utf8proc_category(cp);
     return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
@@ -339,10 +358,9 @@ static jjValue *str_case(jjCtx *c, jjValue *s, caseFn f, int mode) {
     for (size_t i = 0, k = 0; i < s->u.s.len && !bad; k++) {
         int32_t cp;
         i += jj_utf8_decode(s->u.s.p + i, s->u.s.len - i, &cp);
-        int32_t out = mode == 0 ? f(cp) : mode == 1 ? (prev_cased ? to_lower(cp) : to_title(cp))
-                                                  : (k == 0 ? to_title(cp) : to_lower(cp));
+        caseFn g = mode == 0 ? f : mode == 1 ? (prev_cased ? to_lower : to_title) : (k == 0 ? to_title : to_lower);
         prev_cased = is_cased(cp);
-        bad = put_cp(&b, out);
+        bad = put_case(&b, cp, g);
     }
     return from_buf(c, &b, bad);
 }
@@ -414,14 +432,8 @@ static jjValue *str_split(jjCtx *c, jjValue *s, jjValue *sep, long long maxsplit
                 if (i >= n) break;
                 size_t start = i;
                 if (maxsplit >= 0 && splits >= maxsplit) {
-                    size_t end = n;
-                    while (end > start) {
-                        size_t at = prev_cp(p, end);
-                        jj_utf8_decode(p + at, end - at, &cp);
-                        if (!jj_isspace(cp)) break;
-                        end = at;
-                    }
-                    if (!list_push_str(c, parts, p + start, end - start)) return NULL;
+                    /* The rest as is, trailing whitespace included. */
+                    if (!list_push_str(c, parts, p + start, n - start)) return NULL;
                     break;
                 }
                 while (i < n && !jj_isspace((int32_t)(jj_utf8_decode(p + i, n - i, &cp), cp))) i += jj_utf8_decode(p + i, n - i, &cp);
@@ -441,10 +453,7 @@ static jjValue *str_split(jjCtx *c, jjValue *s, jjValue *sep, long long maxsplit
             }
             if (end == 0) break;
             if (maxsplit >= 0 && splits >= maxsplit) {
-                size_t start = 0;
-                while (start < end && jj_isspace((int32_t)(jj_utf8_decode(p + start, end - start, &cp), cp)))
-                    start += jj_utf8_decode(p + start, end - start, &cp);
-                if (!list_push_str(c, parts, p + start, end - start)) return NULL;
+                if (!list_push_str(c, parts, p, end)) return NULL;
                 break;
             }
             size_t start = end;
@@ -1242,6 +1251,9 @@ static jjValue *f_attr(jjCtx *c, jjValue *v, jjArgs *a) {
     if (!arg[0] || !want_str(c, "attr", arg[0])) return arg[0] ? NULL : jj_fail(c, "attr needs a name");
     char name[128];
     snprintf(name, sizeof(name), "%.*s", (int)(arg[0]->u.s.len < 127 ? arg[0]->u.s.len : 127), arg[0]->u.s.p);
+    /* Jinja's attr filter is getattr alone: a dict's keys are not attributes. */
+    if (v->type == JV_DICT && !jj_dict_attr_is_method(name))
+        return jj_undeff(c, "'dict object' has no attribute '%s'", name);
     return jj_getattr(c, v, name);
 }
 
