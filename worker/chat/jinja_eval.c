@@ -49,22 +49,38 @@ static int emit(jjCtx *c, const char *p, size_t n) {
 
 static jjFrame *frame_push(jjCtx *c, jjFrame *parent) {
     jjFrame *f = jj_ctx_alloc(c, sizeof(*f));
-    if (!f || !(f->vars = jj_dict(c))) return NULL;
-    f->parent = parent;
+    if (f) f->parent = parent;
     return f;
 }
 
+/* name must outlive the frame (the template's strings do). */
 static int set_var(jjCtx *c, const char *name, jjValue *v) {
-    jjValue *k = jj_cstr(c, name);
-    return k ? jj_dict_set(c, c->frame->vars, k, v) : -1;
+    jjFrame *f = c->frame;
+    for (size_t i = 0; i < f->n; i++)
+        if (!strcmp(f->names[i], name)) {
+            f->vals[i] = v;
+            return 0;
+        }
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 4;
+        const char **names = jj_ctx_alloc(c, cap * sizeof(*names));
+        jjValue **vals = names ? jj_ctx_alloc(c, cap * sizeof(*vals)) : NULL;
+        if (!vals) return -1;
+        if (f->n) {
+            memcpy(names, f->names, f->n * sizeof(*names));
+            memcpy(vals, f->vals, f->n * sizeof(*vals));
+        }
+        f->names = names, f->vals = vals, f->cap = cap;
+    }
+    f->names[f->n] = name;
+    f->vals[f->n++] = v;
+    return 0;
 }
 
 static jjValue *lookup(jjCtx *c, const char *name) {
-    size_t len = strlen(name);
-    for (jjFrame *f = c->frame; f; f = f->parent) {
-        jjValue *v = jj_dict_get(f->vars, name, len);
-        if (v) return v;
-    }
+    for (jjFrame *f = c->frame; f; f = f->parent)
+        for (size_t i = 0; i < f->n; i++)
+            if (!strcmp(f->names[i], name)) return f->vals[i];
     const jjBuiltin *g = jj_find_global(name);
     if (g) {
         jjValue *fn = jj_ctx_alloc(c, sizeof(*fn));
@@ -309,7 +325,8 @@ jjValue *jj_call(jjCtx *c, jjValue *fn, jjArgs *a) {
 static int exec_for(jjCtx *c, const jjNode *n) {
     jjValue *seq = eval(c, n->b);
     if (!seq || !(seq = jj_iterate(c, seq))) return -1;
-    jjFrame *outer = c->frame;
+    jjFrame *outer = c->frame, *inner = frame_push(c, outer);
+    if (!inner) return -1;
     jjValue **items = seq->u.l.v;
     size_t count = seq->u.l.n;
     if (n->c) {
@@ -319,7 +336,10 @@ static int exec_for(jjCtx *c, const jjNode *n) {
         if (!kept) return -1;
         size_t k = 0;
         for (size_t i = 0; i < count; i++) {
-            if (!(c->frame = frame_push(c, outer)) || assign(c, n->a, items[i])) return -1;
+            if (step(c, n)) return -1;
+            inner->n = 0;
+            c->frame = inner;
+            if (assign(c, n->a, items[i])) return -1;
             jjValue *ok = eval(c, n->c);
             c->frame = outer;
             if (!ok) return -1;
@@ -330,7 +350,7 @@ static int exec_for(jjCtx *c, const jjNode *n) {
     }
     if (!count) {
         if (!n->n2) return 0;
-        if (!(c->frame = frame_push(c, outer))) return -1;
+        c->frame = inner;
         int r = exec_body(c, n->list2, n->n2);
         c->frame = outer;
         return r < 0 ? -1 : 0;
@@ -343,8 +363,12 @@ static int exec_for(jjCtx *c, const jjNode *n) {
     lv->type = JV_LOOP;
     lv->u.loop = loop;
     for (size_t i = 0; i < count; i++) {
+        if (step(c, n)) return -1;   /* an empty body still costs its iterations */
         loop->i = i;
-        if (!(c->frame = frame_push(c, outer)) || assign(c, n->a, items[i]) || set_var(c, "loop", lv)) return -1;
+        /* Each iteration starts with no variables of its own. */
+        inner->n = 0;
+        c->frame = inner;
+        if (assign(c, n->a, items[i]) || set_var(c, "loop", lv)) return -1;
         int r = exec_body(c, n->list, n->n);
         c->frame = outer;
         if (r < 0) return -1;
@@ -435,6 +459,7 @@ int jinja_render(const jjTemplate *t, const json_t *vars, const jjLimits *lim, c
     }
     *out = NULL;
     if (out_len) *out_len = 0;
+    jj_values_init();
     bytebuf b = {0};
     jjCtx c = {.lim = lim, .err = err, .out = &b, .t = t};
     c.arena.limit = lim->max_memory;
@@ -447,7 +472,8 @@ int jinja_render(const jjTemplate *t, const json_t *vars, const jjLimits *lim, c
         json_t *val;
         json_object_foreach((json_t *)vars, key, val) {
             jjValue *k = jj_cstr(&c, key), *v = k ? jj_from_json(&c, val) : NULL;
-            if (!v || jj_dict_set(&c, globals->vars, k, v)) goto done;
+            c.frame = globals;
+            if (!v || set_var(&c, k->u.s.p, v)) goto done;
         }
     }
     if (!(c.root = c.frame = frame_push(&c, globals))) goto done;

@@ -78,9 +78,14 @@ struct jjArgs {
 
 /* ---- render context ---- */
 
+/* One scope's variables.  Names point at the template's own strings (or
+ * the render's copies of the globals' names), so binding allocates nothing
+ * but room, and a loop reuses its frame from one iteration to the next. */
 typedef struct jjFrame {
     struct jjFrame *parent;
-    jjValue *vars;              /* a JV_DICT */
+    const char **names;
+    jjValue **vals;
+    size_t n, cap;
 } jjFrame;
 
 struct jjCtx {
@@ -111,6 +116,7 @@ jjValue *jj_undeff(jjCtx *c, const char *fmt, ...) __attribute__((format(printf,
 jjValue *jj_fail_undef(jjCtx *c, const jjValue *u);
 jjValue *jj_none(void);
 jjValue *jj_bool(int b);
+void jj_values_init(void);    /* once per process, before the first render */
 jjValue *jj_int(jjCtx *c, long long i);
 jjValue *jj_float(jjCtx *c, double f);
 jjValue *jj_str(jjCtx *c, const char *p, size_t len);     /* copies */

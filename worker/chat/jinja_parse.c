@@ -867,6 +867,7 @@ jjTemplate *jinja_load(const char *src, size_t len, const char *name, rlError *e
     jjTemplate *t = calloc(1, sizeof(*t));
     jjTokens toks = {0};
     size_t bad_at;
+    err->code = RL_OK;   /* the parser keeps the first error it meets */
     if (!t || !(t->name = strdup(name ? name : "template"))) {
         free(t);
         rl_error(err, RL_EMEMORY, "out of memory");

@@ -4,6 +4,7 @@
  * different prompt to the model. */
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,7 +123,22 @@ jjValue *jj_fail_undef(jjCtx *c, const jjValue *u) {
     return jj_fail(c, "%s", u->u.undef ? u->u.undef : "a value is undefined");
 }
 
+/* Small integers (loop indexes, lengths) are shared instead of allocated,
+ * as Python shares them. */
+#define JJ_SMALL_INTS 1024
+static jjValue small_ints[JJ_SMALL_INTS];
+static pthread_once_t small_ints_once = PTHREAD_ONCE_INIT;
+
+static void small_ints_fill(void) {
+    for (int i = 0; i < JJ_SMALL_INTS; i++) small_ints[i] = (jjValue){.type = JV_INT, .u.i = i};
+}
+
+void jj_values_init(void) {
+    pthread_once(&small_ints_once, small_ints_fill);
+}
+
 jjValue *jj_int(jjCtx *c, long long i) {
+    if (i >= 0 && i < JJ_SMALL_INTS) return &small_ints[i];
     jjValue *v = value_new(c, JV_INT);
     if (v) v->u.i = i;
     return v;
@@ -478,7 +494,7 @@ static int write_items(jjCtx *c, bytebuf *b, const jjValue *v, int level) {
 }
 
 static int write_value(jjCtx *c, bytebuf *b, const jjValue *v, int repr, int level) {
-    char num[32];
+    char num[64];
     if (level > JJ_MAX_NEST) {
         jj_fail(c, "a value nested more than %d levels deep cannot be printed", JJ_MAX_NEST);
         return -1;
@@ -496,11 +512,14 @@ static int write_value(jjCtx *c, bytebuf *b, const jjValue *v, int repr, int lev
         bad = bytebuf_append(b, "<Namespace ", 11) || write_items(c, b, &(jjValue){.type = JV_DICT, .u.d = v->u.d}, level) ||
               bytebuf_putc(b, '>');
         break;
-    case JV_LOOP: bad = bytebuf_append(b, "<LoopContext>", 13); break;
-    case JV_FUNC:
-        bad = bytebuf_append(b, "<built-in function ", 19) ||
-              bytebuf_append(b, v->u.fn.fn->name, strlen(v->u.fn.fn->name)) || bytebuf_putc(b, '>');
+    case JV_LOOP:
+        bad = bytebuf_append(b, num, (size_t)snprintf(num, sizeof(num), "<LoopContext %zu/%zu>", v->u.loop->i + 1,
+                                                      v->u.loop->n));
         break;
+    case JV_FUNC:
+        /* Python prints a memory address here: no rendering can match it. */
+        jj_fail(c, "'%s' is a function; printing it is not supported", v->u.fn.fn->name);
+        return -1;
     case JV_MACRO:
         bad = bytebuf_append(b, "<Macro '", 8) || bytebuf_append(b, v->u.macro->name, strlen(v->u.macro->name)) ||
               bytebuf_append(b, "'>", 2);
