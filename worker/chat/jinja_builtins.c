@@ -141,10 +141,14 @@ static jjValue *repeat(jjCtx *c, jjValue *seq, long long times) {
     if (seq->type == JV_STR) {
         if (seq->u.s.len && (unsigned long long)times > c->lim->max_memory / seq->u.s.len)
             return jj_fail(c, "a string repeated %lld times is over the memory limit", times);
-        bytebuf b = {0};
-        int bad = 0;
-        for (long long k = 0; k < times && !bad; k++) bad = bytebuf_append(&b, seq->u.s.p, seq->u.s.len);
-        return from_buf(c, &b, bad);
+        size_t n = seq->u.s.len * (size_t)times;
+        jjValue *r = jj_str(c, NULL, 0);
+        char *s = r ? jj_ctx_alloc(c, n + 1) : NULL;
+        if (!s) return NULL;
+        for (size_t at = 0; at < n; at += seq->u.s.len) memcpy(s + at, seq->u.s.p, seq->u.s.len);
+        r->u.s.p = s;
+        r->u.s.len = n;
+        return r;
     }
     if (seq->u.l.n && (unsigned long long)times > c->lim->max_memory / (seq->u.l.n * sizeof(void *)))
         return jj_fail(c, "a list repeated %lld times is over the memory limit", times);
