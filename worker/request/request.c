@@ -154,7 +154,7 @@ static int check_strings(const json_t *v, const char *where, const char **code, 
     size_t i;
     switch (json_typeof(v)) {
     case JSON_STRING:
-        if (!utf8_valid(json_string_value(v), json_string_length(v))) {
+        if (!utf8_valid(json_string_value(v), json_string_length(v), NULL)) {
             *code = "invalid_utf8";
             return rl_error(err, RL_EINPUT, "invalid_utf8: a string in '%s' is not valid UTF-8", where);
         }
@@ -168,7 +168,7 @@ static int check_strings(const json_t *v, const char *where, const char **code, 
         return 0;
     case JSON_OBJECT:
         json_object_foreach((json_t *)v, key, x) {
-            if (!utf8_valid(key, strlen(key))) {
+            if (!utf8_valid(key, strlen(key), NULL)) {
                 *code = "invalid_utf8";
                 return rl_error(err, RL_EINPUT, "invalid_utf8: a key in '%s' is not valid UTF-8", where);
             }
