@@ -93,8 +93,9 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/lib.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/lib.a $(LDLIBS) -lcmocka
 
-# Large reference files are kept compressed; tests read them from $(BUILD)/fixtures.
-FIXTURES_XZ = $(wildcard tests/fixtures/*/*.xz)
+# Large reference files are kept compressed; tests read them from $(BUILD)/fixtures
+# (a model's reference.json.xz: $(BUILD)/fixtures/models-quant/NAME/reference.json).
+FIXTURES_XZ = $(wildcard tests/fixtures/*/*.xz tests/fixtures/*/*/*.xz)
 fixtures: $(patsubst tests/fixtures/%.xz,$(BUILD)/fixtures/%,$(FIXTURES_XZ))
 $(BUILD)/fixtures/%: tests/fixtures/%.xz
 	@mkdir -p $(dir $@)

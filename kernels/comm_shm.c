@@ -88,6 +88,7 @@ static float shm_load(const void *p, size_t i, rlDtype t) {
     case RL_F32: return ((const float *)p)[i];
     case RL_BF16: return rl_bf16_to_f32(((const uint16_t *)p)[i]);
     case RL_F16: return rl_f16_to_f32(((const uint16_t *)p)[i]);
+    default: break;  /* storage-only dtypes (quantized checkpoints) never reach a collective */
     }
     return 0;
 }
@@ -97,6 +98,7 @@ static void shm_store(void *p, size_t i, rlDtype t, float v) {
     case RL_F32: ((float *)p)[i] = v; break;
     case RL_BF16: ((uint16_t *)p)[i] = rl_f32_to_bf16(v); break;
     case RL_F16: ((uint16_t *)p)[i] = rl_f32_to_f16(v); break;
+    default: break;
     }
 }
 

@@ -10,7 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum rlDtype { RL_F32 = 0, RL_F16 = 1, RL_BF16 = 2 } rlDtype;
+#include "kernels/quant.h"
+
+/* RL_I32 and RL_F8_E4M3 are storage types of quantized checkpoints only
+ * (packed integers, float8 weights): no backend computes in them. */
+typedef enum rlDtype { RL_F32 = 0, RL_F16 = 1, RL_BF16 = 2, RL_I32 = 3, RL_F8_E4M3 = 4 } rlDtype;
 
 #define RL_MAX_EOS 16
 
@@ -30,9 +34,12 @@ typedef struct rlModelConfig {
     int eos_ids[RL_MAX_EOS];     /* generation_config.json, else config.json */
     int n_eos;
     int bos_id;                  /* -1 when absent */
+    rlQuant quant;               /* how the linear layers are stored (quant.h) */
 } rlModelConfig;
 
-static inline size_t rl_dtype_size(rlDtype t) { return t == RL_F32 ? 4 : 2; }
+static inline size_t rl_dtype_size(rlDtype t) {
+    return t == RL_F32 || t == RL_I32 ? 4 : t == RL_F8_E4M3 ? 1 : 2;
+}
 const char *rl_dtype_name(rlDtype t);
 
 #endif

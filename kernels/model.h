@@ -16,8 +16,15 @@
 typedef struct rlTensorView {
     rlDtype dtype;
     int ndim;
-    int64_t shape[2];
-    const void *data;
+    int64_t shape[2];    /* the whole tensor's */
+    const void *data;    /* NULL: nothing stored, the model makes dummy values */
+    /* In: the block the caller reads, rows [r0, r0 + nr) x columns [c0, c0 + nc)
+     * (nr = 0: all).  A source that makes the data rather than map it (a
+     * quantized layer, dequantized) may make just that block: it sets owned,
+     * data then holds the block alone (nr rows of nc), and the caller
+     * free()s owned. */
+    int64_t r0, nr, c0, nc;
+    void *owned;
 } rlTensorView;
 
 /* Looks a tensor up by its Hugging Face name. */

@@ -5,7 +5,9 @@
  * ranges of the stored matrices, contiguous in the file, and go up in one
  * upload each; row-parallel ones (o_proj, down_proj) are column ranges and
  * are packed through a host staging buffer first.  The backend converts
- * dtypes on upload, so a bf16, fp16 or fp32 checkpoint loads the same way. */
+ * dtypes on upload, so a bf16, fp16 or fp32 checkpoint loads the same way; a
+ * source that makes its data (a quantized checkpoint, dequantized) hands
+ * over just the block asked for. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +42,9 @@ static int w_part(wLoad *L, void *dst, size_t dst_off, const char *name, int64_t
     void *d = (char *)dst + dst_off * rl_dtype_size(wd);
     size_t n = (size_t)nr * (size_t)(cols ? nc : 1);
     if (n == 0) return 0;
-    if (!L->src) {
+    rlTensorView v = {.r0 = r0, .nr = nr, .c0 = cols ? c0 : 0, .nc = cols ? nc : 1};
+    if (L->src && L->src(L->ctx, name, &v, err) != 0) return -1;
+    if (!L->src || !v.data) {
         if (scale > 0)
             return be->ops->fill_random(be, d, wd, n, w_hash(name, L->seed) ^ (uint64_t)(r0 << 20 | c0),
                                         scale, err);
@@ -52,16 +56,22 @@ static int w_part(wLoad *L, void *dst, size_t dst_off, const char *name, int64_t
         return rc;
     }
 
-    rlTensorView v;
-    if (L->src(L->ctx, name, &v, err) != 0) return -1;
-    int ndim = cols ? 2 : 1;
-    if (v.ndim != ndim || v.shape[0] != rows || (cols && v.shape[1] != cols))
-        return rl_error(err, RL_EMODEL,
-                        "tensor %s has shape [%lld%s%lld] but config.json implies [%lld%s%lld]: "
-                        "the weights do not belong to this config; re-download the model",
-                        name, (long long)v.shape[0], v.ndim == 2 ? ", " : "",
-                        v.ndim == 2 ? (long long)v.shape[1] : 0LL, (long long)rows,
-                        cols ? ", " : "", cols ? (long long)cols : 0LL);
+    int ndim = cols ? 2 : 1, rc;
+    if (v.ndim != ndim || v.shape[0] != rows || (cols && v.shape[1] != cols)) {
+        rc = rl_error(err, RL_EMODEL,
+                      "tensor %s has shape [%lld%s%lld] but config.json implies [%lld%s%lld]: "
+                      "the weights do not belong to this config; re-download the model",
+                      name, (long long)v.shape[0], v.ndim == 2 ? ", " : "",
+                      v.ndim == 2 ? (long long)v.shape[1] : 0LL, (long long)rows,
+                      cols ? ", " : "", cols ? (long long)cols : 0LL);
+        free(v.owned);
+        return rc;
+    }
+    if (v.owned) {  /* the block alone */
+        rc = be->ops->upload(be, d, wd, v.data, v.dtype, n, err);
+        free(v.owned);
+        return rc;
+    }
     size_t es = rl_dtype_size(v.dtype);
     int64_t width = cols ? cols : 1;
     const char *base = (const char *)v.data + ((size_t)r0 * width + (size_t)c0) * es;
@@ -71,7 +81,7 @@ static int w_part(wLoad *L, void *dst, size_t dst_off, const char *name, int64_t
     if (!stage) return rl_error(err, RL_EMEMORY, "out of host memory staging %s", name);
     for (int64_t r = 0; r < nr; r++)
         memcpy(stage + (size_t)r * nc * es, base + (size_t)r * cols * es, (size_t)nc * es);
-    int rc = be->ops->upload(be, d, wd, stage, v.dtype, n, err);
+    rc = be->ops->upload(be, d, wd, stage, v.dtype, n, err);
     free(stage);
     return rc;
 }
@@ -156,6 +166,15 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
         return rl_error(err, RL_EMODEL,
                         "cannot run head_dim %d (rotary embedding needs it even) with %d tokens "
                         "and %d logit rows per step", cfg->head_dim, max_tokens, max_rows);
+    if (cfg->quant.method && strcmp(be->ops->name, "cpu") != 0) {
+        char q[64];
+        return rl_error(err, RL_EUSAGE,
+                        "this %s checkpoint cannot run on the %s backend: quantized weights run "
+                        "on the CPU backend only in this version (the GPU int4 / FP8 kernels are "
+                        "not there yet, and redlm does not silently widen the weights to 16 "
+                        "bits). Use --backend cpu, or the model's unquantized checkpoint.",
+                        rl_quant_name(&cfg->quant, q, sizeof(q)), be->ops->name);
+    }
     if ((tp ? tp->size != s->tp_size : s->tp_size > 1) ||
         (pp ? pp->size != s->pp_size : s->pp_size > 1))
         return rl_error(err, RL_EINTERNAL,

@@ -17,12 +17,52 @@ static int shard_cut(int n, int parts, int r) {
     return (int)((long long)n * r / parts);
 }
 
-/* The widest power-of-two unit (at most 128) that divides the MLP width and
- * still leaves every rank at least one unit, else 1. */
-static int shard_mlp_unit(int width, int tp) {
-    for (int u = 128; u > 1; u /= 2)
-        if (width % u == 0 && width / u >= tp) return u;
-    return 1;
+static int shard_gcd(int a, int b) { return b ? shard_gcd(b, a % b) : a; }
+static int shard_lcm(int a, int b) { return a / shard_gcd(a, b) * b; }
+
+/* The widest power-of-two unit (at most 128) that divides the MLP width,
+ * is a multiple of `quantum` (a quantized format's group and packing) and
+ * still leaves every rank at least one unit; else the narrowest such unit,
+ * else quantum itself. */
+static int shard_mlp_unit(int width, int tp, int quantum) {
+    int fallback = quantum;
+    for (int u = 128 > quantum ? 128 : quantum; u >= quantum && u > 1; u /= 2) {
+        if (u % quantum || width % u) continue;
+        if (width / u >= tp) return u;
+        fallback = u;
+    }
+    return fallback;
+}
+
+/* A quantized layout cuts every layer on its format's units (kernels/quant.h):
+ * o_proj's input and q/k/v's outputs at head boundaries, the MLP at its
+ * unit.  Says which cut misses and what to do. */
+static int shard_check_cuts(const rlModelConfig *cfg, const rlShard *sh, int tp, rlError *err) {
+    const rlQuant *q = &cfg->quant;
+    int ku = rl_quant_k_unit(q), nu = rl_quant_n_unit(q), hd = cfg->head_dim;
+    int Q = cfg->num_heads * hd, KV = cfg->num_kv_heads * hd, I = cfg->intermediate_size;
+    char fmt[64];
+    for (int r = 0; r < tp; r++) {
+        const struct { const char *what; int cut, whole, unit; } c[] = {
+            {"o_proj's input (K)", sh[r].q_head0 * hd, Q, ku},
+            {"q_proj's output (N)", sh[r].q_head0 * hd, Q, nu},
+            {"k_proj/v_proj's output (N)", sh[r].kv_head0 * hd, KV, nu},
+            {"k_proj/v_proj's output (N)", (sh[r].kv_head0 + sh[r].n_kv_heads) * hd, KV, nu},
+            {"down_proj's input (K)", sh[r].mlp0, I, ku},
+            {"gate_proj/up_proj's output (N)", sh[r].mlp0, I, nu},
+        };
+        for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+            if (c[i].cut % c[i].unit == 0 || c[i].cut == c[i].whole) continue;
+            return rl_error(err, RL_EUSAGE,
+                            "TP %d cannot split this %s checkpoint: rank %d's share of %s starts "
+                            "at column %d of %d, not on a multiple of %d (whole groups and packed "
+                            "words of the format; heads are %d columns wide). Choose another "
+                            "--tp, or split the model with --pp instead.",
+                            tp, rl_quant_name(q, fmt, sizeof(fmt)), r, c[i].what, c[i].cut,
+                            c[i].whole, c[i].unit, hd);
+        }
+    }
+    return 0;
 }
 
 int rl_shard_plan(const rlModelConfig *cfg, int tp, int pp, const int *partition,
@@ -64,16 +104,27 @@ int rl_shard_plan(const rlModelConfig *cfg, int tp, int pp, const int *partition
                         cfg->num_layers);
 
     int group = cfg->num_heads / cfg->num_kv_heads;
-    int unit = shard_mlp_unit(cfg->intermediate_size, tp);
+    int quantum = shard_lcm(rl_quant_k_unit(&cfg->quant), rl_quant_n_unit(&cfg->quant));
+    if (cfg->intermediate_size % quantum)
+        return rl_error(err, RL_EMODEL,
+                        "intermediate_size %d is not a multiple of %d, the group and packing "
+                        "unit of the quantized weights: config.json and the quantization do "
+                        "not belong together; check config.json", cfg->intermediate_size,
+                        quantum);
+    int unit = shard_mlp_unit(cfg->intermediate_size, tp, quantum);
     int units = cfg->intermediate_size / unit;
+    /* Query heads go in runs whose columns fill whole quantization units. */
+    int hunit = quantum / shard_gcd(quantum, cfg->head_dim);
+    if (cfg->num_heads % hunit) hunit = 1;  /* shard_check_cuts says what does not fit */
+    int hunits = cfg->num_heads / hunit;
     for (int s = 0; s < pp; s++) {
         for (int r = 0; r < tp; r++) {
             rlShard *sh = &out[s * tp + r];
             memset(sh, 0, sizeof(*sh));
             sh->tp_rank = r, sh->tp_size = tp, sh->pp_rank = s, sh->pp_size = pp;
 
-            sh->q_head0 = shard_cut(cfg->num_heads, tp, r);
-            sh->n_q_heads = shard_cut(cfg->num_heads, tp, r + 1) - sh->q_head0;
+            sh->q_head0 = shard_cut(hunits, tp, r) * hunit;
+            sh->n_q_heads = shard_cut(hunits, tp, r + 1) * hunit - sh->q_head0;
             if (sh->n_q_heads > 0) {
                 int last = sh->q_head0 + sh->n_q_heads - 1;
                 sh->kv_head0 = sh->q_head0 / group;
@@ -91,5 +142,5 @@ int rl_shard_plan(const rlModelConfig *cfg, int tp, int pp, const int *partition
             sh->n_layers = layer_start[s + 1] - layer_start[s];
         }
     }
-    return 0;
+    return cfg->quant.method ? shard_check_cuts(cfg, out, tp, err) : 0;
 }

@@ -4,18 +4,23 @@
 #include "kernels/shard.h"
 
 size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {
-    size_t hidden = (size_t)cfg->hidden_size, hd = (size_t)cfg->head_dim;
-    size_t qkv_rows = (size_t)(s->n_q_heads + 2 * s->n_kv_heads) * hd;
-    size_t per_layer = 2 * hidden                            /* ln1, ln2 */
-                       + qkv_rows * hidden + qkv_rows       /* wqkv, bqkv */
-                       + hidden * (size_t)s->n_q_heads * hd /* wo */
-                       + 3 * (size_t)s->n_mlp * hidden;     /* wgu, wdown */
-    size_t elems = per_layer * (size_t)s->n_layers;
-    size_t table = (size_t)s->n_vocab * hidden;
+    const rlQuant *q = &cfg->quant;
+    size_t es = rl_dtype_size(dtype);
+    int64_t hidden = cfg->hidden_size, hd = cfg->head_dim;
+    int64_t qkv_rows = (int64_t)(s->n_q_heads + 2 * s->n_kv_heads) * hd;
+    int64_t q_cols = (int64_t)s->n_q_heads * hd, Q = (int64_t)cfg->num_heads * hd;
+    /* Linear layers as the format stores them; norms and biases dense. */
+    size_t per_layer = (2 * (size_t)hidden + (size_t)qkv_rows) * es      /* ln1, ln2, bqkv */
+                       + rl_quant_linear_bytes(q, qkv_rows, hidden, hidden, es)
+                       + rl_quant_linear_bytes(q, hidden, q_cols, Q, es)
+                       + rl_quant_linear_bytes(q, 2 * (int64_t)s->n_mlp, hidden, hidden, es)
+                       + rl_quant_linear_bytes(q, hidden, s->n_mlp, cfg->intermediate_size, es);
+    size_t bytes = per_layer * (size_t)s->n_layers;
+    size_t table = (size_t)s->n_vocab * (size_t)hidden * es;
     int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;
-    if (first) elems += table;
-    if (last) elems += hidden + (cfg->tie_word_embeddings && first ? 0 : table);
-    return elems * rl_dtype_size(dtype);
+    if (first) bytes += table;
+    if (last) bytes += (size_t)hidden * es + (cfg->tie_word_embeddings && first ? 0 : table);
+    return bytes;
 }
 
 size_t rl_model_kv_bytes_per_token(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {

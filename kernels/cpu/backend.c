@@ -63,6 +63,9 @@ static int cpu_upload(rlBackend *be, void *dst, rlDtype dst_dtype, const void *s
     case RL_F32: memcpy(d, src, n * sizeof(float)); break;
     case RL_BF16: for (size_t i = 0; i < n; i++) d[i] = rl_bf16_to_f32(h[i]); break;
     case RL_F16: for (size_t i = 0; i < n; i++) d[i] = rl_f16_to_f32(h[i]); break;
+    default:
+        return rl_error(err, RL_EINTERNAL, "the CPU backend cannot upload %s data",
+                        rl_dtype_name(src_dtype));
     }
     return 0;
 }

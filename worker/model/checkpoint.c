@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "worker/model/modelcfg.h"
+#include "worker/model/quant.h"
 #include "worker/model/safetensors.h"
 
 #define RL_CK_INDEX "model.safetensors.index.json"
@@ -29,9 +30,17 @@ typedef struct rlCkEntry {
     int file;
 } rlCkEntry;
 
+/* A quantized layer, found and checked at open, served dequantized. */
+typedef struct rlCkQuant {
+    char *name;          /* the dense weight's name */
+    rlQuantLinear w;
+} rlCkQuant;
+
 struct rlCheckpoint {
     char *dir;
     rlModelConfig cfg;
+    rlCkQuant *quant;    /* sorted by name */
+    int n_quant;
     rlSafetensors *files;
     char **file_names;   /* as the index names them */
     int n_files;
@@ -270,10 +279,69 @@ static void ck_format_shape(char *out, size_t n, int ndim, const int64_t *shape)
     if (used < n) snprintf(out + used, n - used, "]");
 }
 
+/* Finds, checks and records the stored parts of quantized layer `name`
+ * (dense shape [n, k]) in place of its .weight. */
+static int ck_check_quant(rlCkCheck *k, const char *name, const int64_t *shape) {
+    rlCheckpoint *c = k->c;
+    rlQuantPart parts[QUANT_N_PARTS];
+    if (quant_parts(&c->cfg.quant, name, shape[0], shape[1], parts, k->err))
+        return rl_error_wrap(k->err, "checking %s", c->dir);
+    rlCkQuant *cq = &c->quant[c->n_quant];
+    if (!(cq->name = strdup(name))) return rl_error(k->err, RL_EMEMORY, "out of memory");
+    c->n_quant++;
+    cq->w = (rlQuantLinear){.q = &c->cfg.quant, .name = cq->name, .n = shape[0], .k = shape[1]};
+    size_t stem = strlen(name) - strlen("weight");
+    char fmt[64];
+    rl_quant_name(&c->cfg.quant, fmt, sizeof(fmt));
+    for (int i = 0; i < QUANT_N_PARTS; i++) {
+        const rlQuantPart *p = &parts[i];
+        if (!p->suffix) continue;
+        char part[256];
+        snprintf(part, sizeof(part), "%.*s%s", (int)stem, name, p->suffix);
+        const rlCkEntry *e = ck_find(c, part);
+        if (!e && p->optional) continue;
+        if (!e)
+            return rl_error(k->err, RL_EMODEL,
+                            "tensor \"%s\" is missing from the weights in %s: a %s checkpoint "
+                            "stores it for every quantized layer. The download is incomplete or "
+                            "config.json's quantization_config does not describe these weights; "
+                            "download them together from one repository.", part, c->dir, fmt);
+        k->seen[e - c->entries] = 1;
+        const rlStTensor *t = e->t;
+        int same = p->ndim ? t->ndim == p->ndim : t->ndim <= 1 && (t->ndim == 0 || t->shape[0] == 1);
+        for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+        if (!same) {
+            char got[128], want[128];
+            ck_format_shape(got, sizeof(got), t->ndim, t->shape);
+            if (p->ndim) ck_format_shape(want, sizeof(want), p->ndim, p->shape);
+            else snprintf(want, sizeof(want), "[] or [1]");
+            return rl_error(k->err, RL_EMODEL,
+                            "tensor \"%s\" in %s/%s has shape %s, but config.json (%s, layer "
+                            "[%lld, %lld]) implies %s: the weights and config.json belong to "
+                            "different models or formats. Download them together from one "
+                            "repository.", part, c->dir, c->file_names[e->file], got, fmt,
+                            (long long)shape[0], (long long)shape[1], want);
+        }
+        if (!(p->dtypes & (1u << t->dtype)))
+            return rl_error(k->err, RL_EMODEL,
+                            "tensor \"%s\" in %s/%s is %s, which a %s checkpoint does not store "
+                            "there (%s expected). Download the checkpoint again from its "
+                            "repository.", part, c->dir, c->file_names[e->file],
+                            rl_dtype_name(t->dtype), fmt,
+                            p->dtypes == (1u << RL_I32) ? "int32"
+                            : p->dtypes == (1u << RL_F8_E4M3) ? "float8_e4m3fn"
+                                                              : "fp32, fp16 or bf16");
+        cq->w.data[i] = t->data;
+        cq->w.dtype[i] = t->dtype;
+    }
+    return quant_check(&cq->w, k->err) ? rl_error_wrap(k->err, "checking %s", c->dir) : 0;
+}
+
 /* rlTensorVisit: one expected tensor against what is stored. */
 static int ck_check_tensor(void *ctx, const char *name, int ndim, const int64_t *shape) {
     rlCkCheck *k = ctx;
     rlCheckpoint *c = k->c;
+    if (quant_is_linear(&c->cfg.quant, name)) return ck_check_quant(k, name, shape);
     const rlCkEntry *e = ck_find(c, name);
     if (!e)
         return rl_error(k->err, RL_EMODEL,
@@ -293,6 +361,13 @@ static int ck_check_tensor(void *ctx, const char *name, int ndim, const int64_t 
                         "config and the weights together from one repository.",
                         name, c->dir, c->file_names[e->file], got, want);
     }
+    if (e->t->dtype == RL_I32 || e->t->dtype == RL_F8_E4M3)
+        return rl_error(k->err, RL_EMODEL,
+                        "tensor \"%s\" in %s/%s is %s, quantized data, but config.json's "
+                        "quantization_config %s. Use the config.json that came with these "
+                        "weights.", name, c->dir, c->file_names[e->file],
+                        rl_dtype_name(e->t->dtype),
+                        c->cfg.quant.method ? "keeps this tensor unquantized" : "is absent");
     if (!k->first) k->first = e;
     if (e->t->dtype != k->first->t->dtype)
         return rl_error(k->err, RL_EMODEL,
@@ -311,10 +386,19 @@ static int ck_is_ignorable(const rlCheckpoint *c, const char *name) {
     return ck_has_suffix(name, ".rotary_emb.inv_freq");  /* older exports */
 }
 
+static int ck_cmp_quant(const void *a, const void *b) {
+    return strcmp(((const rlCkQuant *)a)->name, ((const rlCkQuant *)b)->name);
+}
+
 static int ck_check_tensors(rlCheckpoint *c, rlError *err) {
     rlCkCheck k = {.c = c, .err = err};
     k.seen = calloc(c->n_entries ? (size_t)c->n_entries : 1, 1);
     if (!k.seen) return rl_error(err, RL_EMEMORY, "out of memory checking %s", c->dir);
+    if (c->cfg.quant.method &&
+        !(c->quant = calloc((size_t)c->cfg.num_layers * 7, sizeof(*c->quant)))) {
+        free(k.seen);
+        return rl_error(err, RL_EMEMORY, "out of memory checking %s", c->dir);
+    }
     int rc = rl_model_expected_tensors(&c->cfg, ck_check_tensor, &k) ? -1 : 0;
     for (int i = 0; rc == 0 && i < c->n_entries; i++) {
         if (k.seen[i] || ck_is_ignorable(c, c->entries[i].t->name)) continue;
@@ -327,6 +411,7 @@ static int ck_check_tensors(rlCheckpoint *c, rlError *err) {
     }
     if (rc == 0 && k.first) c->cfg.torch_dtype = k.first->t->dtype;
     free(k.seen);
+    if (c->n_quant) qsort(c->quant, (size_t)c->n_quant, sizeof(*c->quant), ck_cmp_quant);
     return rc;
 }
 
@@ -378,8 +463,32 @@ rlCheckpoint *checkpoint_open(const char *dir, rlModelConfig *cfg, rlError *err)
     return c;
 }
 
+/* A quantized layer's weight: the block asked for, dequantized to fp32. */
+static int ck_lookup_quant(rlCheckpoint *c, const rlCkQuant *cq, rlTensorView *out,
+                           rlError *err) {
+    const rlQuantLinear *w = &cq->w;
+    int64_t r0 = out->nr ? out->r0 : 0, nr = out->nr ? out->nr : w->n;
+    int64_t c0 = out->nr ? out->c0 : 0, nc = out->nr ? out->nc : w->k;
+    float *block = malloc((size_t)(nr * nc > 0 ? nr * nc : 1) * sizeof(float));
+    if (!block)
+        return rl_error(err, RL_EMEMORY, "out of host memory dequantizing %s (%lld x %lld)",
+                        cq->name, (long long)nr, (long long)nc);
+    if (quant_dequant(w, r0, nr, c0, nc, block, err)) {
+        free(block);
+        return rl_error_wrap(err, "loading %s", c->dir);
+    }
+    *out = (rlTensorView){.dtype = RL_F32, .ndim = 2, .shape = {w->n, w->k}, .data = block,
+                          .r0 = r0, .nr = nr, .c0 = c0, .nc = nc, .owned = block};
+    return 0;
+}
+
 int checkpoint_lookup(void *ctx, const char *name, rlTensorView *out, rlError *err) {
     rlCheckpoint *c = ctx;
+    if (c->n_quant) {
+        rlCkQuant key = {.name = (char *)name};
+        const rlCkQuant *cq = bsearch(&key, c->quant, (size_t)c->n_quant, sizeof(key), ck_cmp_quant);
+        if (cq) return ck_lookup_quant(c, cq, out, err);
+    }
     const rlCkEntry *e = ck_find(c, name);
     if (!e)
         return rl_error(err, RL_EMODEL, "tensor \"%s\" is not in the checkpoint %s", name,
@@ -392,6 +501,7 @@ int checkpoint_lookup(void *ctx, const char *name, rlTensorView *out, rlError *e
     out->shape[0] = e->t->shape[0];
     out->shape[1] = e->t->ndim == 2 ? e->t->shape[1] : 0;
     out->data = e->t->data;
+    out->owned = NULL;
     return 0;
 }
 
@@ -401,6 +511,8 @@ void checkpoint_close(rlCheckpoint *c) {
         if (c->files) safetensors_close(&c->files[i]);
         free(c->file_names[i]);
     }
+    for (int i = 0; i < c->n_quant; i++) free(c->quant[i].name);
+    free(c->quant);
     free(c->files);
     free(c->file_names);
     free(c->entries);

@@ -6,6 +6,8 @@
  * is refused with a message, rather than producing wrong numbers later. */
 #include "worker/model/modelcfg.h"
 
+#include "worker/model/quant.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -261,7 +263,8 @@ static int modelcfg_parse(json_t *root, const char *path, rlModelConfig *cfg, rl
     cfg->tie_word_embeddings = json_is_true(tie);
     if (modelcfg_get_dtype(root, path, &cfg->torch_dtype, err) ||
         modelcfg_check_features(root, path, cfg->num_layers, err) ||
-        modelcfg_get_bos(root, path, cfg, err))
+        modelcfg_get_bos(root, path, cfg, err) ||
+        quant_config_parse(root, path, cfg->num_layers, &cfg->quant, err))
         return -1;
     json_t *eos = json_object_get(root, "eos_token_id");
     if (eos && !json_is_null(eos) && modelcfg_get_eos(eos, path, cfg, err)) return -1;

@@ -51,6 +51,8 @@ static int st_parse_dtype(const char *s, rlDtype *out) {
     if (strcmp(s, "BF16") == 0) *out = RL_BF16;
     else if (strcmp(s, "F16") == 0) *out = RL_F16;
     else if (strcmp(s, "F32") == 0) *out = RL_F32;
+    else if (strcmp(s, "I32") == 0) *out = RL_I32;          /* packed AWQ / GPTQ */
+    else if (strcmp(s, "F8_E4M3") == 0) *out = RL_F8_E4M3;  /* FP8 weights */
     else return -1;
     return 0;
 }
@@ -71,9 +73,10 @@ static int st_parse_entry(rlSafetensors *st, rlStTensor *t, const char *name, js
     if (st_parse_dtype(json_string_value(dtype), &t->dtype))
         return rl_error(err, RL_EMODEL,
                         "%s: tensor \"%s\" has unsupported dtype %s: redlm loads BF16, F16 and "
-                        "F32 weights (quantized checkpoints are not supported). Use the model's "
-                        "unquantized repository, or convert with transformers: "
-                        "from_pretrained(DIR, torch_dtype=torch.bfloat16).save_pretrained(OUT, "
+                        "F32 weights, and the I32 and F8_E4M3 tensors of AWQ, GPTQ and FP8 "
+                        "checkpoints. Use the model's unquantized repository or one of those "
+                        "formats, or convert with transformers: from_pretrained(DIR, "
+                        "torch_dtype=torch.bfloat16).save_pretrained(OUT, "
                         "safe_serialization=True).", path, name, json_string_value(dtype));
     if (json_array_size(shape) > RL_ST_MAX_DIMS)
         return st_corrupt(err, path, "a shape has too many dimensions", name);

@@ -1,0 +1,91 @@
+/* quant.c: names, shard units and device bytes of the quantized formats
+ * (quant.h).  The bytes are those the CUDA int4 / FP8 path will hold, so a
+ * memory plan made today stays true when it lands. */
+#include "kernels/quant.h"
+
+#include <stdio.h>
+
+const char *rl_quant_method_name(rlQuantMethod m) {
+    switch (m) {
+    case RL_QUANT_AWQ: return "awq";
+    case RL_QUANT_GPTQ: return "gptq";
+    case RL_QUANT_FP8: return "fp8";
+    case RL_QUANT_NONE: break;
+    }
+    return "none";
+}
+
+const char *rl_quant_name(const rlQuant *q, char *buf, size_t n) {
+    switch (q->method) {
+    case RL_QUANT_NONE: snprintf(buf, n, "none"); break;
+    case RL_QUANT_AWQ:
+    case RL_QUANT_GPTQ:
+        if (q->group) snprintf(buf, n, "%s int%d g%d%s%s", rl_quant_method_name(q->method),
+                               q->bits, q->group, q->act_order ? " act-order" : "",
+                               q->method == RL_QUANT_GPTQ && !q->sym ? " asym" : "");
+        else snprintf(buf, n, "%s int%d per-channel%s%s", rl_quant_method_name(q->method),
+                      q->bits, q->act_order ? " act-order" : "",
+                      q->method == RL_QUANT_GPTQ && !q->sym ? " asym" : "");
+        break;
+    case RL_QUANT_FP8:
+        if (q->fp8_scale == RL_FP8_BLOCK) snprintf(buf, n, "fp8 block %dx%d", q->block_n, q->group);
+        else snprintf(buf, n, "fp8 per-%s", q->fp8_scale == RL_FP8_CHANNEL ? "channel" : "tensor");
+        break;
+    }
+    return buf;
+}
+
+/* Values in one int32 word. */
+static int quant_pack(const rlQuant *q) { return 32 / q->bits; }
+
+int rl_quant_k_unit(const rlQuant *q) {
+    switch (q->method) {
+    case RL_QUANT_AWQ: return q->group ? q->group : 1;
+    case RL_QUANT_GPTQ:
+        /* Act-order and single-group layers keep all scales on every shard:
+         * only the packed words along K bound the cut. */
+        return q->group && !q->act_order ? q->group : quant_pack(q);
+    case RL_QUANT_FP8: return q->fp8_scale == RL_FP8_BLOCK ? q->group : 1;
+    case RL_QUANT_NONE: break;
+    }
+    return 1;
+}
+
+int rl_quant_n_unit(const rlQuant *q) {
+    switch (q->method) {
+    case RL_QUANT_AWQ: return 8;                 /* qweight / qzeros pack 8 columns of N */
+    case RL_QUANT_GPTQ: return quant_pack(q);    /* qzeros pack along N */
+    case RL_QUANT_FP8: return q->fp8_scale == RL_FP8_BLOCK ? q->block_n : 1;
+    case RL_QUANT_NONE: break;
+    }
+    return 1;
+}
+
+static size_t quant_ceil(int64_t a, int64_t b) { return (size_t)((a + b - 1) / b); }
+
+size_t rl_quant_linear_bytes(const rlQuant *q, int64_t n, int64_t k, int64_t k_full,
+                             size_t dense_size) {
+    size_t nn = (size_t)n, kk = (size_t)k;
+    if (n == 0 || k == 0) return 0;
+    switch (q->method) {
+    case RL_QUANT_AWQ:
+    case RL_QUANT_GPTQ: {
+        int64_t g = q->group ? q->group : k_full;
+        int replicated = q->method == RL_QUANT_GPTQ && (q->act_order || !q->group);
+        size_t groups = replicated ? quant_ceil(k_full, g) : quant_ceil(k, g);
+        size_t bytes = nn * kk * (size_t)q->bits / 8      /* packed weights */
+                       + nn * groups * 2                    /* fp16 scales */
+                       + nn * groups * (size_t)q->bits / 8; /* packed zeros */
+        if (q->act_order) bytes += kk * sizeof(int32_t);    /* g_idx */
+        return bytes;
+    }
+    case RL_QUANT_FP8: {
+        size_t scales = q->fp8_scale == RL_FP8_BLOCK
+                            ? quant_ceil(n, q->block_n) * quant_ceil(k, q->group)
+                            : q->fp8_scale == RL_FP8_CHANNEL ? nn : 1;
+        return nn * kk + scales * sizeof(float);
+    }
+    case RL_QUANT_NONE: break;
+    }
+    return nn * kk * dense_size;
+}

@@ -1,0 +1,63 @@
+/* quant.h: how a checkpoint's linear layers are quantized, as far as the
+ * kernels need to know it: where a tensor-parallel shard may cut a layer
+ * (on group and packing boundaries) and how many bytes the GPU path holds
+ * for it.  Reading the formats from disk is the loader's job
+ * (worker/model/quant*.c); a config without quantization has method
+ * RL_QUANT_NONE and changes nothing here. */
+#ifndef RL_QUANT_H
+#define RL_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum rlQuantMethod {
+    RL_QUANT_NONE = 0,
+    RL_QUANT_AWQ,        /* AutoAWQ GEMM: int4, zero point, groups along K */
+    RL_QUANT_GPTQ,       /* AutoGPTQ / optimum: int4 or int8, groups along K (g_idx) */
+    RL_QUANT_FP8,        /* float8_e4m3fn weights with block, channel or tensor scales */
+} rlQuantMethod;
+
+typedef enum rlFp8Scale {
+    RL_FP8_BLOCK = 0,    /* one scale per block_n x group (DeepSeek-V3 / Qwen3-FP8) */
+    RL_FP8_CHANNEL,      /* one per output row (compressed-tensors "channel") */
+    RL_FP8_TENSOR,       /* one per matrix (compressed-tensors "tensor") */
+} rlFp8Scale;
+
+typedef struct rlQuant {
+    rlQuantMethod method;
+    int bits;            /* 4 or 8 */
+    int group;           /* AWQ / GPTQ: input columns per scale, 0 = all of K (GPTQ -1);
+                            FP8 block: block_k */
+    int block_n;         /* FP8 block: output rows per scale */
+    rlFp8Scale fp8_scale;
+    int act_order;       /* GPTQ desc_act: groups follow g_idx, not K's order */
+    int sym;             /* GPTQ sym (zero point 2^(bits-1)) */
+    int zeros_v2;        /* GPTQ checkpoint_format gptq_v2: zeros stored as is, not z - 1 */
+    int act_dynamic;     /* FP8: W8A8 with per-token activation scales made at run time */
+    int act_static;      /* FP8: W8A8 with a stored input_scale per layer */
+    int scale_named;     /* FP8 from compressed-tensors: scales are "weight_scale" (they
+                            multiply, like block FP8's "weight_scale_inv") */
+} rlQuant;
+
+/* "awq int4 g128", "gptq int8 g32 act-order", "fp8 block 128x128", "none". */
+const char *rl_quant_name(const rlQuant *q, char *buf, size_t n);
+/* "awq", "gptq", "fp8" or "none": the --quantization value. */
+const char *rl_quant_method_name(rlQuantMethod m);
+
+/* Row-parallel layers (o_proj, down_proj) are cut along K, their input:
+ * every cut must fall on a multiple of this (a whole group, a whole packed
+ * word).  Column-parallel ones (q, k, v, gate, up) are cut along N, their
+ * output: on a multiple of rl_quant_n_unit.  1 and 1 without quantization. */
+int rl_quant_k_unit(const rlQuant *q);
+int rl_quant_n_unit(const rlQuant *q);
+
+/* Bytes the GPU path holds for the part [n rows x k columns] of a linear
+ * layer whose whole input is k_full columns: packed weights, fp16 scales
+ * and packed zeros (AWQ / GPTQ; a row-parallel shard of an act-order or
+ * single-group GPTQ layer keeps every group's scales), g_idx with act-order,
+ * fp32 scales for FP8.  Without quantization, n x k elements of dense_size
+ * bytes. */
+size_t rl_quant_linear_bytes(const rlQuant *q, int64_t n, int64_t k, int64_t k_full,
+                             size_t dense_size);
+
+#endif
