@@ -77,6 +77,10 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
                   rlComm *tp, rlComm *pp, rlTensorLookup src, void *src_ctx, uint64_t dummy_seed,
                   int max_tokens, int max_rows, rlError *err);
 
+/* Whether the backend named `backend` runs this model's weights: quantized
+ * ones run on "cpu" only in this version (RL_EUSAGE otherwise, saying so). */
+int rl_model_check_backend(const rlModelConfig *cfg, const char *backend, rlError *err);
+
 /* One step.  Non-first stages receive the hidden state from the previous
  * stage, non-last stages send theirs on and return 0 results; the last stage
  * fills out[0 .. b->n_rows). */

@@ -151,6 +151,17 @@ static int w_layer(wLoad *L, int l, rlLayer *w, rlError *err) {
     return 0;
 }
 
+int rl_model_check_backend(const rlModelConfig *cfg, const char *backend, rlError *err) {
+    if (!cfg->quant.method || !strcmp(backend, "cpu")) return 0;
+    char q[64];
+    return rl_error(err, RL_EUSAGE,
+                    "this %s model cannot run on the %s backend: quantized weights run on the "
+                    "CPU backend only in this version (the GPU int4 / FP8 kernels are not there "
+                    "yet, and redlm does not silently widen the weights to 16 bits). Use "
+                    "--backend cpu, or the model's unquantized checkpoint.",
+                    rl_quant_name(&cfg->quant, q, sizeof(q)), backend);
+}
+
 static void *model_act(rlModel *m, size_t elems, rlDtype dtype, rlError *err) {
     return m->be->ops->alloc(m->be, elems * rl_dtype_size(dtype), err);
 }
@@ -166,15 +177,7 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
         return rl_error(err, RL_EMODEL,
                         "cannot run head_dim %d (rotary embedding needs it even) with %d tokens "
                         "and %d logit rows per step", cfg->head_dim, max_tokens, max_rows);
-    if (cfg->quant.method && strcmp(be->ops->name, "cpu") != 0) {
-        char q[64];
-        return rl_error(err, RL_EUSAGE,
-                        "this %s checkpoint cannot run on the %s backend: quantized weights run "
-                        "on the CPU backend only in this version (the GPU int4 / FP8 kernels are "
-                        "not there yet, and redlm does not silently widen the weights to 16 "
-                        "bits). Use --backend cpu, or the model's unquantized checkpoint.",
-                        rl_quant_name(&cfg->quant, q, sizeof(q)), be->ops->name);
-    }
+    if (rl_model_check_backend(cfg, be->ops->name, err)) return -1;
     if ((tp ? tp->size != s->tp_size : s->tp_size > 1) ||
         (pp ? pp->size != s->pp_size : s->pp_size > 1))
         return rl_error(err, RL_EINTERNAL,

@@ -13,7 +13,7 @@
 
 static void test_render(void **state) {
     (void)state;
-    rlMetrics *m = metrics_create();
+    rlMetrics *m = metrics_create("awq int4 g128");
     rlEngineStats st = {.running = 3, .waiting = 2, .kv_blocks_used = 5, .kv_blocks_total = 10,
                         .generation_tokens = 77};
     metrics_set_engine(m, &st);
@@ -23,6 +23,7 @@ static void test_render(void **state) {
     metrics_count_error(m, "invalid_request");
     char *t = metrics_render(m);
     assert_non_null(strstr(t, "redlm:num_requests_running 3\n"));
+    assert_non_null(strstr(t, "redlm:model_info{quantization=\"awq int4 g128\"} 1\n"));
     assert_non_null(strstr(t, "redlm:num_requests_waiting 2\n"));
     assert_non_null(strstr(t, "redlm:kv_cache_usage_perc 0.5\n"));
     assert_non_null(strstr(t, "redlm:generation_tokens_total 77\n"));
@@ -38,7 +39,7 @@ static void test_render(void **state) {
 
 static void test_http(void **state) {
     (void)state;
-    rlMetrics *m = metrics_create();
+    rlMetrics *m = metrics_create("none");
     rlError err;
     int port = redis_server_free_port();
     assert_int_equal(metrics_serve(m, port, &err), 0);

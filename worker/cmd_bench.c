@@ -19,6 +19,7 @@
 
 #include "kernels/model.h"
 #include "worker/model/checkpoint.h"
+#include "worker/model/quant.h"
 #include "worker/commands.h"
 #include "worker/engine/engine_flags.h"
 #include "worker/lib/flags.h"
@@ -30,7 +31,7 @@
 #define BENCH_WARMUP_STEPS 3    /* eager, captured, replayed: every graph state once */
 
 typedef struct benchOpts {
-    const char *backend, *model, *load_format;
+    const char *backend, *model, *load_format, *quantization;
     int threads, prompt_len, gen, max_tokens, json, profile;
     int copy_mib;           /* the bandwidth copy: far larger than any cache */
     int batches[BENCH_MAX_BATCHES], n_batches;
@@ -200,6 +201,8 @@ static int bench_parse(int argc, char **argv, benchOpts *o) {
     flags_enum(&fs, "--backend", &o->backend, engine_backends, "compute backend (default cpu)");
     flags_enum(&fs, "--load-format", &o->load_format, engine_load_formats,
                "dummy (default): random weights; auto: the checkpoint's");
+    flags_enum(&fs, "--quantization", &o->quantization, engine_quantizations,
+               ENGINE_QUANTIZATION_HELP);
     flags_int(&fs, "--threads", &o->threads, 1, 1 << 16, "N", "CPU threads (default: all cores)");
     flags_int(&fs, "--prompt-len", &o->prompt_len, 1, 1 << 24, "N",
               "prompt tokens per sequence (default 512)");
@@ -216,6 +219,14 @@ static int bench_parse(int argc, char **argv, benchOpts *o) {
     return flags_main(&fs, argc, argv);
 }
 
+/* The model as the backend holds it: every backend holds quantized layers
+ * dequantized in this version, so the bandwidth floor counts dense bytes. */
+static rlModelConfig bench_held(const rlModelConfig *cfg) {
+    rlModelConfig held = *cfg;
+    held.quant.method = RL_QUANT_NONE;
+    return held;
+}
+
 static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t step_bytes,
                         const benchRow *rows, int n) {
     /* the file name, or the directory's for a model dir or its config.json */
@@ -229,13 +240,16 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         slash = strrchr(name, '/');
     }
     const char *base = slash ? slash + 1 : name;
-    size_t wb = rl_model_weight_bytes(&m->cfg, &m->shard, m->be->weight_dtype);
+    rlModelConfig held = bench_held(&m->cfg);
+    size_t wb = rl_model_weight_bytes(&held, &m->shard, m->be->weight_dtype);
+    char quant[64];
+    rl_quant_name(&m->cfg.quant, quant, sizeof(quant));
     if (o->json) {
-        printf("{\"backend\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"weight_bytes\":%zu,"
-               "\"decode_bytes_per_step\":%zu,\"bandwidth_bytes_per_s\":%.0f,"
+        printf("{\"backend\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"quantization\":\"%s\","
+               "\"weight_bytes\":%zu,\"decode_bytes_per_step\":%zu,\"bandwidth_bytes_per_s\":%.0f,"
                "\"prompt_len\":%d,\"gen\":%d,\"results\":[",
-               m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), wb, step_bytes, bw,
-               o->prompt_len, o->gen);
+               m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), quant, wb, step_bytes,
+               bw, o->prompt_len, o->gen);
         for (int i = 0; i < n; i++)
             printf("%s{\"batch\":%d,\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.2f,"
                    "\"decode_ms_per_step\":%.3f,\"floor_ms_per_step\":%.3f}",
@@ -246,9 +260,10 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         printf("]}\n");
         return;
     }
-    printf("backend %s, %s (%s weights, %.2f GB; a decode step reads %.2f GB of them)\n",
-           m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), wb / 1e9,
-           step_bytes / 1e9);
+    printf("backend %s, %s (%s weights%s%s%s, %.2f GB; a decode step reads %.2f GB of them)\n",
+           m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype),
+           m->cfg.quant.method ? ", dequantized from " : "", m->cfg.quant.method ? quant : "",
+           m->cfg.quant.method ? " at load" : "", wb / 1e9, step_bytes / 1e9);
     printf("memory bandwidth (copy, bytes read + written): %.1f GB/s, median of %d\n", bw / 1e9,
            BENCH_COPY_REPS);
     printf("prompt %d tokens, %d generated\n\n", o->prompt_len, o->gen);
@@ -278,6 +293,9 @@ int cmd_bench(int argc, char **argv) {
     if (dummy ? checkpoint_read_config(o.model, &cfg, &err) != 0
               : !(ck = checkpoint_open(o.model, &cfg, &err)))
         goto fail;
+    rlQuantDummy qdummy = {.seed = 1};
+    if (quant_apply_flag(&cfg, o.quantization, dummy, &err)) goto fail;
+    qdummy.cfg = cfg;
     rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16, .profile = o.profile};
     /* --backend is cpu or cuda: the flag's choices */
     be = strcmp(o.backend, "cuda") ? rl_backend_cpu_create(&bo, &err)
@@ -299,8 +317,9 @@ int cmd_bench(int argc, char **argv) {
     if (max_tokens < max_batch) max_tokens = max_batch;   /* a decode step of every sequence */
     rlShard shard;
     if (rl_shard_plan(&cfg, 1, 1, NULL, &shard, &err) != 0 ||
-        rl_model_init(&m, &cfg, &shard, be, NULL, NULL, ck ? checkpoint_lookup : NULL, ck, 1,
-                      max_tokens, max_batch, &err) != 0 ||
+        rl_model_init(&m, &cfg, &shard, be, NULL, NULL,
+                      ck ? checkpoint_lookup : cfg.quant.method ? quant_dummy_lookup : NULL,
+                      ck ? (void *)ck : (void *)&qdummy, 1, max_tokens, max_batch, &err) != 0 ||
         be->ops->kv_init(be, shard.n_layers, max_batch * ((len + BENCH_BLOCK - 1) / BENCH_BLOCK),
                          BENCH_BLOCK, shard.n_kv_heads, cfg.head_dim, &err) != 0)
         goto fail;
@@ -314,7 +333,8 @@ int cmd_bench(int argc, char **argv) {
     if (bench_bandwidth(be, (size_t)o.copy_mib << 20, &bw, &err) != 0) goto fail;
     /* A decode step reads every weight but the embedding table (one row of
      * it), unless that table is also the LM head, plus the KV cache. */
-    size_t step_bytes = rl_model_weight_bytes(&cfg, &shard, be->weight_dtype);
+    rlModelConfig held = bench_held(&cfg);
+    size_t step_bytes = rl_model_weight_bytes(&held, &shard, be->weight_dtype);
     if (!cfg.tie_word_embeddings)
         step_bytes -= (size_t)cfg.vocab_size * cfg.hidden_size * rl_dtype_size(be->weight_dtype);
     size_t kv_token = rl_model_kv_bytes_per_token(&cfg, &shard, be->act_dtype);

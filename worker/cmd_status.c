@@ -69,8 +69,8 @@ int cmd_status(int argc, char **argv) {
     if (!found) printf("group %s: not created yet (no worker has started on %s)\n", group, stream);
     if (r) freeReplyObject(r);
 
-    printf("\n%-28s %-10s %-10s %-10s %-10s %s\n", "instance", "running", "waiting", "tokens/s",
-           "layout", "model");
+    printf("\n%-28s %-10s %-10s %-10s %-10s %-16s %s\n", "instance", "running", "waiting",
+           "tokens/s", "layout", "quantization", "model");
     unsigned long long cursor = 0;
     int rows = 0;
     do {
@@ -89,6 +89,8 @@ int cmd_status(int argc, char **argv) {
                 status_print_value(status_field(h, "tokens_per_s"));
                 printf(" ");
                 status_print_value(status_field(h, "layout"));
+                const redisReply *q = status_field(h, "quantization");
+                printf(" %-16s", q ? q->str : "-");
                 const redisReply *m = status_field(h, "served_model_name");
                 if (!m) m = status_field(h, "model");
                 printf(" %s\n", m ? m->str : "-");

@@ -23,6 +23,7 @@
 #include "sched/sched.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/modelcfg.h"
+#include "worker/model/quant.h"
 #include "worker/engine/layout.h"
 #include "worker/engine/ranks.h"
 #include "worker/engine/engine_plan.h"
@@ -82,6 +83,8 @@ struct rlEngine {
     rlEngineOptions opt;
     rlModelConfig cfg;
     rlCheckpoint *ckpt;
+    rlQuantDummy qdummy;        /* dummy weights of a quantized config */
+    char quant[64];             /* rl_quant_name of the weights */
     rlTokenizer *tok;
     rlChat *chat;               /* with tok: the model's chat template */
     rlRanks *ranks;
@@ -122,7 +125,9 @@ static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
     rlRanksOptions ro = {.cfg = e->cfg, .backend = o->backend, .dtype = dtype,
                          .threads = o->threads, .tp = o->tp, .pp = o->pp,
                          .pp_partition = o->pp_partition, .devices = o->devices,
-                         .src = e->ckpt ? checkpoint_lookup : NULL, .src_ctx = e->ckpt,
+                         .src = e->ckpt ? checkpoint_lookup
+                                : e->cfg.quant.method ? quant_dummy_lookup : NULL,
+                         .src_ctx = e->ckpt ? (void *)e->ckpt : (void *)&e->qdummy,
                          .dummy_seed = o->seed, .block_size = o->block_size,
                          .n_blocks = e->n_blocks, .max_tokens = o->max_num_batched_tokens,
                          .max_rows = e->max_rows, .nccl_timeout_s = o->nccl_timeout_s,
@@ -217,6 +222,14 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         rl_error(err, RL_EUSAGE, "--load-format %s: expected auto or dummy", o->load_format);
         goto fail;
     }
+    if (quant_apply_flag(&e->cfg, o->quantization, !e->ckpt, err)) goto fail;
+    if (rl_model_check_backend(&e->cfg, o->backend, err)) goto fail;
+    e->qdummy = (rlQuantDummy){.cfg = e->cfg, .seed = o->seed};
+    rl_quant_name(&e->cfg.quant, e->quant, sizeof(e->quant));
+    if (e->cfg.quant.method)
+        fprintf(stderr, "redlm: %s%s weights, dequantized to fp32 at load (the CPU backend's "
+                "path; the GPU kernels for them are not there yet)\n",
+                e->ckpt ? "" : "dummy ", e->quant);
     if (o->max_model_len <= 0 || o->max_model_len > e->cfg.max_position_embeddings) {
         if (o->max_model_len > e->cfg.max_position_embeddings) {
             rl_error(err, RL_EUSAGE, "--max-model-len %d is over the model's "
@@ -694,6 +707,8 @@ void engine_stats(const rlEngine *e, rlEngineStats *st) {
     st->max_steps_in_flight = e->max_flight;
     st->model_seconds = e->model_ms / 1e3;
 }
+
+const char *engine_quantization(const rlEngine *e) { return e->quant; }
 
 void engine_close(rlEngine *e) {
     if (!e) return;

@@ -20,6 +20,7 @@ typedef struct rlEngineOptions {
     const char *model;          /* model directory, or a config.json with load_format dummy */
     const char *backend;        /* "cpu" (default) or "cuda" */
     const char *load_format;    /* "auto" (default) or "dummy" */
+    const char *quantization;   /* "awq", "gptq", "fp8" for dummy weights, or NULL: the config's */
     const char *dtype;          /* "auto" (from config), "bf16", "fp16", "fp32" */
     int threads;                /* CPU threads, 0 = all cores */
     int block_size;             /* KV block size in tokens, default 16 */
@@ -103,6 +104,9 @@ int engine_has_work(const rlEngine *e);
 /* How many more requests could start now (for backpressure). */
 int engine_free_slots(const rlEngine *e);
 void engine_stats(const rlEngine *e, rlEngineStats *st);
+/* How the model's weights are stored: "none", "awq int4 g128", ... */
+const char *engine_quantization(const rlEngine *e);
+
 void engine_close(rlEngine *e);
 
 #endif

@@ -4,6 +4,8 @@
 const rlFlagChoice engine_backends[] = {{"cpu", NULL, 0}, {"cuda", NULL, 0}, {NULL, NULL, 0}};
 const rlFlagChoice engine_load_formats[] = {{"auto", NULL, 0}, {"dummy", NULL, 0},
                                             {NULL, NULL, 0}};
+const rlFlagChoice engine_quantizations[] = {{"awq", NULL, 0}, {"gptq", NULL, 0},
+                                             {"fp8", NULL, 0}, {NULL, NULL, 0}};
 const rlFlagChoice engine_dtypes[] = {
     {"auto", NULL, 0}, {"bf16", NULL, 0}, {"fp16", NULL, 0}, {"fp32", NULL, 0},
     {"bfloat16", "bf16", 0}, {"float16", "fp16", 0}, {"half", "fp16", 0},
@@ -33,6 +35,8 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
     flags_enum(fs, "--backend", &o->backend, engine_backends, "compute backend (default cpu)");
     flags_enum(fs, "--load-format", &o->load_format, engine_load_formats,
                "dummy: random weights from config.json");
+    flags_enum(fs, "--quantization", &o->quantization, engine_quantizations,
+               ENGINE_QUANTIZATION_HELP);
     flags_enum(fs, "--dtype", &o->dtype, engine_dtypes,
                "weight type (default auto: the config's);\n"
                "also bfloat16, float16, half, float32");

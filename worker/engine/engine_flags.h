@@ -34,5 +34,11 @@ void engine_flags_finish(rlEngineFlags *f);
 extern const rlFlagChoice engine_backends[];
 extern const rlFlagChoice engine_load_formats[];
 extern const rlFlagChoice engine_dtypes[];
+/* --quantization (awq, gptq, fp8) and its help, for `bench` too. */
+extern const rlFlagChoice engine_quantizations[];
+#define ENGINE_QUANTIZATION_HELP                                                  \
+    "dummy weights in that format (default: the config's\n"                       \
+    "quantization_config, which a checkpoint must match);\n"                      \
+    "quantized weights run on the CPU backend only"
 
 #endif

@@ -16,6 +16,7 @@
 
 #include "kernels/config.h"
 #include "kernels/error.h"
+#include "kernels/model.h"
 
 /* config.json's "quantization_config" (absent or null: RL_QUANT_NONE).
  * Anything redlm cannot load exactly is refused naming the key, its value and
@@ -23,9 +24,12 @@
 int quant_config_parse(json_t *root, const char *path, int num_layers, rlQuant *q,
                        rlError *err);
 
-/* The defaults --quantization awq|gptq|fp8 gives a dummy model without a
- * quantization_config: AWQ int4 g128, GPTQ int4 g128 sym, FP8 block 128x128. */
-int quant_from_name(const char *name, rlQuant *q, rlError *err);
+/* --quantization awq|gptq|fp8 (NULL: not given) against the config: it must
+ * name the config's method when there is one; a dummy model without one
+ * gets the format's usual layout (AWQ int4 g128, GPTQ int4 g128 sym, FP8
+ * block 128x128); a checkpoint without one is refused (the flag does not
+ * quantize). */
+int quant_apply_flag(rlModelConfig *cfg, const char *flag, int dummy, rlError *err);
 
 /* Whether `name` (a tensor the model reads) is a quantized linear layer's
  * weight: the seven projections of every layer, when q quantizes. */
@@ -98,5 +102,7 @@ typedef struct rlQuantDummy {
     rlModelConfig cfg;
     uint64_t seed;
 } rlQuantDummy;
+
+int quant_dummy_lookup(void *ctx, const char *name, rlTensorView *out, rlError *err);
 
 #endif

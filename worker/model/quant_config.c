@@ -302,15 +302,30 @@ int quant_config_parse(json_t *root, const char *path, int num_layers, rlQuant *
     return quant_refuse(err, path, "quant_method", mv, NULL);
 }
 
-int quant_from_name(const char *name, rlQuant *q, rlError *err) {
-    if (!strcmp(name, "awq")) *q = (rlQuant){.method = RL_QUANT_AWQ, .bits = 4, .group = 128};
-    else if (!strcmp(name, "gptq"))
-        *q = (rlQuant){.method = RL_QUANT_GPTQ, .bits = 4, .group = 128, .sym = 1};
-    else if (!strcmp(name, "fp8"))
-        *q = (rlQuant){.method = RL_QUANT_FP8, .bits = 8, .fp8_scale = RL_FP8_BLOCK,
-                       .block_n = 128, .group = 128, .act_dynamic = 1};
+int quant_apply_flag(rlModelConfig *cfg, const char *flag, int dummy, rlError *err) {
+    if (!flag) return 0;
+    rlQuant q;
+    if (!strcmp(flag, "awq")) q = (rlQuant){.method = RL_QUANT_AWQ, .bits = 4, .group = 128};
+    else if (!strcmp(flag, "gptq"))
+        q = (rlQuant){.method = RL_QUANT_GPTQ, .bits = 4, .group = 128, .sym = 1};
+    else if (!strcmp(flag, "fp8"))
+        q = (rlQuant){.method = RL_QUANT_FP8, .bits = 8, .fp8_scale = RL_FP8_BLOCK,
+                      .block_n = 128, .group = 128, .act_dynamic = 1};
     else
-        return rl_error(err, RL_EUSAGE, "--quantization %s: expected awq, gptq or fp8", name);
+        return rl_error(err, RL_EUSAGE, "--quantization %s: expected awq, gptq or fp8", flag);
+    char have[64];
+    if (cfg->quant.method && cfg->quant.method != q.method)
+        return rl_error(err, RL_EUSAGE,
+                        "--quantization %s, but the model's quantization_config says %s: drop "
+                        "the flag (the config decides) or give --quantization %s", flag,
+                        rl_quant_name(&cfg->quant, have, sizeof(have)),
+                        rl_quant_method_name(cfg->quant.method));
+    if (!cfg->quant.method && !dummy)
+        return rl_error(err, RL_EUSAGE,
+                        "--quantization %s, but the checkpoint has no quantization_config: redlm "
+                        "reads quantized checkpoints, it does not quantize; the flag picks a "
+                        "format for --load-format dummy only", flag);
+    if (!cfg->quant.method) cfg->quant = q;
     return 0;
 }
 

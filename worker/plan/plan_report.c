@@ -21,6 +21,15 @@ static size_t plan_whole_weights(const rlPlan *p) {
     return rl_model_weight_bytes(&p->cfg, &all, p->opt.dtype);
 }
 
+/* "bf16", or "awq int4 g128, the rest bf16": how the weights are counted. */
+static const char *plan_weight_format(const rlPlan *p, char *buf, size_t n) {
+    char q[64];
+    if (!p->cfg.quant.method) return rl_dtype_name(p->opt.dtype);
+    snprintf(buf, n, "%s, the rest %s", rl_quant_name(&p->cfg.quant, q, sizeof(q)),
+             rl_dtype_name(p->opt.dtype));
+    return buf;
+}
+
 static size_t plan_whole_kv(const rlPlan *p) {
     rlShard all = {.tp_size = 1, .pp_size = 1, .n_kv_heads = p->cfg.num_kv_heads,
                    .n_layers = p->cfg.num_layers};
@@ -73,8 +82,10 @@ void plan_print(FILE *f, const rlPlan *p) {
     fprintf(f, "model:  %d layers, hidden %d, %d heads / %d KV heads of %d, MLP %d, vocab %d%s\n",
             c->num_layers, c->hidden_size, c->num_heads, c->num_kv_heads, c->head_dim,
             c->intermediate_size, c->vocab_size, c->tie_word_embeddings ? ", tied embeddings" : "");
-    fprintf(f, "        %s: %.2f GiB of weights, %.1f KiB of KV cache per token\n",
-            rl_dtype_name(o->dtype), gib(plan_whole_weights(p)), plan_whole_kv(p) / 1024.0);
+    char fmt[96];
+    fprintf(f, "        %s: %.2f GiB of weights, %.1f KiB of KV cache per token (%s)\n",
+            plan_weight_format(p, fmt, sizeof(fmt)), gib(plan_whole_weights(p)),
+            plan_whole_kv(p) / 1024.0, rl_dtype_name(o->dtype));
     plan_print_gpus(f, p);
     fprintf(f, "engine: --max-model-len %d, --max-num-seqs %d, --max-num-batched-tokens %d, "
                "--block-size %d\n\n",
@@ -106,12 +117,13 @@ void plan_print(FILE *f, const rlPlan *p) {
             size_t b = (size_t)(p->opt.gpu_memory_utilization * (double)p->opt.gpu_total[i]);
             all += b > p->opt.gpu_used[i] ? b - p->opt.gpu_used[i] : 0;
         }
-        char whose[48] = "the GPU's";
+        char whose[48] = "the GPU's", fmt[96];
         if (p->opt.n_gpus > 1) snprintf(whose, sizeof(whose), "the %d GPUs'", p->opt.n_gpus);
         if (plan_whole_weights(p) > all)
             fprintf(f, "\nNothing fits: the weights alone (%.2f GiB in %s) are more than %s "
                        "%.2f GiB budget%s; use more GPUs or GPUs with more memory.\n",
-                    gib(plan_whole_weights(p)), rl_dtype_name(p->opt.dtype), whose, gib(all),
+                    gib(plan_whole_weights(p)), plan_weight_format(p, fmt, sizeof(fmt)), whose,
+                    gib(all),
                     p->opt.n_gpus > 1 ? " together" : "");
         else
             fprintf(f, "\nNothing fits on these GPUs: see the reasons above.\n");
@@ -176,6 +188,7 @@ int plan_print_json(FILE *f, const rlPlan *p, rlError *err) {
     const rlModelConfig *c = &p->cfg;
     const rlPlanOptions *o = &p->opt;
     json_t *gpus = json_array(), *layouts = json_array();
+    char q[64];
     for (int i = 0; i < o->n_gpus; i++)
         json_array_append_new(gpus, json_pack("{s:i, s:I, s:I}", "gpu",
                                               o->gpu_ordinal[i] >= 0 ? o->gpu_ordinal[i] : i,
@@ -184,12 +197,13 @@ int plan_print_json(FILE *f, const rlPlan *p, rlError *err) {
     for (int i = 0; i < p->n_layouts; i++)
         json_array_append_new(layouts, plan_json_layout(p, &p->layouts[i]));
     json_t *root = json_pack(
-        "{s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:I}, "
+        "{s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:s, s:I, s:I}, "
         "s:{s:s, s:i, s:i, s:i, s:i, s:f}, s:o, s:o, s:o, s:o}",
         "model", "layers", c->num_layers, "hidden_size", c->hidden_size, "heads", c->num_heads,
         "kv_heads", c->num_kv_heads, "head_dim", c->head_dim, "intermediate_size",
         c->intermediate_size, "vocab_size", c->vocab_size, "tied_embeddings",
-        c->tie_word_embeddings, "weight_bytes", (json_int_t)plan_whole_weights(p),
+        c->tie_word_embeddings, "quantization", rl_quant_name(&c->quant, q, sizeof(q)),
+        "weight_bytes", (json_int_t)plan_whole_weights(p),
         "kv_bytes_per_token", (json_int_t)plan_whole_kv(p), "options", "dtype",
         rl_dtype_name(o->dtype), "max_model_len", o->max_model_len, "max_num_seqs",
         o->max_num_seqs, "max_num_batched_tokens", o->max_num_batched_tokens, "block_size",

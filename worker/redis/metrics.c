@@ -40,6 +40,7 @@ struct rlMetrics {
     char codes[METRICS_MAX_CODES][32];
     unsigned long long code_counts[METRICS_MAX_CODES];
     rlHistogram ttft, tpot, e2e;
+    char quantization[64];
 };
 
 static void metrics_hist_init(rlHistogram *h, const char *name, const char *help, const double *le,
@@ -48,9 +49,10 @@ static void metrics_hist_init(rlHistogram *h, const char *name, const char *help
     h->name = name, h->help = help, h->le = le, h->n_le = n;
 }
 
-rlMetrics *metrics_create(void) {
+rlMetrics *metrics_create(const char *quantization) {
     rlMetrics *m = calloc(1, sizeof(*m));
     if (!m) return NULL;
+    snprintf(m->quantization, sizeof(m->quantization), "%s", quantization);
     pthread_mutex_init(&m->mu, NULL);
 #define N(a) (int)(sizeof(a) / sizeof(a[0]))
     metrics_hist_init(&m->ttft, "redlm:time_to_first_token_seconds",
@@ -151,6 +153,9 @@ char *metrics_render(rlMetrics *m) {
     rlText t = {0};
     pthread_mutex_lock(&m->mu);
     const rlEngineStats *s = &m->st;
+    metrics_printf(&t, "# HELP redlm:model_info How the model's weights are stored.\n"
+                       "# TYPE redlm:model_info gauge\nredlm:model_info{quantization=\"%s\"} 1\n",
+                   m->quantization);
     metrics_gauge(&t, "redlm:num_requests_running", "gauge", "Requests running on the engine.", s->running);
     metrics_gauge(&t, "redlm:num_requests_waiting", "gauge", "Requests waiting to start.", s->waiting);
     metrics_gauge(&t, "redlm:num_preemptions_total", "counter",

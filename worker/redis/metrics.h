@@ -14,7 +14,9 @@
 
 typedef struct rlMetrics rlMetrics;
 
-rlMetrics *metrics_create(void);
+/* quantization: how the weights are stored (engine_quantization), shown as
+ * redlm:model_info{quantization="..."} 1. */
+rlMetrics *metrics_create(const char *quantization);
 void metrics_free(rlMetrics *m);   /* stops the HTTP server too */
 
 /* Serve GET /metrics on port (all interfaces). */

@@ -405,8 +405,9 @@ static void serve_on_heartbeat(struct ev_loop *loop, ev_timer *w, int revents) {
     snprintf(pid, sizeof(pid), "%d", (int)getpid());
     const char *argv[] = {"HSET", s->hb_key, "model", s->o.model, "served_model_name",
                           s->o.served_model_name ? s->o.served_model_name : s->o.model,
-                          "layout", s->o.layout, "devices",
-                          s->o.devices, "running", running, "waiting", waiting, "tokens_per_s", tps,
+                          "layout", s->o.layout, "devices", s->o.devices, "quantization",
+                          engine_quantization(s->e), "running", running, "waiting", waiting,
+                          "tokens_per_s", tps,
                           "jobs", jobs, "pid", pid, "started", s->started, "state",
                           s->draining ? "draining" : "serving"};
     redisAsyncCommandArgv(ac, NULL, NULL, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
@@ -466,7 +467,7 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     snprintf(s->started, sizeof(s->started), "%lld", (long long)time(NULL));
     int rc = 0;
     if (o->metrics_port) {
-        s->metrics = metrics_create();
+        s->metrics = metrics_create(engine_quantization(e));
         if (!s->metrics || metrics_serve(s->metrics, o->metrics_port, err)) {
             metrics_free(s->metrics);
             free(s);
