@@ -5,7 +5,8 @@
  * 16-bit activations: logprobs within 5e-2, greedy compared up to the first
  * margin under 0.1.
  *
- * For both fixture models and every prompt of their reference.json:
+ * For every fixture model (tests/fixture_paths.h: both dense ones and each
+ * quantized format, dequantized at load) and every prompt of its reference.json:
  * prompt logprobs within 1e-3, the first generated token's top-5 logprobs
  * equal to log-softmax(last_logits) within 1e-3, and 24 greedy tokens equal
  * up to the first step whose greedy margin is under 1e-2.  Then the same
@@ -26,6 +27,7 @@
 
 #include "kernels/model.h"
 #include "worker/model/checkpoint.h"
+#include "tests/fixture_paths.h"
 
 #define N_GEN 24
 #define BLOCK 16
@@ -59,18 +61,13 @@ typedef struct tModel {
     struct tSeq *alone;         /* every prompt run alone, the baseline for the rest */
 } tModel;
 
-static void fixture_path(char *out, size_t n, const char *model, const char *file) {
-    const char *root = getenv("FIXTURES");
-    snprintf(out, n, "%s/models/%s/%s", root ? root : "tests/fixtures", model, file);
-}
-
 static int model_setup(void **state, const char *name) {
     tModel *t = calloc(1, sizeof(*t));
     rlError err = {0};
-    char dir[512], ref[512];
+    char dir[512], ref[600];
     t->name = name;
-    fixture_path(dir, sizeof(dir), name, "");
-    fixture_path(ref, sizeof(ref), name, "reference.json");
+    fixture_model_dir(dir, sizeof(dir), name);
+    fixture_reference(ref, sizeof(ref), name);
     t->ck = checkpoint_open(dir, &t->cfg, &err);
     if (!t->ck) fail_msg("%s", err.msg);
     json_error_t jerr;
@@ -99,8 +96,8 @@ static int model_setup(void **state, const char *name) {
     return 0;
 }
 
-static int setup_hd128(void **state) { return model_setup(state, "qwen2-tiny-hd128"); }
-static int setup_gqa3(void **state) { return model_setup(state, "qwen2-tiny-gqa3"); }
+static const char *g_model;     /* the fixture the group being run sets up */
+static int setup_model(void **state) { return model_setup(state, g_model); }
 
 static void seqs_free(tModel *t, struct tSeq *s);
 
@@ -359,14 +356,21 @@ static void test_bucket(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest hd128[] = {
+    const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference),
         cmocka_unit_test(test_batch),
         cmocka_unit_test(test_chunked),
         cmocka_unit_test(test_bucket),
     };
-    int failed = cmocka_run_group_tests_name("qwen2-tiny-hd128", hd128, setup_hd128,
-                                             model_teardown);
-    failed += cmocka_run_group_tests_name("qwen2-tiny-gqa3", hd128, setup_gqa3, model_teardown);
+    const char *backend = getenv("RL_TEST_BACKEND");
+    int failed = 0;
+    for (int i = 0; i < FIXTURE_N_MODELS; i++) {
+        g_model = fixture_models[i];
+        if (backend && !strcmp(backend, "cuda") && strstr(g_model, "quant")) {
+            printf("%s: skipped, quantized weights run on the CPU backend only\n", g_model);
+            continue;
+        }
+        failed += cmocka_run_group_tests_name(g_model, tests, setup_model, model_teardown);
+    }
     return failed ? 1 : 0;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_generate_layouts.sh: `redlm generate --tp N --pp M` on CPU ranks, for
-# both fixture models and the layouts 1x1, 2x1, 3x1, 4x1, 6x1, 1x2, 1x3, 3x2,
-# 2x3, every prompt of reference.json in one run, under the foundation's
+# both dense fixture models and the layouts 1x1, 2x1, 3x1, 4x1, 6x1, 1x2, 1x3, 3x2,
+# 2x3 (each quantized fixture of models-quant/ at 1x1 and 3x2), every prompt of reference.json in one run, under the foundation's
 # tolerances: prompt logprobs within 1e-3, the first generated token's top-5
 # logprobs within 1e-3 of the log-softmax of last_logits (by rank, and for
 # each id returned), greedy tokens equal to the reference up to its first
@@ -13,13 +13,17 @@ tmp=$(mktemp -d /tmp/redlm-layouts.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# check_model FOLDER/NAME [LAYOUT...]: the layouts default to all nine above.
 check_model() {
-    local model=$1 dir=$FIXTURES/models/$1
-    local layers
+    local model=${1#*/} dir=$FIXTURES/$1 ref=$FIXTURES/$1/reference.json
+    shift
+    [ -f "$ref" ] || ref=$BUILT_FIXTURES/${dir#$FIXTURES/}/reference.json  # kept as .xz
+    local layers layouts=("$@")
+    [ ${#layouts[@]} -gt 0 ] || layouts=("1 1" "2 1" "3 1" "4 1" "6 1" "1 2" "1 3" "3 2" "2 3")
     layers=$(jq .num_hidden_layers "$dir/config.json")
     jq -c '.prompts[]
            | {id: .name, prompt_ids: .ids, max_tokens: 24, temperature: 0, ignore_eos: true,
-              prompt_logprobs: 0, logprobs: 5}' "$dir/reference.json" > "$tmp/in.jsonl"
+              prompt_logprobs: 0, logprobs: 5}' "$ref" > "$tmp/in.jsonl"
     # ls: the reference's log-softmax of last_logits, top5 its five largest.
     jq -c '.prompts[]
            | (.last_logits | max) as $m
@@ -27,8 +31,8 @@ check_model() {
            | (.last_logits | map(. - $lse)) as $ls
            | {id: .name, plp: .prompt_logprobs, greedy, margin: .greedy_margin, ls: $ls,
               top5: ($ls | to_entries | sort_by(-.value) | .[:5] | map(.value))}' \
-        "$dir/reference.json" > "$tmp/ref.jsonl"
-    for layout in "1 1" "2 1" "3 1" "4 1" "6 1" "1 2" "1 3" "3 2" "2 3"; do
+        "$ref" > "$tmp/ref.jsonl"
+    for layout in "${layouts[@]}"; do
         set -- $layout
         local tp=$1 pp=$2 out=$tmp/$model-$1x$2.jsonl
         "$REDLM" generate --model "$dir" --threads 2 --kv-cache-memory 32MiB --tp "$tp" --pp "$pp" \
@@ -71,5 +75,10 @@ check_model() {
     done
 }
 
-check_model qwen2-tiny-hd128
-check_model qwen2-tiny-gqa3
+check_model models/qwen2-tiny-hd128
+check_model models/qwen2-tiny-gqa3
+# Every quantized format, dequantized at load: alone and cut on group boundaries.
+for q in qwen2-tiny-gqa3-awq qwen2-tiny-hd128-gptq4 qwen2-tiny-gqa3-gptq8 \
+         qwen2-tiny-hd128-fp8block qwen2-tiny-gqa3-fp8ch; do
+    check_model "models-quant/$q" "1 1" "3 2"
+done

@@ -1,6 +1,8 @@
 /* test_ranks.c: every TP x PP layout of CPU ranks against the reference.
  *
- * For both fixture models and the layouts 1x1, 2x1, 3x1, 4x1, 6x1, 1x2,
+ * For every fixture model (tests/fixture_paths.h: both dense ones and each
+ * quantized format, whose shards cut on group boundaries) and the layouts
+ * 1x1, 2x1, 3x1, 4x1, 6x1, 1x2,
  * 1x3, 3x2, 2x3 (TP 4 and 6 leave ranks with no query heads on these
  * models): the prompts prefill together in one step (so the pipeline cuts
  * it into micro-batches), then decode 24 greedy tokens in two halves whose
@@ -27,6 +29,7 @@
 #include "kernels/gpuinfo.h"
 #include "worker/model/checkpoint.h"
 #include "worker/engine/ranks.h"
+#include "tests/fixture_paths.h"
 
 #define N_GEN 24
 #define BLOCK 16
@@ -66,9 +69,8 @@ static double json_num(json_t *a, size_t i) { return json_number_value(json_arra
 static int fix_setup(void **state, const char *name) {
     tFix *f = calloc(1, sizeof(*f));
     char dir[512], ref[600];
-    const char *root = getenv("FIXTURES");
-    snprintf(dir, sizeof(dir), "%s/models/%s", root ? root : "tests/fixtures", name);
-    snprintf(ref, sizeof(ref), "%s/reference.json", dir);
+    fixture_model_dir(dir, sizeof(dir), name);
+    fixture_reference(ref, sizeof(ref), name);
     rlError err;
     f->name = name;
     f->ck = checkpoint_open(dir, &f->cfg, &err);
@@ -94,8 +96,8 @@ static int fix_setup(void **state, const char *name) {
     return 0;
 }
 
-static int setup_hd128(void **state) { return fix_setup(state, "qwen2-tiny-hd128"); }
-static int setup_gqa3(void **state) { return fix_setup(state, "qwen2-tiny-gqa3"); }
+static const char *g_model;     /* the fixture the group being run sets up */
+static int setup_model(void **state) { return fix_setup(state, g_model); }
 
 static int fix_teardown(void **state) {
     tFix *f = *state;
@@ -347,7 +349,14 @@ int main(void) {
         cmocka_unit_test(test_bad_layout), cmocka_unit_test(test_bad_token),
         cmocka_unit_test(test_no_gpu),
     };
-    int failed = cmocka_run_group_tests_name("qwen2-tiny-hd128", tests, setup_hd128, fix_teardown);
-    failed += cmocka_run_group_tests_name("qwen2-tiny-gqa3", tests, setup_gqa3, fix_teardown);
+    int failed = 0;
+    for (int i = 0; i < FIXTURE_N_MODELS; i++) {
+        g_model = fixture_models[i];
+        if (!strcmp(BACKEND, "cuda") && strstr(g_model, "quant")) {
+            printf("%s: skipped, quantized weights run on the CPU backend only\n", g_model);
+            continue;
+        }
+        failed += cmocka_run_group_tests_name(g_model, tests, setup_model, fix_teardown);
+    }
     return failed ? 1 : 0;
 }

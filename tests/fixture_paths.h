@@ -1,0 +1,38 @@
+/* fixture_paths.h: where a fixture model and its reference.json live.
+ *
+ * A model is named by its folder under tests/fixtures ("models/qwen2-tiny-
+ * hd128", "models-quant/qwen2-tiny-gqa3-awq"); $FIXTURES points there.  A
+ * reference kept compressed (reference.json.xz) is unpacked by `make
+ * fixtures` to the same place under $BUILT_FIXTURES.  The table lists the
+ * models the forward and layout tests run: the dense ones and every Qwen2
+ * format of models-quant/. */
+#ifndef RL_TEST_FIXTURE_PATHS_H
+#define RL_TEST_FIXTURE_PATHS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+static const char *const fixture_models[] = {
+    "models/qwen2-tiny-hd128",          "models/qwen2-tiny-gqa3",
+    "models-quant/qwen2-tiny-gqa3-awq", "models-quant/qwen2-tiny-hd128-gptq4",
+    "models-quant/qwen2-tiny-gqa3-gptq8", "models-quant/qwen2-tiny-hd128-fp8block",
+    "models-quant/qwen2-tiny-gqa3-fp8ch",
+};
+#define FIXTURE_N_MODELS (int)(sizeof(fixture_models) / sizeof(fixture_models[0]))
+
+static inline void fixture_model_dir(char *out, size_t n, const char *name) {
+    const char *root = getenv("FIXTURES");
+    snprintf(out, n, "%s/%s", root ? root : "tests/fixtures", name);
+}
+
+static inline void fixture_reference(char *out, size_t n, const char *name) {
+    struct stat st;
+    fixture_model_dir(out, n, name);
+    snprintf(out + strlen(out), n - strlen(out), "/reference.json");
+    if (stat(out, &st) == 0) return;
+    const char *built = getenv("BUILT_FIXTURES");
+    snprintf(out, n, "%s/%s/reference.json", built ? built : "build/fixtures", name);
+}
+
+#endif
