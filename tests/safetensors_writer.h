@@ -29,7 +29,8 @@ typedef struct WModel {
 } WModel;
 
 static inline const char *dtype_tag(rlDtype d) {
-    return d == RL_BF16 ? "BF16" : d == RL_F16 ? "F16" : "F32";
+    return d == RL_BF16 ? "BF16" : d == RL_F16 ? "F16" : d == RL_I32 ? "I32"
+           : d == RL_F8_E4M3 ? "F8_E4M3" : "F32";
 }
 
 /* Appends every tensor of a safetensors file to m. */
