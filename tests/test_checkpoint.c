@@ -512,6 +512,110 @@ static void test_unsupported_dtype(void **state) {
                         "tensor \"model.norm.weight\" has unsupported dtype I16");
 }
 
+/* ---- quantized checkpoints: one broken copy per error ---- */
+
+#define AWQ "../models-quant/qwen2-tiny-gqa3-awq"
+#define GPTQ8 "../models-quant/qwen2-tiny-gqa3-gptq8"
+#define FP8CH "../models-quant/qwen2-tiny-gqa3-fp8ch"
+
+/* A copy of a models-quant fixture with its tensors edited by edit (may be
+ * NULL) and, when key is set, quantization_config.key set to value. */
+static const char *quant_copy(const char *model, const char *name, void (*edit)(WModel *),
+                              const char *key, json_t *value) {
+    const char *dir = copy_model(model, name);
+    if (edit) {
+        WModel *m = calloc(1, sizeof(*m));
+        read_fixture(model, "model.safetensors", m);
+        edit(m);
+        char path[2048];
+        snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+        write_tensors(path, m, 0, m->n);
+        free_tensors(m);
+        free(m);
+    }
+    if (key) {
+        char path[2048];
+        snprintf(path, sizeof(path), "%s/config.json", dir);
+        json_error_t jerr;
+        json_t *root = json_load_file(path, 0, &jerr);
+        assert_non_null(root);
+        json_object_set_new(json_object_get(root, "quantization_config"), key, value);
+        assert_int_equal(json_dump_file(root, path, JSON_INDENT(2)), 0);
+        json_decref(root);
+    }
+    return dir;
+}
+
+static void rename_qzeros(WModel *m) {
+    snprintf(find_tensor(m, "model.layers.1.mlp.up_proj.qzeros")->name, 128,
+             "model.layers.1.mlp.up_proj.qzeroz");
+}
+static void transpose_scales(WModel *m) {
+    WTensor *t = find_tensor(m, "model.layers.0.self_attn.q_proj.scales");
+    int64_t r = t->shape[0];
+    t->shape[0] = t->shape[1], t->shape[1] = r;
+}
+static void qweight_as_f32(WModel *m) {
+    snprintf(find_tensor(m, "model.layers.2.mlp.down_proj.qweight")->dtype, 8, "F32");
+}
+static void g_idx_out_of_range(WModel *m) {
+    ((int32_t *)find_tensor(m, "model.layers.0.self_attn.q_proj.g_idx")->data)[5] = 99;
+}
+static void g_idx_shuffled(WModel *m) {
+    int32_t *g = (int32_t *)find_tensor(m, "model.layers.0.mlp.up_proj.g_idx")->data;
+    int32_t t = g[0];
+    g[0] = g[100], g[100] = t;
+}
+static void zero_point_zero(WModel *m) {
+    /* 8-bit v1 zeros hold z - 1: a byte 0xff is z = 0, wrapped. */
+    ((uint32_t *)find_tensor(m, "model.layers.1.self_attn.o_proj.qzeros")->data)[3] |= 0xff00;
+}
+static void fp8_nan(WModel *m) {
+    find_tensor(m, "model.layers.2.mlp.gate_proj.weight")->data[77] = 0x7f;
+}
+
+static void test_quant_broken(void **state) {
+    (void)state;
+    rlModelConfig cfg;
+    rlCheckpoint *c = open_ok(quant_copy(AWQ, "awq-good", NULL, NULL, NULL), &cfg);
+    assert_int_equal(cfg.quant.method, RL_QUANT_AWQ);
+    assert_int_equal(cfg.quant.group, 32);
+    assert_int_equal(cfg.torch_dtype, RL_F16);
+    checkpoint_close(c);
+    expect_open_error(quant_copy(AWQ, "awq-missing", rename_qzeros, NULL, NULL),
+                      "tensor \"model.layers.1.mlp.up_proj.qzeros\" is missing from the weights");
+    expect_open_error(quant_copy(AWQ, "awq-shape", transpose_scales, NULL, NULL),
+                      "has shape [192, 6], but config.json (awq int4 g32, layer [192, 192]) "
+                      "implies [6, 192]");
+    expect_open_error(quant_copy(AWQ, "awq-dtype", qweight_as_f32, NULL, NULL),
+                      "is fp32, which a awq int4 g32 checkpoint does not store there (int32 "
+                      "expected)");
+    expect_open_error(quant_copy(AWQ, "awq-group", NULL, "group_size", json_integer(64)),
+                      "its input size (352) is not a multiple of 64");
+    expect_open_error(quant_copy(AWQ, "awq-method", NULL, "quant_method", json_string("hqq")),
+                      "quantization_config.quant_method = \"hqq\" is not supported");
+    expect_open_error(quant_copy(GPTQ8, "gptq-g-idx", g_idx_out_of_range, NULL, NULL),
+                      "g_idx[5] = 99 is not a group of this layer");
+    expect_open_error(quant_copy(GPTQ8, "gptq-desc-act", g_idx_shuffled, NULL, NULL),
+                      "desc_act is false");
+    /* Symmetric zeros are never 0; an asymmetric v1 checkpoint's may be. */
+    expect_open_error(quant_copy(GPTQ8, "gptq-zero", zero_point_zero, "sym", json_false()),
+                      "a zero point of 0 (group 0, column 13) cannot be stored in the GPTQ v1 "
+                      "format");
+    const char *plain = quant_copy(FP8CH, "fp8-plain", NULL, NULL, NULL);
+    edit_json(plain, "config.json", "quantization_config", NULL);
+    expect_open_error(plain, "is float8_e4m3fn, quantized data, but config.json's "
+                             "quantization_config is absent");
+    /* A NaN float8 weight is found when the layer is read. */
+    c = open_ok(quant_copy(FP8CH, "fp8-nan", fp8_nan, NULL, NULL), &cfg);
+    rlTensorView v = {0};
+    rlError err = {0};
+    assert_int_equal(checkpoint_lookup(c, "model.layers.2.mlp.gate_proj.weight", &v, &err), -1);
+    assert_int_equal(err.code, RL_EMODEL);
+    if (!strstr(err.msg, "the float8 weight at [0, 77] is NaN")) fail_msg("%s", err.msg);
+    checkpoint_close(c);
+}
+
 /* hd128 with model.safetensors replaced by a raw header and zero data. */
 static void expect_raw_error(const char *name, const char *header, size_t data_len,
                              const char *phrase) {
@@ -818,6 +922,7 @@ int main(void) {
         cmocka_unit_test(test_tensor_extra),
         cmocka_unit_test(test_mixed_dtypes),
         cmocka_unit_test(test_unsupported_dtype),
+        cmocka_unit_test(test_quant_broken),
         cmocka_unit_test(test_corrupt_header),
         cmocka_unit_test(test_header_mutations),
         cmocka_unit_test(test_gguf_given),

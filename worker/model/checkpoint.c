@@ -337,6 +337,17 @@ static int ck_check_quant(rlCkCheck *k, const char *name, const int64_t *shape) 
     return quant_check(&cq->w, k->err) ? rl_error_wrap(k->err, "checking %s", c->dir) : 0;
 }
 
+/* rlTensorVisit, before any tensor is looked at: every quantized layer's
+ * sizes pack and group in the format (a config fault, named as one). */
+static int ck_check_quant_sizes(void *ctx, const char *name, int ndim, const int64_t *shape) {
+    rlCkCheck *k = ctx;
+    rlQuantPart parts[QUANT_N_PARTS];
+    if (ndim != 2 || !quant_is_linear(&k->c->cfg.quant, name)) return 0;
+    if (quant_parts(&k->c->cfg.quant, name, shape[0], shape[1], parts, k->err))
+        return rl_error_wrap(k->err, "checking %s", k->c->dir);
+    return 0;
+}
+
 /* rlTensorVisit: one expected tensor against what is stored. */
 static int ck_check_tensor(void *ctx, const char *name, int ndim, const int64_t *shape) {
     rlCkCheck *k = ctx;
@@ -399,7 +410,8 @@ static int ck_check_tensors(rlCheckpoint *c, rlError *err) {
         free(k.seen);
         return rl_error(err, RL_EMEMORY, "out of memory checking %s", c->dir);
     }
-    int rc = rl_model_expected_tensors(&c->cfg, ck_check_tensor, &k) ? -1 : 0;
+    int rc = rl_model_expected_tensors(&c->cfg, ck_check_quant_sizes, &k) ||
+                     rl_model_expected_tensors(&c->cfg, ck_check_tensor, &k) ? -1 : 0;
     for (int i = 0; rc == 0 && i < c->n_entries; i++) {
         if (k.seen[i] || ck_is_ignorable(c, c->entries[i].t->name)) continue;
         rc = rl_error(err, RL_EMODEL,
