@@ -91,11 +91,13 @@ static void check_config(const char *what, const rlModelConfig *c) {
             check_plan(what, c, plan, tp, pp);
         }
 
-    /* At 1 x 1 the plan's weight bytes are exactly the checkpoint's. */
+    /* At 1 x 1 the plan's weight bytes are exactly the checkpoint's (a
+     * quantized one's: under its dense size; tests/test_quant.c counts them). */
     int64_t elems = 0;
     rl_model_expected_tensors(c, sum_tensor, &elems);
     assert_int_equal(rl_shard_plan(c, 1, 1, NULL, plan, &err), 0);
-    assert_int_equal(rl_model_weight_bytes(c, &plan[0], RL_BF16), (size_t)elems * 2);
+    if (c->quant.method) assert_true(rl_model_weight_bytes(c, &plan[0], RL_BF16) < (size_t)elems * 2);
+    else assert_int_equal(rl_model_weight_bytes(c, &plan[0], RL_BF16), (size_t)elems * 2);
 
     printf("%-28s %2d heads %2d KV %6d MLP: weight imbalance (max/mean) by TP:", what,
            c->num_heads, c->num_kv_heads, c->intermediate_size);
