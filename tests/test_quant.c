@@ -19,7 +19,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -35,24 +34,7 @@
 #include "worker/plan/plan.h"
 #include "tests/fixture_paths.h"
 #include "tests/safetensors_writer.h"
-
-static char g_tmp[256];
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int setup_tmp(void **state) {
-    (void)state;
-    snprintf(g_tmp, sizeof(g_tmp), "/tmp/rl-test-quant-XXXXXX");
-    return mkdtemp(g_tmp) ? 0 : -1;
-}
-
-static int teardown_tmp(void **state) {
-    (void)state;
-    return nftw(g_tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+#include "tests/tmp_dir.h"
 
 /* ---- the packer ---- */
 
@@ -528,5 +510,5 @@ int main(void) {
         cmocka_unit_test(test_fp8),        cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_shard_cuts), cmocka_unit_test(test_plan_72b_awq),
     };
-    return cmocka_run_group_tests(tests, setup_tmp, teardown_tmp);
+    return cmocka_run_group_tests(tests, tmp_dir_setup, tmp_dir_teardown);
 }
