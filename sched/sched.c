@@ -119,7 +119,7 @@ int sched_blocks_needed(const rlSched *s, int n_prompt, int n, int max_tokens) {
 
 /* a runs before b */
 static int req_before(const rlSchedReq *a, const rlSchedReq *b) {
-    if (a->priority != b->priority) return a->priority > b->priority;
+    if (a->priority != b->priority) return a->priority < b->priority;   /* lower first, as vLLM */
     return a->arrival < b->arrival;
 }
 

@@ -91,7 +91,7 @@ typedef struct rlSchedParams {
     int n_prompt;
     int n;                  /* samples */
     int max_tokens;         /* 0: score the prompt only */
-    int priority;           /* higher first */
+    int priority;           /* lower first (vLLM's order) */
     int64_t deadline_ms;    /* not started after this (0: none) */
     int prompt_logprobs;    /* wants a logit row at every prompt position */
     void *user;

@@ -86,19 +86,22 @@ static void test_invalid(void **state) {
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"top_p\":0}", "invalid_request", "'top_p'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"top_p\":1.01}", "invalid_request", "'top_p'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"min_p\":1}", "invalid_request", "'min_p'"},
-        {"{\"id\":\"a\",\"prompt_ids\":[1],\"top_k\":-1}", "invalid_request", "'top_k'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"top_k\":-2}", "invalid_request", "'top_k'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"n\":0}", "invalid_request", "'n'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"logprobs\":21}", "invalid_request", "'logprobs'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"stream\":1}", "invalid_request", "'stream'"},
-        {"{\"id\":\"a\",\"prompt_ids\":[1],\"stop\":\"x\"}", "invalid_request", "'stop'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"stop\":5}", "invalid_request", "'stop'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"stop\":[\"\"]}", "invalid_request", "'stop[0]'"},
-        {"{\"id\":\"a\",\"prompt_ids\":[1],\"temprature\":0}", "invalid_request", "'temprature'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"temprature\":0}", "invalid_request",
+         "'temprature' (did you mean 'temperature'?)"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"xyzzy_plugh\":0}", "invalid_request",
+         "PROTOCOL.md"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\"}]}", "invalid_request", "messages[0]"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"nme\":\"y\"}]}",
          "invalid_request", "'nme'"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"\",\"content\":\"x\"}]}", "invalid_request", "'role'"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
-         "invalid_request", "content parts"},
+         "invalid_request", "'messages[0].content[0]' must be a text part"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"reasoning_content\":1}]}",
          "invalid_request", "'messages[0].reasoning_content'"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}", "invalid_request",
@@ -166,11 +169,142 @@ static void test_long_id_and_bad_utf8(void **state) {
     json_decref(obj);
 }
 
+
+/* The fields with OpenAI / vLLM names: what each reads into. */
+static void test_openai_fields(void **state) {
+    (void)state;
+    rlRequest r;
+    rlError err;
+    assert_null(parse("{\"id\":\"a\",\"prompt_token_ids\":[4,5],\"stop\":\"x\",\"top_k\":-1,"
+                      "\"logprobs\":true,\"top_logprobs\":3,\"max_completion_tokens\":7,"
+                      "\"presence_penalty\":-2,\"frequency_penalty\":2,\"repetition_penalty\":1.3,"
+                      "\"logit_bias\":{\"9\":-100,\"2\":100,\"5\":0.5},\"min_tokens\":2,"
+                      "\"bad_words\":[\"foo\",\"a b\"],\"skip_special_tokens\":false,"
+                      "\"include_stop_str_in_output\":true,\"model\":\"m\",\"user\":\"u\","
+                      "\"metadata\":{\"k\":\"v\"},\"seed\":null,\"n\":2}", &r, &err));
+    assert_int_equal(r.n_prompt_ids, 2);
+    assert_int_equal(r.prompt_ids[1], 5);
+    assert_int_equal(r.n_stop, 1);
+    assert_string_equal(r.stop[0], "x");
+    assert_int_equal(r.top_k, 0);
+    assert_int_equal(r.logprobs, 3);
+    assert_int_equal(r.max_tokens, 7);
+    assert_float_equal(r.presence_penalty, -2, 0);
+    assert_float_equal(r.frequency_penalty, 2, 0);
+    assert_float_equal(r.repetition_penalty, 1.3f, 0);
+    assert_int_equal(r.n_logit_bias, 3);   /* sorted by id */
+    assert_int_equal(r.logit_bias[0].id, 2);
+    assert_float_equal(r.logit_bias[0].bias, 100, 0);
+    assert_int_equal(r.logit_bias[2].id, 9);
+    assert_int_equal(r.min_tokens, 2);
+    assert_int_equal(r.n_bad_words, 2);
+    assert_string_equal(r.bad_words[1], "a b");
+    assert_false(r.skip_special_tokens);
+    assert_true(r.include_stop_str_in_output);
+    assert_string_equal(r.model, "m");
+    assert_string_equal(json_string_value(json_object_get(r.echo, "user")), "u");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r.echo, "metadata"), "k")), "v");
+    assert_false(r.has_seed);
+    assert_int_equal(r.given, RL_GIVEN_TOP_K | RL_GIVEN_MAX_TOKENS | RL_GIVEN_REPETITION_PENALTY);
+    request_free(&r);
+
+    /* Defaults, logprobs as bool / int, max_tokens null, content parts. */
+    assert_null(parse("{\"id\":\"b\",\"prompt\":\"x\",\"logprobs\":false,\"max_tokens\":null,"
+                      "\"temperature\":0.5}", &r, &err));
+    assert_int_equal(r.logprobs, -1);
+    assert_int_equal(r.max_tokens, 256);
+    assert_float_equal(r.repetition_penalty, 1, 0);
+    assert_true(r.skip_special_tokens);
+    assert_false(r.include_stop_str_in_output);
+    assert_null(r.echo);
+    assert_int_equal(r.given, RL_GIVEN_TEMPERATURE);
+    request_free(&r);
+    assert_null(parse("{\"id\":\"c\",\"prompt\":\"x\",\"logprobs\":true}", &r, &err));
+    assert_int_equal(r.logprobs, 0);
+    request_free(&r);
+    assert_null(parse("{\"id\":\"d\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                      "\"text\",\"text\":\"one\"},{\"type\":\"text\",\"text\":\"two\"}]}]}", &r, &err));
+    assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 0), "content")),
+                        "one\ntwo");
+    request_free(&r);
+}
+
+/* Every new field's bad values: the code, and a message naming the field
+ * and what it accepts. */
+static void test_openai_invalid(void **state) {
+    (void)state;
+    static const struct { const char *json, *says; } cases[] = {
+        {"\"logprobs\":21", "'logprobs' must be an integer in [0, 20]"},
+        {"\"logprobs\":\"yes\"", "'logprobs' must be true, false, null or an integer in [0, 20]"},
+        {"\"logprobs\":true,\"top_logprobs\":21", "'top_logprobs' must be an integer in [0, 20]"},
+        {"\"top_logprobs\":2", "'top_logprobs' needs \"logprobs\": true"},
+        {"\"logprobs\":2,\"top_logprobs\":2", "'top_logprobs' needs \"logprobs\": true"},
+        {"\"max_completion_tokens\":-1", "'max_completion_tokens' must be an integer in [0,"},
+        {"\"max_completion_tokens\":3,\"max_tokens\":3", "not both"},
+        {"\"presence_penalty\":2.5", "'presence_penalty' must be a number in [-2, 2]"},
+        {"\"frequency_penalty\":-2.01", "'frequency_penalty' must be a number in [-2, 2]"},
+        {"\"frequency_penalty\":\"1\"", "'frequency_penalty' must be a number in [-2, 2]"},
+        {"\"repetition_penalty\":0", "'repetition_penalty' must be a number in (0, inf)"},
+        {"\"logit_bias\":{\"5\":101}", "'logit_bias[\"5\"]' must be a number in [-100, 100]"},
+        {"\"logit_bias\":{\"5\":\"1\"}", "'logit_bias[\"5\"]' must be a number in [-100, 100]"},
+        {"\"logit_bias\":{\"-5\":1}", "'logit_bias' key '-5' is not a token id"},
+        {"\"logit_bias\":{\"x\":1}", "'logit_bias' key 'x' is not a token id"},
+        {"\"logit_bias\":{\"5\":1,\"05\":2}", "'logit_bias' names token 5 twice"},
+        {"\"logit_bias\":[1]", "'logit_bias' must be an object of token id -> bias"},
+        {"\"min_tokens\":-1", "'min_tokens' must be an integer in [0,"},
+        {"\"min_tokens\":5,\"max_tokens\":4", "min_tokens (5) is over max_tokens (4)"},
+        {"\"bad_words\":\"x\"", "'bad_words' must be an array"},
+        {"\"bad_words\":[\"\"]", "'bad_words[0]' must not be empty"},
+        {"\"skip_special_tokens\":1", "'skip_special_tokens' must be true or false"},
+        {"\"include_stop_str_in_output\":\"no\"", "'include_stop_str_in_output' must be true or false"},
+        {"\"model\":\"\"", "'model' must not be empty"},
+        {"\"model\":3", "'model' must be a string"},
+        {"\"user\":3", "'user' must be a string"},
+        {"\"metadata\":[]", "'metadata' must be an object of at most 16 string values"},
+        {"\"metadata\":{\"k\":1}", "'metadata' holds keys of at most 64 and string values"},
+        {"\"prompt_token_ids\":[1]", "'prompt_ids' or 'prompt_token_ids'"},
+        {"\"top_k\":-2", "'top_k' must be an integer in [-1,"},
+        {"\"stop\":[1]", "'stop[0]' must be a string"},
+        {"\"presense_penalty\":1", "did you mean 'presence_penalty'?"},
+        {"\"max_token\":1", "did you mean 'max_tokens', 'min_tokens'?"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof(text), "{\"id\":\"a\",\"prompt_ids\":[1],%s}", cases[i].json);
+        rlRequest r;
+        rlError err;
+        const char *code = parse(text, &r, &err);
+        if (!code || strcmp(code, "invalid_request") || !strstr(err.msg, cases[i].says))
+            fail_msg("case %zu %s: code %s, message %s", i, text, code ? code : "none",
+                     code ? err.msg : "");
+        request_free(&r);
+    }
+    static const char *const parts[] = {
+        "[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]",
+        "[{\"type\":\"text\"}]",
+        "[{\"type\":\"text\",\"text\":\"a\",\"extra\":1}]",
+        "5",
+    };
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof(text), "{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":%s}]}",
+                 parts[i]);
+        rlRequest r;
+        rlError err;
+        const char *code = parse(text, &r, &err);
+        if (!code || !strstr(err.msg, "messages[0].content"))
+            fail_msg("content %zu: code %s, message %s", i, code ? code : "none", code ? err.msg : "");
+        request_free(&r);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid),
         cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_long_id_and_bad_utf8),
+        cmocka_unit_test(test_openai_fields),
+        cmocka_unit_test(test_openai_invalid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -334,7 +334,7 @@ static void test_chunked_prefill(void **state) {
     sched_free(s);
 }
 
-/* A prompt ahead in order (higher priority) never holds decodes back. */
+/* A prompt ahead in order (a lower priority value) never holds decodes back. */
 static void test_decodes_before_prompts(void **state) {
     (void)state;
     rlSchedConfig c = config(64, 4, 24, 1);
@@ -349,7 +349,7 @@ static void test_decodes_before_prompts(void **state) {
     assert_int_equal(sched_step(s, 0, p), 0);   /* b's prompt */
     kv_forward(&kv, p, rt);
     sim_apply(s, p, rt);
-    rlSchedParams pa = {.prompt = a, .n_prompt = 300, .n = 1, .max_tokens = 2, .priority = 5,
+    rlSchedParams pa = {.prompt = a, .n_prompt = 300, .n = 1, .max_tokens = 2, .priority = -5,
                         .user = &ua};
     assert_int_equal(sched_add(s, &pa, &ua.h), RL_SCHED_OK);
     int steps = 0;
@@ -595,7 +595,8 @@ static void test_in_flight(void **state) {
     sched_free(s);
 }
 
-/* Higher priority first, then arrival; a passed deadline expires the request. */
+/* Lower priority value first (vLLM's order), then arrival; a passed deadline expires the
+ * request. */
 static void test_priority_and_deadline(void **state) {
     (void)state;
     rlSchedConfig c = config(64, 1, 256, 1);
@@ -607,7 +608,7 @@ static void test_priority_and_deadline(void **state) {
     p.deadline_ms = 1000;
     assert_int_equal(sched_add(s, &p, &late), RL_SCHED_OK);
     p.deadline_ms = 0;
-    p.priority = 5;
+    p.priority = -5;
     assert_int_equal(sched_add(s, &p, &high), RL_SCHED_OK);
     rlStep *pl = sched_step_create(s);
     assert_int_equal(sched_step(s, 2000, pl), 0);

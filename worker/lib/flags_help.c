@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "worker/lib/flags_impl.h"
+#include "worker/lib/spelling.h"
 
 #define FLAGS_HELP_COL 32
 
@@ -86,27 +87,6 @@ void flags_help(const rlFlags *fs, FILE *out) {
     if (fs->tail) fputs(fs->tail, out);
 }
 
-/* Edits (insert, delete, change, swap two neighbours) from a to b. */
-static int flags_distance(const char *a, size_t la, const char *b, size_t lb) {
-    enum { N = 64 };
-    if (la >= N || lb >= N) return N;
-    int d[N][N];
-    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
-    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
-    for (size_t i = 1; i <= la; i++)
-        for (size_t j = 1; j <= lb; j++) {
-            int cost = a[i - 1] != b[j - 1];
-            int best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-            if (d[i - 1][j - 1] + cost < best) best = d[i - 1][j - 1] + cost;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    return d[la][lb];
-}
-
 typedef struct flagsNear {
     const char *word;
     size_t len;
@@ -120,7 +100,7 @@ static int flags_near(const char *s, size_t len, int negated, void *ctx) {
     flagsNear *n = ctx;
     /* a spelling cut short is one edit away, however much is missing */
     int d = n->len >= 4 && n->len < len && !strncmp(s, n->word, n->len)
-                ? 1 : flags_distance(n->word, n->len, s, len);
+                ? 1 : spelling_distance(n->word, n->len, s, len);
     if (d < n->best) {
         n->best = d;
         snprintf(n->buf, n->cap, "%.*s", (int)len, s);
@@ -130,7 +110,7 @@ static int flags_near(const char *s, size_t len, int negated, void *ctx) {
 
 const char *flags_closest(const rlFlags *fs, const char *word, char *buf, size_t len) {
     size_t wl = strcspn(word, "=");
-    int most = 2 + (int)wl / 8;
+    int most = spelling_most(wl);
     flagsNear n = {word, wl, most + 1, buf, len};
     for (int i = 0; i < fs->n; i++) flags_each_spelling(&fs->f[i], flags_near, &n);
     return n.best <= most ? buf : NULL;

@@ -7,6 +7,8 @@
  * and says what was expected, since the producer reading it cannot see our
  * source. */
 #include "worker/request/request.h"
+#include "worker/request/request_impl.h"
+#include "worker/lib/spelling.h"
 #include "worker/lib/utf8.h"
 
 #include <jansson.h>
@@ -28,6 +30,8 @@ void request_init(rlRequest *r) {
     r->stream = 1;
     r->attempt = 1;
     r->add_generation_prompt = 1;
+    r->repetition_penalty = 1.0f;
+    r->skip_special_tokens = 1;
 }
 
 void request_free(rlRequest *r) {
@@ -41,13 +45,14 @@ void request_free(rlRequest *r) {
     free(r->stop);
     free(r->stop_token_ids);
     free(r->reply_to);
+    request_openai_free(r);
     memset(r, 0, sizeof(*r));
 }
 
 static const char *const INVALID = "invalid_request";
 
 /* A copy of string value v of field `name` (element `idx` of it when >= 0). */
-static int get_string(const json_t *v, const char *name, int idx, int allow_empty, char **out,
+int request_get_string(const json_t *v, const char *name, int idx, int allow_empty, char **out,
                       const char **code, rlError *err) {
     char where[96];
     if (idx >= 0) snprintf(where, sizeof(where), "%s[%d]", name, idx);
@@ -78,7 +83,7 @@ static int get_string(const json_t *v, const char *name, int idx, int allow_empt
     return 0;
 }
 
-static int get_int(const json_t *v, const char *name, long long lo, long long hi, long long *out,
+int request_get_int(const json_t *v, const char *name, long long lo, long long hi, long long *out,
                    const char **code, rlError *err) {
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
         *code = INVALID;
@@ -91,7 +96,7 @@ static int get_int(const json_t *v, const char *name, long long lo, long long hi
 }
 
 /* A number in a range; lo_open/hi_open make that end exclusive. */
-static int get_float(const json_t *v, const char *name, double lo, int lo_open, double hi,
+int request_get_float(const json_t *v, const char *name, double lo, int lo_open, double hi,
                      int hi_open, float *out, const char **code, rlError *err) {
     double x = json_is_number(v) ? json_number_value(v) : NAN;
     if (!isfinite(x) || (lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi)) {
@@ -103,7 +108,7 @@ static int get_float(const json_t *v, const char *name, double lo, int lo_open, 
     return 0;
 }
 
-static int get_bool(const json_t *v, const char *name, int *out, const char **code, rlError *err) {
+int request_get_bool(const json_t *v, const char *name, int *out, const char **code, rlError *err) {
     if (!json_is_boolean(v)) {
         *code = INVALID;
         return rl_error(err, RL_EINPUT, "invalid_request: field '%s' must be true or false", name);
@@ -112,7 +117,7 @@ static int get_bool(const json_t *v, const char *name, int *out, const char **co
     return 0;
 }
 
-static int get_array(const json_t *v, const char *name, int allow_empty, const char **code,
+int request_get_array(const json_t *v, const char *name, int allow_empty, const char **code,
                      rlError *err) {
     if (!json_is_array(v) || (!allow_empty && json_array_size(v) == 0) ||
         json_array_size(v) > INT_MAX / 8) {
@@ -123,9 +128,9 @@ static int get_array(const json_t *v, const char *name, int allow_empty, const c
     return 0;
 }
 
-static int get_ids(const json_t *v, const char *name, int allow_empty, int32_t **out, int *n,
+int request_get_ids(const json_t *v, const char *name, int allow_empty, int32_t **out, int *n,
                    const char **code, rlError *err) {
-    if (get_array(v, name, allow_empty, code, err)) return -1;
+    if (request_get_array(v, name, allow_empty, code, err)) return -1;
     size_t len = json_array_size(v);
     *out = malloc((len ? len : 1) * sizeof(int32_t));
     if (!*out) {
@@ -231,7 +236,7 @@ static int check_tool_calls(const json_t *calls, size_t m, const char **code, rl
 
 static int get_messages(rlRequest *r, const json_t *v, const char **code, rlError *err) {
     static const char *const keys[] = {"role", "content", "tool_calls", "reasoning_content", "name", "tool_call_id", NULL};
-    if (get_array(v, "messages", 0, code, err)) return -1;
+    if (request_get_array(v, "messages", 0, code, err)) return -1;
     size_t i;
     const json_t *m;
     json_array_foreach(v, i, m) {
@@ -248,7 +253,7 @@ static int get_messages(rlRequest *r, const json_t *v, const char **code, rlErro
         static const char *const texts[] = {"content", "reasoning_content", "name", "tool_call_id", NULL};
         for (const char *const *k = texts; *k; k++) {
             const json_t *x = json_object_get(m, *k);
-            if (x && !json_is_string(x) && !json_is_null(x))
+            if (x && !json_is_string(x) && !json_is_null(x) && !(json_is_array(x) && !strcmp(*k, "content")))
                 return bad_field(code, err, "field '%s.%s' must be a string or null%s", where, *k,
                                  json_is_array(x) ? " (content parts are not supported: send the text)" : "");
         }
@@ -262,6 +267,19 @@ static int get_messages(rlRequest *r, const json_t *v, const char **code, rlErro
     if (!(r->messages = json_deep_copy(v))) {
         *code = "internal";
         return rl_error(err, RL_EINTERNAL, "out of memory reading field 'messages'");
+    }
+    /* OpenAI's text content parts become the one text the template sees. */
+    json_array_foreach(r->messages, i, m) {
+        json_t *content = json_object_get(m, "content");
+        char *text;
+        if (!json_is_array(content)) continue;
+        if (request_content_text(content, i, &text, code, err)) return -1;
+        int bad = json_object_set_new((json_t *)m, "content", json_string(text));
+        free(text);
+        if (bad) {
+            *code = "internal";
+            return rl_error(err, RL_EINTERNAL, "out of memory reading field 'messages'");
+        }
     }
     return 0;
 }
@@ -300,25 +318,64 @@ static int get_kwargs(rlRequest *r, const json_t *v, const char **code, rlError 
     return 0;
 }
 
+/* stop: a string or an array of them (OpenAI), null for none. */
 static int get_stop(rlRequest *r, const json_t *v, const char **code, rlError *err) {
-    if (get_array(v, "stop", 1, code, err)) return -1;
+    if (json_is_null(v)) return 0;
+    if (json_is_string(v)) {
+        if (!(r->stop = calloc(1, sizeof(char *)))) {
+            *code = "internal";
+            return rl_error(err, RL_EINTERNAL, "out of memory reading field 'stop'");
+        }
+        if (request_get_string(v, "stop", -1, 0, &r->stop[0], code, err)) return -1;
+        r->n_stop = 1;
+        return 0;
+    }
+    if (!json_is_array(v)) {
+        *code = INVALID;
+        return rl_error(err, RL_EINPUT, "invalid_request: field 'stop' must be a string or an "
+                        "array of strings");
+    }
+    if (request_get_array(v, "stop", 1, code, err)) return -1;
     size_t len = json_array_size(v);
     if (len && !(r->stop = calloc(len, sizeof(char *)))) {
         *code = "internal";
         return rl_error(err, RL_EINTERNAL, "out of memory reading field 'stop'");
     }
     for (size_t i = 0; i < len; i++) {
-        if (get_string(json_array_get(v, i), "stop", (int)i, 0, &r->stop[i], code, err)) return -1;
+        if (request_get_string(json_array_get(v, i), "stop", (int)i, 0, &r->stop[i], code, err)) return -1;
         r->n_stop++;
     }
     return 0;
+}
+
+/* The fields field() reads itself; request_openai.c has the rest. */
+static const char *const request_core_fields[] = {
+    "id", "prompt", "messages", "tools", "chat_template_kwargs", "add_generation_prompt",
+    "prompt_ids", "prompt_token_ids", "max_tokens", "temperature", "top_p", "min_p", "top_k",
+    "seed", "n", "stop", "stop_token_ids", "ignore_eos", "prompt_logprobs", "stream", "reply_to",
+    "priority", "deadline_ms"};
+
+/* An unknown field, refused with the known names it is close to. */
+static int request_unknown(const char *key, const char **code, rlError *err) {
+    const char *names[64];
+    int n = 0;
+    for (size_t i = 0; i < sizeof(request_core_fields) / sizeof(*request_core_fields); i++)
+        names[n++] = request_core_fields[i];
+    n += request_openai_names(names + n, 64 - n);
+    char near[256] = "";
+    *code = INVALID;
+    if (spelling_near(key, names, n, near, sizeof(near)))
+        return rl_error(err, RL_EINPUT, "invalid_request: unknown field '%s' (did you mean %s?)",
+                        key, near);
+    return rl_error(err, RL_EINPUT, "invalid_request: unknown field '%s' (the request fields are "
+                    "listed in worker/redis/PROTOCOL.md)", key);
 }
 
 /* Optional fields whose absence means "none" accept null as well. */
 static int field(rlRequest *r, const char *key, const json_t *v, const char **code, rlError *err) {
     long long x;
     if (!strcmp(key, "id")) {
-        if (get_string(v, "id", -1, 0, &r->id, code, err)) return -1;
+        if (request_get_string(v, "id", -1, 0, &r->id, code, err)) return -1;
         if (strlen(r->id) > RL_ID_MAX) {
             *code = INVALID;
             return rl_error(err, RL_EINPUT, "invalid_request: field 'id' is %zu bytes; at most %d",
@@ -326,70 +383,85 @@ static int field(rlRequest *r, const char *key, const json_t *v, const char **co
         }
         return 0;
     }
-    if (!strcmp(key, "prompt")) return get_string(v, "prompt", -1, 1, &r->prompt, code, err);
+    if (!strcmp(key, "prompt")) return request_get_string(v, "prompt", -1, 1, &r->prompt, code, err);
     if (!strcmp(key, "messages")) return get_messages(r, v, code, err);
     if (!strcmp(key, "tools")) return get_tools(r, v, code, err);
     if (!strcmp(key, "chat_template_kwargs")) return get_kwargs(r, v, code, err);
-    if (!strcmp(key, "add_generation_prompt")) return get_bool(v, key, &r->add_generation_prompt, code, err);
-    if (!strcmp(key, "prompt_ids"))
-        return get_ids(v, "prompt_ids", 0, &r->prompt_ids, &r->n_prompt_ids, code, err);
-    if (!strcmp(key, "max_tokens")) {
-        if (get_int(v, key, 0, INT_MAX / 2, &x, code, err)) return -1;
+    if (!strcmp(key, "add_generation_prompt")) return request_get_bool(v, key, &r->add_generation_prompt, code, err);
+    if (!strcmp(key, "prompt_ids") || !strcmp(key, "prompt_token_ids")) {
+        if (r->prompt_ids) {   /* both spellings: one form given twice */
+            *code = INVALID;
+            return rl_error(err, RL_EINPUT, "invalid_request: give 'prompt_ids' or "
+                            "'prompt_token_ids' (the same field), not both");
+        }
+        return request_get_ids(v, key, 0, &r->prompt_ids, &r->n_prompt_ids, code, err);
+    }
+    if (!strcmp(key, "max_tokens")) {   /* null: the default (OpenAI) */
+        if (json_is_null(v)) return 0;
+        if (request_get_int(v, key, 0, INT_MAX / 2, &x, code, err)) return -1;
         r->max_tokens = (int)x;
+        r->given |= RL_GIVEN_MAX_TOKENS;
         return 0;
     }
-    if (!strcmp(key, "temperature")) return get_float(v, key, 0, 0, INFINITY, 0, &r->temperature, code, err);
-    if (!strcmp(key, "top_p")) return get_float(v, key, 0, 1, 1, 0, &r->top_p, code, err);
-    if (!strcmp(key, "min_p")) return get_float(v, key, 0, 0, 1, 1, &r->min_p, code, err);
-    if (!strcmp(key, "top_k")) {
-        if (get_int(v, key, 0, INT_MAX, &x, code, err)) return -1;
-        r->top_k = (int)x;
+    if (!strcmp(key, "temperature")) {
+        r->given |= RL_GIVEN_TEMPERATURE;
+        return request_get_float(v, key, 0, 0, INFINITY, 0, &r->temperature, code, err);
+    }
+    if (!strcmp(key, "top_p")) {
+        r->given |= RL_GIVEN_TOP_P;
+        return request_get_float(v, key, 0, 1, 1, 0, &r->top_p, code, err);
+    }
+    if (!strcmp(key, "min_p")) {
+        r->given |= RL_GIVEN_MIN_P;
+        return request_get_float(v, key, 0, 0, 1, 1, &r->min_p, code, err);
+    }
+    if (!strcmp(key, "top_k")) {   /* -1 and 0: off (vLLM and ours) */
+        if (request_get_int(v, key, -1, INT_MAX, &x, code, err)) return -1;
+        r->top_k = x < 0 ? 0 : (int)x;
+        r->given |= RL_GIVEN_TOP_K;
         return 0;
     }
     if (!strcmp(key, "seed")) {
         if (json_is_null(v)) return 0;
-        if (get_int(v, key, LLONG_MIN, LLONG_MAX, &x, code, err)) return -1;
+        if (request_get_int(v, key, LLONG_MIN, LLONG_MAX, &x, code, err)) return -1;
         r->has_seed = 1;
         r->seed = (uint64_t)x;
         return 0;
     }
     if (!strcmp(key, "n")) {
-        if (get_int(v, key, 1, 256, &x, code, err)) return -1;
+        if (request_get_int(v, key, 1, 256, &x, code, err)) return -1;
         r->n = (int)x;
         return 0;
     }
     if (!strcmp(key, "stop")) return get_stop(r, v, code, err);
     if (!strcmp(key, "stop_token_ids"))
-        return get_ids(v, key, 1, &r->stop_token_ids, &r->n_stop_token_ids, code, err);
-    if (!strcmp(key, "ignore_eos")) return get_bool(v, key, &r->ignore_eos, code, err);
-    if (!strcmp(key, "logprobs") || !strcmp(key, "prompt_logprobs")) {
-        int *out = key[0] == 'l' ? &r->logprobs : &r->prompt_logprobs;
+        return request_get_ids(v, key, 1, &r->stop_token_ids, &r->n_stop_token_ids, code, err);
+    if (!strcmp(key, "ignore_eos")) return request_get_bool(v, key, &r->ignore_eos, code, err);
+    if (!strcmp(key, "prompt_logprobs")) {
         if (json_is_null(v)) return 0;
-        if (get_int(v, key, 0, 20, &x, code, err)) return -1;
-        *out = (int)x;
+        if (request_get_int(v, key, 0, 20, &x, code, err)) return -1;
+        r->prompt_logprobs = (int)x;
         return 0;
     }
-    if (!strcmp(key, "stream")) return get_bool(v, key, &r->stream, code, err);
+    if (!strcmp(key, "stream")) return request_get_bool(v, key, &r->stream, code, err);
     if (!strcmp(key, "reply_to")) {
         if (json_is_null(v)) return 0;
-        return get_string(v, key, -1, 0, &r->reply_to, code, err);
+        return request_get_string(v, key, -1, 0, &r->reply_to, code, err);
     }
     if (!strcmp(key, "priority")) {
-        if (get_int(v, key, INT_MIN, INT_MAX, &x, code, err)) return -1;
+        if (request_get_int(v, key, INT_MIN, INT_MAX, &x, code, err)) return -1;
         r->priority = (int)x;
         return 0;
     }
     if (!strcmp(key, "deadline_ms")) {
         if (json_is_null(v)) return 0;
-        if (get_int(v, key, 0, LLONG_MAX, &x, code, err)) return -1;
+        if (request_get_int(v, key, 0, LLONG_MAX, &x, code, err)) return -1;
         r->deadline_ms = x;
         return 0;
     }
-    *code = INVALID;
-    return rl_error(err, RL_EINPUT,
-                    "invalid_request: unknown field '%s' (the request fields are listed in "
-                    "worker/redis/PROTOCOL.md)",
-                    key);
+    int rc = request_openai_field(r, key, v, code, err);
+    if (rc <= 0) return rc;
+    return request_unknown(key, code, err);
 }
 
 int request_parse(rlRequest *r, const json_t *obj, const char **code, rlError *err) {
@@ -418,5 +490,5 @@ int request_parse(rlRequest *r, const json_t *obj, const char **code, rlError *e
         if (json_object_get(obj, *k))
             return bad_field(code, err, "field '%s' applies to 'messages' only (this request has '%s')", *k,
                              r->prompt ? "prompt" : "prompt_ids");
-    return 0;
+    return request_openai_finish(r, obj, code, err);
 }

@@ -16,6 +16,22 @@
 
 struct json_t;
 
+typedef struct rlLogitBias {
+    int32_t id;
+    float bias;
+} rlLogitBias;
+
+/* Sampling fields a request gave itself (rlRequest.given): the model's
+ * generation_config.json defaults fill the others. */
+enum {
+    RL_GIVEN_TEMPERATURE = 1 << 0,
+    RL_GIVEN_TOP_P = 1 << 1,
+    RL_GIVEN_TOP_K = 1 << 2,
+    RL_GIVEN_MIN_P = 1 << 3,
+    RL_GIVEN_REPETITION_PENALTY = 1 << 4,
+    RL_GIVEN_MAX_TOKENS = 1 << 5,
+};
+
 typedef struct rlRequest {
     char *id;                   /* 1..256 bytes */
     /* exactly one prompt form */
@@ -47,6 +63,22 @@ typedef struct rlRequest {
     char *reply_to;             /* NULL = redlm:reply:<id> */
     int priority;               /* default 0 */
     int64_t deadline_ms;        /* 0 = none */
+
+    /* OpenAI / vLLM fields (request_openai.c) */
+    float presence_penalty;     /* [-2, 2], default 0: output tokens, once */
+    float frequency_penalty;    /* [-2, 2], default 0: output tokens, per occurrence */
+    float repetition_penalty;   /* > 0, default 1 (off): prompt and output tokens */
+    rlLogitBias *logit_bias;    /* sorted by id, each id once */
+    int n_logit_bias;
+    int min_tokens;             /* EOS and stop_token_ids banned before this many */
+    char **bad_words;           /* never generated (as vLLM: with and without a leading space) */
+    int n_bad_words;
+    int skip_special_tokens;    /* default 1: special added tokens not in the text */
+    int include_stop_str_in_output;
+    int logprob_text;           /* logprob entries also carry each token's text and bytes */
+    char *model;                /* checked against the served model's names, or NULL */
+    struct json_t *echo;        /* {"user", "metadata"} as sent, or NULL: echoed back */
+    unsigned given;             /* RL_GIVEN_*: the sampling fields the request set */
 
     /* set by whoever receives the job */
     int attempt;                /* delivery count, 1 normally */
