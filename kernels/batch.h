@@ -14,6 +14,16 @@
 
 #define RL_MAX_TOP 20
 
+/* One token of a row whose logit moves before sampling: the request's
+ * logit_bias, a ban (bad words, min_tokens), and the counts the penalties
+ * read.  A row lists each id at most once; ids not listed keep their logit. */
+typedef struct rlLogitAdj {
+    int32_t id;
+    int32_t count;        /* times generated so far (frequency, presence, repetition) */
+    int32_t in_prompt;    /* 1: in the prompt (repetition) */
+    float bias;           /* added first; -INFINITY bans the token */
+} rlLogitAdj;
+
 /* What to do with one row of logits (the output at one token of the batch). */
 typedef struct rlRowSpec {
     int32_t token;        /* index into the flat batch whose logits these are */
@@ -27,6 +37,10 @@ typedef struct rlRowSpec {
     uint64_t seed;        /* counter-based RNG key ... */
     uint32_t sample_index;/* ... with the sample (n > 1) index ... */
     uint32_t step;        /* ... and the generated-token index */
+    int32_t adj0, n_adj;  /* this row's entries of rlBatch.adjs (n_adj 0: none) */
+    float repetition;     /* > 0; 1 = off: prompt and generated tokens */
+    float frequency;      /* per generated occurrence */
+    float presence;       /* once for a generated token */
 } rlRowSpec;
 
 /* The result for one row: logprobs are log-softmax of the raw logits
@@ -53,6 +67,8 @@ typedef struct rlBatch {
     int32_t max_blocks;
     int32_t n_rows;               /* logit rows wanted */
     const rlRowSpec *rows;        /* [n_rows] */
+    int32_t n_adjs;
+    const rlLogitAdj *adjs;       /* [n_adjs], the rows' logit adjustments */
 } rlBatch;
 
 /* 0 when every index of b stays inside a KV cache of n_blocks blocks of

@@ -36,9 +36,16 @@ int rl_batch_check(const rlBatch *b, int n_blocks, int block_size, rlError *err)
                                 len, b->slots[t]);
         }
     }
-    for (int r = 0; r < b->n_rows; r++)
-        if (b->rows[r].token < 0 || b->rows[r].token >= b->n_tokens)
+    for (int r = 0; r < b->n_rows; r++) {
+        const rlRowSpec *row = &b->rows[r];
+        if (row->token < 0 || row->token >= b->n_tokens)
             return rl_error(err, RL_EINPUT, "invalid step: logit row %d points at token %d of %d",
-                            r, b->rows[r].token, b->n_tokens);
+                            r, row->token, b->n_tokens);
+        if (row->n_adj < 0 || (row->n_adj > 0 && (row->adj0 < 0 || !b->adjs ||
+                                                  row->adj0 > b->n_adjs - row->n_adj)))
+            return rl_error(err, RL_EINPUT, "invalid step: logit row %d's adjustments %d..%d "
+                            "are outside the step's %d", r, row->adj0, row->adj0 + row->n_adj,
+                            b->n_adjs);
+    }
     return 0;
 }

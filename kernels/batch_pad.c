@@ -44,7 +44,8 @@ int rl_batch_pad(rlBatchPad *pad, const rlBatch *b, int p, rlBatch *out) {
     }
     *out = (rlBatch){.n_seqs = p, .n_tokens = p, .tokens = tokens, .positions = positions,
                      .slots = slots, .seq_start = seq_start, .seq_len = seq_len,
-                     .block_tables = tables, .max_blocks = mb, .n_rows = p, .rows = pad->rows};
+                     .block_tables = tables, .max_blocks = mb, .n_rows = p, .rows = pad->rows,
+                     .n_adjs = b->n_adjs, .adjs = b->adjs};
     return 0;
 }
 

@@ -113,16 +113,21 @@ static void check_close(rlBackend *be, const char *what, const float *out, const
 
 /* A one-sequence batch of n <= 16 tokens (positions 0..n-1, KV block 0) for
  * row-wise ops; the backend needs a KV cache of 16-token blocks. */
-static void begin_rows(rlBackend *be, int n, const int32_t *tokens, int n_rows,
-                       const rlRowSpec *rows) {
+static void begin_rows_adj(rlBackend *be, int n, const int32_t *tokens, int n_rows,
+                           const rlRowSpec *rows, int n_adjs, const rlLogitAdj *adjs) {
     int32_t *pos = calloc(n, 4), *slots = calloc(n, 4), start[2] = {0, n}, len[1] = {n};
     int32_t tab[1] = {0};
     for (int i = 0; i < n; i++) pos[i] = i, slots[i] = i;
-    rlBatch b = {1, n, tokens, pos, slots, start, len, tab, 1, n_rows, rows};
+    rlBatch b = {1, n, tokens, pos, slots, start, len, tab, 1, n_rows, rows, n_adjs, adjs};
     rlError err;
     assert_int_equal(be->ops->begin_step(be, &b, &err), 0);
     free(pos);
     free(slots);
+}
+
+static void begin_rows(rlBackend *be, int n, const int32_t *tokens, int n_rows,
+                       const rlRowSpec *rows) {
+    begin_rows_adj(be, n, tokens, n_rows, rows, 0, NULL);
 }
 
 static void test_matmul(void **state) {
@@ -373,7 +378,7 @@ static void run_attention_case(rlBackend *be, const AttCase *ac, int decode) {
         for (int s = 0; s < n_seqs; s++)
             for (int i = start[s]; i < start[s + 1]; i++)
                 memcpy(in + (size_t)i * W, all + (size_t)(base[s] + pos[i]) * W, W * sizeof *in);
-        rlBatch b = {n_seqs, n, tokens, pos, slots, start, len, btab, max_blocks, 0, NULL};
+        rlBatch b = {n_seqs, n, tokens, pos, slots, start, len, btab, max_blocks, 0, NULL, 0, NULL};
         assert_int_equal(be->ops->begin_step(be, &b, &err), 0);
         void *dqkv = to_dev(be, in, (size_t)n * W);
         be->ops->rope_kv_store(be, dqkv, layer, &sh);
@@ -443,24 +448,12 @@ static void test_attention(void **state) {
 
 /* ---- sampling: equal to the CPU backend's sampler on the same logits ---- */
 
-static void test_sample(void **state) {
-    (void)state;
+/* The rows below on the GPU and on the CPU backend, with adjs (NULL:
+ * none) as the step's logit adjustments: identical tokens, logprobs and
+ * alternatives. */
+static void sample_case(rlRowSpec *rows, int n_adjs, const rlLogitAdj *adjs) {
     rlBackend *be = backends[0];
     const int V = 151936, n_rows = 8;
-    rlRowSpec rows[8] = {
-        {.token = 0, .target = 17, .n_top = 5, .sample = 1, .temperature = 0, .top_p = 1},
-        {.token = 1, .target = -1, .n_top = 20, .sample = 0, .top_p = 1},
-        {.token = 2, .target = 3, .sample = 1, .temperature = 1, .top_p = 1, .seed = 7},
-        {.token = 3, .target = -1, .n_top = 2, .sample = 1, .temperature = 0.7f, .top_k = 40,
-         .top_p = 0.9f, .seed = 11, .step = 3},
-        {.token = 4, .target = -1, .sample = 1, .temperature = 1.3f, .top_p = 0.5f,
-         .min_p = 0.02f, .seed = 99, .sample_index = 2, .step = 9},
-        {.token = 5, .target = -1, .n_top = 3, .sample = 1, .temperature = 0, .top_p = 1},
-        {.token = 6, .target = -1, .sample = 1, .temperature = 0.5f, .top_k = 1000, .top_p = 1,
-         .min_p = 0.1f, .seed = 5},
-        {.token = 7, .target = -1, .n_top = 4, .sample = 1, .temperature = 1, .top_k = 7,
-         .top_p = 1, .seed = 123456789},
-    };
     float *logits = malloc((size_t)V * n_rows * sizeof *logits);
     for (int r = 0; r < n_rows; r++)
         for (int i = 0; i < V; i++) {
@@ -479,7 +472,7 @@ static void test_sample(void **state) {
     rlRowResult got[8], want[8];
     for (int k = 0; k < 2; k++) {
         rlBackend *b = k ? cpu : be;
-        begin_rows(b, n_rows, tok, n_rows, rows);
+        begin_rows_adj(b, n_rows, tok, n_rows, rows, n_adjs, adjs);
         float *dl = b->ops->alloc(b, (size_t)V * n_rows * 4, &err);
         assert_non_null(dl);
         assert_int_equal(b->ops->upload(b, dl, RL_F32, logits, RL_F32, (size_t)V * n_rows, &err), 0);
@@ -487,8 +480,9 @@ static void test_sample(void **state) {
         b->ops->free(b, dl);
     }
     for (int r = 0; r < n_rows; r++) {
-        printf("  sample row %d: token %d (cpu %d) logprob %.5f (cpu %.5f)\n", r, got[r].token,
-               want[r].token, got[r].token_logprob, want[r].token_logprob);
+        printf("  sample row %d%s: token %d (cpu %d) logprob %.5f (cpu %.5f)\n", r,
+               adjs ? " (adjusted)" : "", got[r].token, want[r].token, got[r].token_logprob,
+               want[r].token_logprob);
         assert_int_equal(got[r].token, want[r].token);
         assert_true(fabsf(got[r].token_logprob - want[r].token_logprob) < 1e-4f);
         assert_true(fabsf(got[r].target_logprob - want[r].target_logprob) < 1e-4f);
@@ -500,6 +494,57 @@ static void test_sample(void **state) {
     }
     cpu->ops->destroy(cpu);
     free(logits);
+}
+
+static rlRowSpec sample_rows[8] = {
+    {.token = 0, .target = 17, .n_top = 5, .sample = 1, .temperature = 0, .top_p = 1},
+    {.token = 1, .target = -1, .n_top = 20, .sample = 0, .top_p = 1},
+    {.token = 2, .target = 3, .sample = 1, .temperature = 1, .top_p = 1, .seed = 7},
+    {.token = 3, .target = -1, .n_top = 2, .sample = 1, .temperature = 0.7f, .top_k = 40,
+     .top_p = 0.9f, .seed = 11, .step = 3},
+    {.token = 4, .target = -1, .sample = 1, .temperature = 1.3f, .top_p = 0.5f,
+     .min_p = 0.02f, .seed = 99, .sample_index = 2, .step = 9},
+    {.token = 5, .target = -1, .n_top = 3, .sample = 1, .temperature = 0, .top_p = 1},
+    {.token = 6, .target = -1, .sample = 1, .temperature = 0.5f, .top_k = 1000, .top_p = 1,
+     .min_p = 0.1f, .seed = 5},
+    {.token = 7, .target = -1, .n_top = 4, .sample = 1, .temperature = 1, .top_k = 7,
+     .top_p = 1, .seed = 123456789},
+};
+
+static void test_sample(void **state) {
+    (void)state;
+    sample_case(sample_rows, 0, NULL);
+}
+
+/* Penalties, logit_bias and bans on the sampling rows: 600 entries a row
+ * (the ids spread over the vocabulary and packed where the largest of
+ * srand_f's values fall: every id below 2000), counts, prompt flags,
+ * biases of both signs and -inf.  The GPU applies them in its own kernel;
+ * the tokens must be the CPU's exactly. */
+static void test_sample_penalties(void **state) {
+    (void)state;
+    enum { PER_ROW = 600 };
+    rlRowSpec rows[8];
+    rlLogitAdj *adjs = calloc(8 * PER_ROW, sizeof *adjs);
+    const float reps[8] = {1.3f, 1, 0.8f, 1.1f, 2, 1.05f, 1, 1.5f};
+    int n = 0;
+    for (int r = 0; r < 8; r++) {
+        rows[r] = sample_rows[r];
+        if (!rows[r].sample) continue;
+        rows[r].adj0 = n, rows[r].n_adj = PER_ROW;
+        rows[r].repetition = reps[r];
+        rows[r].frequency = 0.25f * (float)(r % 3);
+        rows[r].presence = r & 1 ? 1.5f : -0.5f;
+        for (int i = 0; i < PER_ROW; i++) {
+            rlLogitAdj *a = &adjs[n++];
+            a->id = i < 400 ? i * 5 + r % 5 : 2000 + (i - 400) * 700;
+            a->count = i % 4 == 0 ? 0 : i % 7;
+            a->in_prompt = i % 3 == 0;
+            a->bias = i % 50 == 7 ? -INFINITY : i % 11 == 0 ? 3.5f : i % 13 == 0 ? -20.0f : 0;
+        }
+    }
+    sample_case(rows, n, adjs);
+    free(adjs);
 }
 
 static void test_errors(void **state) {
@@ -547,7 +592,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),     cmocka_unit_test(test_norms),
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_sample),     cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_sample),     cmocka_unit_test(test_sample_penalties),
+        cmocka_unit_test(test_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     backends[0]->ops->destroy(backends[0]);

@@ -22,7 +22,7 @@ static rlRowSpec spec(float temperature) {
 static int draw(const float *l, int v, rlRowSpec sp) {
     int scratch[16];
     rlRowResult r;
-    assert_int_equal(rl_sample_row(l, v, &sp, &r, scratch), 0);
+    assert_int_equal(rl_sample_row(l, v, &sp, NULL, &r, scratch), 0);
     return r.token;
 }
 
@@ -33,7 +33,7 @@ static void test_logprobs(void **state) {
     sp.n_top = 3;
     sp.target = 0;
     rlRowResult r;
-    assert_int_equal(rl_sample_row(l, 4, &sp, &r, NULL), 0);
+    assert_int_equal(rl_sample_row(l, 4, &sp, NULL, &r, NULL), 0);
     double lse = log(exp(1) + 2 * exp(3) + exp(2));
     assert_true(fabs(r.target_logprob - (1 - lse)) < 1e-6);
     assert_int_equal(r.n_top, 3);
@@ -45,7 +45,7 @@ static void test_logprobs(void **state) {
     assert_true(fabs(r.token_logprob - (3 - lse)) < 1e-6);
 
     sp.sample = 0;
-    assert_int_equal(rl_sample_row(l, 4, &sp, &r, NULL), 0);
+    assert_int_equal(rl_sample_row(l, 4, &sp, NULL, &r, NULL), 0);
     assert_int_equal(r.token, -1);
 }
 
@@ -173,7 +173,7 @@ static void test_large_vocab(void **state) {
                             sp.seed = 99, sp.step = step;
                             const float *l = d ? flat : peaked;
                             rlRowResult r;
-                            assert_int_equal(rl_sample_row(l, V, &sp, &r, scratch), 0);
+                            assert_int_equal(rl_sample_row(l, V, &sp, NULL, &r, scratch), 0);
                             assert_int_equal(r.token, oracle(l, V, &sp));
                         }
 }
@@ -182,21 +182,154 @@ static void test_check(void **state) {
     (void)state;
     rlError err = {0};
     rlRowSpec sp = spec(1);
-    assert_int_equal(rl_sample_check(&sp, 10, &err), 0);
+    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), 0);
     sp.top_p = 0;
-    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
     sp = spec(1), sp.min_p = 1;
-    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
     sp = spec(-1);
-    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
     sp = spec(NAN);
-    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
     sp = spec(1), sp.n_top = RL_MAX_TOP + 1;
-    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
     sp = spec(1), sp.target = 10;
-    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
     sp = spec(1), sp.top_k = -1;
-    assert_int_equal(rl_sample_check(&sp, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
+}
+
+
+/* Penalties and logit_bias against a reference computed here, in double,
+ * from vLLM's definitions (not from rl_sample_adjust): bias added (a ban is
+ * -inf), then repetition (prompt or generated tokens: divided when
+ * positive, multiplied otherwise), frequency (x generated count), presence
+ * (generated at all).  Greedy and seeded draws must pick the token the
+ * reference row picks; logprobs stay those of the raw row. */
+enum { PV = 64 };
+
+static double ref_adjusted(const float *l, int id, const rlRowSpec *sp, const rlLogitAdj *adj,
+                           int n_adj) {
+    double x = l[id];
+    for (int i = 0; i < n_adj; i++) {
+        if (adj[i].id != id) continue;
+        x = adj[i].bias == -INFINITY ? -INFINITY : x + adj[i].bias;
+        if (adj[i].in_prompt || adj[i].count > 0)
+            x = x > 0 ? x / sp->repetition : x * sp->repetition;
+        x -= (double)sp->frequency * adj[i].count;
+        if (adj[i].count > 0) x -= sp->presence;
+    }
+    return x;
+}
+
+/* The reference draw: first token (by adjusted value descending, ids
+ * ascending) whose cumulative mass exceeds u times the total; *margin is
+ * how close u * total came to a boundary (float rounding may differ there). */
+static int ref_draw(const float *l, const rlRowSpec *sp, const rlLogitAdj *adj, int n_adj,
+                    double *margin) {
+    double y[PV], mx = -INFINITY;
+    int order[PV];
+    for (int i = 0; i < PV; i++) {
+        y[i] = ref_adjusted(l, i, sp, adj, n_adj);
+        if (y[i] > mx) mx = y[i];
+        order[i] = i;
+    }
+    for (int i = 1; i < PV; i++)   /* insertion sort: y desc, id asc */
+        for (int j = i; j > 0 && y[order[j]] > y[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    if (sp->temperature == 0) {
+        *margin = y[order[0]] - y[order[1]];
+        return order[0];
+    }
+    double total = 0, p[PV];
+    for (int i = 0; i < PV; i++) total += p[i] = exp((y[i] - mx) / sp->temperature);
+    double want = rl_uniform(sp->seed, sp->sample_index, sp->step) * total, cum = 0;
+    for (int i = 0; i < PV; i++) {
+        double before = cum;
+        cum += p[order[i]];
+        if (cum > want) {
+            *margin = fmin(want - before, cum - want) / total;
+            return order[i];
+        }
+    }
+    *margin = 0;
+    return order[PV - 1];
+}
+
+static void test_penalties(void **state) {
+    (void)state;
+    float l[PV];
+    uint64_t x = 777;
+    for (int i = 0; i < PV; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        l[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 8.0 - 4.0);   /* both signs */
+    }
+    l[5] = 6.0f;     /* the raw favourite, in the prompt and generated */
+    l[9] = 5.5f;     /* generated often */
+    l[12] = -0.5f;   /* negative, in the prompt */
+    l[20] = 5.9f;    /* banned */
+    l[30] = 1.0f;    /* biased up */
+    const rlLogitAdj adj[] = {
+        {.id = 5, .count = 1, .in_prompt = 1},
+        {.id = 9, .count = 3},
+        {.id = 12, .in_prompt = 1},
+        {.id = 20, .bias = -INFINITY},
+        {.id = 30, .bias = 4.75f},
+        {.id = 40, .count = 2, .bias = -1.5f},
+    };
+    const int n_adj = sizeof(adj) / sizeof(*adj);
+    const float reps[] = {1.0f, 1.3f, 0.7f, 2.0f}, freqs[] = {0, 0.5f, -1.0f, 2.0f},
+                pres[] = {0, 1.5f, -2.0f}, temps[] = {0, 0.6f, 1.0f, 1.7f};
+    unsigned char scratch[PV * (sizeof(int) + sizeof(float))];
+    int checked = 0, changed = 0;
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 3; c++)
+                for (int t = 0; t < 4; t++)
+                    for (uint64_t seed = 0; seed < (temps[t] > 0 ? 40 : 1); seed++) {
+                        rlRowSpec sp = spec(temps[t]);
+                        sp.repetition = reps[a], sp.frequency = freqs[b], sp.presence = pres[c];
+                        sp.n_adj = n_adj, sp.seed = seed, sp.step = 3;
+                        rlRowResult r;
+                        assert_int_equal(rl_sample_row(l, PV, &sp, adj, &r, scratch), 0);
+                        double margin;
+                        int want = ref_draw(l, &sp, adj, n_adj, &margin);
+                        if (margin < 1e-6) continue;   /* too close to call in float */
+                        if (r.token != want)
+                            fail_msg("rep %g freq %g pres %g T %g seed %llu: token %d, reference %d",
+                                     reps[a], freqs[b], pres[c], temps[t],
+                                     (unsigned long long)seed, r.token, want);
+                        checked++;
+                        changed += want != 5 && temps[t] == 0;
+                        /* logprobs are the raw row's */
+                        double lse = 0;
+                        for (int i = 0; i < PV; i++) lse += exp((double)l[i] - 6.0);
+                        lse = 6.0 + log(lse);
+                        assert_true(fabs(r.token_logprob - (l[r.token] - lse)) < 1e-5);
+                    }
+    print_message("penalties: %d draws checked against the reference, %d greedy ones moved off "
+                  "the raw favourite\n", checked, changed);
+    assert_true(checked > 1500);
+    assert_true(changed > 10);
+
+    /* Everything banned: the raw row decides. */
+    rlLogitAdj ban[PV];
+    for (int i = 0; i < PV; i++) ban[i] = (rlLogitAdj){.id = i, .bias = -INFINITY};
+    rlRowSpec sp = spec(0);
+    sp.repetition = 1, sp.n_adj = PV;
+    rlRowResult r;
+    assert_int_equal(rl_sample_row(l, PV, &sp, ban, &r, scratch), 0);
+    assert_int_equal(r.token, 5);
+
+    rlError err = {0};
+    sp.repetition = 0;
+    assert_int_equal(rl_sample_check(&sp, ban, PV, &err), -1);
+    sp.repetition = 1;
+    ban[3].id = PV;
+    assert_int_equal(rl_sample_check(&sp, ban, PV, &err), -1);
 }
 
 int main(void) {
@@ -207,6 +340,7 @@ int main(void) {
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_large_vocab),
         cmocka_unit_test(test_check),
+        cmocka_unit_test(test_penalties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

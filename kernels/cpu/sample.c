@@ -1,10 +1,13 @@
 /* sample.c: logits to logprobs, top alternatives and a sampled token.
  *
- * Logprobs are log-softmax of the raw logits (before temperature or any
- * filter), in double, as Hugging Face and vLLM report them.  A draw is a pure
+ * Logprobs are log-softmax of the raw logits (before temperature, any
+ * filter, logit_bias or penalty), in double, as Hugging Face and vLLM (its
+ * default "raw" logprobs) report them.  A draw is a pure
  * function of the row's (seed, sample_index, step), so the same request gives
  * the same tokens in any batch and on any backend that follows these rules:
  *
+ *   first the row's adjustments (logit_bias, bans, penalties; see
+ *   rl_sample_adjust), then on the adjusted logits:
  *   temperature 0: greedy, ties to the lowest id;
  *   else p_i proportional to exp((l_i - max l) / T), candidates sorted by
  *   p descending (ties: lower id first); keep the first top_k (0 = all);
@@ -21,11 +24,12 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/rng.h"
 #include "kernels/cpu/cpu.h"
 
-int rl_sample_check(const rlRowSpec *spec, int vocab, rlError *err) {
+int rl_sample_check(const rlRowSpec *spec, const rlLogitAdj *adjs, int vocab, rlError *err) {
     if (spec->n_top < 0 || spec->n_top > RL_MAX_TOP)
         return rl_error(err, RL_EINPUT, "logprobs asks for %d alternatives; the most is %d",
                         spec->n_top, RL_MAX_TOP);
@@ -42,7 +46,41 @@ int rl_sample_check(const rlRowSpec *spec, int vocab, rlError *err) {
         return rl_error(err, RL_EINPUT, "min_p %g must be in [0, 1)", spec->min_p);
     if (spec->top_k < 0)
         return rl_error(err, RL_EINPUT, "top_k %d must be >= 0 (0 = off)", spec->top_k);
+    if (spec->n_adj <= 0) return 0;
+    if (!(spec->repetition > 0) || !isfinite(spec->repetition) || !isfinite(spec->frequency) ||
+        !isfinite(spec->presence))
+        return rl_error(err, RL_EINPUT, "repetition penalty %g must be finite and > 0, frequency "
+                        "(%g) and presence (%g) penalties finite", spec->repetition,
+                        spec->frequency, spec->presence);
+    for (int i = 0; i < spec->n_adj; i++) {
+        const rlLogitAdj *a = &adjs[spec->adj0 + i];
+        if (a->id < 0 || a->id >= vocab || a->count < 0 || isnan(a->bias) || a->bias == INFINITY)
+            return rl_error(err, RL_EINPUT, "logit adjustment %d (token %d, count %d, bias %g) is "
+                            "outside the vocabulary (0..%d) or not a count and a bias", i, a->id,
+                            a->count, a->bias, vocab - 1);
+    }
     return 0;
+}
+
+/* In float, in this order, as vLLM's sampler (bias, then penalties); the
+ * CUDA sampler does the same operations with the same roundings. */
+void rl_sample_adjust(float *l, const rlRowSpec *sp, const rlLogitAdj *adjs) {
+    for (int i = 0; i < sp->n_adj; i++) {
+        const rlLogitAdj *a = &adjs[sp->adj0 + i];
+        float x = l[a->id] + a->bias;
+        if (sp->repetition != 1.0f && (a->in_prompt || a->count > 0))
+            x = x > 0 ? x / sp->repetition : x * sp->repetition;
+        float f = sp->frequency * (float)a->count;
+        x = x - f;
+        if (a->count > 0) x = x - sp->presence;
+        l[a->id] = x;
+    }
+}
+
+size_t rl_sample_scratch(const rlRowSpec *sp, int vocab) {
+    if (!sp->sample) return 0;
+    size_t n = sp->temperature > 0 ? (size_t)vocab * sizeof(int) : 0;
+    return n + (sp->n_adj > 0 ? (size_t)vocab * sizeof(float) : 0);
 }
 
 /* Does (la, a) rank before (lb, b)?  Higher logit first, then lower id. */
@@ -166,8 +204,16 @@ static int sample_draw(const float *l, int vocab, float max, const rlRowSpec *sp
     return order_at(&o, n - 1);
 }
 
-int rl_sample_row(const float *l, int vocab, const rlRowSpec *sp, rlRowResult *out,
-                  int *scratch) {
+/* The highest logit, lowest id among ties. */
+static int sample_argmax(const float *l, int vocab) {
+    int best = 0;
+    for (int i = 1; i < vocab; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
+int rl_sample_row(const float *l, int vocab, const rlRowSpec *sp, const rlLogitAdj *adjs,
+                  rlRowResult *out, void *scratch) {
     float max = l[0];
     for (int i = 1; i < vocab; i++)
         if (l[i] > max) max = l[i];
@@ -188,12 +234,21 @@ int rl_sample_row(const float *l, int vocab, const rlRowSpec *sp, rlRowResult *o
     out->token = -1;
     out->token_logprob = 0;
     if (!sp->sample) return 0;
-    if (sp->temperature == 0) {
-        out->token = top[0];
-    } else {
-        if (!scratch) return -1;
-        out->token = sample_draw(l, vocab, max, sp, scratch);
+    if (rl_sample_scratch(sp, vocab) && !scratch) return -1;
+    const float *la = l;   /* the logits sampled from */
+    float amax = max;
+    int *ids = scratch;
+    if (sp->n_adj > 0) {
+        float *adj = (float *)scratch;
+        ids = (int *)(adj + vocab);
+        memcpy(adj, l, (size_t)vocab * sizeof(float));
+        rl_sample_adjust(adj, sp, adjs);
+        amax = adj[sample_argmax(adj, vocab)];
+        if (amax != -INFINITY) la = adj;   /* everything banned: the raw row */
+        else amax = max;
     }
+    if (sp->temperature == 0) out->token = la == l ? top[0] : sample_argmax(la, vocab);
+    else out->token = sample_draw(la, vocab, amax, sp, ids);
     out->token_logprob = (float)(l[out->token] - lse);
     return 0;
 }
@@ -202,6 +257,7 @@ typedef struct sampleJob {
     const float *logits;
     int vocab;
     const rlRowSpec *rows;
+    const rlLogitAdj *adjs;
     rlRowResult *out;
     atomic_int failed;
 } sampleJob;
@@ -209,12 +265,13 @@ typedef struct sampleJob {
 static void sample_item(void *ctx, int r) {
     sampleJob *j = ctx;
     const rlRowSpec *sp = &j->rows[r];
-    int *scratch = NULL;
-    if (sp->sample && sp->temperature > 0 && !(scratch = malloc((size_t)j->vocab * sizeof(int)))) {
+    size_t bytes = rl_sample_scratch(sp, j->vocab);
+    void *scratch = NULL;
+    if (bytes && !(scratch = malloc(bytes))) {
         atomic_store(&j->failed, 1);
         return;
     }
-    rl_sample_row(j->logits + (size_t)r * j->vocab, j->vocab, sp, &j->out[r], scratch);
+    rl_sample_row(j->logits + (size_t)r * j->vocab, j->vocab, sp, j->adjs, &j->out[r], scratch);
     free(scratch);
 }
 
@@ -222,9 +279,9 @@ int cpu_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, 
     cpuBackend *c = be->impl;
     const rlBatch *b = c->b;
     for (int r = 0; r < b->n_rows; r++)
-        if (rl_sample_check(&b->rows[r], vocab, err) != 0)
+        if (rl_sample_check(&b->rows[r], b->adjs, vocab, err) != 0)
             return rl_error_wrap(err, "logit row %d", r);
-    sampleJob j = {.logits = logits, .vocab = vocab, .rows = b->rows, .out = out};
+    sampleJob j = {.logits = logits, .vocab = vocab, .rows = b->rows, .adjs = b->adjs, .out = out};
     atomic_init(&j.failed, 0);
     cpu_pool_run(c->pool, b->n_rows, sample_item, &j);
     if (atomic_load(&j.failed))

@@ -7,12 +7,20 @@
 #include "kernels/batch.h"
 #include "kernels/error.h"
 
-/* Checks a row's parameters (n_top, temperature, top_p, min_p, top_k, target). */
-int rl_sample_check(const rlRowSpec *spec, int vocab, rlError *err);
+/* Checks a row's parameters (n_top, temperature, top_p, min_p, top_k,
+ * target, penalties) and its logit adjustments, adjs[adj0, adj0 + n_adj). */
+int rl_sample_check(const rlRowSpec *spec, const rlLogitAdj *adjs, int vocab, rlError *err);
 
-/* scratch: vocab ints, used only when the row samples with temperature > 0.
- * Returns -1 (no error text) only when scratch is needed and NULL. */
-int rl_sample_row(const float *logits, int vocab, const rlRowSpec *spec, rlRowResult *out,
-                  int *scratch);
+/* The bytes of scratch rl_sample_row needs for spec (0: none). */
+size_t rl_sample_scratch(const rlRowSpec *spec, int vocab);
+
+/* One row's logits after its adjustments (rl_sample_adjust: the
+ * README's step 5), in place on a copy of the row. */
+void rl_sample_adjust(float *logits, const rlRowSpec *spec, const rlLogitAdj *adjs);
+
+/* scratch: rl_sample_scratch(spec, vocab) bytes.  Returns -1 (no error text)
+ * only when scratch is needed and NULL. */
+int rl_sample_row(const float *logits, int vocab, const rlRowSpec *spec, const rlLogitAdj *adjs,
+                  rlRowResult *out, void *scratch);
 
 #endif

@@ -195,14 +195,18 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     int pitch = b->max_blocks;
     if (c->graph_shape)
         for (pitch = 16; pitch < b->max_blocks; pitch *= 2) {}
-    size_t sz[7] = {
+    /* The logit adjustments come last, so the offsets a captured graph
+     * reads do not move with their count. */
+    int n_adjs = b->adjs ? b->n_adjs : 0;
+    size_t sz[8] = {
         (size_t)b->n_tokens * 4, (size_t)b->n_tokens * 4, (size_t)b->n_tokens * 4,
         (size_t)(b->n_seqs + 1) * 4, (size_t)b->n_seqs * 4,
-        (size_t)b->n_seqs * pitch * 4, (size_t)b->n_rows * sizeof(rlRowSpec)};
-    const void *src[7] = {b->tokens, b->positions, b->slots, b->seq_start, b->seq_len,
-                          b->block_tables, b->rows};
-    size_t off[7], total = 0;
-    for (int i = 0; i < 7; i++) {
+        (size_t)b->n_seqs * pitch * 4, (size_t)b->n_rows * sizeof(rlRowSpec),
+        (size_t)n_adjs * sizeof(rlLogitAdj)};
+    const void *src[8] = {b->tokens, b->positions, b->slots, b->seq_start, b->seq_len,
+                          b->block_tables, b->rows, b->adjs};
+    size_t off[8], total = 0;
+    for (int i = 0; i < 8; i++) {
         off[i] = total;
         total += align16(sz[i]);
     }
@@ -219,7 +223,7 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
             return cuda_take_error(c, err);
         c->stage_cap = cap;
     }
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         if (sz[i] && (i != 5 || pitch == b->max_blocks))
             memcpy(c->stage_host + off[i], src[i], sz[i]);
     if (pitch != b->max_blocks) {
@@ -238,6 +242,8 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     c->d_seq_len = (int32_t *)(c->stage_dev + off[4]);
     c->d_block_tables = (int32_t *)(c->stage_dev + off[5]);
     c->d_rows = (rlRowSpec *)(c->stage_dev + off[6]);
+    c->d_adjs = (rlLogitAdj *)(c->stage_dev + off[7]);
+    c->n_adjs = n_adjs;
     c->n_seqs = b->n_seqs;
     c->n_tokens = b->n_tokens;
     c->n_rows = b->n_rows;

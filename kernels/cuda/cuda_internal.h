@@ -61,6 +61,8 @@ typedef struct rlCuda {
     int max_seq_len;    /* longest KV length in this step */
     int32_t *d_tokens, *d_positions, *d_slots, *d_seq_start, *d_seq_len, *d_block_tables;
     rlRowSpec *d_rows;
+    rlLogitAdj *d_adjs;  /* the rows' logit adjustments (n_adjs of them) */
+    int n_adjs;
 
     /* Scratch: attention's split partials and sampling's per-row workspace. */
     void *scratch;

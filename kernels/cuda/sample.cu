@@ -19,7 +19,15 @@
  * (maximum, its lowest id, and the exp sum of the log-softmax): with one
  * block per row a batch of one would read 152k logits on one SM.  Greedy
  * rows that want at most one alternative are then done: the argmax is the
- * token. */
+ * token.
+ *
+ * Rows with logit adjustments (logit_bias, bans, penalties: the step's
+ * rlLogitAdj entries, staged with the batch, so nothing goes back to the
+ * host) get a copy of their logits with the entries applied, by the same
+ * float operations in the same order as kernels/cpu/sample.c (the _rn
+ * intrinsics keep nvcc from fusing them), and their own maximum pass;
+ * logprobs and alternatives still come from the raw row, the token from
+ * the adjusted one. */
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
@@ -46,12 +54,19 @@ static __device__ __forceinline__ bool arg_better(float v, int i, float w, int j
     return v > w || (v == w && (unsigned)i < (unsigned)j);
 }
 
+/* adjusted: the rows' adjusted copies, whose rows without adjustments are
+ * skipped (their raw stats serve); NULL: the raw logits. */
 __global__ void __launch_bounds__(STATS_THREADS)
-row_stats_kernel(const float *logits, int V, int chunk, RowStats *stats) {
+row_stats_kernel(const float *logits, const float *adjusted, const rlRowSpec *rows, int V,
+                 int chunk, RowStats *stats) {
     __shared__ float sv[32];
     __shared__ int si[32];
     __shared__ double sd[32];
     const int row = blockIdx.y, b = blockIdx.x * chunk, e = min(V, b + chunk);
+    if (adjusted) {
+        if (rows[row].n_adj <= 0) return;
+        logits = adjusted;
+    }
     const float *l = logits + (size_t)row * V;
     float best = -INFINITY;
     int arg = -1;
@@ -73,6 +88,36 @@ row_stats_kernel(const float *logits, int V, int chunk, RowStats *stats) {
         for (int i = b + threadIdx.x; i < e; i += blockDim.x) s += exp((double)l[i] - best);
     s = block_sum(s, sd);
     if (threadIdx.x == 0) stats[(size_t)row * gridDim.x + blockIdx.x] = RowStats{s, best, arg};
+}
+
+/* One listed token's logit after its adjustment: kernels/cpu/sample.c's
+ * rl_sample_adjust, operation for operation. */
+static __device__ __forceinline__ float adjust_one(float x, const rlLogitAdj &a,
+                                                   const rlRowSpec &sp) {
+    x = __fadd_rn(x, a.bias);
+    if (sp.repetition != 1.0f && (a.in_prompt || a.count > 0))
+        x = x > 0.0f ? __fdiv_rn(x, sp.repetition) : __fmul_rn(x, sp.repetition);
+    x = __fsub_rn(x, __fmul_rn(sp.frequency, (float)a.count));
+    if (a.count > 0) x = __fsub_rn(x, sp.presence);
+    return x;
+}
+
+/* Each block copies one chunk of a row with adjustments and applies the
+ * entries that fall in it (each id is listed once per row). */
+__global__ void __launch_bounds__(STATS_THREADS)
+adjust_kernel(const float *logits, int V, int chunk, const rlRowSpec *rows,
+              const rlLogitAdj *adjs, float *adjusted) {
+    const int row = blockIdx.y, b = blockIdx.x * chunk, e = min(V, b + chunk);
+    const rlRowSpec sp = rows[row];
+    if (sp.n_adj <= 0) return;
+    const float *l = logits + (size_t)row * V;
+    float *out = adjusted + (size_t)row * V;
+    for (int i = b + threadIdx.x; i < e; i += blockDim.x) out[i] = l[i];
+    __syncthreads();
+    for (int j = threadIdx.x; j < sp.n_adj; j += blockDim.x) {
+        const rlLogitAdj a = adjs[sp.adj0 + j];
+        if (a.id >= b && a.id < e) out[a.id] = adjust_one(l[a.id], a, sp);
+    }
 }
 
 /* Float order as unsigned order. */
@@ -255,9 +300,24 @@ static __device__ int find_mass(const float *l, const double *q, int V, Kept kep
     return nth_equal(l, q, V, kept, prefix, r, sh);
 }
 
+/* The best (value, id) of a row's chunks and, when sum, the exp sum
+ * relative to it. */
+static __device__ void row_combine(const RowStats *rs, int n_chunks, float *mx, int *arg,
+                                   double *sum) {
+    *mx = -INFINITY, *arg = -1;
+    for (int z = 0; z < n_chunks; z++)
+        if (arg_better(rs[z].max, rs[z].arg, *mx, *arg)) *mx = rs[z].max, *arg = rs[z].arg;
+    if (!sum) return;
+    double se = 0;
+    for (int z = 0; z < n_chunks; z++)
+        if (rs[z].max != -INFINITY) se += rs[z].sum * exp((double)rs[z].max - *mx);
+    *sum = se;
+}
+
 __global__ void __launch_bounds__(SAMPLE_THREADS)
-sample_kernel(const float *logits, int V, const rlRowSpec *rows, const RowStats *stats,
-              int n_chunks, double *qbuf, rlRowResult *results) {
+sample_kernel(const float *logits, const float *adjusted, int V, const rlRowSpec *rows,
+              const RowStats *stats, const RowStats *astats, int n_chunks, double *qbuf,
+              rlRowResult *results) {
     __shared__ SampleShm sh;
     const int row = blockIdx.x;
     const float *l = logits + (size_t)row * V;
@@ -267,28 +327,35 @@ sample_kernel(const float *logits, int V, const rlRowSpec *rows, const RowStats 
     memset(&res, 0, sizeof res);
     res.token = -1;
 
-    const RowStats *rs = stats + (size_t)row * n_chunks;
-    float mx = -INFINITY;
-    int arg = -1;
-    for (int z = 0; z < n_chunks; z++)
-        if (arg_better(rs[z].max, rs[z].arg, mx, arg)) mx = rs[z].max, arg = rs[z].arg;
-    double se = 0;
-    for (int z = 0; z < n_chunks; z++)
-        if (rs[z].max != -INFINITY) se += rs[z].sum * exp((double)rs[z].max - mx);
+    float mx;
+    int arg;
+    double se;
+    row_combine(stats + (size_t)row * n_chunks, n_chunks, &mx, &arg, &se);
     const double log_z = mx + log(se);
     if (spec.target >= 0 && spec.target < V) res.target_logprob = (float)(l[spec.target] - log_z);
 
+    /* The logits the token is drawn from: the adjusted row, unless every
+     * token is banned (then the raw row, as on the CPU). */
+    const float *la = l;
+    float amx = mx;
+    int aarg = arg;
+    if (adjusted && spec.n_adj > 0) {
+        float m;
+        int a;
+        row_combine(astats + (size_t)row * n_chunks, n_chunks, &m, &a, NULL);
+        if (m != -INFINITY) la = adjusted + (size_t)row * V, amx = m, aarg = a;
+    }
+
     const Kept all = {0u, 0x7fffffff, 0.0};
     const bool greedy = spec.sample && spec.temperature <= 0.0f;
+    if (greedy) res.token = aarg;
     int n_top = min(max(spec.n_top, 0), min(RL_MAX_TOP, V));
-    int n_sel = max(n_top, greedy ? 1 : 0);
-    if (n_sel == 1 && arg >= 0) {
-        res.n_top = n_top;
-        if (n_top) res.top_ids[0] = arg, res.top_logprobs[0] = (float)(mx - log_z);
-        if (greedy) res.token = arg;
-    } else if (n_sel > 0) {
+    if (n_top == 1 && arg >= 0) {
+        res.n_top = 1;
+        res.top_ids[0] = arg, res.top_logprobs[0] = (float)(mx - log_z);
+    } else if (n_top > 0) {
         int need;
-        uint32_t kth = select_nth(l, V, all, n_sel, &need, &sh);
+        uint32_t kth = select_nth(l, V, all, n_top, &need, &sh);
         int tie_id = nth_equal(l, NULL, V, all, kth, need, &sh);
         Kept top = {kth, tie_id + 1, 0.0};
         if (threadIdx.x == 0) sh.n_found = 0;
@@ -316,35 +383,34 @@ sample_kernel(const float *logits, int V, const rlRowSpec *rows, const RowStats 
             res.top_ids[a] = sh.top_id[a];
             res.top_logprobs[a] = (float)(sh.top_val[a] - log_z);
         }
-        if (greedy) res.token = sh.top_id[0];
     }
 
     if (spec.sample && !greedy) {
         const double inv_t = 1.0 / (double)spec.temperature;
-        for (int i = threadIdx.x; i < V; i += blockDim.x) q[i] = exp(((double)l[i] - mx) * inv_t);
+        for (int i = threadIdx.x; i < V; i += blockDim.x) q[i] = exp(((double)la[i] - amx) * inv_t);
         __syncthreads();
         Kept kept = all;
         if (spec.top_k > 0 && spec.top_k < V) {
             int need;
-            uint32_t kth = select_nth(l, V, all, spec.top_k, &need, &sh);
-            kept = {kth, nth_equal(l, NULL, V, all, kth, need, &sh) + 1, 0.0};
+            uint32_t kth = select_nth(la, V, all, spec.top_k, &need, &sh);
+            kept = {kth, nth_equal(la, NULL, V, all, kth, need, &sh) + 1, 0.0};
         }
         if (spec.top_p < 1.0f) {
             double z = 0;
             for (int i = threadIdx.x; i < V; i += blockDim.x)
-                if (kept_has(kept, okey(l[i]), i, q[i])) z += q[i];
+                if (kept_has(kept, okey(la[i]), i, q[i])) z += q[i];
             z = block_sum(z, sh.redd);
-            int last = find_mass(l, q, V, kept, (double)spec.top_p * z, false, mx, inv_t, &sh);
-            kept = kept_min(kept, Kept{okey(l[last]), last + 1, 0.0});
+            int last = find_mass(la, q, V, kept, (double)spec.top_p * z, false, amx, inv_t, &sh);
+            kept = kept_min(kept, Kept{okey(la[last]), last + 1, 0.0});
         }
         /* The most likely token has q = 1, so min-p's floor is min_p itself. */
         kept.qmin = spec.min_p > 0.0f ? (double)spec.min_p : 0.0;
         double z = 0;
         for (int i = threadIdx.x; i < V; i += blockDim.x)
-            if (kept_has(kept, okey(l[i]), i, q[i])) z += q[i];
+            if (kept_has(kept, okey(la[i]), i, q[i])) z += q[i];
         z = block_sum(z, sh.redd);
         double u = rl_uniform(spec.seed, spec.sample_index, spec.step);
-        res.token = find_mass(l, q, V, kept, u * z, true, mx, inv_t, &sh);
+        res.token = find_mass(la, q, V, kept, u * z, true, amx, inv_t, &sh);
     }
     if (res.token >= 0) res.token_logprob = (float)(l[res.token] - log_z);
     if (threadIdx.x == 0) results[row] = res;
@@ -360,7 +426,12 @@ int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out,
     if (chunks < 1) chunks = 1;
     int chunk = (vocab + chunks - 1) / chunks;
     chunks = (vocab + chunk - 1) / chunk;
-    size_t stats_bytes = (size_t)n * chunks * sizeof(RowStats);
+    /* Rows with logit adjustments: a second set of stats, and their
+     * adjusted copies after the q buffer in scratch. */
+    const bool adj = c->n_adjs > 0;
+    size_t one_stats = (size_t)n * chunks * sizeof(RowStats);
+    size_t stats_bytes = one_stats * (adj ? 2 : 1);
+    size_t q_bytes = (size_t)n * vocab * sizeof(double);
     if (n > c->results_cap) {
         cuda_check(c, cudaStreamSynchronize(c->stream), "sample");
         cudaFree(c->d_results);
@@ -381,14 +452,28 @@ int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out,
         if (!cuda_check(c, cudaMalloc(&c->stats, stats_bytes * 2), "sample"))
             c->stats_cap = stats_bytes * 2;
     }
-    if (n > 0 && c->stats && !cuda_scratch(c, (size_t)n * vocab * sizeof(double), "sample")) {
+    if (n > 0 && c->stats &&
+        !cuda_scratch(c, q_bytes + (adj ? (size_t)n * vocab * sizeof(float) : 0), "sample")) {
+        RowStats *stats = (RowStats *)c->stats, *astats = NULL;
+        float *adjusted = NULL;
         PROF(c, "sample: row stats");
         row_stats_kernel<<<dim3(chunks, n), STATS_THREADS, 0, c->stream>>>(
-            logits, vocab, chunk, (RowStats *)c->stats);
+            logits, NULL, c->d_rows, vocab, chunk, stats);
         cuda_launched(c, "sample");
+        if (adj) {
+            PROF(c, "sample: logit adjustments");
+            adjusted = (float *)((char *)c->scratch + q_bytes);
+            astats = (RowStats *)((char *)c->stats + one_stats);
+            adjust_kernel<<<dim3(chunks, n), STATS_THREADS, 0, c->stream>>>(
+                logits, vocab, chunk, c->d_rows, c->d_adjs, adjusted);
+            cuda_launched(c, "sample");
+            row_stats_kernel<<<dim3(chunks, n), STATS_THREADS, 0, c->stream>>>(
+                logits, adjusted, c->d_rows, vocab, chunk, astats);
+            cuda_launched(c, "sample");
+        }
         PROF(c, "sample");
-        sample_kernel<<<n, SAMPLE_THREADS, 0, c->stream>>>(logits, vocab, c->d_rows,
-                                                           (const RowStats *)c->stats, chunks,
+        sample_kernel<<<n, SAMPLE_THREADS, 0, c->stream>>>(logits, adjusted, vocab, c->d_rows,
+                                                           stats, astats, chunks,
                                                            (double *)c->scratch, c->d_results);
         cuda_launched(c, "sample");
         cuda_check(c, cudaMemcpyAsync(c->h_results, c->d_results, n * sizeof(rlRowResult),

@@ -432,6 +432,8 @@ static int ranks_item_make(ranksItem *it, const rlBatch *b, rlRowResult *out, in
         .max_blocks = b->max_blocks,
         .n_rows = nr,
         .rows = it->rows,
+        .n_adjs = b->n_adjs,
+        .adjs = b->adjs,
     };
     it->out = out;
     it->remaining = remaining;
