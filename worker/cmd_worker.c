@@ -32,8 +32,6 @@ int cmd_worker(int argc, char **argv) {
                  "this instance's name (default host:pid)");
     flags_string(&fs, "--dead", &so.keys.dead, "KEY", "dead-letter stream (default redlm:dead)");
     flags_string(&fs, "--cancel", &so.keys.cancel, "KEY", "cancel stream (default redlm:cancel)");
-    flags_string(&fs, "--served-model-name", &so.served_model_name, "NAME",
-                 "the model's name in heartbeats and `redlm status`\n(default: --model as given)");
     flags_int(&fs, "--claim-idle-ms", &so.claim_idle_ms, 10, 1 << 30, "N",
               "take over others' jobs idle this long (default 30000)");
     flags_int(&fs, "--max-deliveries", &so.max_deliveries, 1, 1000000, "N",
@@ -76,7 +74,7 @@ int cmd_worker(int argc, char **argv) {
             n += snprintf(devices + n, sizeof(devices) - (size_t)n, "%c%d", d ? ',' : ':',
                           eo->devices && d < eo->n_devices ? eo->devices[d] : d);
     so.model = eo->model;
-    if (!so.served_model_name) so.served_model_name = eo->model;
+    so.served_model_name = eo->served_model_name ? eo->served_model_name : eo->model;
     so.layout = layout;
     so.devices = devices;
     rlEngine *e = engine_open(eo, &err);

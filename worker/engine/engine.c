@@ -24,6 +24,7 @@
 #include "worker/model/checkpoint.h"
 #include "worker/model/modelcfg.h"
 #include "worker/model/quant.h"
+#include "worker/engine/adjust.h"
 #include "worker/engine/layout.h"
 #include "worker/engine/ranks.h"
 #include "worker/engine/engine_plan.h"
@@ -64,6 +65,7 @@ typedef struct engReq {
     engSample *samples;
     int n_done;
     rlTokenLogprob *prompt_lp;  /* [n_prompt] when prompt_logprobs was asked */
+    rlAdjust *adjust;           /* its logit adjustments, or NULL (adjust.c) */
     uint64_t seed;
     int aborted;
     double t_arrival, t_scheduled, t_first;
@@ -76,6 +78,7 @@ typedef struct engFlight {
     rlStep *plan;
     rlRowSpec *specs;
     rlRowResult *results;
+    rlAdjBuf adj;               /* the rows' logit adjustments */
     uint64_t ticket;
 } engFlight;
 
@@ -308,6 +311,7 @@ static void ereq_free(rlEngine *e, engReq *q) {
         for (int i = 0; i < q->req->n; i++) sample_free(&q->samples[i]);
     free(q->samples);
     free(q->prompt_lp);
+    adjust_free(q->adjust);
     free(q->error_message);
     request_free(q->req);
     free(q->req);
@@ -364,11 +368,23 @@ static int ereq_check(rlEngine *e, engReq *q) {
     if (r->n > e->opt.max_num_seqs)
         return ereq_refuse(q, "invalid_request", "n = %d is over --max-num-seqs %d", r->n,
                            e->opt.max_num_seqs);
+    const char *served = e->opt.served_model_name ? e->opt.served_model_name : e->opt.model;
+    if (r->model && strcmp(r->model, served) && strcmp(r->model, e->opt.model))
+        return ereq_refuse(q, "invalid_request",
+                           "model '%.200s' is not served here: this worker serves '%.200s' "
+                           "(--served-model-name; also '%.200s', its --model)", r->model, served,
+                           e->opt.model);
     return 0;
 }
 
 static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
     rlRequest *r = q->req;
+    rlError aerr = {0};
+    if (adjust_open(r, e->tok, e->cfg.vocab_size, e->cfg.eos_ids, e->cfg.n_eos, &q->adjust,
+                    &aerr)) {
+        if (aerr.code != RL_EINPUT) return rl_error(err, aerr.code, "%s", aerr.msg);
+        return ereq_refuse(q, "invalid_request", "%s", aerr.msg);
+    }
     q->samples = calloc((size_t)r->n, sizeof(*q->samples));
     if (!q->samples) return rl_error(err, RL_EINTERNAL, "out of memory");
     for (int i = 0; i < r->n; i++) {
@@ -531,6 +547,7 @@ static int sample_push(rlEngine *e, engReq *q, int i, const rlRowResult *res, rl
     s->tokens[s->n_tokens++] = tok;
     s->n_generated++;
     e->generation_tokens++;
+    if (adjust_count(q->adjust, i, tok)) return rl_error(err, RL_EINTERNAL, "out of memory");
     if (q->t_first == 0) q->t_first = now_ms();
     sched_append(e->sched, q->h, i, tok);
     rlFinish f = RL_FINISH_NONE;
@@ -552,7 +569,7 @@ static int sample_push(rlEngine *e, engReq *q, int i, const rlRowResult *res, rl
 
 /* ---- the step ---- */
 
-static void row_spec(const rlSchedRow *row, rlRowSpec *spec) {
+static int row_spec(const rlSchedRow *row, rlRowSpec *spec, rlAdjBuf *adj) {
     const engReq *q = row->req->user;
     const rlRequest *r = q->req;
     memset(spec, 0, sizeof(*spec));
@@ -561,7 +578,7 @@ static void row_spec(const rlSchedRow *row, rlRowSpec *spec) {
     if (row->kind == RL_ROW_PROMPT) {
         spec->target = row->target;
         spec->n_top = r->prompt_logprobs;
-        return;
+        return 0;
     }
     spec->target = -1;
     spec->n_top = r->logprobs > 0 ? r->logprobs : 0;
@@ -573,6 +590,11 @@ static void row_spec(const rlSchedRow *row, rlRowSpec *spec) {
     spec->seed = q->seed;
     spec->sample_index = (uint32_t)row->seq;
     spec->step = (uint32_t)row->step;
+    const rlSchedSeq *seq = &row->req->seqs[row->seq];
+    int n_gen = seq->n_tokens - r->n_prompt_ids;
+    if (n_gen > row->step) n_gen = row->step;
+    if (n_gen < 0) n_gen = 0;
+    return adjust_row(q->adjust, row->seq, seq->tokens + r->n_prompt_ids, n_gen, spec, adj);
 }
 
 /* Refused and aborted requests are answered before anything is planned; an
@@ -619,11 +641,15 @@ static int engine_submit(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
         int end = p->seq_len[i] < q->req->n_prompt_ids ? p->seq_len[i] : q->req->n_prompt_ids;
         if (end > start) e->prompt_tokens += (uint64_t)(end - start);
     }
-    for (int i = 0; i < p->n_rows; i++) row_spec(&p->rows[i], &f->specs[i]);
+    f->adj.n = 0;
+    for (int i = 0; i < p->n_rows; i++)
+        if (row_spec(&p->rows[i], &f->specs[i], &f->adj))
+            return rl_error(err, RL_EINTERNAL, "out of memory building logit adjustments");
     rlBatch b = {.n_seqs = p->n_seqs, .n_tokens = p->n_tokens, .tokens = p->tokens,
                  .positions = p->positions, .slots = p->slots, .seq_start = p->seq_start,
                  .seq_len = p->seq_len, .block_tables = p->block_tables,
-                 .max_blocks = p->max_blocks, .n_rows = p->n_rows, .rows = f->specs};
+                 .max_blocks = p->max_blocks, .n_rows = p->n_rows, .rows = f->specs,
+                 .n_adjs = f->adj.n, .adjs = f->adj.v};
     double t0 = now_ms();
     if (ranks_submit(e->ranks, &b, f->results, &f->ticket, err)) return -1;
     e->model_ms += now_ms() - t0;
@@ -721,6 +747,7 @@ void engine_close(rlEngine *e) {
         sched_step_free(e->flights[i].plan);
         free(e->flights[i].specs);
         free(e->flights[i].results);
+        free(e->flights[i].adj.v);
     }
     free(e->flights);
     if (e->tok) tokenizer_free(e->tok);

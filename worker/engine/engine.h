@@ -37,6 +37,7 @@ typedef struct rlEngineOptions {
     double nccl_timeout_s;      /* CUDA ranks: a hung collective ends the process; 0 = default */
     int collectives;            /* 1: rank threads and communicators even at 1x1 (--collectives) */
     uint64_t seed;              /* dummy weights and unseeded requests */
+    const char *served_model_name; /* what a request's `model` must name (NULL: model) */
 } rlEngineOptions;
 
 void engine_options_init(rlEngineOptions *o);

@@ -51,6 +51,9 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
     pc->aliases = "--prefix-caching";
     pc->negatable = 1;
     flags_u64(fs, "--seed", &o->seed, "N", "seed for dummy weights and unseeded requests");
+    flags_string(fs, "--served-model-name", &o->served_model_name, "NAME",
+                 "the name a request's `model` must give (or --model as\ngiven), in heartbeats "
+                 "and `redlm status` (default: --model)");
     layout_flags_add(fs, &f->lay);
 }
 
