@@ -38,6 +38,7 @@ json_t *output_event(const rlOutput *o, int seq) {
                            kinds[o->kind], "seq", seq, "attempt", r ? r->attempt : 1);
     if (!ev) return NULL;
     int bad = 0;
+    if (r && r->echo) bad |= json_object_update(ev, r->echo);   /* user, metadata */
     if (o->kind == RL_OUT_ERROR) {
         bad |= json_object_set_new(ev, "error", json_pack("{s:s, s:s}", "code", o->error_code,
                                                           "message", o->error_message));

@@ -31,7 +31,6 @@ void request_init(rlRequest *r) {
     r->attempt = 1;
     r->add_generation_prompt = 1;
     r->repetition_penalty = 1.0f;
-    r->skip_special_tokens = 1;
 }
 
 void request_free(rlRequest *r) {
