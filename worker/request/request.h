@@ -21,8 +21,9 @@ typedef struct rlLogitBias {
     float bias;
 } rlLogitBias;
 
-/* Sampling fields a request gave itself (rlRequest.given): the model's
- * generation_config.json defaults fill the others. */
+/* Sampling fields a request gave itself (rlRequest.given), recorded so the
+ * model's generation_config.json defaults can fill the others; nothing
+ * applies those defaults yet. */
 enum {
     RL_GIVEN_TEMPERATURE = 1 << 0,
     RL_GIVEN_TOP_P = 1 << 1,
