@@ -20,7 +20,12 @@ CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
 CUDA     ?= $(if $(NVCC),1,0)
-CUDA_ARCH ?= sm_90
+# GPU code: machine code for each compute capability in CUDA_ARCHS (A100;
+# RTX 3090 / A10; RTX 4090 / L4; H100 / H200) and PTX for CUDA_PTX (default
+# the newest), which the driver compiles for later GPUs.  Narrow it for a
+# faster build: `make CUDA_ARCHS=90` (the GPU check: CUDA_ARCHS=90 CUDA_PTX=80).
+CUDA_ARCHS ?= 80 86 89 90
+CUDA_PTX  ?= $(lastword $(sort $(CUDA_ARCHS)))
 SANITIZE ?= 0
 
 DEPS_DEB = build-essential pkg-config xz-utils jq libhiredis-dev libev-dev libmsgpack-dev \
@@ -45,7 +50,10 @@ ifeq ($(CUDA),1)
   SRC    += $(wildcard kernels/cuda/*.c)
   CU     = $(wildcard kernels/cuda/*.cu)
   CFLAGS += -DRL_HAVE_CUDA -I$(CUDA_HOME)/include
-  NVFLAGS = -O3 -std=c++17 -arch=$(CUDA_ARCH) -lineinfo -DRL_HAVE_CUDA -I. \
+  CUDA_GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+                 -gencode arch=compute_$(CUDA_PTX),code=compute_$(CUDA_PTX)
+  NVFLAGS = -O3 -std=c++17 $(CUDA_GENCODE) -lineinfo -DRL_HAVE_CUDA -I. \
+            -DRL_CUDA_ARCHS='"$(CUDA_ARCHS)"' \
             -Xcompiler -Wall,-Wextra,-Werror,-fPIC --expt-relaxed-constexpr
   CUDA_LIBDIRS = $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib
   LDLIBS += $(addprefix -L,$(CUDA_LIBDIRS)) $(addprefix -Wl$(comma)-rpath$(comma),$(CUDA_LIBDIRS)) \
@@ -70,7 +78,7 @@ VERSION_H = $(BUILD)/gen/version.h
 $(VERSION_H): FORCE
 	@mkdir -p $(dir $@)
 	@printf '#define RL_VERSION "%s"\n#define RL_GIT_COMMIT "%s"\n#define RL_CUDA_ARCHS "%s"\n#define RL_BACKENDS "%s"\n' \
-	    '$(VERSION)' '$(GIT_COMMIT)' '$(if $(filter 1,$(CUDA)),$(CUDA_ARCH),none)' \
+	    '$(VERSION)' '$(GIT_COMMIT)' '$(if $(filter 1,$(CUDA)),$(CUDA_ARCHS) + PTX $(CUDA_PTX),none)' \
 	    'cpu$(if $(filter 1,$(CUDA)), cuda)' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
 $(BUILD)/worker/main.o: $(VERSION_H)
@@ -82,7 +90,13 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.o: %.cu
+# The .cu objects are rebuilt when the GPU targets change.
+CUDA_STAMP = $(BUILD)/cuda-archs
+$(CUDA_STAMP): FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(CUDA_GENCODE)' | cmp -s - $@ || echo '$(CUDA_GENCODE)' > $@
+
+$(BUILD)/%.o: %.cu $(CUDA_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
@@ -102,7 +116,7 @@ $(BUILD)/fixtures/%: tests/fixtures/%.xz
 	xz -dc $< > $@
 
 test: $(BUILD)/redlm $(TESTS) fixtures
-	BUILD=$(BUILD) tests/run
+	BUILD=$(BUILD) CUDA=$(CUDA) CUDA_ARCHS='$(CUDA_ARCHS)' CUDA_PTX=$(CUDA_PTX) tests/run
 
 test-asan:
 	$(MAKE) SANITIZE=1 test

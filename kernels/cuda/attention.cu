@@ -659,6 +659,13 @@ template <typename T, int NP>
 static void attention_launch(rlCuda *c, T *out, const T *qkv, const AttArgs &a, dim3 grid) {
     size_t shm = ((size_t)ATT_ROWS * a.D + 2 * (size_t)ATT_KEYS * (a.D + 2)) * sizeof(T) +
                  ATT_WARPS * ATT_RPW * ATT_KEYS * sizeof(float);
+    if (shm > c->arch.smem_block) {
+        cuda_fail(c, RL_EUSAGE,
+                  "attention over head dim %d needs %zu KiB of shared memory per block, more "
+                  "than the %zu KiB this GPU%s allows", a.D, shm >> 10, c->arch.smem_block >> 10,
+                  c->arch.generic ? " (the generic path's Ampere / Ada limit)" : "");
+        return;
+    }
     /* Past 48 KiB (head dims over 128) the limit is lifted per device, so per launch. */
     if (shm > 48 * 1024 &&
         cuda_check(c, cudaFuncSetAttribute(attention_kernel<T, NP>,
@@ -695,26 +702,38 @@ template <typename T, int D> static cudaError_t attention_decode_allow_smem() {
 }
 
 /* The decode kernel takes more than the default 48 KiB of shared memory: the
- * limit is raised once per device, outside any graph capture. */
+ * limit is raised once per device, outside any graph capture.  How many of
+ * its blocks an SM holds at once sets how far a step splits its keys. */
 int cuda_attention_init(rlCuda *c, rlError *err) {
+    size_t most = attention_decode_smem<bf16, 128>();
+    if (most > c->arch.smem_block)
+        return rl_error(err, RL_EDEVICE,
+                        "CUDA backend, device %d: the decode attention kernel needs %zu KiB of "
+                        "shared memory per block, more than the %zu KiB this GPU allows",
+                        c->device, most >> 10, c->arch.smem_block >> 10);
     cudaError_t e = attention_decode_allow_smem<bf16, 64>();
     if (e == cudaSuccess) e = attention_decode_allow_smem<bf16, 128>();
     if (e == cudaSuccess) e = attention_decode_allow_smem<f16, 64>();
     if (e == cudaSuccess) e = attention_decode_allow_smem<f16, 128>();
-    /* How many blocks an SM holds at once (bf16 and fp16 take the same). */
+    /* bf16 and fp16 take the same. */
+    int occ[2] = {0, 0};
     if (e == cudaSuccess)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &c->dec_blocks_per_sm[0], attention_decode_kernel<bf16, 64>, DEC_WARPS * 32,
+            &occ[0], attention_decode_kernel<bf16, 64>, DEC_WARPS * 32,
             attention_decode_smem<bf16, 64>());
     if (e == cudaSuccess)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &c->dec_blocks_per_sm[1], attention_decode_kernel<bf16, 128>, DEC_WARPS * 32,
+            &occ[1], attention_decode_kernel<bf16, 128>, DEC_WARPS * 32,
             attention_decode_smem<bf16, 128>());
     if (e != cudaSuccess)
         return rl_error(err, RL_EDEVICE,
                         "CUDA backend, device %d: the decode attention kernel cannot have the "
-                        "%zu KiB of shared memory it needs: %s", c->device,
-                        attention_decode_smem<bf16, 128>() >> 10, cudaGetErrorString(e));
+                        "%zu KiB of shared memory it needs: %s", c->device, most >> 10,
+                        cudaGetErrorString(e));
+    c->dec_blocks_per_sm[0] = cuda_arch_blocks_per_sm(c, occ[0], DEC_WARPS * 32,
+                                                      attention_decode_smem<bf16, 64>());
+    c->dec_blocks_per_sm[1] = cuda_arch_blocks_per_sm(c, occ[1], DEC_WARPS * 32,
+                                                      attention_decode_smem<bf16, 128>());
     return 0;
 }
 

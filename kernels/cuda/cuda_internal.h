@@ -34,10 +34,24 @@ typedef struct rlGemmAlgo {
 typedef struct rlProf rlProf;
 typedef struct rlGraphs rlGraphs;
 
+/* The GPU generation's limits and fast paths the kernels plan with
+ * (arch.cu): the device's own, or with RL_CUDA_GENERIC=1 those of the
+ * Ampere / Ada cards the generic path stands for. */
+typedef struct rlCudaArch {
+    int cc;                     /* compute capability, 10 x major + minor: 90 */
+    int generic;                /* forced onto the generic path (RL_CUDA_GENERIC=1) */
+    int pdl;                    /* launch with programmatic dependent launch (sm_90 code) */
+    size_t smem_block;          /* most dynamic shared memory one block may ask for */
+    size_t smem_sm;             /* shared memory per SM, for blocks resident at once */
+    int threads_sm;             /* threads resident per SM */
+} rlCudaArch;
+
 typedef struct rlCuda {
     rlBackend be;
     int device;
     int sm_count;
+    rlCudaArch arch;
+    size_t used_at_open;        /* device memory in use before this backend's context (NVML) */
     cudaStream_t stream;
     cublasLtHandle_t lt;
     void *lt_ws;
@@ -102,6 +116,13 @@ void cuda_fail(rlCuda *c, rlErrorCode code, const char *fmt, ...)
 int cuda_scratch(rlCuda *c, size_t bytes, const char *op);
 /* Make sure att_count holds at least n zeroed counters; 0 on success. */
 int cuda_att_counters(rlCuda *c, int n, const char *op);
+
+/* arch.cu: fill c->arch for c->device (one line on stderr per device and
+ * process); RL_EDEVICE when this build holds no code the GPU can run. */
+int cuda_arch_init(rlCuda *c, rlError *err);
+/* Blocks of `threads` threads and `smem` bytes of shared memory resident per
+ * SM: the occupancy CUDA computes for this device, within c->arch's limits. */
+int cuda_arch_blocks_per_sm(const rlCuda *c, int occupancy, int threads, size_t smem);
 
 /* profile.cu: PROF(c, fmt, ...) marks the start of an operation. */
 int cuda_prof_init(rlCuda *c, rlError *err);

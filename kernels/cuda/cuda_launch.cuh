@@ -10,38 +10,36 @@
  * are visible.  Each kernel launched this way must call pdl_wait() before it
  * reads anything an earlier kernel wrote and before it writes anything, and
  * calls pdl_trigger() at its start to let the next one launch early.  Both
- * are no-ops for a kernel launched without the attribute.  RL_CUDA_PDL=0
- * launches everything plainly. */
+ * are no-ops for a kernel launched without the attribute.
+ *
+ * `griddepcontrol` is an sm_90 instruction: code for older GPUs compiles
+ * both to nothing, and the launch asks for PDL only where the code running
+ * has them (c->arch.pdl, arch.cu: Hopper code on a Hopper GPU, not
+ * RL_CUDA_GENERIC=1 or RL_CUDA_PDL=0).  Without the attribute a kernel
+ * starts after the one before it has finished, so the waits are not needed. */
 #ifndef RL_CUDA_LAUNCH_CUH
 #define RL_CUDA_LAUNCH_CUH
 
-#include <stdlib.h>
-#include <string.h>
-
 static __device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
 static __device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
-static inline int pdl_enabled() {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("RL_CUDA_PDL");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on;
-}
-
-/* kernel<<<grid, block, shm, c->stream>>>(args...), with the PDL attribute;
- * the launch's error is checked under op's name. */
+/* kernel<<<grid, block, shm, c->stream>>>(args...), with the PDL attribute
+ * where the GPU and the code allow it; the launch's error is checked under
+ * op's name. */
 template <typename... P, typename... A>
 static void cuda_launch_pdl(rlCuda *c, const char *op, void (*kernel)(P...), dim3 grid,
                             dim3 block, size_t shm, A... args) {
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = pdl_enabled();
+    attr.val.programmaticStreamSerializationAllowed = c->arch.pdl;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
