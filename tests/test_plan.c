@@ -305,12 +305,36 @@ static void test_one_layout(void **state) {
     assert_true(p.layouts[0].fits);
     plan_free(&p);
 
-    /* another process holding most of a GPU shrinks its budget */
+    /* --gpu-memory-utilization is this instance's share, which must be
+     * free: 0.90 of a GPU where another process holds 60 of 80 GiB is not */
     plan_options_init(&o, 1, 80 * GiB);
     o.gpu_used[0] = 60 * GiB;
+    o.gpu_free[0] = 20 * GiB;
     assert_int_equal(plan_layout(&cfg, &o, 1, 1, 1, &p, &err), -1);
-    assert_non_null(strstr(err.msg, "less other processes"));
+    assert_int_equal(err.code, RL_EMEMORY);
+    assert_non_null(strstr(err.msg, "only 20.00 GiB is free"));
+    assert_non_null(strstr(err.msg, "lower --gpu-memory-utilization to 0.24"));
     plan_free(&p);
+
+    /* vLLM's rule: two instances at 0.45 share a 141 GiB GPU, in either
+     * order, each with the same budget; a third finds its share taken */
+    size_t share = (size_t)(0.45 * (double)(141 * GiB)), reserved = GiB / 2;
+    for (int held = 0; held < 3; held++) {
+        plan_options_init(&o, 1, 141 * GiB);
+        o.gpu_memory_utilization = 0.45;
+        o.gpu_used[0] = (size_t)held * share;
+        o.gpu_free[0] = 141 * GiB - reserved - (size_t)held * share;
+        int rc = plan_layout(&cfg, &o, 1, 1, 1, &p, &err);
+        if (held < 2) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(p.layouts[0].ranks[0].budget, share);
+        } else {
+            assert_int_equal(rc, -1);
+            assert_int_equal(err.code, RL_EMEMORY);
+            assert_non_null(strstr(err.msg, "other processes hold 126.90 GiB"));
+        }
+        plan_free(&p);
+    }
 }
 
 int main(void) {

@@ -67,7 +67,8 @@ static int case_run(const PlanCase *c) {
     unsigned long long used_before = host.gpus[0].used;
     rlPlanOptions o;
     plan_options_init(&o, 1, (size_t)host.gpus[0].total);
-    o.gpu_used[0] = (size_t)used_before;
+    o.gpu_used[0] = (size_t)host.gpus[0].others;
+    o.gpu_free[0] = (size_t)host.gpus[0].free;
     o.gpu_ordinal[0] = 0;
     o.max_model_len = 8192, o.max_num_batched_tokens = c->batched, o.max_num_seqs = c->seqs;
     o.gpu_memory_utilization = c->util;

@@ -4,9 +4,12 @@
  * Exit status: 0 when some layout fits (or the one asked for with --tp/--pp
  * fits), RL_EMEMORY when none does, RL_EUSAGE / RL_EMODEL / RL_EDEVICE for
  * bad flags, an unusable config or unreadable GPUs. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kernels/gpuinfo.h"
 
 #include "worker/model/checkpoint.h"
 #include "worker/commands.h"
@@ -21,6 +24,9 @@ typedef struct planArgs {
     int devices[RL_PLAN_MAX_GPUS], n_devices;
     size_t gpu_memory;
     int gpus, instances, tp, pp, json;
+    int interconnect;       /* rlPlanLink, -1: by the GPUs' size */
+    const char *topology;
+    double bandwidth;       /* GB/s, 0: by the GPUs' size */
     int one;                /* --tp and --pp given: check that layout only */
     rlPlanOptions opt;
 } planArgs;
@@ -32,7 +38,12 @@ static int plan_args(int argc, char **argv, planArgs *a) {
     a->dtype = "bf16";
     a->gpus = a->instances = a->tp = a->pp = 1;
     a->gpu_memory = (size_t)80 << 30;
+    a->interconnect = -1;
     rlPlanOptions *o = &a->opt;
+    static const rlFlagChoice links[] = {{"nvlink", NULL, RL_PLAN_LINK_NVLINK},
+                                         {"pcie", NULL, RL_PLAN_LINK_PCIE},
+                                         {"host", NULL, RL_PLAN_LINK_HOST},
+                                         {NULL, NULL, 0}};
     rlFlags fs;
     flags_init(&fs, "plan",
                "usage: redlm plan --model DIR|config.json [options]\n"
@@ -47,8 +58,17 @@ static int plan_args(int argc, char **argv, planArgs *a) {
     flags_size(&fs, "--gpu-memory", &a->gpu_memory, 1 << 20,
                "... of this much memory each (e.g. 24GiB, 141GB; default\n80GiB)");
     layout_flags_add_devices(&fs, a->devices, RL_PLAN_MAX_GPUS, &a->n_devices,
-                             "real GPUs instead (e.g. 0-5): their memory and what other\n"
-                             "processes hold, read through NVML");
+                             "real GPUs instead (e.g. 0-5): their memory, what other\n"
+                             "processes hold and the links between them, from NVML");
+    flags_enum_int(&fs, "--interconnect", &a->interconnect, links,
+                   "how the hypothetical GPUs reach each other (default:\n"
+                   "pcie under 40 GiB, else nvlink; host: across sockets or\n"
+                   "without peer-to-peer)");
+    flags_string(&fs, "--topology", &a->topology, "FILE",
+                 "... or each pair's link, as `nvidia-smi topo -m` prints\n"
+                 "them (optionally followed by `nvidia-smi topo -p2p r`)");
+    flags_double(&fs, "--gpu-bandwidth", &a->bandwidth, 10, 0, 100000, "GB/s",
+                 "their memory bandwidth (default 1000 under 40 GiB, else\n3350)");
     flags_enum(&fs, "--dtype", &a->dtype, engine_dtypes,
                "weights, activations and KV cache (default bf16;\n"
                "auto: the config's); also bfloat16, float16, half, float32");
@@ -61,6 +81,10 @@ static int plan_args(int argc, char **argv, planArgs *a) {
     flags_bool(&fs, "--json", &a->json, "the whole plan as JSON, every rank of every layout");
     flags_conflict(&fs, "--devices", "--gpus");
     flags_conflict(&fs, "--devices", "--gpu-memory");
+    flags_conflict(&fs, "--devices", "--interconnect");
+    flags_conflict(&fs, "--devices", "--topology");
+    flags_conflict(&fs, "--devices", "--gpu-bandwidth");
+    flags_conflict(&fs, "--interconnect", "--topology");
     flags_requires(&fs, "--instances", "--tp");
     flags_requires(&fs, "--tp", "--pp");
     flags_requires(&fs, "--pp", "--tp");
@@ -69,16 +93,46 @@ static int plan_args(int argc, char **argv, planArgs *a) {
     return rc;
 }
 
+/* --topology FILE: the links between the hypothetical GPUs, as NVML would
+ * give them (kernels/gpuinfo.h parses it). */
+static int plan_read_topology(const char *path, int n, rlPlanOptions *o, rlError *err) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return rl_error(err, RL_EUSAGE, "--topology %s: cannot open it: %s", path,
+                        strerror(errno));
+    char text[65536];
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    text[len] = 0;
+    fclose(f);
+    rlGpuTopology t;
+    char why[256];
+    if (rl_gpu_topology_parse(text, &t, why, sizeof(why)))
+        return rl_error(err, RL_EUSAGE, "--topology %s: %s; give the output of `nvidia-smi topo "
+                        "-m` (and optionally `nvidia-smi topo -p2p r`)", path, why);
+    if (t.n != n)
+        return rl_error(err, RL_EUSAGE, "--topology %s describes %d GPUs but --gpus is %d", path,
+                        t.n, n);
+    plan_set_links(o, RL_PLAN_LINK_NVLINK, NULL);
+    plan_set_topology(o, &t, "from --topology");
+    return 0;
+}
+
 static int plan_gpus(planArgs *a, rlError *err) {
     rlPlanOptions *o = &a->opt;
     if (a->n_devices) return plan_read_devices(a->devices, a->n_devices, o, err);
     o->n_gpus = a->gpus;
     for (int i = 0; i < a->gpus; i++) {
-        o->gpu_total[i] = a->gpu_memory;
+        o->gpu_total[i] = o->gpu_free[i] = a->gpu_memory;
         o->gpu_used[i] = 0;
         o->gpu_ordinal[i] = -1;
+        o->gpu_bandwidth[i] = a->bandwidth * 1e9;
     }
-    return 0;
+    if (a->interconnect >= 0) {
+        static const char *from[] = {"--interconnect nvlink", "--interconnect pcie",
+                                     "--interconnect host"};
+        plan_set_links(o, (rlPlanLink)a->interconnect, from[a->interconnect]);
+    }
+    return a->topology ? plan_read_topology(a->topology, a->gpus, o, err) : 0;
 }
 
 int cmd_plan(int argc, char **argv) {

@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
+extern "C" {
+#include "kernels/gpuinfo.h"
+}
 
 int cuda_check(rlCuda *c, cudaError_t e, const char *op) {
     if (e == cudaSuccess) return 0;
@@ -369,8 +372,10 @@ static int cuda_open_device(int device, rlError *err) {
                         device, cudaGetErrorString(e), cudaGetErrorName(e));
     if (p.major < 8)
         return rl_error(err, RL_EDEVICE,
-                        "GPU %d (%s) has compute capability %d.%d; the CUDA backend needs 8.0 "
-                        "or newer for bf16. Use --backend cpu.",
+                        "GPU %d (%s) has compute capability %d.%d, which the CUDA backend does "
+                        "not support: it needs bf16 tensor cores, compute capability 8.0 or newer "
+                        "(A100 8.0; RTX 3090, A10, A40, A5000 8.6; RTX 4090, L4, L40S 8.9; H100, "
+                        "H200 9.0; newer GPUs through PTX). Use one of those, or --backend cpu.",
                         device, p.name, p.major, p.minor);
     return 0;
 }
@@ -382,12 +387,22 @@ extern "C" rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlErro
                  "--dtype fp16 (or --backend cpu for fp32).", rl_dtype_name(opt->dtype));
         return NULL;
     }
+    /* What the device holds before this context: the memory plan's
+     * fallback measure of this process's own use (memplan.cu). */
+    size_t used_before = 0;
+    rlGpuHost *host = (rlGpuHost *)malloc(sizeof *host);
+    char why[256];
+    if (host && rl_gpu_probe(host, why, sizeof why) == 0 && opt->device >= 0 &&
+        opt->device < host->count)
+        used_before = host->gpus[opt->device].used;
+    free(host);
     if (cuda_open_device(opt->device, err)) return NULL;
     rlCuda *c = (rlCuda *)calloc(1, sizeof *c);
     if (!c) {
         rl_error(err, RL_EMEMORY, "CUDA backend: out of host memory");
         return NULL;
     }
+    c->used_at_open = used_before;
     c->device = opt->device;
     c->be.ops = &cuda_ops;
     c->be.act_dtype = c->be.weight_dtype = opt->dtype;
@@ -403,7 +418,7 @@ extern "C" rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlErro
     /* Profiling times each operation, which a replayed graph would hide. */
     const char *graphs = getenv("RL_CUDA_GRAPHS");
     int use_graphs = !opt->profile && !(graphs && !strcmp(graphs, "0"));
-    if (cuda_gemm_init(c, err) || cuda_attention_init(c, err) ||
+    if (cuda_arch_init(c, err) || cuda_gemm_init(c, err) || cuda_attention_init(c, err) ||
         (opt->profile && cuda_prof_init(c, err)) ||
         (use_graphs && cuda_graphs_init(c, err))) {
         cuda_destroy(&c->be);

@@ -1,11 +1,12 @@
 /* doctor_gpu.c: the driver and the CUDA runtime redlm was built with, every
  * visible GPU with its free memory and the processes holding it, and the
- * links between the chosen GPUs.
+ * links between the chosen GPUs with their matrix.
  *
- * NVML (kernels/gpuinfo.c) answers without creating a CUDA context, so the
- * memory it reports as used is all other processes'.  The CUDA runtime is
- * asked only for its own version and for peer-to-peer access, which NVML
- * cannot tell (IOMMU and ACS settings can forbid P2P on a PCIe switch). */
+ * "In use" is what NVML's process list gives other processes: an idle card
+ * shows some memory used (the driver's reservation, ~0.6 GiB on an H200) and
+ * doctor's own context is doctor's, neither is another process.  The CUDA
+ * runtime is asked for its version and for peer-to-peer access, which it
+ * may refuse where NVML says yes (IOMMU and ACS settings on a PCIe switch). */
 #include "kernels/gpuinfo.h"
 #include "worker/doctor/doctor.h"
 
@@ -14,9 +15,6 @@
 #endif
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
-
-/* Below this, "used" memory on an idle card is the driver's own reservation. */
-#define DOCTOR_IDLE_USED (0.6 * GIB)
 
 static void gpu_versions(rlDoctor *d, const rlGpuHost *host) {
 #ifdef RL_HAVE_CUDA
@@ -50,7 +48,7 @@ static void gpu_versions(rlDoctor *d, const rlGpuHost *host) {
 static void gpu_memory(rlDoctor *d, const rlGpu *g, int dev) {
     char topic[32];
     snprintf(topic, sizeof(topic), "gpu %d", dev);
-    if (g->used <= DOCTOR_IDLE_USED && !g->n_procs) {
+    if (!g->others && !g->n_procs) {
         doctor_line(d, RL_DOC_OK, 0, topic, "%s (%s), %.2f of %.2f GiB free", g->name, g->bus_id,
                     g->free / GIB, g->total / GIB);
         return;
@@ -63,36 +61,45 @@ static void gpu_memory(rlDoctor *d, const rlGpu *g, int dev) {
                                 g->procs[i].name[0] ? g->procs[i].name : "?",
                                 g->procs[i].used / GIB);
     doctor_line(d, RL_DOC_WARN, 0, topic,
-                "%s, in use: %.2f of %.2f GiB held%s; `redlm plan --devices` counts it against "
-                "the budget; stop those processes or choose other --devices",
-                g->name, g->used / GIB, g->total / GIB, who);
+                "%s, in use: %.2f of %.2f GiB held by other processes%s; %.2f GiB free for "
+                "--gpu-memory-utilization (at most %.2f here); stop those processes or choose "
+                "other --devices",
+                g->name, g->others / GIB, g->total / GIB, who, g->free / GIB,
+                g->total ? (double)g->free / (double)g->total : 0.0);
 }
 
-/* The link of every chosen pair, and P2P where the runtime can say. */
+/* The link of every chosen pair and P2P (NVML's answer, and the CUDA
+ * runtime's where the links are NVML's own), then the matrix. */
 static void gpu_links(rlDoctor *d) {
     d->nvlink = 1;
-    d->p2p = -1;
-#ifdef RL_HAVE_CUDA
     d->p2p = 1;
-#endif
+    char why[300];
+    int injected = rl_gpu_topology_env(NULL, why, sizeof(why));
+    if (injected < 0) doctor_line(d, RL_DOC_WARN, 0, "topology", "%s; links unknown", why);
+    else if (injected > 0)
+        doctor_line(d, RL_DOC_OK, 0, "topology", "links read from RL_GPU_TOPOLOGY, not NVML");
     for (int i = 0; i < d->n_devices; i++)
         for (int j = i + 1; j < d->n_devices; j++) {
             int a = d->devices[i], b = d->devices[j];
+            rlGpuLink l = rl_gpu_link(a, b);
             char link[16], topic[48];
-            rl_gpu_link(a, b, link, sizeof(link));
+            rl_gpu_link_name(l, link, sizeof(link));
             snprintf(topic, sizeof(topic), "link %d<->%d", a, b);
             int fast = rl_gpu_link_fast(a, b);
             if (fast < 1) d->nvlink = fast < 0 && d->nvlink ? -1 : 0;
-            int p2p = 1;
+            int p2p = l.p2p;
 #ifdef RL_HAVE_CUDA
-            int ab = 0, ba = 0;
-            if (cudaDeviceCanAccessPeer(&ab, a, b) != cudaSuccess ||
-                cudaDeviceCanAccessPeer(&ba, b, a) != cudaSuccess)
-                cudaGetLastError();
-            p2p = ab && ba;
-            if (!p2p) d->p2p = 0;
+            if (injected == 0) {
+                int ab = 0, ba = 0;
+                if (cudaDeviceCanAccessPeer(&ab, a, b) != cudaSuccess ||
+                    cudaDeviceCanAccessPeer(&ba, b, a) != cudaSuccess)
+                    cudaGetLastError();
+                p2p = ab && ba && p2p != 0;
+            }
 #endif
-            if (!p2p)
+            if (p2p == 0) d->p2p = 0;
+            else if (p2p < 0 && d->p2p) d->p2p = -1;
+            if (p2p == 0)
                 doctor_line(d, RL_DOC_WARN, 0, topic,
                             "%s without peer-to-peer access: NCCL copies through host memory, "
                             "so a TP group here is slow; check the IOMMU / PCIe ACS settings, "
@@ -102,10 +109,13 @@ static void gpu_links(rlDoctor *d) {
             else
                 doctor_line(d, RL_DOC_WARN, 0, topic,
                             "%s (PCIe, no NVLink): tensor parallelism across it pays two "
-                            "all-reduces per layer at PCIe speed; prefer instance splits "
-                            "(redlm plan) or list NVLink-joined GPUs next to each other",
+                            "all-reduces per layer at PCIe speed; prefer pipeline stages or "
+                            "instance splits (redlm plan --devices ranks them) or list "
+                            "NVLink-joined GPUs next to each other",
                             link);
         }
+    fprintf(d->out, "topology of the chosen GPUs:\n");
+    rl_gpu_topology_print(d->out, d->devices, d->n_devices);
 }
 
 void doctor_check_gpus(rlDoctor *d) {
@@ -115,6 +125,8 @@ void doctor_check_gpus(rlDoctor *d) {
         doctor_line(d, d->devices_given ? RL_DOC_FAIL : RL_DOC_WARN, RL_EDEVICE, "driver",
                     "%s; install the NVIDIA driver or, in a container, pass the GPUs through "
                     "(docker run --gpus all); --backend cpu works without one", why);
+        /* An injected topology still has links to judge. */
+        if (rl_gpu_topology_env(NULL, why, sizeof(why)) > 0 && d->n_devices > 1) gpu_links(d);
         return;
     }
     gpu_versions(d, &host);

@@ -135,6 +135,7 @@ static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
                          .n_blocks = e->n_blocks, .max_tokens = o->max_num_batched_tokens,
                          .max_rows = e->max_rows, .nccl_timeout_s = o->nccl_timeout_s,
                          .collectives = o->collectives,
+                         .gpu_memory_utilization = o->gpu_memory_utilization,
                          .quiet = o->tp * o->pp == 1 && !o->collectives};
     e->ranks = ranks_open(&ro, err);
     return e->ranks ? 0 : -1;

@@ -264,7 +264,7 @@ static void ranks_warn_links(const rlRanks *r) {
                 int da = r->devices[s * r->o.tp + a], db = r->devices[s * r->o.tp + b];
                 if (rl_gpu_link_fast(da, db) != 0) continue;
                 char link[16];
-                rl_gpu_link(da, db, link, sizeof(link));
+                rl_gpu_link_name(rl_gpu_link(da, db), link, sizeof(link));
                 fprintf(stderr, "redlm: warning: the TP group of stage %d spans GPU %d and GPU %d "
                         "over a %s link, not NVLink: its all-reduces will be slow. Order "
                         "--devices so that NVLink peers are adjacent (`redlm doctor` shows the "

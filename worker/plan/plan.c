@@ -2,7 +2,8 @@
  *
  * The KV cache gets what is left of each GPU's budget after everything else,
  * as the CUDA backend does at start (kernels/cuda/memplan.cu): budget =
- * --gpu-memory-utilization x total memory, less what other processes hold.
+ * --gpu-memory-utilization x total memory, this instance's share whatever
+ * other processes hold (vLLM's rule), and that share must be free.
  * Every rank of an instance holds the same number of KV blocks (a block is a
  * range of token positions; each rank stores its KV heads' share of it), so
  * the rank with the least room sets the instance's capacity. */
@@ -61,7 +62,7 @@ void plan_options_init(rlPlanOptions *o, int n_gpus, size_t gpu_bytes) {
     o->gpu_memory_utilization = 0.90;
     o->n_gpus = n_gpus < RL_PLAN_MAX_GPUS ? n_gpus : RL_PLAN_MAX_GPUS;
     for (int i = 0; i < o->n_gpus; i++) {
-        o->gpu_total[i] = gpu_bytes;
+        o->gpu_total[i] = o->gpu_free[i] = gpu_bytes;
         o->gpu_ordinal[i] = -1;
     }
 }
@@ -107,9 +108,7 @@ static int plan_max_rows(const rlPlanOptions *o) {
 static void plan_rank_costs(const rlModelConfig *cfg, const rlPlanOptions *o, rlPlanRank *r) {
     const rlShard *s = &r->shard;
     int rows = plan_max_rows(o);
-    size_t total = o->gpu_total[r->gpu];
-    size_t budget = (size_t)(o->gpu_memory_utilization * (double)total);
-    r->budget = budget > o->gpu_used[r->gpu] ? budget - o->gpu_used[r->gpu] : 0;
+    r->budget = (size_t)(o->gpu_memory_utilization * (double)o->gpu_total[r->gpu]);
     r->weights = rl_model_weight_bytes(cfg, s, o->dtype);
     r->activations =
         rl_model_activation_bytes(cfg, s, o->dtype, o->max_num_batched_tokens, rows);
@@ -149,15 +148,29 @@ static long long plan_instance(const rlPlanOptions *o, rlPlanRank *r, int n, int
                                char *why, size_t why_len) {
     char name[64];
     for (int i = 0; i < n; i++) {
+        size_t total = o->gpu_total[r[i].gpu], free = o->gpu_free[r[i].gpu];
+        if (r[i].budget > free) {
+            *tight = i;
+            plan_rank_name(o, &r[i], name, sizeof(name));
+            snprintf(why, why_len,
+                     "--gpu-memory-utilization %.2f asks for %.2f GiB (%.2f x %.2f GiB) on %s but "
+                     "only %.2f GiB is free: other processes hold %.2f GiB (`redlm doctor` names "
+                     "them); lower --gpu-memory-utilization to %.2f or less, or free the GPU",
+                     o->gpu_memory_utilization, gib(r[i].budget), o->gpu_memory_utilization,
+                     gib(total), name, gib(free), gib(o->gpu_used[r[i].gpu]),
+                     (double)free / (double)total - 0.005);
+            return -1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
         if (r[i].weights > r[i].budget) {
             *tight = i;
             plan_rank_name(o, &r[i], name, sizeof(name));
             snprintf(why, why_len,
                      "weights alone need %.2f GiB on %s, more than its %.2f GiB budget "
-                     "(%.2f GiB x %.2f utilization%s); %s",
+                     "(%.2f GiB x %.2f utilization); %s",
                      gib(r[i].weights), name, gib(r[i].budget), gib(o->gpu_total[r[i].gpu]),
-                     o->gpu_memory_utilization, o->gpu_used[r[i].gpu] ? ", less other processes" : "",
-                     PLAN_MORE_GPUS);
+                     o->gpu_memory_utilization, PLAN_MORE_GPUS);
             return -1;
         }
     }

@@ -27,21 +27,22 @@ typedef struct rlPlanOptions {
     int max_num_seqs;              /* default 256 (the engine's) */
     int max_num_batched_tokens;    /* default 2048 */
     int block_size;                /* default 16 */
-    double gpu_memory_utilization; /* share of each GPU's total memory redlm may use */
+    double gpu_memory_utilization; /* this instance's share of each GPU's total memory */
     int n_gpus;
     size_t gpu_total[RL_PLAN_MAX_GPUS]; /* each GPU's memory */
-    size_t gpu_used[RL_PLAN_MAX_GPUS];  /* already taken by other processes */
+    size_t gpu_used[RL_PLAN_MAX_GPUS];  /* held by other processes */
+    size_t gpu_free[RL_PLAN_MAX_GPUS];  /* free now (the driver's reservation and others out) */
     int gpu_ordinal[RL_PLAN_MAX_GPUS];  /* CUDA ordinal, or -1 for a hypothetical GPU */
 } rlPlanOptions;
 
-/* The engine's defaults; n_gpus GPUs of gpu_bytes each. */
+/* The engine's defaults; n_gpus idle GPUs of gpu_bytes each. */
 void plan_options_init(rlPlanOptions *o, int n_gpus, size_t gpu_bytes);
 
 /* One rank's memory on its GPU, in bytes. */
 typedef struct rlPlanRank {
     rlShard shard;
     int gpu;                 /* index into the options' GPU arrays */
-    size_t budget;           /* utilization x total, less other processes' use */
+    size_t budget;           /* utilization x total: this instance's share */
     size_t weights;
     size_t activations;      /* model buffers, logits included */
     size_t workspace;        /* GEMM workspace and sampling scratch */
@@ -86,8 +87,8 @@ int plan_layout(const rlModelConfig *cfg, const rlPlanOptions *o, int instances,
                 rlPlan *p, rlError *err);
 
 /* plan_devices.c: fill o's GPU arrays from real devices (CUDA ordinals):
- * total memory and what other processes hold.  RL_EDEVICE when they cannot
- * be read. */
+ * total and free memory and what other processes hold.  RL_EDEVICE when
+ * they cannot be read. */
 int plan_read_devices(const int *devices, int n, rlPlanOptions *o, rlError *err);
 
 /* RL_EDEVICE, saying which flags to change, when the layout needs more

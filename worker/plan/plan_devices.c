@@ -1,8 +1,8 @@
-/* plan_devices.c: the memory of real GPUs for a plan: each device's total
- * and what other processes already hold on it, from NVML (kernels/gpuinfo.c),
+/* plan_devices.c: the memory of real GPUs for a plan: each device's total,
+ * what is free and what other processes hold on it (NVML's process list, so
+ * the driver's own reservation is no process), from NVML (kernels/gpuinfo.c),
  * which answers without creating a CUDA context (a context would itself take
- * memory the plan is measuring).  Run it before this process touches a GPU,
- * so everything NVML counts as used belongs to someone else. */
+ * memory the plan is measuring).  Run it before this process touches a GPU. */
 #include "kernels/gpuinfo.h"
 #include "worker/plan/plan.h"
 
@@ -26,7 +26,8 @@ int plan_read_devices(const int *devices, int n, rlPlanOptions *o, rlError *err)
                             host.count == 1 ? "is" : "are", host.count - 1);
         const rlGpu *g = &host.gpus[devices[i]];
         o->gpu_total[i] = (size_t)g->total;
-        o->gpu_used[i] = (size_t)g->used;
+        o->gpu_used[i] = (size_t)g->others;
+        o->gpu_free[i] = (size_t)g->free;
         o->gpu_ordinal[i] = devices[i];
     }
     o->n_gpus = n;

@@ -47,15 +47,14 @@ static void plan_print_gpus(FILE *f, const rlPlan *p) {
                 gib((size_t)(o->gpu_memory_utilization * (double)o->gpu_total[0])));
         return;
     }
-    fprintf(f, "GPUs:   --gpu-memory-utilization %.2f of each GPU's total, less what other "
-               "processes hold\n", o->gpu_memory_utilization);
-    for (int i = 0; i < o->n_gpus; i++) {
-        size_t budget = (size_t)(o->gpu_memory_utilization * (double)o->gpu_total[i]);
-        budget = budget > o->gpu_used[i] ? budget - o->gpu_used[i] : 0;
-        fprintf(f, "        GPU %d: %.2f GiB, %.2f GiB used by other processes, budget %.2f GiB\n",
+    fprintf(f, "GPUs:   --gpu-memory-utilization %.2f of each GPU's total, which must be free\n",
+            o->gpu_memory_utilization);
+    for (int i = 0; i < o->n_gpus; i++)
+        fprintf(f, "        GPU %d: %.2f GiB, %.2f GiB free, %.2f GiB held by other processes, "
+                   "budget %.2f GiB\n",
                 o->gpu_ordinal[i] >= 0 ? o->gpu_ordinal[i] : i, gib(o->gpu_total[i]),
-                gib(o->gpu_used[i]), gib(budget));
-    }
+                gib(o->gpu_free[i]), gib(o->gpu_used[i]),
+                gib((size_t)(o->gpu_memory_utilization * (double)o->gpu_total[i])));
 }
 
 void plan_print_layout(FILE *f, const rlPlan *p, const rlPlanLayout *l) {
@@ -113,10 +112,8 @@ void plan_print(FILE *f, const rlPlan *p) {
     }
     if (misfits == p->n_layouts) {
         size_t all = 0;
-        for (int i = 0; i < p->opt.n_gpus; i++) {
-            size_t b = (size_t)(p->opt.gpu_memory_utilization * (double)p->opt.gpu_total[i]);
-            all += b > p->opt.gpu_used[i] ? b - p->opt.gpu_used[i] : 0;
-        }
+        for (int i = 0; i < p->opt.n_gpus; i++)
+            all += (size_t)(p->opt.gpu_memory_utilization * (double)p->opt.gpu_total[i]);
         char whose[48] = "the GPU's", fmt[96];
         if (p->opt.n_gpus > 1) snprintf(whose, sizeof(whose), "the %d GPUs'", p->opt.n_gpus);
         if (plan_whole_weights(p) > all)
@@ -190,10 +187,11 @@ int plan_print_json(FILE *f, const rlPlan *p, rlError *err) {
     json_t *gpus = json_array(), *layouts = json_array();
     char q[64];
     for (int i = 0; i < o->n_gpus; i++)
-        json_array_append_new(gpus, json_pack("{s:i, s:I, s:I}", "gpu",
+        json_array_append_new(gpus, json_pack("{s:i, s:I, s:I, s:I}", "gpu",
                                               o->gpu_ordinal[i] >= 0 ? o->gpu_ordinal[i] : i,
                                               "total", (json_int_t)o->gpu_total[i], "used",
-                                              (json_int_t)o->gpu_used[i]));
+                                              (json_int_t)o->gpu_used[i], "free",
+                                              (json_int_t)o->gpu_free[i]));
     for (int i = 0; i < p->n_layouts; i++)
         json_array_append_new(layouts, plan_json_layout(p, &p->layouts[i]));
     json_t *root = json_pack(
