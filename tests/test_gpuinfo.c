@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -46,42 +47,25 @@ static void test_probe(void **state) {
     fclose(f);
 }
 
-/* `nvidia-smi topo -m` then `nvidia-smi topo -p2p r` of a six-GPU PCIe
- * host: two switches of three cards under two sockets, a NIC column, and
- * peer-to-peer only inside a switch. */
-static const char smi_text[] =
-    "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
-    "GPU0\t X \tPIX\tPIX\tSYS\tSYS\tSYS\tPHB\t0-31\t0\t\tN/A\n"
-    "GPU1\tPIX\t X \tPIX\tSYS\tSYS\tSYS\tPHB\t0-31\t0\t\tN/A\n"
-    "GPU2\tPIX\tPIX\t X \tSYS\tSYS\tSYS\tPHB\t0-31\t0\t\tN/A\n"
-    "GPU3\tSYS\tSYS\tSYS\t X \tPIX\tPIX\tSYS\t32-63\t1\t\tN/A\n"
-    "GPU4\tSYS\tSYS\tSYS\tPIX\t X \tPIX\tSYS\t32-63\t1\t\tN/A\n"
-    "GPU5\tSYS\tSYS\tSYS\tPIX\tPIX\t X \tSYS\t32-63\t1\t\tN/A\n"
-    "NIC0\tPHB\tPHB\tPHB\tSYS\tSYS\tSYS\t X \n"
-    "\n"
-    "Legend:\n\n"
-    "  X    = Self\n"
-    "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes\n"
-    "  PIX  = Connection traversing at most a single PCIe bridge\n"
-    "  NV#  = Connection traversing a bonded set of # NVLinks\n"
-    "\n"
-    " \tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\n"
-    " GPU0\tX\tOK\tOK\tCNS\tCNS\tCNS\n"
-    " GPU1\tOK\tX\tOK\tCNS\tCNS\tCNS\n"
-    " GPU2\tOK\tOK\tX\tCNS\tCNS\tCNS\n"
-    " GPU3\tCNS\tCNS\tCNS\tX\tOK\tOK\n"
-    " GPU4\tCNS\tCNS\tCNS\tOK\tX\tOK\n"
-    " GPU5\tCNS\tCNS\tCNS\tOK\tOK\tX\n"
-    "\n"
-    "Legend:\n\n"
-    "  X    = Self\n"
-    "  OK   = Status Ok\n"
-    "  CNS  = Chipset not supported\n";
+/* tests/fixtures/topology/pcie-2x3.txt: `nvidia-smi topo -m` then
+ * `nvidia-smi topo -p2p r` of a six-GPU PCIe host: two switches of three
+ * cards under two sockets, a NIC column, peer-to-peer only inside a switch. */
+static void read_fixture(const char *name, char *buf, size_t n) {
+    const char *root = getenv("FIXTURES");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/topology/%s", root ? root : "tests/fixtures", name);
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot open %s", path);
+    size_t len = fread(buf, 1, n - 1, f);
+    buf[len] = 0;
+    fclose(f);
+}
 
 static void test_topology_parse(void **state) {
     (void)state;
     rlGpuTopology t;
-    char why[256];
+    char why[256], smi_text[8192];
+    read_fixture("pcie-2x3.txt", smi_text, sizeof(smi_text));
     assert_int_equal(rl_gpu_topology_parse(smi_text, &t, why, sizeof(why)), 0);
     assert_int_equal(t.n, 6);
     assert_int_equal(t.link[0][0].kind, RL_LINK_SELF);
@@ -115,6 +99,13 @@ static void test_topology_parse(void **state) {
                                            sizeof(why)), -1);
     assert_non_null(strstr(why, "3 rows of P2P answers for 2 GPUs"));
     assert_int_equal(t.n, 0);
+
+    /* two NVLink islands of four */
+    read_fixture("nvlink-2x4.txt", smi_text, sizeof(smi_text));
+    assert_int_equal(rl_gpu_topology_parse(smi_text, &t, why, sizeof(why)), 0);
+    assert_int_equal(t.n, 8);
+    assert_int_equal(t.link[1][3].kind, RL_LINK_NVLINK);
+    assert_int_equal(t.link[3][4].kind, RL_LINK_SYS);
 }
 
 int main(void) {

@@ -251,6 +251,40 @@ static void test_known_answers(void **state) {
     assert_true(p.layouts[p.latency].tp >= 4);
     plan_free(&p);
 
+    /* The cost model: 14B on six 24 GiB cards.  Over PCIe, TP6's 97
+     * collectives a step cost more than its split saves, so TP3 x PP2 ranks
+     * above it; over NVLink TP6 comes first, and each plan says what the
+     * other links would change. */
+    load_config("qwen2.5-14b.json", &cfg);
+    for (int nv = 0; nv < 2; nv++) {
+        plan_options_init(&o, 6, 24 * GiB);
+        plan_set_links(&o, nv ? RL_PLAN_LINK_NVLINK : RL_PLAN_LINK_PCIE, "test");
+        assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+        const rlPlanLayout *tp6 = NULL, *tp3pp2 = NULL;
+        for (int i = 0; i < p.n_layouts; i++) {
+            const rlPlanLayout *l = &p.layouts[i];
+            if (l->instances == 1 && l->tp == 6 && l->pp == 1) tp6 = l;
+            if (l->instances == 1 && l->tp == 3 && l->pp == 2) tp3pp2 = l;
+        }
+        assert_true(tp6 && tp3pp2 && tp6->fits && tp3pp2->fits);
+        printf("14B, 6 x 24 GiB over %s: TP3 x PP2 %.0f tok/s, TP6 %.0f (%.1f of %.1f ms in "
+               "collectives)\n", nv ? "NVLink" : "PCIe", tp3pp2->cost.tok_s, tp6->cost.tok_s,
+               tp6->cost.comm_ms, tp6->cost.step_ms);
+        if (nv) {
+            assert_true(tp6->cost.tok_s > tp3pp2->cost.tok_s);
+            assert_ptr_equal(&p.layouts[p.throughput], tp6);
+            assert_non_null(strstr(p.links_why, "Over PCIe between every GPU the order changes"));
+        } else {
+            assert_true(tp3pp2->cost.tok_s > tp6->cost.tok_s);
+            assert_true(tp6->cost.comm_ms > 0.5 * tp6->cost.step_ms);
+            assert_non_null(strstr(p.throughput_why, "ranks above 1 x TP6"));
+            assert_non_null(strstr(p.throughput_why, "not yet measured on PCIe hardware"));
+            assert_non_null(strstr(p.links_why, "Over NVLink between every GPU the order changes: "
+                                                 "1 x TP6 first"));
+        }
+        plan_free(&p);
+    }
+
     /* A max-model-len whose one sequence cannot fit: the reason says so. */
     fixture_config("configs/qwen2.5-14b.json", &cfg);
     plan_options_init(&o, 2, 21 * GiB);

@@ -22,7 +22,8 @@ static const char *env_links(const rlDoctor *d) {
     if (d->n_devices < 2) return "one GPU, no links";
     if (d->nvlink == 1) return "NVLink between every chosen pair";
     if (d->nvlink < 0) return "links unknown";
-    return d->p2p == 0 ? "PCIe without peer-to-peer" : "PCIe (no NVLink between every pair)";
+    return d->p2p == 0 ? "PCIe, peer-to-peer missing between some pairs"
+                       : "PCIe (no NVLink between every pair)";
 }
 
 /* The three variables that decide the transport: value, what it should be
@@ -51,8 +52,8 @@ static void env_check_transport(rlDoctor *d, const char *name) {
     } else if (!strcmp(name, "NCCL_P2P_DISABLE")) {
         if (d->p2p == 0 && multi)
             snprintf(should, sizeof(should),
-                     "unset or 1: these GPUs have no peer-to-peer, NCCL goes through host memory "
-                     "either way");
+                     "should be unset: NCCL then copies directly where peer-to-peer works and "
+                     "through host memory where it does not");
         else
             snprintf(should, sizeof(should),
                      "should be unset or 0: direct GPU-to-GPU copies are the fast path");

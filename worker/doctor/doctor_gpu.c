@@ -125,8 +125,8 @@ void doctor_check_gpus(rlDoctor *d) {
         doctor_line(d, d->devices_given ? RL_DOC_FAIL : RL_DOC_WARN, RL_EDEVICE, "driver",
                     "%s; install the NVIDIA driver or, in a container, pass the GPUs through "
                     "(docker run --gpus all); --backend cpu works without one", why);
-        /* An injected topology still has links to judge. */
-        if (rl_gpu_topology_env(NULL, why, sizeof(why)) > 0 && d->n_devices > 1) gpu_links(d);
+        /* An injected topology still has links to judge (or an error to tell). */
+        if (rl_gpu_topology_env(NULL, NULL, 0) != 0 && d->n_devices > 1) gpu_links(d);
         return;
     }
     gpu_versions(d, &host);

@@ -47,9 +47,6 @@ static const size_t PLAN_NCCL_PP = 64 * MiB;
 /* A layout balances when its most loaded rank holds at most this much more
  * weight than the mean (weights set each rank's decode step time). */
 static const double PLAN_BALANCED = 1.10;
-/* Layouts within this share of the most usable KV count as equal for
- * throughput; fewer collectives then decide. */
-static const double PLAN_KV_TIE = 0.95;
 
 static double gib(size_t b) { return (double)b / (double)GiB; }
 
@@ -93,6 +90,7 @@ static int plan_check_options(const rlModelConfig *cfg, rlPlanOptions *o, rlErro
     for (int i = 0; i < o->n_gpus; i++)
         if (o->gpu_total[i] == 0)
             return rl_error(err, RL_EUSAGE, "GPU %d has no memory: give --gpu-memory", i);
+    plan_default_links(o);
     return 0;
 }
 
@@ -262,6 +260,7 @@ static int plan_fill(const rlModelConfig *cfg, const rlPlanOptions *o, int insta
         }
     }
     l->max_seqs = l->fits ? (int)(l->kv_tokens / o->block_size / need) : 0;
+    plan_cost(cfg, o, l);
     return 0;
 }
 
@@ -299,56 +298,85 @@ int plan_layout(const rlModelConfig *cfg, const rlPlanOptions *o, int instances,
     return 0;
 }
 
-/* KV tokens the instances can use: no instance runs more than max_num_seqs
- * sequences of max_model_len, so capacity beyond that is idle. */
-static double plan_usable_kv(const rlPlan *p, const rlPlanLayout *l) {
-    double cap = (double)p->opt.max_num_seqs * p->opt.max_model_len, sum = 0;
-    for (int k = 0; k < l->instances; k++) {
-        double t = (double)l->kv_blocks[k] * p->opt.block_size;
-        sum += t < cap ? t : cap;
-    }
-    return sum;
-}
-
-/* Throughput: the most usable KV cache in all (concurrent sequences are what
- * decode throughput scales with), then the fewest collectives per step, then
- * the most instances: instance splits usually win, as they pay nothing for
- * communication. */
-static void plan_pick_throughput(rlPlan *p) {
-    double best = 0;
-    for (int i = 0; i < p->n_layouts; i++)
-        if (p->layouts[i].fits && plan_usable_kv(p, &p->layouts[i]) > best)
-            best = plan_usable_kv(p, &p->layouts[i]);
+/* The fitting layout the cost model predicts the most decode tokens/s for,
+ * over layouts whose costs are in cost[] (-1 when none fits). */
+static int plan_fastest(const rlPlan *p, const rlPlanCost *cost) {
     int pick = -1;
     for (int i = 0; i < p->n_layouts; i++) {
         const rlPlanLayout *l = &p->layouts[i];
-        if (!l->fits || plan_usable_kv(p, l) < PLAN_KV_TIE * best) continue;
-        const rlPlanLayout *b = pick >= 0 ? &p->layouts[pick] : NULL;
-        if (!b || l->collectives < b->collectives ||
-            (l->collectives == b->collectives && l->instances > b->instances))
+        if (!l->fits) continue;
+        if (pick < 0 || cost[i].tok_s > cost[pick].tok_s ||
+            (cost[i].tok_s == cost[pick].tok_s && l->instances > p->layouts[pick].instances))
             pick = i;
     }
+    return pick;
+}
+
+/* The layout to set the pick beside: one instance over every GPU with the
+ * largest TP (what a user reaches for first), else the runner-up. */
+static int plan_rival(const rlPlan *p, int pick) {
+    int rival = -1;
+    for (int i = 0; i < p->n_layouts; i++) {
+        const rlPlanLayout *l = &p->layouts[i];
+        if (i == pick || !l->fits) continue;
+        if (l->instances == 1 && l->pp == 1 && l->tp == p->opt.n_gpus) return i;
+        if (rival < 0 || l->cost.tok_s > p->layouts[rival].cost.tok_s) rival = i;
+    }
+    return rival;
+}
+
+/* Throughput: the most decode tokens/s the cost model predicts (plan_cost.c:
+ * weights and KV read per step, collectives over the links, as many
+ * sequences as the KV cache holds at ~640 tokens, up to --max-num-seqs per
+ * instance), said beside the all-TP layout, and what other links change. */
+static void plan_pick_throughput(rlPlan *p) {
+    rlPlanCost cost[p->n_layouts ? p->n_layouts : 1];
+    for (int i = 0; i < p->n_layouts; i++) cost[i] = p->layouts[i].cost;
+    int pick = plan_fastest(p, cost);
     p->throughput = pick;
     if (pick < 0) return;
     const rlPlanLayout *l = &p->layouts[pick];
-    int seqs = 0;
-    for (int k = 0; k < l->instances; k++) {
-        long long s = l->kv_blocks[k] * p->opt.block_size / p->opt.max_model_len;
-        seqs += (int)(s < p->opt.max_num_seqs ? s : p->opt.max_num_seqs);
+    char name[48];
+    plan_layout_name(l, name, sizeof(name));
+    int n = snprintf(p->throughput_why, sizeof(p->throughput_why),
+                     "the most decode throughput predicted: %.0f tok/s with %d sequences per "
+                     "instance (%lld KV tokens each), links %s",
+                     l->cost.tok_s, l->cost.seqs, l->kv_tokens, p->opt.links_from);
+    int rival = plan_rival(p, pick);
+    if (rival >= 0 && n > 0 && (size_t)n < sizeof(p->throughput_why)) {
+        char cmp[400];
+        plan_cost_compare(l, &p->layouts[rival], cmp, sizeof(cmp));
+        snprintf(p->throughput_why + n, sizeof(p->throughput_why) - (size_t)n, "; %s", cmp);
     }
-    char comm[160];
-    if (!l->collectives)
-        snprintf(comm, sizeof(comm), "no collectives: each instance runs alone on its GPU");
-    else
-        snprintf(comm, sizeof(comm), "%d collective%s per step", l->collectives,
-                 l->collectives == 1 ? "" : "s");
-    snprintf(p->throughput_why, sizeof(p->throughput_why),
-             "the most usable KV cache: %.0f tokens over %d instance%s, room for %d sequences "
-             "of %d tokens at once (at most --max-num-seqs %d per instance), with %s%s",
-             plan_usable_kv(p, l), l->instances, l->instances > 1 ? "s" : "", seqs,
-             p->opt.max_model_len, p->opt.max_num_seqs, comm,
-             best > plan_usable_kv(p, l) ? " (within 5% of the most KV, with fewer collectives)"
-                                         : "");
+
+    /* The same layouts over the other kind of link (memory is the same). */
+    int nvlink = 1;
+    for (int i = 0; i < p->opt.n_gpus; i++)
+        for (int j = 0; j < p->opt.n_gpus; j++) nvlink &= p->opt.link[i][j] == RL_PLAN_LINK_NVLINK;
+    rlPlanOptions alt = p->opt;
+    plan_set_links(&alt, nvlink ? RL_PLAN_LINK_PCIE : RL_PLAN_LINK_NVLINK, "");
+    rlPlanLayout *alts = calloc((size_t)p->n_layouts, sizeof(rlPlanLayout));
+    if (!alts) return;
+    for (int i = 0; i < p->n_layouts; i++) {
+        alts[i] = p->layouts[i];
+        plan_cost(&p->cfg, &alt, &alts[i]);
+        cost[i] = alts[i].cost;
+    }
+    int best = plan_fastest(p, cost);
+    const char *other = nvlink ? "PCIe" : "NVLink";
+    char bn[48];
+    plan_layout_name(&alts[best], bn, sizeof(bn));
+    if (best == pick) {
+        snprintf(p->links_why, sizeof(p->links_why),
+                 "Over %s between every GPU %s would still rank first (%.0f tok/s predicted).",
+                 other, name, alts[best].cost.tok_s);
+    } else {
+        char cmp[400];
+        plan_cost_compare(&alts[best], &alts[pick], cmp, sizeof(cmp));
+        snprintf(p->links_why, sizeof(p->links_why),
+                 "Over %s between every GPU the order changes: %s first: %s.", other, bn, cmp);
+    }
+    free(alts);
 }
 
 /* Latency: one instance with the largest TP whose weights balance, since a

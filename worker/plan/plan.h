@@ -21,6 +21,14 @@
 
 #define RL_PLAN_MAX_GPUS 64
 
+/* How two GPUs exchange a collective's bytes, fastest first; the cost of
+ * each is in plan_cost.c (with its source). */
+typedef enum rlPlanLink {
+    RL_PLAN_LINK_NVLINK,        /* NVLink */
+    RL_PLAN_LINK_PCIE,          /* PCIe peer-to-peer (a switch, a host bridge) */
+    RL_PLAN_LINK_HOST           /* between sockets, or no peer-to-peer: through host memory */
+} rlPlanLink;
+
 typedef struct rlPlanOptions {
     rlDtype dtype;                 /* weights, activations and KV cache on the device */
     int max_model_len;             /* 0: the model's max_position_embeddings */
@@ -33,6 +41,9 @@ typedef struct rlPlanOptions {
     size_t gpu_used[RL_PLAN_MAX_GPUS];  /* held by other processes */
     size_t gpu_free[RL_PLAN_MAX_GPUS];  /* free now (the driver's reservation and others out) */
     int gpu_ordinal[RL_PLAN_MAX_GPUS];  /* CUDA ordinal, or -1 for a hypothetical GPU */
+    double gpu_bandwidth[RL_PLAN_MAX_GPUS]; /* memory bytes/s (the cost model) */
+    unsigned char link[RL_PLAN_MAX_GPUS][RL_PLAN_MAX_GPUS]; /* rlPlanLink between GPUs */
+    const char *links_from;     /* where link came from: "--interconnect pcie", "NVML" ... */
 } rlPlanOptions;
 
 /* The engine's defaults; n_gpus idle GPUs of gpu_bytes each. */
@@ -53,6 +64,16 @@ typedef struct rlPlanRank {
     size_t kv_bytes_per_block;
 } rlPlanRank;
 
+/* The cost model's prediction for a layout (plan_cost.c, COSTMODEL.md). */
+typedef struct rlPlanCost {
+    int seqs;                /* running sequences per instance it assumes */
+    double tok_s;            /* decode output tokens/s, every instance together */
+    double step_ms;          /* the slowest stage's step at that load */
+    double comm_ms;          /* of which collectives and pipeline hand-offs */
+    double token_ms;         /* one sequence alone: ms per output token */
+    rlPlanLink link;         /* the slowest link inside a TP group */
+} rlPlanCost;
+
 typedef struct rlPlanLayout {
     int instances, tp, pp;
     int fits;
@@ -64,6 +85,7 @@ typedef struct rlPlanLayout {
     int collectives;         /* TP all-reduces and gathers plus PP hand-offs per step */
     double imbalance;        /* weight bytes max / mean over one instance's ranks */
     int tight;               /* index into ranks of the rank with the least KV room */
+    rlPlanCost cost;         /* the cost model's prediction, fits == 1 only */
 } rlPlanLayout;
 
 typedef struct rlPlan {
@@ -72,11 +94,12 @@ typedef struct rlPlan {
     rlPlanLayout *layouts;
     int n_layouts;
     int throughput, latency; /* recommended layouts (index), -1 when nothing fits */
-    char throughput_why[512], latency_why[512];
+    char throughput_why[768], latency_why[512];
+    char links_why[768];     /* what changes with the other kind of link (empty: nothing) */
 } rlPlan;
 
-/* Every layout of cfg over the options' GPUs, each checked, and the two
- * recommendations.  Fails only on bad options (RL_EUSAGE). */
+/* Every layout of cfg over the options' GPUs, each checked and costed, and
+ * the two recommendations.  Fails only on bad options (RL_EUSAGE). */
 int plan_compute(const rlModelConfig *cfg, const rlPlanOptions *o, rlPlan *p, rlError *err);
 
 /* One layout on the GPUs the options list in order (the worker's start):
@@ -98,9 +121,28 @@ int plan_check_gpu_count(int instances, int tp, int pp, int n_gpus, rlError *err
 void plan_layout_free(rlPlanLayout *l);
 void plan_free(rlPlan *p);
 
+/* plan_cost.c: every pair of GPUs joined by `link`, and each GPU's memory
+ * bandwidth (bytes/s; 0: by its size, see plan_cost.c). */
+void plan_set_links(rlPlanOptions *o, rlPlanLink link, const char *from);
+/* The links of a topology (kernels/gpuinfo.h) between GPUs 0..n. */
+struct rlGpuTopology;
+void plan_set_topology(rlPlanOptions *o, const struct rlGpuTopology *t, const char *from);
+/* Links by the GPUs' size when nothing set them (o->links_from NULL). */
+void plan_default_links(rlPlanOptions *o);
+/* "nvlink", "pcie", "host"; the bus bandwidth assumed and its source. */
+const char *plan_link_name(rlPlanLink link);
+double plan_link_bandwidth(rlPlanLink link);
+const char *plan_link_source(rlPlanLink link);
+/* Fill l->cost; called by plan_compute and plan_layout for layouts that fit. */
+void plan_cost(const rlModelConfig *cfg, const rlPlanOptions *o, rlPlanLayout *l);
+/* One line: why layout a ranks above b, in their costs. */
+void plan_cost_compare(const rlPlanLayout *a, const rlPlanLayout *b, char *out, size_t n);
+
 /* plan_report.c: the plan as a table for a terminal, or as JSON. */
 void plan_print(FILE *f, const rlPlan *p);
 void plan_print_layout(FILE *f, const rlPlan *p, const rlPlanLayout *l);
+/* "2 x TP3", "1 x TP3 PP2". */
+void plan_layout_name(const rlPlanLayout *l, char *buf, size_t n);
 int plan_print_json(FILE *f, const rlPlan *p, rlError *err);
 
 #endif

@@ -2,7 +2,8 @@
  * what is free and what other processes hold on it (NVML's process list, so
  * the driver's own reservation is no process), from NVML (kernels/gpuinfo.c),
  * which answers without creating a CUDA context (a context would itself take
- * memory the plan is measuring).  Run it before this process touches a GPU. */
+ * memory the plan is measuring), with each one's memory bandwidth and the
+ * links between them.  Run it before this process touches a GPU. */
 #include "kernels/gpuinfo.h"
 #include "worker/plan/plan.h"
 
@@ -29,7 +30,15 @@ int plan_read_devices(const int *devices, int n, rlPlanOptions *o, rlError *err)
         o->gpu_used[i] = (size_t)g->others;
         o->gpu_free[i] = (size_t)g->free;
         o->gpu_ordinal[i] = devices[i];
+        o->gpu_bandwidth[i] = g->bandwidth;
     }
     o->n_gpus = n;
+    /* The links the cost model ranks layouts by: NVML's, or RL_GPU_TOPOLOGY's. */
+    rlGpuTopology t = {.n = n < RL_GPU_MAX ? n : RL_GPU_MAX};
+    for (int i = 0; i < t.n; i++)
+        for (int j = 0; j < t.n; j++) t.link[i][j] = rl_gpu_link(devices[i], devices[j]);
+    plan_set_links(o, RL_PLAN_LINK_NVLINK, NULL);
+    plan_set_topology(o, &t, rl_gpu_topology_env(NULL, NULL, 0) > 0 ? "from RL_GPU_TOPOLOGY"
+                                                                   : "from NVML");
     return 0;
 }

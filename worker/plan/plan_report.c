@@ -9,7 +9,7 @@
 
 static double gib(size_t b) { return (double)b / (double)((size_t)1 << 30); }
 
-static void plan_layout_name(const rlPlanLayout *l, char *buf, size_t n) {
+void plan_layout_name(const rlPlanLayout *l, char *buf, size_t n) {
     if (l->pp > 1) snprintf(buf, n, "%d x TP%d PP%d", l->instances, l->tp, l->pp);
     else snprintf(buf, n, "%d x TP%d", l->instances, l->tp);
 }
@@ -75,6 +75,44 @@ void plan_print_layout(FILE *f, const rlPlan *p, const rlPlanLayout *l) {
             gib(r->runtime), gib(r->kv), tokens, seqs, l->imbalance);
 }
 
+/* The layouts that fit, fastest first by the cost model. */
+static void plan_print_costs(FILE *f, const rlPlan *p) {
+    int order[p->n_layouts ? p->n_layouts : 1], n = 0;
+    for (int i = 0; i < p->n_layouts; i++) {
+        if (!p->layouts[i].fits) continue;
+        int j = n++;
+        while (j > 0 && p->layouts[order[j - 1]].cost.tok_s < p->layouts[i].cost.tok_s) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    if (!n) return;
+    fprintf(f, "\nPredicted decode speed (cost model, kernels/COSTMODEL.md), links %s:\n",
+            p->opt.links_from);
+    int used[3] = {0, 0, 0};
+    for (int i = 0; i < p->opt.n_gpus; i++)
+        for (int j = 0; j < p->opt.n_gpus; j++) used[p->opt.link[i][j]] = 1;
+    for (int k = 0; k < 3; k++)
+        if (used[k])
+            fprintf(f, "  %s: %.0f GB/s per GPU in an all-reduce (%s)%s\n",
+                    plan_link_name((rlPlanLink)k), plan_link_bandwidth((rlPlanLink)k) / 1e9,
+                    plan_link_source((rlPlanLink)k),
+                    k == RL_PLAN_LINK_NVLINK ? "" : "; not yet measured on PCIe hardware");
+    fprintf(f, "%-14s %6s %10s %9s %14s %12s  %s\n", "layout", "seqs", "tok/s", "step ms",
+            "collectives ms", "ms/token", "TP link");
+    for (int k = 0; k < n; k++) {
+        const rlPlanLayout *l = &p->layouts[order[k]];
+        char name[48];
+        plan_layout_name(l, name, sizeof(name));
+        fprintf(f, "%-14s %6d %10.0f %9.2f %14.2f %12.2f  %s\n", name, l->cost.seqs,
+                l->cost.tok_s, l->cost.step_ms, l->cost.comm_ms, l->cost.token_ms,
+                l->tp > 1 ? plan_link_name(l->cost.link) : "-");
+    }
+    fprintf(f, "(seqs: running per instance, ~640 tokens each, as many as the KV cache holds up "
+               "to --max-num-seqs; step: the slowest stage; ms/token: one sequence alone)\n");
+}
+
 void plan_print(FILE *f, const rlPlan *p) {
     const rlModelConfig *c = &p->cfg;
     const rlPlanOptions *o = &p->opt;
@@ -126,6 +164,7 @@ void plan_print(FILE *f, const rlPlan *p) {
             fprintf(f, "\nNothing fits on these GPUs: see the reasons above.\n");
         return;
     }
+    plan_print_costs(f, p);
     if (p->throughput < 0) return; /* one layout asked for: no choice to recommend */
     fprintf(f, "\n");
     char name[48];
@@ -135,6 +174,7 @@ void plan_print(FILE *f, const rlPlan *p) {
         plan_layout_name(&p->layouts[p->latency], name, sizeof(name));
         fprintf(f, "For latency:    %s: %s.\n", name, p->latency_why);
     }
+    if (p->links_why[0]) fprintf(f, "%s\n", p->links_why);
 }
 
 static json_t *plan_json_rank(const rlPlanRank *r, int instance, const rlPlanOptions *o) {
@@ -169,6 +209,13 @@ static json_t *plan_json_layout(const rlPlan *p, const rlPlanLayout *l) {
                           "collectives_per_step", l->collectives, "weight_imbalance",
                           l->imbalance, "kv_blocks", blocks, "ranks", ranks);
     if (j && !l->fits) json_object_set_new(j, "why", json_string(l->why));
+    if (j && l->fits)
+        json_object_set_new(j, "predicted",
+                            json_pack("{s:i, s:f, s:f, s:f, s:f, s:s}", "seqs_per_instance",
+                                      l->cost.seqs, "decode_tok_s", l->cost.tok_s, "step_ms",
+                                      l->cost.step_ms, "collectives_ms", l->cost.comm_ms,
+                                      "ms_per_token_alone", l->cost.token_ms, "tp_link",
+                                      plan_link_name(l->cost.link)));
     return j;
 }
 
