@@ -78,7 +78,7 @@ VERSION_H = $(BUILD)/gen/version.h
 $(VERSION_H): FORCE
 	@mkdir -p $(dir $@)
 	@printf '#define RL_VERSION "%s"\n#define RL_GIT_COMMIT "%s"\n#define RL_CUDA_ARCHS "%s"\n#define RL_BACKENDS "%s"\n' \
-	    '$(VERSION)' '$(GIT_COMMIT)' '$(if $(filter 1,$(CUDA)),$(CUDA_ARCHS) + PTX $(CUDA_PTX),none)' \
+	    '$(VERSION)' '$(GIT_COMMIT)' '$(if $(filter 1,$(CUDA)),$(foreach a,$(CUDA_ARCHS),sm_$(a))$(comma) compute_$(CUDA_PTX),none)' \
 	    'cpu$(if $(filter 1,$(CUDA)), cuda)' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
 $(BUILD)/worker/main.o: $(VERSION_H)

@@ -43,7 +43,7 @@ grep -q "describes 6 GPUs but --gpus is 4" "$tmp/err" || fail "$(cat "$tmp/err")
 if "$REDLM" plan --model "$cfg" --gpus 6 --interconnect infiniband 2> "$tmp/err"; then
     fail "--interconnect infiniband was accepted"
 fi
-grep -q "give pcie, nvlink or host" "$tmp/err" || fail "$(cat "$tmp/err")"
+grep -q "give nvlink, pcie or host" "$tmp/err" || fail "$(cat "$tmp/err")"
 
 # doctor on the injected PCIe host: matrix, P2P, per-pair warnings, NCCL settings
 RL_GPU_TOPOLOGY="$(cat "$topo/pcie-2x3.txt")" NCCL_P2P_LEVEL=NVL NCCL_IB_DISABLE=1 \
@@ -59,3 +59,21 @@ grep -q "ok    env NCCL_IB_DISABLE=1" "$tmp/doc" || fail "doctor: NCCL_IB_DISABL
 RL_GPU_TOPOLOGY="X PIX; PIX" "$REDLM" doctor --devices 0-1 > "$tmp/bad" 2>&1 || true
 grep -q "RL_GPU_TOPOLOGY: row 1 has 1 links" "$tmp/bad" || fail "doctor: a malformed RL_GPU_TOPOLOGY is not reported"
 echo "ok: doctor reads RL_GPU_TOPOLOGY"
+
+# launch places each TP group where its links are fastest: on the NVLink
+# islands whatever order --devices lists them in; within a PCIe switch
+island() { RL_GPU_TOPOLOGY="$(cat "$topo/$1")" "$REDLM" launch --dry-run "${@:2}" -- \
+               --backend cuda --model "$cfg" 2> "$tmp/launch.err"; }
+island nvlink-2x4.txt --instances 2 --tp 4 --devices 0,4,1,5,2,6,3,7 > "$tmp/launch"
+cat "$tmp/launch.err"
+grep -q "^CUDA_VISIBLE_DEVICES=0,1,2,3 " "$tmp/launch" && grep -q "^CUDA_VISIBLE_DEVICES=4,5,6,7 " "$tmp/launch" ||
+    fail "launch: TP4 groups should sit on the NVLink islands: $(cat "$tmp/launch")"
+island pcie-2x3.txt --instances 2 --tp 3 --devices 0,3,1,4,2,5 > "$tmp/launch"
+grep -q "^CUDA_VISIBLE_DEVICES=0,1,2 " "$tmp/launch" && grep -q "^CUDA_VISIBLE_DEVICES=3,4,5 " "$tmp/launch" ||
+    fail "launch: TP3 groups should sit inside the PCIe switches: $(cat "$tmp/launch")"
+island nvlink-2x4.txt --instances 1 --tp 2 --pp 2 --devices 0,4,1,5 > "$tmp/launch"
+grep -q "^CUDA_VISIBLE_DEVICES=0,1,4,5 " "$tmp/launch" ||
+    fail "launch: each stage's TP2 group on one island: $(cat "$tmp/launch")"
+"$REDLM" launch --dry-run --instances 2 --tp 2 --devices 3,1,0,2 -- --backend cuda --model "$cfg" \
+    2> /dev/null | grep -q "^CUDA_VISIBLE_DEVICES=3,1 " || fail "launch: without a topology the list order stands"
+echo "ok: launch places TP groups on islands"
