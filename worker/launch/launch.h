@@ -1,8 +1,9 @@
 /* launch.h: `redlm launch`, several worker instances splitting a host's GPUs.
  *
  * Instance k runs `redlm worker --tp T --pp P --consumer <prefix>-<k> ARGS`
- * with CUDA_VISIBLE_DEVICES set to its n = T * P devices (by default
- * devices [k*n, (k+1)*n) of the list), so its ranks see devices 0..n-1 in
+ * with CUDA_VISIBLE_DEVICES set to its n = T * P devices (TP groups placed
+ * on the fastest links, launch_devices.c; devices [k*n, (k+1)*n) of the list
+ * when no topology is known), so its ranks see devices 0..n-1 in
  * that order and adjacent ones form its TP groups (worker/engine/layout.h).
  * All instances join whatever consumer group ARGS name.  On CPU (no
  * --backend cuda in ARGS) the devices are ignored and the instances are
@@ -48,7 +49,8 @@ int launch_parse(rlLaunch *l, int argc, char **argv);
 /* launch_devices.c: the device list (probed through NVML when not given)
  * checked against instances x tp x pp, then launch_assign. */
 int launch_devices(rlLaunch *l, rlError *err);
-/* Give each instance its devices (l->assigned) from l->devices. */
+/* Give each instance its devices (l->assigned) from l->devices, each TP
+ * group where its slowest link is fastest (one line each on stderr). */
 void launch_assign(rlLaunch *l);
 
 /* launch_spawn.c: print each instance's command line (--dry-run). */
