@@ -255,7 +255,7 @@ static void test_known_answers(void **state) {
      * collectives a step cost more than its split saves, so TP3 x PP2 ranks
      * above it; over NVLink TP6 comes first, and each plan says what the
      * other links would change. */
-    load_config("qwen2.5-14b.json", &cfg);
+    fixture_config("configs/qwen2.5-14b.json", &cfg);
     for (int nv = 0; nv < 2; nv++) {
         plan_options_init(&o, 6, 24 * GiB);
         plan_set_links(&o, nv ? RL_PLAN_LINK_NVLINK : RL_PLAN_LINK_PCIE, "test");
