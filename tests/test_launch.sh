@@ -23,7 +23,7 @@ wait_until 20 serving || fail "the three workers did not start serving"
 
 # Jobs long enough (96 tokens each) that the sampling below sees who holds them.
 for i in $(seq 1 "$N"); do
-    echo "{\"id\":\"l$i\",\"prompt_ids\":[$((i % 89 + 1)),$((i * 5 % 61 + 1))],\"max_tokens\":96,\"temperature\":0,\"ignore_eos\":true,\"stream\":false,\"reply_to\":\"redlm:test:replies\"}"
+    echo "{\"id\":\"l$i\",\"prompt_ids\":[$((i % 89 + 1)),$((i * 5 % 61 + 1))],\"max_tokens\":96,\"temperature\":0,\"ignore_eos\":true,\"stream\":false,\"reply_to\":\"redlm:reply:test\"}"
 done | jq -r '"XADD redlm:jobs * json " + (tojson | tojson)' | rcli > /dev/null
 
 # Sample which consumers hold jobs while the stream drains.
@@ -40,7 +40,7 @@ done
 [ ${#seen[@]} = 3 ] || fail "jobs were held by ${#seen[@]} consumers (${seen[*]}), want lt-0 lt-1 lt-2"
 consumers=$(rcli XINFO CONSUMERS redlm:jobs redlm | awk '/^name$/ { getline; print }' | sort | tr '\n' ' ')
 [ "$consumers" = "lt-0 lt-1 lt-2 " ] || fail "consumer group members: $consumers"
-dones=$(stream_json redlm:test:replies | jq -s 'map(select(.event == "done")) | map(.id) | unique | length')
+dones=$(stream_json redlm:reply:test | jq -s 'map(select(.event == "done")) | map(.id) | unique | length')
 [ "$dones" = "$N" ] || fail "$dones jobs have a done event, want $N"
 
 kill -TERM "$L"

@@ -17,15 +17,15 @@ wait_until 30 both_up || fail "workers did not start"
 queue_jobs "$N" 24 ',"ignore_eos":true'
 
 a_pending() { rcli XINFO CONSUMERS redlm:jobs redlm | awk '$0 == "a" { getline; getline; print }'; }
-mid_run() { [ "$(rcli XLEN redlm:test:replies)" -ge $((N / 4)) ] && [ "$(a_pending)" -gt 0 ]; }
-wait_until 60 mid_run || fail "no progress: $(rcli XLEN redlm:test:replies) reply events, a holds $(a_pending)"
+mid_run() { [ "$(rcli XLEN redlm:reply:test)" -ge $((N / 4)) ] && [ "$(a_pending)" -gt 0 ]; }
+wait_until 60 mid_run || fail "no progress: $(rcli XLEN redlm:reply:test) reply events, a holds $(a_pending)"
 kill -KILL "$A"
-echo "killed worker a holding $(a_pending) jobs, $(rcli XLEN redlm:test:replies) reply events so far"
+echo "killed worker a holding $(a_pending) jobs, $(rcli XLEN redlm:reply:test) reply events so far"
 
 # every entry read by the group and none pending: all acknowledged
 every_job_done "$N"
 # no reconnect here, so not even a repeat of an event: one done event, as written
-repeated=$(stream_json redlm:test:replies | jq -sc 'group_by(.id)[] | (map(.attempt) | max) as $m
+repeated=$(stream_json redlm:reply:test | jq -sc 'group_by(.id)[] | (map(.attempt) | max) as $m
     | map(select(.attempt == $m and .event == "done")) | select(length != 1) | {id: .[0].id, dones: length}' | head -3)
 [ -z "$repeated" ] || fail "jobs with a repeated final done: $repeated"
 retried=$(jq -s 'map(select(.attempt > 1)) | length' "$T/got.jsonl")

@@ -33,7 +33,7 @@ PIDS=()
 # in flight while the other's is computed) has 2 running, the rest unread;
 # after SIGTERM the 2 finish (attempt 1, acknowledged) and w2 runs
 # everything else
-rcli DEL redlm:jobs redlm:test:replies > /dev/null
+rcli DEL redlm:jobs redlm:reply:test > /dev/null
 queue_jobs "$N" 200 ',"ignore_eos":true'
 start_worker w1 --max-num-seqs 2 --claim-idle-ms 60000 --pp 2
 W1=$LAST_PID
@@ -51,6 +51,6 @@ summary > "$T/got.jsonl"
 [ "$(jq -s 'map(select(.dones == 1 and .attempt == 1)) | length' "$T/got.jsonl")" = "$N" ] ||
     fail "not every job done once at attempt 1"
 # drained, not aborted: every job ran to its max_tokens
-short=$(stream_json redlm:test:replies | jq -c 'select(.event == "done" and .finish_reason != "length") | {id, finish_reason}' | head -3)
+short=$(stream_json redlm:reply:test | jq -c 'select(.event == "done" and .finish_reason != "length") | {id, finish_reason}' | head -3)
 [ -z "$short" ] || fail "jobs not run to the end: $short"
 echo "ok: backpressure (both workers busy), SIGTERM drain (w1 finished $read1 jobs, w2 the rest)"

@@ -10,12 +10,12 @@ start_redis --appendonly yes --appendfsync always
 queue_jobs "$N" 8
 start_worker w --claim-idle-ms 1000 --max-num-seqs 16
 W=$LAST_PID
-started() { [ "$(rcli XLEN redlm:test:replies)" -ge 40 ]; }
+started() { [ "$(rcli XLEN redlm:reply:test)" -ge 40 ]; }
 wait_until 60 started || fail "no progress"
 stop_redis
 sleep 1
 start_redis --appendonly yes --appendfsync always
-echo "redis restarted with $(rcli XLEN redlm:test:replies) reply events stored"
+echo "redis restarted with $(rcli XLEN redlm:reply:test) reply events stored"
 
 every_job_done "$N"
 same_as_generate

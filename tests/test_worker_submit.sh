@@ -35,10 +35,10 @@ diff <(jq -c '[.id, .index, .token_ids]' "$T/gen.jsonl") <(head -66 "$T/out.json
 # resume: keep 20 lines and half of the 21st, as a killed run would leave it
 head -20 "$T/out.jsonl" > "$T/resume.jsonl"
 sed -n 21p "$T/out.jsonl" | head -c 30 >> "$T/resume.jsonl"
-before=$(rcli XLEN redlm:jobs)
+before=$(added redlm:jobs)
 "$REDLM" submit --redis "$(URL)" --input "$T/in.jsonl" --output "$T/resume.jsonl" --window 8 2> "$T/submit2.log" ||
     fail "resumed submit failed"
-sent=$(( $(rcli XLEN redlm:jobs) - before ))
+sent=$(( $(added redlm:jobs) - before ))
 done_before=$(head -20 "$T/out.jsonl" | jq -r .id | sort -u | wc -l)
 [ "$sent" = $((60 - done_before)) ] || fail "resume submitted $sent jobs, want $((60 - done_before))"
 diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, .token_ids]' "$T/resume.jsonl") > "$T/diff" ||
@@ -48,10 +48,10 @@ diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, 
 head -21 "$T/out.jsonl" > "$T/resume2.jsonl"
 [ "$(sed -n 21p "$T/out.jsonl" | jq -c '[.index, (.id | startswith("job"))]')" = '[0,true]' ] ||
     fail "line 21 of the output is not the first sample of line 20's job"
-before=$(rcli XLEN redlm:jobs)
+before=$(added redlm:jobs)
 "$REDLM" submit --redis "$(URL)" --input "$T/in.jsonl" --output "$T/resume2.jsonl" --window 8 2> "$T/submit3.log" ||
     fail "resumed submit (half a job) failed: $(cat "$T/submit3.log")"
-sent2=$(( $(rcli XLEN redlm:jobs) - before ))
+sent2=$(( $(added redlm:jobs) - before ))
 [ "$sent2" = $((60 - done_before)) ] || fail "resume after half a job submitted $sent2 jobs, want $((60 - done_before))"
 diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, .token_ids]' "$T/resume2.jsonl") > "$T/diff" ||
     fail "output resumed after half a job differs: $(head -4 "$T/diff")"
@@ -69,10 +69,10 @@ timeout 60 "$REDLM" submit --redis "$(URL)" --input "$T/nul.jsonl" --output "$T/
 same() { diff <(jq -c '[.id, .token_ids, .text]' "$1") <(jq -c '[.id, .token_ids, .text]' "$2") > "$T/diff"; }
 same "$T/nul-gen.jsonl" "$T/nul-out.jsonl" || fail "U+0000 replies differ from generate: $(head -4 "$T/diff")"
 head -1 "$T/nul-out.jsonl" > "$T/nul-resume.jsonl"
-before=$(rcli XLEN redlm:jobs)
+before=$(added redlm:jobs)
 timeout 60 "$REDLM" submit --redis "$(URL)" --input "$T/nul.jsonl" --output "$T/nul-resume.jsonl" 2>> "$T/submit-nul.log" ||
     fail "resumed submit with U+0000 in the output: exit $?"
-[ $(( $(rcli XLEN redlm:jobs) - before )) = 1 ] || fail "resume after a U+0000 result sent $(( $(rcli XLEN redlm:jobs) - before )) jobs, want 1"
+[ $(( $(added redlm:jobs) - before )) = 1 ] || fail "resume after a U+0000 result sent $(( $(added redlm:jobs) - before )) jobs, want 1"
 same "$T/nul-gen.jsonl" "$T/nul-resume.jsonl" || fail "resumed U+0000 output differs: $(head -4 "$T/diff")"
 
 # --window 4: with no worker on its stream, submit puts out exactly 4 jobs
@@ -85,14 +85,14 @@ done > "$T/win.jsonl"
     2> "$T/submit-win.log" &
 SUB=$!
 PIDS+=("$SUB")
-queued() { [ "$(rcli XLEN redlm:win)" = "$1" ]; }
-wait_until 20 queued 4 || fail "submit --window 4 queued $(rcli XLEN redlm:win) jobs"
+queued() { [ "$(added redlm:win)" = "$1" ]; }
+wait_until 20 queued 4 || fail "submit --window 4 queued $(added redlm:win) jobs"
 sleep 0.5
-queued 4 || fail "submit --window 4 queued $(rcli XLEN redlm:win) jobs with none answered"
+queued 4 || fail "submit --window 4 queued $(added redlm:win) jobs with none answered"
 start_worker w-win --stream redlm:win
 end=$(( $(date +%s) + 60 ))
 while [ "$(wc -l < "$T/win-out.jsonl")" -lt 20 ]; do
-    out=$(rcli XLEN redlm:win)
+    out=$(added redlm:win)
     written=$(wc -l < "$T/win-out.jsonl")
     [ $((out - written)) -le 4 ] || fail "$out jobs queued and $written results written: over --window 4"
     [ "$(date +%s)" -lt "$end" ] || fail "submit --window 4 wrote $written of 20 results"

@@ -1,7 +1,10 @@
 /* test_writer.c: the reply writer against a real redis-server: every
- * item stored in order, the events/s it reaches, and nothing lost when the
- * connection is killed mid-flight.  RL_BENCH_EVENTS=N sets the event count
- * (scripts/bench-redis uses it). */
+ * item stored in order, the events/s it reaches (each event an FCALL of the
+ * fenced redlm_reply), nothing lost when the connection is killed
+ * mid-flight, nothing written for a job whose entry another consumer took,
+ * and a reply key of another type never given a TTL but answered with a dead
+ * letter, an XACK and a counted error.  RL_BENCH_EVENTS=N sets the event
+ * count (scripts/bench-redis uses it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,18 +12,24 @@
 #include <cmocka.h>
 
 #include <ev.h>
+#include <jansson.h>
 
+#include "worker/redis/functions.h"
 #include "worker/redis/rconn.h"
 #include "worker/redis/writer.h"
 #include "tests/redis_server.h"
 
 static rlRedisServer server;
 
+static const rlKeys keys = {.stream = "redlm:jobs", .group = "redlm", .consumer = "w", .dead = "redlm:dead",
+                            .cancel = "redlm:cancel", .reply_prefix = "redlm:reply:",
+                            .running = "redlm:jobs:running", .reply_ttl = 60, .dead_maxlen = 1000};
+
 typedef struct harness {
     struct ev_loop *loop;
     rlConn *conn;
     rlWriter *w;
-    int acked;
+    int acked, lost;
     int kill_after;          /* kill the connection once this many are acked */
     redisContext *admin;
 } harness;
@@ -34,8 +43,15 @@ static void on_done(void *ctx, rlJob *job) {
         h->kill_after = 0;
     }
 }
-static void on_ready(rlConn *c, void *ctx) { writer_connected(((harness *)ctx)->w, rconn_ctx(c)); }
-static void on_lost(rlConn *c, void *ctx) {
+static void on_lost(void *ctx, rlJob *job, const char *why) {
+    (void)job, (void)why;
+    ((harness *)ctx)->lost++;
+}
+static void on_ready(rlConn *c, void *ctx) {
+    functions_load(rconn_ctx(c), NULL, NULL);
+    writer_connected(((harness *)ctx)->w, rconn_ctx(c));
+}
+static void on_conn_lost(rlConn *c, void *ctx) {
     (void)c;
     writer_connected(((harness *)ctx)->w, NULL);
 }
@@ -45,31 +61,24 @@ static void on_tick(struct ev_loop *loop, ev_timer *t, int revents) {
     if (!writer_pending(h->w)) ev_break(loop, EVBREAK_ALL);
 }
 
-/* n events over `streams` reply streams, then each stream's ACK (an XACK of
- * an unknown entry: Redis answers 0, which is all the writer needs). */
-static double run_writer(harness *h, int n, int streams) {
-    rlItemList items = {0};
-    char key[64], ev[200];
-    for (int i = 0; i < n + streams; i++) {
-        int s = i % streams;
-        int kl = snprintf(key, sizeof(key), "redlm:reply:t%d", s);
-        if (i >= n) {
-            const char *argv[4] = {"XACK", "redlm:jobs", "redlm", "1-1"};
-            size_t len[4] = {4, 10, 5, 3};
-            items_push(&items, item_create(RL_ITEM_ACK, job_create("1-1", NULL, 0, NULL, RL_ENC_JSON, NULL, 0, 1),
-                                           4, argv, len));
-            continue;
-        }
-        int el = snprintf(ev, sizeof(ev),
-                          "{\"id\":\"t%d\",\"event\":\"chunk\",\"seq\":%d,\"attempt\":1,\"index\":0,"
-                          "\"token_ids\":[1,2,3,4,5,6,7,8],\"text\":\"abcdefgh\"}", s, i / streams);
-        const char *argv[5] = {"XADD", key, "*", "json", ev};
-        size_t len[5] = {4, (size_t)kl, 1, 4, (size_t)el};
-        items_push(&items, item_create(RL_ITEM_REPLY, NULL, 5, argv, len));
-    }
+/* A job entry read by consumer `who` (its first delivery): the job. */
+static rlJob *job_read(harness *h, int s, const char *who) {
+    redisReply *r = redisCommand(h->admin, "XADD redlm:jobs * json {\"id\":\"t%d\"}", s);
+    redisReply *g = redisCommand(h->admin, "XREADGROUP GROUP redlm %s COUNT 1 STREAMS redlm:jobs >", who);
+    assert_int_equal(g->type, REDIS_REPLY_ARRAY);
+    char id[16], reply[64];
+    snprintf(id, sizeof(id), "t%d", s);
+    snprintf(reply, sizeof(reply), "redlm:reply:t%d", s);
+    rlJob *j = job_create(r->str, id, strlen(id), reply, RL_ENC_JSON, 1);
+    freeReplyObject(r);
+    freeReplyObject(g);
+    return j;
+}
+
+static double run_items(harness *h, rlItemList *items) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    writer_push(h->w, &items);
+    writer_push(h->w, items);
     ev_timer tick;
     ev_timer_init(&tick, on_tick, 0.001, 0.001);
     tick.data = h;
@@ -80,18 +89,39 @@ static double run_writer(harness *h, int n, int streams) {
     return (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
 }
 
+/* n events over `streams` jobs (one reply stream each), then each job's ACK. */
+static double run_writer(harness *h, int n, int streams) {
+    rlItemList items = {0};
+    rlJob **jobs = calloc((size_t)streams, sizeof(*jobs));
+    for (int s = 0; s < streams; s++) jobs[s] = job_read(h, s, "w");
+    for (int i = 0; i < n; i++) {
+        int s = i % streams;
+        json_t *ev = json_pack("{s:s, s:s, s:i, s:i, s:i, s:[iiiiiiii], s:s}", "id", jobs[s]->id, "event",
+                               "chunk", "seq", i / streams, "attempt", 1, "index", 0, "token_ids", 1, 2, 3,
+                               4, 5, 6, 7, 8, "text", "abcdefgh");
+        assert_int_equal(items_event(&items, &keys, jobs[s], ev), 0);
+        json_decref(ev);
+    }
+    for (int s = 0; s < streams; s++) assert_int_equal(items_ack(&items, &keys, jobs[s]), 0);
+    free(jobs);
+    return run_items(h, &items);
+}
+
 static void harness_open(harness *h) {
     memset(h, 0, sizeof(*h));
     h->loop = ev_loop_new(EVFLAG_AUTO);
-    h->w = writer_create(60, on_done, h);
+    rlWriterHooks wh = {.lost = on_lost, .done = on_done, .ctx = h};
+    h->w = writer_create(&wh);
     rlRedisUrl url;
     rlError err;
     char s[64];
     snprintf(s, sizeof(s), "redis://127.0.0.1:%d", server.port);
     assert_int_equal(redis_url_parse(s, &url, &err), 0);
-    h->conn = rconn_create(h->loop, &url, "writer", on_ready, on_lost, h);
     h->admin = redis_server_connect(&server);
     freeReplyObject(redisCommand(h->admin, "FLUSHALL"));
+    freeReplyObject(redisCommand(h->admin, "XGROUP CREATE redlm:jobs redlm 0 MKSTREAM"));
+    rlConnHooks ch = {.ready = on_ready, .lost = on_conn_lost, .ctx = h};
+    h->conn = rconn_create(h->loop, &url, "writer", &ch);
 }
 
 static void harness_close(harness *h) {
@@ -102,9 +132,19 @@ static void harness_close(harness *h) {
     redisFree(h->admin);
 }
 
-static long long xlen(redisContext *c, int s) {
-    redisReply *r = redisCommand(c, "XLEN redlm:reply:t%d", s);
-    long long n = r->integer;
+static long long command_int(redisContext *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    long long n = r->type == REDIS_REPLY_INTEGER ? r->integer : -99;
+    freeReplyObject(r);
+    return n;
+}
+
+static long long pending(redisContext *c) {
+    redisReply *r = redisCommand(c, "XPENDING redlm:jobs redlm");
+    long long n = r->element[0]->integer;
     freeReplyObject(r);
     return n;
 }
@@ -118,14 +158,16 @@ static void test_writer_throughput(void **state) {
     double secs = run_writer(&h, n, streams);
     printf("reply writer: %d events in %.3f s = %.0f events/s\n", n, secs, n / secs);
     assert_int_equal(h.acked, streams);
+    assert_int_equal(h.lost, 0);
+    assert_int_equal(writer_errors(h.w), 0);
     long long total = 0;
-    for (int s = 0; s < streams; s++) total += xlen(h.admin, s);
+    for (int s = 0; s < streams; s++) total += command_int(h.admin, "XLEN redlm:reply:t%d", s);
     assert_int_equal(total, n);
-    redisReply *r = redisCommand(h.admin, "TTL redlm:reply:t7");
-    assert_true(r->integer > 0 && r->integer <= 60);
-    freeReplyObject(r);
+    assert_int_equal(pending(h.admin), 0);
+    long long ttl = command_int(h.admin, "TTL redlm:reply:t7");
+    assert_true(ttl > 0 && ttl <= 60);
     /* in order: the seq of stream 3's entries counts up */
-    r = redisCommand(h.admin, "XRANGE redlm:reply:t3 - +");
+    redisReply *r = redisCommand(h.admin, "XRANGE redlm:reply:t3 - +");
     for (size_t i = 0; i < r->elements; i++) {
         char want[32];
         snprintf(want, sizeof(want), "\"seq\":%zu,", i);
@@ -143,6 +185,7 @@ static void test_writer_survives_killed_connection(void **state) {
     int n = 20000, streams = 10;
     run_writer(&h, n, streams);
     assert_int_equal(h.acked, streams);
+    assert_int_equal(pending(h.admin), 0);
     /* every seq of every stream present at least once (repeats allowed) */
     for (int s = 0; s < streams; s++) {
         redisReply *r = redisCommand(h.admin, "XRANGE redlm:reply:t%d - +", s);
@@ -155,6 +198,60 @@ static void test_writer_survives_killed_connection(void **state) {
         free(seen);
         freeReplyObject(r);
     }
+    harness_close(&h);
+}
+
+/* Another consumer claimed the entry: none of the job's writes lands, the
+ * XACK included (the entry stays pending, now the other's). */
+static void test_writer_fenced(void **state) {
+    (void)state;
+    harness h;
+    harness_open(&h);
+    rlJob *job = job_read(&h, 1, "w");
+    freeReplyObject(redisCommand(h.admin, "XCLAIM redlm:jobs redlm other 0 %s", job->entry));
+    rlItemList items = {0};
+    json_t *ev = json_pack("{s:s, s:s, s:i, s:i}", "id", "t1", "event", "chunk", "seq", 0, "attempt", 1);
+    items_event(&items, &keys, job, ev);
+    json_decref(ev);
+    items_fail(&items, &keys, job, "internal", "test");
+    run_items(&h, &items);
+    assert_int_equal(h.acked, 1);
+    assert_int_equal(h.lost, 4); /* event, error event, dead letter, XACK */
+    assert_int_equal(writer_errors(h.w), 0);
+    assert_int_equal(command_int(h.admin, "EXISTS redlm:reply:t1"), 0);
+    assert_int_equal(command_int(h.admin, "EXISTS redlm:dead"), 0);
+    assert_int_equal(pending(h.admin), 1);
+    harness_close(&h);
+}
+
+/* A reply key holding a string: no XADD, no TTL on it, one counted error,
+ * a dead letter with the entry's own fields, and the entry acknowledged. */
+static void test_writer_refused_reply_key(void **state) {
+    (void)state;
+    harness h;
+    harness_open(&h);
+    freeReplyObject(redisCommand(h.admin, "SET redlm:reply:t2 victim"));
+    rlJob *job = job_read(&h, 2, "w");
+    rlItemList items = {0};
+    for (int i = 0; i < 3; i++) {
+        json_t *ev = json_pack("{s:s, s:s, s:i, s:i}", "id", "t2", "event", "chunk", "seq", i, "attempt", 1);
+        items_event(&items, &keys, job, ev);
+        json_decref(ev);
+    }
+    items_ack(&items, &keys, job);
+    run_items(&h, &items);
+    assert_int_equal(h.acked, 1);
+    assert_int_equal(writer_errors(h.w), 1);
+    assert_int_equal(command_int(h.admin, "TTL redlm:reply:t2"), -1);
+    assert_int_equal(pending(h.admin), 0);
+    redisReply *r = redisCommand(h.admin, "XRANGE redlm:dead - +");
+    assert_int_equal(r->elements, 1);
+    const redisReply *f = r->element[0]->element[1];
+    assert_string_equal(f->element[0]->str, "json");
+    assert_string_equal(f->element[1]->str, "{\"id\":\"t2\"}");
+    assert_string_equal(f->element[2]->str, "error");
+    assert_non_null(strstr(f->element[3]->str, "reply_refused"));
+    freeReplyObject(r);
     harness_close(&h);
 }
 
@@ -173,6 +270,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_writer_throughput),
         cmocka_unit_test(test_writer_survives_killed_connection),
+        cmocka_unit_test(test_writer_fenced),
+        cmocka_unit_test(test_writer_refused_reply_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -81,25 +81,27 @@ wait_until() {
 
 # the JSON payloads of a stream, one per line
 stream_json() { rcli --raw XRANGE "$1" - + | awk 'p { print; p = 0 } /^json$/ { p = 1 }'; }
+# entries ever added to a stream (XLEN shrinks as workers trim what is acknowledged)
+added() { rcli XINFO STREAM "$1" | awk '$0 == "entries-added" { getline; print }'; }
 pending_count() { rcli XPENDING redlm:jobs redlm | head -1; }
 
 # queue_jobs N MAX_TOKENS [,"more":"fields"]: jobs j1..jN (max_tokens
 # MAX_TOKENS + i % 5, every other one streamed), greedy, all replying to
-# redlm:test:replies; the requests are kept in $T/jobs.jsonl
+# redlm:reply:test; the requests are kept in $T/jobs.jsonl
 queue_jobs() {
     local n=$1 mt=$2 extra=${3:-} st
     for i in $(seq 1 "$n"); do
         st=false; [ $((i % 2)) = 0 ] && st=true
         echo "{\"id\":\"j$i\",\"prompt_ids\":[$((i % 97 + 1)),$((i * 7 % 50 + 1)),3],\"max_tokens\":$((mt + i % 5)),\"temperature\":0,\"stream\":$st$extra}"
     done > "$T/jobs.jsonl"
-    jq -r '"XADD redlm:jobs * json " + (. + {reply_to: "redlm:test:replies"} | tojson | tojson)' "$T/jobs.jsonl" |
+    jq -r '"XADD redlm:jobs * json " + (. + {reply_to: "redlm:reply:test"} | tojson | tojson)' "$T/jobs.jsonl" |
         rcli > /dev/null
-    [ "$(rcli XLEN redlm:jobs)" = "$n" ] || fail "queued $(rcli XLEN redlm:jobs) jobs, want $n"
+    [ "$(added redlm:jobs)" = "$n" ] || fail "queued $(added redlm:jobs) jobs, want $n"
 }
 
 # per job: the events of its highest attempt, repeats dropped, in seq order
 summary() {
-    rcli --raw XRANGE redlm:test:replies - + | awk 'p { print; p = 0 } /^json$/ { p = 1 }' |
+    rcli --raw XRANGE redlm:reply:test - + | awk 'p { print; p = 0 } /^json$/ { p = 1 }' |
         jq -sc 'group_by(.id)[] | (map(.attempt) | max) as $m | map(select(.attempt == $m))
                 | unique_by(.seq) | sort_by(.seq)
                 | {id: .[0].id, attempt: $m, dones: map(select(.event == "done")) | length,

@@ -71,6 +71,36 @@ static void sub_slot_clear(subSlot *s) {
     memset(s, 0, sizeof(*s));
 }
 
+/* Two lines with one id would share one reply stream's events, and the
+ * second could never be told from the first: refuse them before anything
+ * is submitted.  Returns the number of duplicate lines (each one named). */
+static long sub_check_ids(FILE *in, const char *path) {
+    json_t *seen = json_object();
+    char *line = NULL;
+    size_t cap = 0;
+    long lineno = 0, dups = 0;
+    ssize_t n;
+    while (seen && (n = getline(&line, &cap, in)) >= 0) {
+        lineno++;
+        json_t *req = json_loadb(line, (size_t)n, JSON_ALLOW_NUL | JSON_DISABLE_EOF_CHECK, NULL);
+        const char *id = json_string_value(json_object_get(req, "id"));
+        json_t *first = id ? json_object_get(seen, id) : NULL;
+        if (first && dups++ < 10)
+            fprintf(stderr, "redlm submit: %s: line %ld has the id '%.200s' of line %lld\n", path, lineno, id,
+                    (long long)json_integer_value(first));
+        else if (id && !first) json_object_set_new(seen, id, json_integer(lineno));
+        json_decref(req);
+    }
+    free(line);
+    json_decref(seen);
+    rewind(in);
+    if (dups)
+        fprintf(stderr, "redlm submit: %ld lines of %s repeat an earlier line's id; nothing submitted: give "
+                "every job its own id (or leave \"id\" out to have one made from the line number)\n",
+                dups, path);
+    return dups;
+}
+
 /* Read the ids of the results already in the output file; cut a last line
  * that a killed run left half-written. */
 static int sub_resume(subRun *r, const char *path) {
@@ -286,10 +316,15 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
                 return -1;
             }
         }
-        if (!json_is_object(req)) {
+        json_t *twin = json_object_get(r->by_id, id); /* from standard input, not checked up front */
+        if (!json_is_object(req) || twin) {
             char msg[300];
-            snprintf(msg, sizeof(msg), "input line %ld is not a JSON object: %s", lineno,
-                     req ? "a request is an object" : je.text);
+            if (twin)
+                snprintf(msg, sizeof(msg), "input line %ld has the id of line %lld, still running; give every "
+                         "job its own id", lineno, (long long)json_integer_value(twin));
+            else
+                snprintf(msg, sizeof(msg), "input line %ld is not a JSON object: %s", lineno,
+                         req ? "a request is an object" : je.text);
             s->local = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "event", "error", "error", "code",
                                  "invalid_request", "message", msg);
             json_decref(req);
@@ -426,6 +461,10 @@ int cmd_submit(int argc, char **argv) {
     if (!r.in) {
         fprintf(stderr, "redlm submit: cannot read %s: %s\n", input, strerror(errno));
         rc = RL_EIO;
+        goto done;
+    }
+    if (r.in != stdin && sub_check_ids(r.in, input)) {
+        rc = RL_EUSAGE;
         goto done;
     }
     if (sub_resume(&r, output) || !(r.out = fopen(output, "a"))) {

@@ -42,6 +42,7 @@ void engine_options_init(rlEngineOptions *o) {
     o->max_num_batched_tokens = 2048;
     o->prefix_caching = 1;
     o->tp = o->pp = 1;
+    o->stream_interval = 1;
 }
 
 /* One sample's output state. */
@@ -208,6 +209,7 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     }
     e->opt = *opt;
     rlEngineOptions *o = &e->opt;
+    if (o->stream_interval < 1) o->stream_interval = 1;
     if (!o->model) {
         rl_error(err, RL_EUSAGE, "no model given: pass --model DIR");
         goto fail;
@@ -694,7 +696,9 @@ static int engine_land(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     for (int i = 0; i < p->n_rows; i++) {
         const rlSchedRow *row = &p->rows[i];
         engReq *q = row->req->user;
-        if (row->kind == RL_ROW_SAMPLE && q->req->stream && q->samples[row->seq].dirty)
+        const engSample *sm = &q->samples[row->seq];
+        if (row->kind == RL_ROW_SAMPLE && q->req->stream && sm->dirty &&
+            sm->n_tokens >= e->opt.stream_interval)
             emit_sample(q, row->seq, RL_OUT_CHUNK, fn, ctx);
     }
     for (engReq *q = e->head, *next; q; q = next) {

@@ -3,7 +3,8 @@
  * One engine owns a model (all its ranks), the scheduler, the tokenizer and
  * detokenizers.  Callers add requests and call engine_step() until no work is
  * left; every step delivers outputs through the callback: new tokens and text
- * as they are produced, then one final output per sample (done or error).
+ * of streamed requests once --stream-interval of them are ready (the done
+ * output carries the rest), then one final output per sample (done or error).
  * The API is single-threaded: the Redis worker runs it on its own thread and
  * hands requests and outputs across with queues. */
 #ifndef RL_ENGINE_H
@@ -38,6 +39,7 @@ typedef struct rlEngineOptions {
     int collectives;            /* 1: rank threads and communicators even at 1x1 (--collectives) */
     uint64_t seed;              /* dummy weights and unseeded requests */
     const char *served_model_name; /* what a request's `model` must name (NULL: model) */
+    int stream_interval;        /* a streamed sample's chunk waits for this many tokens, default 1 */
 } rlEngineOptions;
 
 void engine_options_init(rlEngineOptions *o);
@@ -58,7 +60,8 @@ typedef struct rlOutput {
     rlOutputKind kind;
     const rlRequest *req;           /* the request (id, encoding choices, user handle) */
     int index;                      /* sample 0..n-1 */
-    const int32_t *token_ids;       /* chunk: tokens since the last output; done: the rest */
+    const int32_t *token_ids;       /* chunk: stream_interval or more tokens since the last
+                                     * output; done: the rest */
     int n_tokens;
     const char *text;               /* the matching text, complete UTF-8 */
     size_t text_len;

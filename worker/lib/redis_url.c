@@ -88,6 +88,17 @@ int redis_url_login(const rlRedisUrl *u, rlRedisLogin *l, char buf[16]) {
     return n;
 }
 
+void redis_url_refused(const rlRedisUrl *u, const char *command, const char *reply, char *msg, size_t cap) {
+    if (!strcmp(command, "AUTH"))
+        snprintf(msg, cap, "Redis at %s:%d refused the login of user '%s': %s; put the user's current "
+                 "password in the URL (redis://%s:PASSWORD@%s:%d, %%-escaped; a rotated password "
+                 "needs the new one) or fix the user's ACL", u->host, u->port,
+                 u->user[0] ? u->user : "default", reply, u->user[0] ? u->user : "default", u->host, u->port);
+    else
+        snprintf(msg, cap, "Redis at %s:%d refused %s: %s; check the database number in the URL", u->host,
+                 u->port, command, reply);
+}
+
 redisContext *redis_url_connect(const rlRedisUrl *u, struct timeval timeout, rlError *err) {
     redisContext *c = redisConnectWithTimeout(u->host, u->port, timeout);
     if (!c || c->err) {
@@ -103,8 +114,10 @@ redisContext *redis_url_connect(const rlRedisUrl *u, struct timeval timeout, rlE
     for (int i = 0; i < n; i++) {
         redisReply *r = redisCommandArgv(c, l.argc[i], l.argv[i], NULL);
         if (!r || r->type == REDIS_REPLY_ERROR) {
-            rl_error(err, RL_EREDIS, "Redis at %s:%d refused %s: %s", u->host, u->port, l.argv[i][0],
-                     r ? r->str : c->errstr);
+            char msg[RL_ERROR_LEN];
+            if (r) redis_url_refused(u, l.argv[i][0], r->str, msg, sizeof(msg));
+            else snprintf(msg, sizeof(msg), "Redis at %s:%d: %s", u->host, u->port, c->errstr);
+            rl_error(err, RL_EREDIS, "%s", msg);
             if (r) freeReplyObject(r);
             redisFree(c);
             return NULL;

@@ -26,6 +26,10 @@ int redis_url_parse(const char *url, rlRedisUrl *u, rlError *err);
 /* Connect synchronously, log in and select the database. */
 redisContext *redis_url_connect(const rlRedisUrl *u, struct timeval timeout, rlError *err);
 
+/* The message for a refused login command (AUTH or SELECT): names the
+ * URL's user, never its password, and says what to change. */
+void redis_url_refused(const rlRedisUrl *u, const char *command, const char *reply, char *msg, size_t cap);
+
 /* Redis answers PING within wait_s seconds (at least one attempt, each
  * connect limited to 2 s): a worker started beside its Redis (compose,
  * systemd) may come up first, but one pointed at the wrong address must

@@ -2,10 +2,10 @@
  *
  * Everything that can be wrong with an entry is decided here, before the
  * engine sees it: missing or doubled payload fields, bad encoding, invalid
- * UTF-8, a failed validation, a passed deadline, too many deliveries.  Each
- * such entry gets the same treatment: an error event when it names an id,
- * a dead-letter copy, and XACK, so a bad entry costs one round trip and
- * never a retry. */
+ * UTF-8, a reply_to outside --reply-prefix, a failed validation, a passed
+ * deadline, too many deliveries.  Each such entry gets the same treatment:
+ * an error event when any part of it names a readable id, a dead-letter
+ * copy, and XACK, so a bad entry costs one round trip and never a retry. */
 #ifndef RL_INTAKE_H
 #define RL_INTAKE_H
 
@@ -22,6 +22,7 @@ typedef struct rlIntake {
 } rlIntake;
 
 /* entry is one element of an XREADGROUP/XCLAIM reply: [id, [field, value, ...]]
+ * (elements after those two are ignored)
  * (a nil field list is an entry deleted meanwhile).  Always creates the job
  * (*job; NULL only when out of memory).  Returns the request to run, with
  * req->user = *job, or NULL when the job was answered by items. */

@@ -2,38 +2,55 @@
 #include "worker/redis/item.h"
 
 #include <jansson.h>
-
-#include "worker/engine/output.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/error.h"
+#include "worker/engine/output.h"
+#include "worker/request/request.h"
+
+int keys_reply_to(const rlKeys *k, const char *id, const char *reply_to, char **key, char *why) {
+    size_t pl = strlen(k->reply_prefix);
+    *key = NULL;
+    if (reply_to) {
+        if (strncmp(reply_to, k->reply_prefix, pl) || !reply_to[pl]) {
+            snprintf(why, RL_ERROR_LEN, "reply_to '%.200s' is not under the reply prefix '%s' (--reply-prefix); "
+                     "name a stream such as '%sclient-1', or leave reply_to out for '%s<id>'",
+                     reply_to, k->reply_prefix, k->reply_prefix, k->reply_prefix);
+            return -1;
+        }
+        if (!(*key = strdup(reply_to))) goto oom;
+    } else {
+        size_t n = pl + strlen(id) + 1;
+        if (!(*key = malloc(n))) goto oom;
+        snprintf(*key, n, "%s%s", k->reply_prefix, id);
+    }
+    const char *own[] = {k->stream, k->dead, k->cancel, k->running};
+    for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+        if (own[i] && !strcmp(*key, own[i])) {
+            snprintf(why, RL_ERROR_LEN, "reply stream '%.200s' is one of the worker's own streams; "
+                     "reply_to must name a stream of its own", *key);
+            free(*key);
+            *key = NULL;
+            return -1;
+        }
+    return 0;
+oom:
+    snprintf(why, RL_ERROR_LEN, "out of memory");
+    return -1;
+}
+
 rlJob *job_create(const char *entry, const char *id, size_t id_len, const char *reply_to,
-                  rlEncoding enc, const char *payload, size_t payload_len, int attempt) {
+                  rlEncoding enc, int attempt) {
     rlJob *j = calloc(1, sizeof(*j));
     if (!j) return NULL;
     snprintf(j->entry, sizeof(j->entry), "%s", entry);
     j->enc = enc;
     j->attempt = attempt;
-    if (payload) {
-        j->payload = malloc(payload_len + 1);
-        if (!j->payload) {
-            free(j);
-            return NULL;
-        }
-        memcpy(j->payload, payload, payload_len);
-        j->payload_len = payload_len;
-    }
-    if (id) {
-        j->id = strndup(id, id_len);
-        if (reply_to) j->reply_to = strdup(reply_to);
-        else if (j->id && (j->reply_to = malloc(id_len + 14)))
-            snprintf(j->reply_to, id_len + 14, "redlm:reply:%s", j->id);
-        if (!j->id || !j->reply_to) {
-            job_free(j);
-            return NULL;
-        }
+    if ((id && !(j->id = strndup(id, id_len))) || (reply_to && !(j->reply_to = strdup(reply_to)))) {
+        job_free(j);
+        return NULL;
     }
     return j;
 }
@@ -42,10 +59,10 @@ void job_free(rlJob *j) {
     if (!j) return;
     free(j->id);
     free(j->reply_to);
-    free(j->payload);
-    if (j->pending)
-        for (int i = 0; i < j->n_samples; i++) json_decref(j->pending[i]);
-    free(j->pending);
+    if (j->req) {
+        request_free(j->req);
+        free(j->req);
+    }
     free(j);
 }
 
@@ -80,27 +97,59 @@ size_t item_bytes(const rlItem *it) {
     return b;
 }
 
-int items_event(rlItemList *out, rlJob *job, const json_t *event) {
-    char *buf;
-    size_t len;
-    if (!job->reply_to || codec_encode(job->enc, event, &buf, &len, NULL)) return -1;
-    const char *field = codec_field_name(job->enc);
-    const char *argv[5] = {"XADD", job->reply_to, "*", field, buf};
-    size_t lens[5] = {4, strlen(job->reply_to), 1, strlen(field), len};
-    rlItem *it = item_create(RL_ITEM_REPLY, job, 5, argv, lens);
-    free(buf);
+/* FCALL <fn> 3|4 <stream> <running> <dead> [<reply>] <group> <entry>
+ * <consumer> <attempt> <id> <dead maxlen> <extra...>: functions.c's
+ * calling convention for job functions. */
+static int items_call(rlItemList *out, rlItemKind kind, const rlKeys *k, rlJob *job, const char *fn,
+                      int n_extra, const char *const *extra, const size_t *extra_len) {
+    enum { MAX = 20 };
+    const char *argv[MAX];
+    size_t len[MAX];
+    char attempt[16], maxlen[24];
+    snprintf(attempt, sizeof(attempt), "%d", job->attempt);
+    snprintf(maxlen, sizeof(maxlen), "%ld", k->dead_maxlen);
+    int a = 0;
+#define ARG(s) (argv[a] = (s), len[a++] = strlen(s))
+    ARG("FCALL");
+    ARG(fn);
+    ARG(kind == RL_ITEM_REPLY ? "4" : "3");
+    ARG(k->stream);
+    ARG(k->running);
+    ARG(k->dead);
+    if (kind == RL_ITEM_REPLY) ARG(job->reply_to);
+    ARG(k->group);
+    ARG(job->entry);
+    ARG(k->consumer);
+    ARG(attempt);
+    ARG(job->id ? job->id : "");
+    ARG(maxlen);
+#undef ARG
+    for (int i = 0; i < n_extra && a < MAX; i++, a++) argv[a] = extra[i], len[a] = extra_len[i];
+    rlItem *it = item_create(kind, job, a, argv, len);
     if (!it) return -1;
     items_push(out, it);
     return 0;
 }
 
+int items_start(rlItemList *out, const rlKeys *k, rlJob *job) {
+    return items_call(out, RL_ITEM_START, k, job, "redlm_start", 0, NULL, NULL);
+}
+
+int items_event(rlItemList *out, const rlKeys *k, rlJob *job, const json_t *event) {
+    char *buf, ttl[24];
+    size_t len;
+    if (!job->reply_to || codec_encode(job->enc, event, &buf, &len, NULL)) return -1;
+    snprintf(ttl, sizeof(ttl), "%ld", k->reply_ttl);
+    const char *field = codec_field_name(job->enc);
+    const char *extra[3] = {ttl, field, buf};
+    size_t lens[3] = {strlen(ttl), strlen(field), len};
+    int rc = items_call(out, RL_ITEM_REPLY, k, job, "redlm_reply", 3, extra, lens);
+    free(buf);
+    return rc;
+}
+
 int items_ack(rlItemList *out, const rlKeys *k, rlJob *job) {
-    const char *argv[4] = {"XACK", k->stream, k->group, job->entry};
-    size_t lens[4] = {4, strlen(k->stream), strlen(k->group), strlen(job->entry)};
-    rlItem *it = item_create(RL_ITEM_ACK, job, 4, argv, lens);
-    if (!it) return -1;
-    items_push(out, it);
-    return 0;
+    return items_call(out, RL_ITEM_ACK, k, job, "redlm_ack", 0, NULL, NULL);
 }
 
 int items_abort(rlItemList *out, const rlKeys *k, rlJob *job, const rlRequest *req) {
@@ -108,63 +157,31 @@ int items_abort(rlItemList *out, const rlKeys *k, rlJob *job, const rlRequest *r
         rlOutput o = {.kind = RL_OUT_DONE, .req = req, .index = i, .text = "", .finish = RL_FINISH_ABORT,
                       .prompt_tokens = req->n_prompt_ids};
         json_t *ev = output_event(&o, job->seq++);
-        int bad = !ev || items_event(out, job, ev);
+        int bad = !ev || items_event(out, k, job, ev);
         json_decref(ev);
         if (bad) return -1;
     }
     return items_ack(out, k, job);
 }
 
-int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, int n_fields, const char *const *fields,
-               const size_t *field_lens, const char *code, const char *message) {
-    json_t *err = json_pack("{s:s, s:s}", "code", code, "message", message);
-    if (!err) return -1;
-    if (job->id) {
+int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, const char *code, const char *message) {
+    if (job->reply_to) {
         rlRequest req = {.id = job->id, .attempt = job->attempt};
         rlOutput o = {.kind = RL_OUT_ERROR, .req = &req, .error_code = code, .error_message = message};
         json_t *ev = output_event(&o, job->seq);
-        int bad = !ev || items_event(out, job, ev);
+        int bad = !ev || items_event(out, k, job, ev);
         json_decref(ev);
-        if (bad) {
-            json_decref(err);
-            return -1;
-        }
+        if (bad) return -1;
     }
-    char *err_s = json_dumps(err, JSON_COMPACT);
+    json_t *err = json_pack("{s:s, s:s}", "code", code, "message", message);
+    char *err_s = err ? json_dumps(err, JSON_COMPACT) : NULL;
     json_decref(err);
-    char attempt[16];
-    snprintf(attempt, sizeof(attempt), "%d", job->attempt);
-    /* the entry's fields, then what went wrong and where */
-    int argc = 3 + n_fields + 10;
-    const char **argv = malloc((size_t)argc * sizeof(*argv));
-    size_t *lens = malloc((size_t)argc * sizeof(*lens));
-    rlItem *it = NULL;
-    if (err_s && argv && lens) {
-        int a = 0;
-#define ARG(s, n) (argv[a] = (s), lens[a++] = (n))
-        ARG("XADD", 4);
-        ARG(k->dead, strlen(k->dead));
-        ARG("*", 1);
-        for (int i = 0; i < n_fields; i++) ARG(fields[i], field_lens[i]);
-        ARG("error", 5);
-        ARG(err_s, strlen(err_s));
-        ARG("stream", 6);
-        ARG(k->stream, strlen(k->stream));
-        ARG("entry", 5);
-        ARG(job->entry, strlen(job->entry));
-        ARG("consumer", 8);
-        ARG(k->consumer, strlen(k->consumer));
-        ARG("attempt", 7);
-        ARG(attempt, strlen(attempt));
-#undef ARG
-        it = item_create(RL_ITEM_DEAD, job, a, argv, lens);
-    }
-    free(argv);
-    free(lens);
+    if (!err_s) return -1;
+    const char *extra[1] = {err_s};
+    size_t len[1] = {strlen(err_s)};
+    int rc = items_call(out, RL_ITEM_DEAD, k, job, "redlm_dead", 1, extra, len);
     free(err_s);
-    if (!it) return -1;
-    items_push(out, it);
-    return items_ack(out, k, job);
+    return rc ? rc : items_ack(out, k, job);
 }
 
 void items_push(rlItemList *l, rlItem *it) {

@@ -1,10 +1,12 @@
-/* item.h: one Redis write the worker owes (a reply event, a dead-letter
- * copy, an acknowledgement), and the job it belongs to.
+/* item.h: one Redis write the worker owes (a job's start, a reply event, a
+ * dead-letter copy, an acknowledgement), and the job it belongs to.
  *
  * Items are built where the knowledge is (the engine thread for events, the
- * intake for bad entries), queued in order, and written by writer.c.  A job's
- * last items are always: its final event, its dead-letter copy when it
- * failed, then XACK; writing them in order on one connection is what makes
+ * intake for bad entries), queued in order, and written by writer.c.  Each
+ * is an FCALL of one of functions.c's job functions, so each is fenced: it
+ * writes only while this consumer still holds the job's entry.  A job's last
+ * items are always: its final event, its dead-letter copy when it failed,
+ * then its XACK; writing them in order on one connection is what makes
  * "acknowledged only after the reply is stored" hold. */
 #ifndef RL_ITEM_H
 #define RL_ITEM_H
@@ -14,44 +16,56 @@
 #include "worker/request/codec.h"
 
 struct json_t;
+struct rlRequest;
 
-/* The Redis names a worker uses (worker/redis/PROTOCOL.md's defaults are
- * options). */
+/* Heartbeat hashes are this prefix + the consumer's name. */
+#define KEYS_HEARTBEAT_PREFIX "redlm:instances:"
+
+/* The Redis names a worker uses (PROTOCOL.md's defaults are options). */
 typedef struct rlKeys {
-    const char *stream;      /* redlm:jobs */
-    const char *group;       /* redlm */
-    const char *consumer;    /* host:pid */
-    const char *dead;        /* redlm:dead */
-    const char *cancel;      /* redlm:cancel */
+    const char *stream;       /* redlm:jobs */
+    const char *group;        /* redlm */
+    const char *consumer;     /* host:pid */
+    const char *dead;         /* redlm:dead */
+    const char *cancel;       /* redlm:cancel */
+    const char *reply_prefix; /* redlm:reply: (every reply stream is under it) */
+    const char *running;      /* <stream>:running: job id -> entry of the job running it */
+    long reply_ttl;           /* seconds, 0: no expiry */
+    long dead_maxlen;         /* 0: dead letters uncapped */
 } rlKeys;
 
+/* The reply stream of a job: reply_to when given, else <prefix><id>.
+ * Returns 0 and a malloc'd *key, or -1 (*key NULL) when that key is not a
+ * reply stream the worker may write: outside reply_prefix, or one of its
+ * own streams; *why then says so (RL_ERROR_LEN bytes). */
+int keys_reply_to(const rlKeys *k, const char *id, const char *reply_to, char **key, char *why);
+
 typedef struct rlJob {
-    char entry[48];          /* stream entry id, e.g. 1700000000000-0 */
-    char *id;                /* the job's id, or NULL when the entry has none */
-    char *reply_to;          /* reply stream key (NULL without an id) */
+    char entry[48];           /* stream entry id, e.g. 1700000000000-0 */
+    char *id;                 /* the job's id, or NULL when the entry has none */
+    char *reply_to;           /* reply stream key (NULL: none to write to) */
     rlEncoding enc;
-    char *payload;           /* the entry's json/msgpack field, for dead letters */
-    size_t payload_len;
-    int attempt;             /* delivery count */
+    int attempt;              /* delivery count: with the consumer, the job's fence */
     /* engine thread only, while the job runs */
-    int seq;                 /* next event's seq */
-    int samples_left;        /* done events still to come */
-    int n_samples;
-    struct json_t **pending; /* per sample: chunk text/tokens not yet sent */
-    /* loop thread only: the list of jobs not yet acknowledged */
-    struct rlJob *prev, *next;
+    int seq;                  /* next event's seq */
+    int samples_left;         /* done events still to come */
+    /* loop thread only */
+    struct rlRequest *req;    /* waiting for its start's answer, then handed to the runner */
+    int lost;                 /* the fence failed: nothing more is written for it */
+    int acking;               /* its XACK is queued: it no longer runs */
+    struct rlJob *prev, *next; /* the list of jobs not yet acknowledged */
 } rlJob;
 
-/* id may be NULL (an entry without one: no reply stream); reply_to NULL
- * means redlm:reply:<id>; payload is copied. */
+/* id may be NULL (an entry without one); reply_to NULL: no reply stream. */
 rlJob *job_create(const char *entry, const char *id, size_t id_len, const char *reply_to,
-                  rlEncoding enc, const char *payload, size_t payload_len, int attempt);
+                  rlEncoding enc, int attempt);
 void job_free(rlJob *j);
 
 typedef enum rlItemKind {
-    RL_ITEM_REPLY,   /* XADD <reply_to> * <field> <event>, then EXPIRE <reply_to> */
-    RL_ITEM_DEAD,    /* XADD <dead> * ... */
-    RL_ITEM_ACK,     /* XACK <stream> <group> <entry>; the job is finished after it */
+    RL_ITEM_START,   /* redlm_start: the job may run (or it is a duplicate, or lost) */
+    RL_ITEM_REPLY,   /* redlm_reply: XADD to the reply stream + EXPIRE */
+    RL_ITEM_DEAD,    /* redlm_dead: XADD to the dead-letter stream */
+    RL_ITEM_ACK,     /* redlm_ack: XACK; the job is finished after it */
 } rlItemKind;
 
 typedef struct rlItem {
@@ -75,17 +89,16 @@ typedef struct rlItemList {
     size_t n;
 } rlItemList;
 
-/* The items that end a job: its error event (when it has an id), a
- * dead-letter copy of the entry (fields: the entry's own field/value pairs)
- * with the error, then XACK.  Returns -1 when out of memory. */
-int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, int n_fields, const char *const *fields,
-               const size_t *field_lens, const char *code, const char *message);
+/* Each returns -1 when out of memory. */
+int items_start(rlItemList *out, const rlKeys *k, rlJob *job);
 /* A reply event (a JSON object) for the job, encoded as the job asked. */
-int items_event(rlItemList *out, rlJob *job, const struct json_t *event);
+int items_event(rlItemList *out, const rlKeys *k, rlJob *job, const struct json_t *event);
 int items_ack(rlItemList *out, const rlKeys *k, rlJob *job);
+/* The items that end a failed job: its error event (when it has a reply
+ * stream), a dead-letter copy of its entry with the error, then XACK. */
+int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, const char *code, const char *message);
 /* A job cancelled before it ran: one `done` with finish_reason "abort" and
  * no tokens per sample, then XACK. */
-struct rlRequest;
 int items_abort(rlItemList *out, const rlKeys *k, rlJob *job, const struct rlRequest *req);
 
 void items_push(rlItemList *l, rlItem *it);

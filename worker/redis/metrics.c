@@ -13,7 +13,7 @@
 #include <string.h>
 
 #define METRICS_MAX_BUCKETS 24
-#define METRICS_MAX_CODES 8
+#define METRICS_MAX_CODES 12
 
 typedef struct rlHistogram {
     const char *name, *help;
@@ -36,6 +36,7 @@ struct rlMetrics {
     struct MHD_Daemon *httpd;
     rlEngineStats st;
     size_t backlog_bytes, backlog_items;
+    unsigned long write_errors;
     unsigned long long finished[4];              /* by rlFinish */
     char codes[METRICS_MAX_CODES][32];
     unsigned long long code_counts[METRICS_MAX_CODES];
@@ -86,9 +87,9 @@ void metrics_set_engine(rlMetrics *m, const rlEngineStats *st) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void metrics_set_backlog(rlMetrics *m, size_t bytes, size_t items) {
+void metrics_set_writer(rlMetrics *m, size_t bytes, size_t items, unsigned long errors) {
     pthread_mutex_lock(&m->mu);
-    m->backlog_bytes = bytes, m->backlog_items = items;
+    m->backlog_bytes = bytes, m->backlog_items = items, m->write_errors = errors;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -177,6 +178,9 @@ char *metrics_render(rlMetrics *m) {
     metrics_gauge(&t, "redlm:reply_backlog_bytes", "gauge",
                   "Reply events, dead letters and acks not yet stored in Redis, in bytes.",
                   (double)m->backlog_bytes);
+    metrics_gauge(&t, "redlm:reply_write_errors_total", "counter",
+                  "Writes Redis refused (a reply key of another type, out of memory, ...); each "
+                  "refused reply also leaves a dead letter.", (double)m->write_errors);
     static const char *reasons[4] = {"none", "stop", "length", "abort"};
     metrics_printf(&t, "# HELP redlm:request_success_total Samples finished, by finish reason.\n"
                        "# TYPE redlm:request_success_total counter\n");

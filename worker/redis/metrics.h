@@ -23,7 +23,8 @@ void metrics_free(rlMetrics *m);   /* stops the HTTP server too */
 int metrics_serve(rlMetrics *m, int port, rlError *err);
 
 void metrics_set_engine(rlMetrics *m, const rlEngineStats *st);
-void metrics_set_backlog(rlMetrics *m, size_t bytes, size_t items);
+/* The writer's backlog and the writes Redis refused so far. */
+void metrics_set_writer(rlMetrics *m, size_t bytes, size_t items, unsigned long errors);
 /* One finished sample: finish reason, latencies in seconds (tpot < 0 when
  * fewer than two tokens were generated). */
 void metrics_observe_done(rlMetrics *m, rlFinish finish, double ttft, double tpot, double e2e);

@@ -1,10 +1,16 @@
-/* rconn.c: a self-reconnecting hiredis async connection on libev (rconn.h). */
+/* rconn.c: a self-reconnecting hiredis async connection on libev (rconn.h).
+ *
+ * The backoff is reset only once a login has succeeded: a connection that
+ * Redis accepts and then refuses (a rotated password) keeps doubling its
+ * wait instead of retrying many times a second. */
 #include "worker/redis/rconn.h"
 
 #include <hiredis/adapters/libev.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "kernels/error.h"
 
 /* Backoff starts short so a restarted redis-server is picked up within a
  * fraction of a second, and stops at 2 s so a long outage costs little. */
@@ -15,12 +21,13 @@ struct rlConn {
     struct ev_loop *loop;
     rlRedisUrl url;
     char name[32];
-    rlConnFn on_ready, on_lost;
-    void *ctx;
+    rlConnHooks h;
     redisAsyncContext *ac;   /* connecting or connected */
     int up;                  /* connected and logged in */
+    int logins;              /* login answers still to come */
     int closing;
     double backoff;
+    double refused_since;    /* first refused login of the current run, 0: none */
     ev_timer retry;
     int lost_logged;
 };
@@ -42,16 +49,38 @@ static void rconn_on_retry(struct ev_loop *loop, ev_timer *w, int revents) {
     rconn_connect(w->data);
 }
 
+static void rconn_up(rlConn *c) {
+    if (c->lost_logged)
+        fprintf(stderr, "redlm worker: Redis at %s:%d is back (%s connection)\n", c->url.host, c->url.port,
+                c->name);
+    c->lost_logged = 0;
+    c->backoff = RCONN_BACKOFF_MIN;
+    c->refused_since = 0;
+    c->up = 1;
+    c->h.ready(c, c->h.ctx);
+}
+
 static void rconn_on_login(redisAsyncContext *ac, void *r, void *priv) {
-    (void)ac;
     rlConn *c = priv;
     redisReply *reply = r;
-    if (reply && reply->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "redlm worker: Redis at %s:%d refused the login on the %s connection: %s; "
-                        "check the user, password and database in --redis\n",
-                c->url.host, c->url.port, c->name, reply->str);
-        rconn_reset(c);
+    if (!reply || c->closing) return;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        char msg[RL_ERROR_LEN];
+        /* answers come in order: AUTH first when there is a password */
+        int first = c->logins == (c->url.pass[0] ? 1 : 0) + (c->url.db ? 1 : 0);
+        const char *cmd = first && c->url.pass[0] ? "AUTH" : "SELECT";
+        redis_url_refused(&c->url, cmd, reply->str, msg, sizeof(msg));
+        double now = ev_now(c->loop);
+        if (!c->refused_since) {
+            c->refused_since = now;
+            fprintf(stderr, "redlm worker: %s connection: %s\n", c->name, msg);
+        }
+        c->logins = -1; /* the answers still to come change nothing */
+        if (c->h.refused && now - c->refused_since >= c->h.give_up_s) c->h.refused(c, c->h.ctx, msg);
+        else redisAsyncDisconnect(ac);
+        return;
     }
+    if (c->logins > 0 && --c->logins == 0) rconn_up(c);
 }
 
 static void rconn_on_connect(const redisAsyncContext *ac, int status) {
@@ -65,18 +94,14 @@ static void rconn_on_connect(const redisAsyncContext *ac, int status) {
         rconn_schedule(c);
         return;
     }
-    if (c->lost_logged) fprintf(stderr, "redlm worker: Redis at %s:%d is back (%s connection)\n",
-                                c->url.host, c->url.port, c->name);
-    c->lost_logged = 0;
-    c->backoff = RCONN_BACKOFF_MIN;
-    c->up = 1;
     redisEnableKeepAlive((redisContext *)&ac->c);
     rlRedisLogin l;
     char buf[16];
     int n = redis_url_login(&c->url, &l, buf);
+    c->logins = n;
     for (int i = 0; i < n; i++)
         redisAsyncCommandArgv(c->ac, rconn_on_login, c, l.argc[i], l.argv[i], NULL);
-    c->on_ready(c, c->ctx);
+    if (!n) rconn_up(c);
 }
 
 static void rconn_on_disconnect(const redisAsyncContext *ac, int status) {
@@ -89,7 +114,7 @@ static void rconn_on_disconnect(const redisAsyncContext *ac, int status) {
                 c->name, c->url.host, c->url.port, ac->errstr);
         c->lost_logged = 1;
     }
-    if (was_up && !c->closing) c->on_lost(c, c->ctx);
+    if (was_up && !c->closing) c->h.lost(c, c->h.ctx);
     rconn_schedule(c);
 }
 
@@ -111,16 +136,13 @@ static void rconn_connect(rlConn *c) {
     redisAsyncSetDisconnectCallback(ac, rconn_on_disconnect);
 }
 
-rlConn *rconn_create(struct ev_loop *loop, const rlRedisUrl *url, const char *name,
-                     rlConnFn on_ready, rlConnFn on_lost, void *ctx) {
+rlConn *rconn_create(struct ev_loop *loop, const rlRedisUrl *url, const char *name, const rlConnHooks *hooks) {
     rlConn *c = calloc(1, sizeof(*c));
     if (!c) return NULL;
     c->loop = loop;
     c->url = *url;
     snprintf(c->name, sizeof(c->name), "%s", name);
-    c->on_ready = on_ready;
-    c->on_lost = on_lost;
-    c->ctx = ctx;
+    c->h = *hooks;
     c->backoff = RCONN_BACKOFF_MIN;
     ev_timer_init(&c->retry, rconn_on_retry, 0., 0.);
     c->retry.data = c;
@@ -138,7 +160,8 @@ void rconn_close(rlConn *c, int now) {
     c->closing = 1;
     ev_timer_stop(c->loop, &c->retry);
     if (!c->ac) free(c);
-    else if (!c->up) redisAsyncFree(c->ac), free(c); /* still connecting: no callback will come */
+    else if (!(c->ac->c.flags & REDIS_CONNECTED))
+        redisAsyncFree(c->ac), free(c); /* still connecting: no callback will come */
     else if (now) redisAsyncFree(c->ac); /* the disconnect callback frees c */
     else redisAsyncDisconnect(c->ac);
 }

@@ -3,8 +3,10 @@
  * The worker keeps three (jobs reader, cancel reader, writer) because a
  * blocking XREADGROUP holds its connection: replies written on the same one
  * would wait behind it.  Each reconnects with exponential backoff when Redis
- * goes away; the owner hears on_ready (logged in, usable) and on_lost
- * (every command still pending has been answered with a NULL reply). */
+ * goes away; the owner hears ready (logged in, usable), lost (every command
+ * still pending has been answered with a NULL reply) and refused: Redis has
+ * refused the login (a wrong or rotated password) for give_up_s seconds, so
+ * retrying will not help and the owner should stop. */
 #ifndef RL_RCONN_H
 #define RL_RCONN_H
 
@@ -14,14 +16,19 @@
 #include "worker/lib/redis_url.h"
 
 typedef struct rlConn rlConn;
-typedef void (*rlConnFn)(rlConn *c, void *ctx);
 
-rlConn *rconn_create(struct ev_loop *loop, const rlRedisUrl *url, const char *name,
-                     rlConnFn on_ready, rlConnFn on_lost, void *ctx);
-/* The live context, or NULL while disconnected. */
+typedef struct rlConnHooks {
+    void (*ready)(rlConn *c, void *ctx);
+    void (*lost)(rlConn *c, void *ctx);
+    void (*refused)(rlConn *c, void *ctx, const char *msg); /* or NULL: retry for ever */
+    void *ctx;
+    double give_up_s;
+} rlConnHooks;
+
+rlConn *rconn_create(struct ev_loop *loop, const rlRedisUrl *url, const char *name, const rlConnHooks *hooks);
+/* The live context, or NULL while disconnected or logging in. */
 redisAsyncContext *rconn_ctx(rlConn *c);
-/* Drop the connection now and reconnect after the backoff (used when a
- * reply shows the connection is unusable, e.g. AUTH refused). */
+/* Drop the connection now and reconnect after the backoff. */
 void rconn_reset(rlConn *c);
 /* Disconnect for good and free: gracefully (pending replies still arrive
  * first) or now (pending commands get NULL replies, e.g. a blocked XREAD). */

@@ -39,43 +39,15 @@ struct rlRunner {
     rlItemList produced;        /* engine thread only: items of the current step */
 };
 
-/* Append b's token_ids, text and logprobs to a (both chunk/done objects of
- * one sample). */
-static void runner_merge(json_t *a, const json_t *b) {
-    static const char *arrays[] = {"token_ids", "logprobs"};
-    for (int i = 0; i < 2; i++) {
-        json_t *x = json_object_get(a, arrays[i]), *y = json_object_get(b, arrays[i]);
-        if (json_is_array(x) && json_is_array(y)) json_array_extend(x, y);
-    }
-    json_t *ta = json_object_get(a, "text"), *tb = json_object_get(b, "text");
-    if (json_is_string(ta) && json_is_string(tb)) {
-        size_t la = json_string_length(ta), lb = json_string_length(tb);
-        char *s = malloc(la + lb + 1);
-        if (s) {
-            memcpy(s, json_string_value(ta), la);
-            memcpy(s + la, json_string_value(tb), lb);
-            json_string_setn_nocheck(ta, s, la + lb);
-            free(s);
-        }
-    }
-}
-
-static void runner_emit(rlRunner *r, rlJob *job, json_t *ev) {
-    json_object_set_new(ev, "seq", json_integer(job->seq++));
-    json_object_set_new(ev, "attempt", json_integer(job->attempt));
-    if (items_event(&r->produced, job, ev))
-        fprintf(stderr, "redlm worker: cannot encode an event of job %s (out of memory)\n", job->id);
-}
-
 static void runner_fail_job(rlRunner *r, rlJob *job, const char *code, const char *message) {
-    const char *field = codec_field_name(job->enc);
-    const char *fv[2] = {field, job->payload ? job->payload : ""};
-    size_t fl[2] = {strlen(field), job->payload_len};
     if (r->o.metrics) metrics_count_error(r->o.metrics, code);
-    if (items_fail(&r->produced, r->o.keys, job, 2, fv, fl, code, message))
+    if (items_fail(&r->produced, r->o.keys, job, code, message))
         fprintf(stderr, "redlm worker: out of memory answering job %s\n", job->id);
 }
 
+/* The engine has grouped tokens into chunks of --stream-interval and folds
+ * everything into the done event of a job that asked stream=false: each
+ * output is one event, numbered here. */
 static void runner_on_output(void *ctx, const rlOutput *out) {
     rlRunner *r = ctx;
     rlJob *job = out->req->user;
@@ -86,41 +58,15 @@ static void runner_on_output(void *ctx, const rlOutput *out) {
         job->samples_left = 0;
         return;
     }
-    if (out->index < 0 || out->index >= job->n_samples) return;
-    json_t *ev = output_event(out, 0); /* seq is set when it is sent */
-    if (!ev) {
+    json_t *ev = output_event(out, job->seq++);
+    if (!ev || items_event(&r->produced, r->o.keys, job, ev)) {
+        json_decref(ev);
         runner_fail_job(r, job, "internal", "cannot build a reply event (out of memory)");
         job->samples_left = 0;
         return;
     }
-    json_t **pending = &job->pending[out->index];
-    if (out->kind == RL_OUT_CHUNK) {
-        if (*pending) {
-            runner_merge(*pending, ev);
-            json_decref(ev);
-        } else *pending = ev;
-        json_t *ids = json_object_get(*pending, "token_ids");
-        if (out->req->stream && json_array_size(ids) >= (size_t)r->o.stream_interval) {
-            runner_emit(r, job, *pending);
-            json_decref(*pending);
-            *pending = NULL;
-        }
-        return;
-    }
-    /* done: whatever was held back goes first, as "the rest" */
-    if (*pending) {
-        runner_merge(*pending, ev);
-        json_t *keep = ev;
-        ev = *pending;
-        *pending = NULL;
-        const char *k;
-        json_t *v;
-        json_object_foreach(keep, k, v) if (!json_object_get(ev, k)) json_object_set(ev, k, v);
-        json_object_set(ev, "event", json_object_get(keep, "event"));
-        json_decref(keep);
-    }
-    runner_emit(r, job, ev);
     json_decref(ev);
+    if (out->kind != RL_OUT_DONE) return;
     if (r->o.metrics) {
         double tpot = out->completion_tokens > 1
                           ? (out->total_ms - out->first_token_ms) / 1000.0 / (out->completion_tokens - 1)
@@ -134,15 +80,8 @@ static void runner_on_output(void *ctx, const rlOutput *out) {
 
 static void runner_add_one(rlRunner *r, rlRequest *req) {
     rlJob *job = req->user;
-    job->n_samples = job->samples_left = req->n > 0 ? req->n : 1;
-    job->pending = calloc((size_t)job->n_samples, sizeof(*job->pending));
+    job->samples_left = req->n > 0 ? req->n : 1;
     rlError err;
-    if (!job->pending) {
-        request_free(req);
-        free(req);
-        runner_fail_job(r, job, "internal", "out of memory");
-        return;
-    }
     if (engine_add(r->e, req, &err)) {
         runner_fail_job(r, job, "internal", err.msg);
         job->samples_left = 0;
@@ -206,7 +145,6 @@ rlRunner *runner_start(rlEngine *e, const rlRunnerOptions *o, rlError *err) {
     }
     r->e = e;
     r->o = *o;
-    if (r->o.stream_interval < 1) r->o.stream_interval = 1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->credit = engine_free_slots(e);

@@ -4,8 +4,8 @@
  * never wait for Redis, so they meet only here: the loop hands requests and
  * aborts in, the engine thread hands finished Redis items (reply events,
  * dead letters, acks) out and wakes the loop with an ev_async.  The engine
- * thread also groups tokens into chunk events of --stream-interval tokens
- * and folds everything into the done event when a job asked stream=false. */
+ * emits chunks of --stream-interval tokens itself (engine options); the
+ * runner numbers them as events and queues them. */
 #ifndef RL_RUNNER_H
 #define RL_RUNNER_H
 
@@ -17,7 +17,6 @@
 #include "worker/redis/metrics.h"
 
 typedef struct rlRunnerOptions {
-    int stream_interval;            /* tokens per chunk event, default 8 */
     size_t max_backlog;             /* pause the engine above this many unwritten bytes */
     const rlKeys *keys;
     rlMetrics *metrics;             /* or NULL */

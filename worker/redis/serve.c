@@ -1,14 +1,21 @@
 /* serve.c: the worker's event loop (see serve.h).
  *
  * Reading is one state machine on the reader connection: when the engine has
- * credit, first (every claim interval) look for entries other consumers left
- * idle too long (XPENDING IDLE, then XCLAIM, which only succeeds if the entry
- * is still idle, so two workers never both take it), then XREADGROUP for new
- * ones, COUNT = credit.  XPENDING+XCLAIM is used rather than XAUTOCLAIM
- * because XPENDING also gives each entry's delivery count, the job's
- * `attempt`, in the same round trip.  Entries of jobs this worker is running
- * never look idle: their idle time is reset every claim_idle/3 (XCLAIM
- * JUSTID to ourselves), however long the generation takes. */
+ * credit, first (every SERVE_REAP_S) take the entries of consumers whose
+ * heartbeat is gone (redlm_reap, atomic in Redis, so two workers never both
+ * take one), then (every claim interval) entries other consumers left idle
+ * too long (XPENDING IDLE, then XCLAIM, which only succeeds if the entry is
+ * still idle), then XREADGROUP for new ones, COUNT = credit.  XPENDING+XCLAIM
+ * is used rather than XAUTOCLAIM because XPENDING also gives each entry's
+ * delivery count, the job's `attempt`, in the same round trip.
+ *
+ * A job read is not run until Redis has answered its start (redlm_start:
+ * still ours, no other entry running its id); every write after that is
+ * fenced the same way, and a job whose write is fenced out is aborted.
+ * Entries of jobs this worker is running never look idle: their idle time
+ * is reset every claim_idle/3 (redlm_refresh, which also reports the ones
+ * lost meanwhile), however long the generation takes.  Reading waits for
+ * the first heartbeat, so no live worker ever looks dead to the reapers. */
 #include "worker/redis/serve.h"
 
 #include <signal.h>
@@ -18,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "worker/redis/functions.h"
 #include "worker/redis/intake.h"
 #include "worker/redis/metrics.h"
 #include "worker/redis/rconn.h"
@@ -29,6 +37,12 @@
  * in a long queue); the oldest are forgotten first. */
 #define SERVE_CANCEL_RING 1024
 #define SERVE_HEARTBEAT_TTL "10"
+/* How often the reader looks for consumers whose heartbeat is gone, and how
+ * long after (re)connecting it waits before the first look: every live
+ * worker rewrites its heartbeat within a second of Redis coming back. */
+#define SERVE_REAP_S 0.5
+#define SERVE_REAP_GRACE_S 3.0
+#define SERVE_TRIM_S 5.0
 
 typedef struct rlServe {
     struct ev_loop *loop;
@@ -40,7 +54,9 @@ typedef struct rlServe {
     rlMetrics *metrics;
     rlConn *reader, *canceller, *wconn;
     int group_ready, reader_busy;
-    double last_claim;
+    int hb_ok;                      /* a heartbeat has been stored */
+    int n_starting;                 /* jobs read, waiting for their start's answer */
+    double last_claim, last_reap, reader_up;
     char cancel_last[48];
     int cancel_busy;
     char *cancelled[SERVE_CANCEL_RING];
@@ -48,9 +64,9 @@ typedef struct rlServe {
     rlJob *jobs;                    /* not yet acknowledged */
     int n_jobs;
     ev_async wake;
-    ev_timer heartbeat, refresh, drain;
+    ev_timer heartbeat, refresh, drain, trim;
     ev_signal sigterm, sigint;
-    int draining, failed;
+    int draining, failed, stopping;
     rlError err;
     uint64_t last_gen;
     double last_gen_t, tok_s;
@@ -64,10 +80,11 @@ void serve_options_init(rlServeOptions *o) {
     o->keys.group = "redlm";
     o->keys.dead = "redlm:dead";
     o->keys.cancel = "redlm:cancel";
+    o->keys.reply_prefix = "redlm:reply:";
+    o->keys.reply_ttl = 86400;
+    o->keys.dead_maxlen = 100000;
     o->claim_idle_ms = 30000;
     o->max_deliveries = 3;
-    o->stream_interval = 8;
-    o->reply_ttl = 86400;
     o->drain_timeout = 30;
     o->max_backlog = (size_t)256 << 20;
     o->block_ms = 1000;
@@ -111,6 +128,13 @@ static void serve_remember_cancel(rlServe *s, const char *id) {
     s->cancel_next = (s->cancel_next + 1) % SERVE_CANCEL_RING;
 }
 
+/* Hand items to the writer, noting the jobs whose XACK is among them. */
+static void serve_push(rlServe *s, rlItemList *items) {
+    for (rlItem *it = items->head; it; it = it->next)
+        if (it->kind == RL_ITEM_ACK) it->job->acking = 1;
+    writer_push(s->writer, items);
+}
+
 static void serve_entry(rlServe *s, const redisReply *entry, int attempt) {
     rlItemList items = {0};
     rlJob *job;
@@ -122,9 +146,72 @@ static void serve_entry(rlServe *s, const redisReply *entry, int attempt) {
             fprintf(stderr, "redlm worker: out of memory answering cancelled job %s\n", req->id);
         request_free(req);
         free(req);
-    } else if (req)
-        runner_add(s->runner, req);
-    writer_push(s->writer, &items);
+    } else if (req) {
+        if (items_start(&items, &s->o.keys, job)) {
+            fprintf(stderr, "redlm worker: out of memory starting job %s\n", req->id);
+            request_free(req);
+            free(req);
+        } else {
+            job->req = req;
+            s->n_starting++;
+        }
+    }
+    serve_push(s, &items);
+}
+
+/* writer hook: Redis answered a job's start */
+static void serve_on_started(void *ctx, rlJob *job, const redisReply *r) {
+    rlServe *s = ctx;
+    rlItemList items = {0};
+    s->n_starting--;
+    if (s->stopping) return; /* job_free frees the request */
+    rlRequest *req = job->req;
+    job->req = NULL;
+    if ((r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING) && !strcmp(r->str, "OK")) {
+        if (!serve_was_cancelled(s, req->id)) {
+            runner_add(s->runner, req);
+            return;
+        }
+        /* its cancel came while Redis was answering the start */
+        if (items_abort(&items, &s->o.keys, job, req))
+            fprintf(stderr, "redlm worker: out of memory answering cancelled job %s\n", req->id);
+        request_free(req);
+        free(req);
+        serve_push(s, &items);
+        return;
+    }
+    request_free(req);
+    free(req);
+    if ((r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING) && !strncmp(r->str, "DUPLICATE ", 10)) {
+        char msg[RL_ERROR_LEN];
+        snprintf(msg, sizeof(msg), "a job with id '%.300s' is already running (entry %s); this entry (%s) "
+                 "is not run: give every job its own id", job->id, r->str + 10, job->entry);
+        if (s->metrics) metrics_count_error(s->metrics, "duplicate_id");
+        if (items_fail(&items, &s->o.keys, job, "duplicate_id", msg))
+            fprintf(stderr, "redlm worker: out of memory answering job %s\n", job->id);
+    } else {
+        /* lost before it ran (or Redis refused the start): not ours to answer;
+         * the fenced XACK writes nothing and lets the job go */
+        job->lost = 1;
+        if (items_ack(&items, &s->o.keys, job)) {
+            fprintf(stderr, "redlm worker: out of memory releasing job %s\n", job->id);
+            return;
+        }
+    }
+    serve_push(s, &items);
+    serve_cycle(s);
+}
+
+/* writer hook, and refresh: the job's entry is no longer ours (or its reply
+ * key was refused, its dead letter and XACK done in Redis): stop it, and
+ * write nothing more (its remaining writes are fenced out in Redis). */
+static void serve_on_lost(void *ctx, rlJob *job, const char *why) {
+    rlServe *s = ctx;
+    if (job->lost) return;
+    job->lost = 1;
+    fprintf(stderr, "redlm worker: job %s (entry %s, attempt %d): %s; stopping it\n",
+            job->id ? job->id : "(no id)", job->entry, job->attempt, why);
+    if (job->id && !job->acking && !job->req && s->runner) runner_abort(s->runner, job->id);
 }
 
 static int serve_reply_error(rlServe *s, const redisReply *r, const char *what) {
@@ -237,15 +324,43 @@ static void serve_on_pending(redisAsyncContext *ac, void *reply, void *priv) {
     free(argv);
 }
 
+/* [[id, fields, attempt], ...]: entries of consumers whose heartbeat is gone */
+static void serve_on_reap(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!r) return;
+    s->reader_busy = 0;
+    if (!serve_reply_error(s, r, "reaping dead consumers") && r->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < r->elements; i++) {
+            const redisReply *en = r->element[i];
+            if (en->type != REDIS_REPLY_ARRAY || en->elements != 3 || en->element[0]->type != REDIS_REPLY_STRING ||
+                en->element[2]->type != REDIS_REPLY_INTEGER)
+                continue;
+            int attempt = (int)en->element[2]->integer;
+            fprintf(stderr, "redlm worker: took entry %s from a consumer whose heartbeat is gone (attempt %d)\n",
+                    en->element[0]->str, attempt);
+            serve_entry(s, en, attempt);
+        }
+    serve_cycle(s);
+}
+
 static void serve_cycle(rlServe *s) {
     redisAsyncContext *ac = rconn_ctx(s->reader);
-    if (!ac || !s->group_ready || s->reader_busy || s->draining || s->failed) return;
-    int credit = runner_credit(s->runner);
+    if (!ac || !s->group_ready || !s->hb_ok || s->reader_busy || s->draining || s->failed) return;
+    int credit = runner_credit(s->runner) - s->n_starting;
     if (credit <= 0) return; /* the runner's wake-up calls again when slots free up */
     char count[16];
     snprintf(count, sizeof(count), "%d", credit);
     double now = ev_now(s->loop);
     s->reader_busy = 1;
+    if (now - s->last_reap >= SERVE_REAP_S && now - s->reader_up >= SERVE_REAP_GRACE_S) {
+        s->last_reap = now;
+        const char *argv[] = {"FCALL", "redlm_reap", "1", s->o.keys.stream, s->o.keys.group,
+                              s->o.keys.consumer, KEYS_HEARTBEAT_PREFIX, count};
+        redisAsyncCommandArgv(ac, serve_on_reap, s, 8, argv, NULL);
+        return;
+    }
     if (now - s->last_claim >= s->o.claim_idle_ms / 2000.0) {
         s->last_claim = now;
         char idle[24];
@@ -276,12 +391,33 @@ static void serve_on_group(redisAsyncContext *ac, void *reply, void *priv) {
     serve_cycle(s);
 }
 
+static void serve_fail(rlServe *s, const char *msg) {
+    if (s->failed) return;
+    s->failed = 1;
+    rl_error(&s->err, RL_EREDIS, "%s", msg);
+    ev_break(s->loop, EVBREAK_ALL);
+}
+
+static void serve_on_load(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!r || r->type != REDIS_REPLY_ERROR) return;
+    char msg[RL_ERROR_LEN];
+    snprintf(msg, sizeof(msg), "Redis at %s:%d refused the worker's functions (FUNCTION LOAD; Redis 7.0 or "
+             "later is needed, and a user allowed to run FUNCTION and FCALL): %s", s->o.url.host, s->o.url.port,
+             r->str);
+    serve_fail(s, msg);
+}
+
 static void serve_reader_ready(rlConn *c, void *ctx) {
     rlServe *s = ctx;
+    functions_load(rconn_ctx(c), serve_on_load, s);
     /* From 0, not $: jobs queued before the first worker ever started are
      * jobs too.  An existing group is left as it is (BUSYGROUP). */
     const char *argv[] = {"XGROUP", "CREATE", s->o.keys.stream, s->o.keys.group, "0", "MKSTREAM"};
     s->reader_busy = 1;
+    s->reader_up = ev_now(s->loop);
     redisAsyncCommandArgv(rconn_ctx(c), serve_on_group, s, 6, argv, NULL);
 }
 
@@ -360,7 +496,19 @@ static void serve_cancel_lost(rlConn *c, void *ctx) {
     ((rlServe *)ctx)->cancel_busy = 0;
 }
 
-static void serve_writer_ready(rlConn *c, void *ctx) { writer_connected(((rlServe *)ctx)->writer, rconn_ctx(c)); }
+static void serve_writer_ready(rlConn *c, void *ctx) {
+    rlServe *s = ctx;
+    functions_load(rconn_ctx(c), serve_on_load, s); /* before the writer's first FCALL */
+    writer_connected(s->writer, rconn_ctx(c));
+}
+
+static void serve_refused(rlConn *c, void *ctx, const char *msg) {
+    (void)c;
+    rlServe *s = ctx;
+    char m[RL_ERROR_LEN];
+    snprintf(m, sizeof(m), "%.900s (for %d s, --redis-wait); stopping", msg, (int)s->o.redis_wait);
+    serve_fail(s, m);
+}
 static void serve_writer_lost(rlConn *c, void *ctx) {
     (void)c;
     writer_connected(((rlServe *)ctx)->writer, NULL);
@@ -371,7 +519,7 @@ static void serve_on_wake(struct ev_loop *loop, ev_async *w, int revents) {
     rlServe *s = w->data;
     rlItemList items = {0};
     runner_take(s->runner, &items);
-    writer_push(s->writer, &items);
+    serve_push(s, &items);
     if (!s->failed && runner_failed(s->runner, &s->err)) {
         s->failed = 1;
         fprintf(stderr, "redlm worker: the engine failed: %s; stopping (unfinished jobs stay pending "
@@ -379,6 +527,15 @@ static void serve_on_wake(struct ev_loop *loop, ev_async *w, int revents) {
         ev_break(s->loop, EVBREAK_ALL);
         return;
     }
+    serve_cycle(s);
+}
+
+static void serve_on_heartbeat_stored(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!r || r->type == REDIS_REPLY_ERROR || s->hb_ok) return;
+    s->hb_ok = 1; /* from now on the reapers see this worker alive: read */
     serve_cycle(s);
 }
 
@@ -394,7 +551,9 @@ static void serve_on_heartbeat(struct ev_loop *loop, ev_timer *w, int revents) {
     }
     s->last_gen = st.generation_tokens;
     s->last_gen_t = now;
-    if (s->metrics) metrics_set_backlog(s->metrics, atomic_load(writer_bytes(s->writer)), writer_pending(s->writer));
+    if (s->metrics)
+        metrics_set_writer(s->metrics, atomic_load(writer_bytes(s->writer)), writer_pending(s->writer),
+                           writer_errors(s->writer));
     redisAsyncContext *ac = rconn_ctx(s->wconn);
     if (!ac) return;
     char running[16], waiting[16], tps[32], jobs[16], pid[16];
@@ -412,7 +571,24 @@ static void serve_on_heartbeat(struct ev_loop *loop, ev_timer *w, int revents) {
                           s->draining ? "draining" : "serving"};
     redisAsyncCommandArgv(ac, NULL, NULL, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
     const char *ex[] = {"EXPIRE", s->hb_key, SERVE_HEARTBEAT_TTL};
-    redisAsyncCommandArgv(ac, NULL, NULL, 3, ex, NULL);
+    redisAsyncCommandArgv(ac, serve_on_heartbeat_stored, s, 3, ex, NULL);
+}
+
+/* the entries redlm_refresh found no longer ours */
+static void serve_on_refreshed(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!r) return;
+    if (r->type == REDIS_REPLY_ERROR) {
+        fprintf(stderr, "redlm worker: refreshing the jobs' idle time failed: %s\n", r->str);
+        return;
+    }
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++)
+        for (rlJob *j = s->jobs; j; j = j->next)
+            if (r->element[i]->type == REDIS_REPLY_STRING && !strcmp(j->entry, r->element[i]->str))
+                serve_on_lost(s, j, "its entry is no longer held by this worker (claimed by another, or "
+                                    "acknowledged)");
 }
 
 static void serve_on_refresh(struct ev_loop *loop, ev_timer *w, int revents) {
@@ -421,16 +597,32 @@ static void serve_on_refresh(struct ev_loop *loop, ev_timer *w, int revents) {
     redisAsyncContext *ac = rconn_ctx(s->wconn);
     if (!ac || !s->jobs) return;
     enum { CHUNK = 256 };
-    const char *argv[CHUNK + 6] = {"XCLAIM", s->o.keys.stream, s->o.keys.group, s->o.keys.consumer, "0"};
-    int argc = 5;
+    const char *argv[2 * CHUNK + 6] = {"FCALL", "redlm_refresh", "1", s->o.keys.stream, s->o.keys.group,
+                                       s->o.keys.consumer};
+    char attempts[CHUNK][16];
+    int argc = 6, n = 0;
     for (rlJob *j = s->jobs; j; j = j->next) {
-        argv[argc++] = j->entry;
-        if (argc == CHUNK + 5 || !j->next) {
-            argv[argc++] = "JUSTID";
-            redisAsyncCommandArgv(ac, NULL, NULL, argc, argv, NULL);
-            argc = 5;
+        if (!j->lost) {
+            snprintf(attempts[n], sizeof(attempts[n]), "%d", j->attempt);
+            argv[argc++] = j->entry;
+            argv[argc++] = attempts[n++];
+        }
+        if (n && (n == CHUNK || !j->next)) {
+            redisAsyncCommandArgv(ac, serve_on_refreshed, s, argc, argv, NULL);
+            argc = 6, n = 0;
         }
     }
+}
+
+static void serve_on_trim(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)loop, (void)revents;
+    rlServe *s = w->data;
+    redisAsyncContext *ac = rconn_ctx(s->wconn);
+    if (!ac) return;
+    char maxlen[24];
+    snprintf(maxlen, sizeof(maxlen), "%ld", s->o.jobs_maxlen);
+    const char *argv[] = {"FCALL", "redlm_trim", "1", s->o.keys.stream, maxlen};
+    redisAsyncCommandArgv(ac, NULL, NULL, 5, argv, NULL);
 }
 
 static void serve_on_drain_timeout(struct ev_loop *loop, ev_timer *w, int revents) {
@@ -463,7 +655,7 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     s->e = e;
     s->loop = ev_default_loop(0);
     signal(SIGPIPE, SIG_IGN);
-    snprintf(s->hb_key, sizeof(s->hb_key), "redlm:instances:%s", o->keys.consumer);
+    snprintf(s->hb_key, sizeof(s->hb_key), KEYS_HEARTBEAT_PREFIX "%s", o->keys.consumer);
     snprintf(s->started, sizeof(s->started), "%lld", (long long)time(NULL));
     int rc = 0;
     if (o->metrics_port) {
@@ -474,21 +666,25 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
             return -1;
         }
     }
-    s->writer = writer_create(o->reply_ttl, serve_on_job_done, s);
+    rlWriterHooks wh = {.started = serve_on_started, .lost = serve_on_lost, .done = serve_on_job_done, .ctx = s};
+    s->writer = writer_create(&wh);
     s->intake = (rlIntake){.keys = &s->o.keys, .max_deliveries = o->max_deliveries, .metrics = s->metrics};
     ev_async_init(&s->wake, serve_on_wake);
     s->wake.data = s;
     ev_async_start(s->loop, &s->wake);
-    rlRunnerOptions ro = {.stream_interval = o->stream_interval, .max_backlog = o->max_backlog,
+    rlRunnerOptions ro = {.max_backlog = o->max_backlog,
                           .keys = &s->o.keys, .metrics = s->metrics, .backlog = writer_bytes(s->writer),
                           .loop = s->loop, .wake = &s->wake};
     if (!s->writer || !(s->runner = runner_start(e, &ro, err))) {
         rc = -1;
         goto done;
     }
-    s->reader = rconn_create(s->loop, &o->url, "jobs", serve_reader_ready, serve_reader_lost, s);
-    s->canceller = rconn_create(s->loop, &o->url, "cancel", serve_cancel_ready, serve_cancel_lost, s);
-    s->wconn = rconn_create(s->loop, &o->url, "writer", serve_writer_ready, serve_writer_lost, s);
+    rlConnHooks rh = {serve_reader_ready, serve_reader_lost, serve_refused, s, o->redis_wait};
+    rlConnHooks ch = {serve_cancel_ready, serve_cancel_lost, serve_refused, s, o->redis_wait};
+    rlConnHooks wch = {serve_writer_ready, serve_writer_lost, serve_refused, s, o->redis_wait};
+    s->reader = rconn_create(s->loop, &o->url, "jobs", &rh);
+    s->canceller = rconn_create(s->loop, &o->url, "cancel", &ch);
+    s->wconn = rconn_create(s->loop, &o->url, "writer", &wch);
     ev_timer_init(&s->heartbeat, serve_on_heartbeat, 0., SERVE_HEARTBEAT_S);
     s->heartbeat.data = s;
     ev_timer_start(s->loop, &s->heartbeat);
@@ -496,6 +692,9 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     ev_timer_init(&s->refresh, serve_on_refresh, refresh, refresh);
     s->refresh.data = s;
     ev_timer_start(s->loop, &s->refresh);
+    ev_timer_init(&s->trim, serve_on_trim, SERVE_TRIM_S, SERVE_TRIM_S);
+    s->trim.data = s;
+    ev_timer_start(s->loop, &s->trim);
     ev_timer_init(&s->drain, serve_on_drain_timeout, 0., 0.);
     s->drain.data = s;
     ev_signal_init(&s->sigterm, serve_on_signal, SIGTERM);
@@ -508,22 +707,28 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
 
     ev_run(s->loop, 0);
 
+    s->stopping = 1; /* answers still coming start nothing */
     runner_stop(s->runner);
     s->runner = NULL;
     if (s->failed) rc = rl_error(err, s->err.code ? s->err.code : RL_EINTERNAL, "%s", s->err.msg);
     ev_timer_stop(s->loop, &s->heartbeat);
     ev_timer_stop(s->loop, &s->refresh);
+    ev_timer_stop(s->loop, &s->trim);
     ev_timer_stop(s->loop, &s->drain);
     ev_signal_stop(s->loop, &s->sigterm);
     ev_signal_stop(s->loop, &s->sigint);
+    /* Hand-back: without its heartbeat, whatever this worker still holds
+     * is taken by the others' next reap, within a second or two. */
     if (rconn_ctx(s->wconn)) {
-        const char *argv[] = {"DEL", s->hb_key};
-        redisAsyncCommandArgv(rconn_ctx(s->wconn), NULL, NULL, 2, argv, NULL);
+        if (s->n_jobs) fprintf(stderr, "redlm worker: handing %d unfinished jobs back\n", s->n_jobs);
+        const char *argv[] = {"FCALL", "redlm_release", "1", s->o.keys.stream, s->o.keys.group,
+                              s->o.keys.consumer, s->hb_key};
+        redisAsyncCommandArgv(rconn_ctx(s->wconn), NULL, NULL, 7, argv, NULL);
     }
     rconn_close(s->reader, 1);
     rconn_close(s->canceller, 1);
     rconn_close(s->wconn, 0);
-    /* let the closes (and the DEL) go out; a blocked XREAD is cut short by
+    /* let the closes (and the release) go out; a blocked XREAD is cut short by
      * the disconnect */
     ev_async_stop(s->loop, &s->wake);
     ev_run(s->loop, 0);

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/redis/functions.h"
+
 #define WRITER_WINDOW 4096
 
 struct rlWriter {
@@ -18,21 +20,15 @@ struct rlWriter {
     rlItem *unsent;          /* first item not yet sent on this connection */
     size_t inflight;
     redisAsyncContext *ac;
-    long ttl;
-    char ttl_s[24];
-    rlWriterDoneFn done;
-    void *ctx;
+    rlWriterHooks hooks;
     _Atomic size_t bytes;
     unsigned long errors;
 };
 
-rlWriter *writer_create(long reply_ttl_s, rlWriterDoneFn done, void *ctx) {
+rlWriter *writer_create(const rlWriterHooks *hooks) {
     rlWriter *w = calloc(1, sizeof(*w));
     if (!w) return NULL;
-    w->ttl = reply_ttl_s;
-    snprintf(w->ttl_s, sizeof(w->ttl_s), "%ld", reply_ttl_s);
-    w->done = done;
-    w->ctx = ctx;
+    w->hooks = *hooks;
     atomic_init(&w->bytes, 0);
     return w;
 }
@@ -45,6 +41,11 @@ void writer_free(rlWriter *w) {
 
 static void writer_send(rlWriter *w);
 
+static int writer_is(const redisReply *r, const char *word) {
+    size_t n = strlen(word);
+    return r->type == REDIS_REPLY_ERROR && r->len > n && !strncmp(r->str, word, n) && r->str[n] == ' ';
+}
+
 static void writer_on_reply(redisAsyncContext *ac, void *r, void *priv) {
     (void)ac;
     rlWriter *w = priv;
@@ -52,37 +53,32 @@ static void writer_on_reply(redisAsyncContext *ac, void *r, void *priv) {
     if (!reply) return; /* connection lost: writer_connected(NULL) requeues */
     rlItem *it = items_pop(&w->q);
     w->inflight--;
-    if (reply->type == REDIS_REPLY_ERROR) {
-        /* Not retried: an error reply (wrong key type, bad stream name) would
-         * come back the same way every time. */
+    const rlWriterHooks *h = &w->hooks;
+    int lost = writer_is(reply, FUNCTIONS_LOST);
+    if (reply->type == REDIS_REPLY_ERROR && !lost) {
+        /* Not retried: an error reply (wrong key type, a missing function)
+         * would come back the same way every time. */
         if (w->errors++ < 10)
-            fprintf(stderr, "redlm worker: Redis refused %s %s: %s\n", it->argv[0], it->argv[1],
+            fprintf(stderr, "redlm worker: Redis refused %s of job %s (entry %s): %s\n", it->argv[1],
+                    it->job && it->job->id ? it->job->id : "(no id)", it->job ? it->job->entry : "-",
                     reply->str);
     }
+    if (it->kind == RL_ITEM_START) {
+        if (h->started) h->started(h->ctx, it->job, reply);
+    } else if ((lost || writer_is(reply, FUNCTIONS_REFUSED)) && h->lost)
+        h->lost(h->ctx, it->job, reply->str);
     atomic_fetch_sub(&w->bytes, item_bytes(it));
-    if (it->kind == RL_ITEM_ACK && w->done) w->done(w->ctx, it->job);
+    if (it->kind == RL_ITEM_ACK && h->done) h->done(h->ctx, it->job);
     item_free(it);
     if (w->unsent && w->inflight < WRITER_WINDOW / 2) writer_send(w);
 }
 
 static void writer_send(rlWriter *w) {
-    static const char *expire = "EXPIRE";
     while (w->ac && w->unsent && w->inflight < WRITER_WINDOW) {
         rlItem *it = w->unsent;
         redisAsyncCommandArgv(w->ac, writer_on_reply, w, it->argc, (const char **)it->argv, it->argvlen);
         w->inflight++;
         w->unsent = it->next;
-        /* One EXPIRE per run of events to the same stream: the TTL is
-         * refreshed by every batch that touches the stream, at half the
-         * commands of one EXPIRE per event. */
-        rlItem *nx = it->next;
-        if (it->kind == RL_ITEM_REPLY && w->ttl > 0 &&
-            !(nx && nx->kind == RL_ITEM_REPLY && nx->argvlen[1] == it->argvlen[1] &&
-              !memcmp(nx->argv[1], it->argv[1], it->argvlen[1]))) {
-            const char *argv[3] = {expire, it->argv[1], w->ttl_s};
-            size_t len[3] = {6, it->argvlen[1], strlen(w->ttl_s)};
-            redisAsyncCommandArgv(w->ac, NULL, NULL, 3, argv, len);
-        }
     }
 }
 

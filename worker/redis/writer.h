@@ -5,7 +5,9 @@
  * mid-flight loses nothing: whatever was not confirmed is sent again on the
  * next connection (a reply event may then be stored twice; readers drop
  * repeats by `seq`).  The queue's size in bytes is shared with the engine
- * thread, which pauses when Redis has been away long enough to fill it. */
+ * thread, which pauses when Redis has been away long enough to fill it.
+ * What Redis answers goes back to the owner through hooks: a job's start,
+ * a job whose writes were fenced out or refused, a job's confirmed XACK. */
 #ifndef RL_WRITER_H
 #define RL_WRITER_H
 
@@ -14,11 +16,21 @@
 
 #include "worker/redis/item.h"
 
-typedef struct rlWriter rlWriter;
-/* Called when a job's XACK has been confirmed: the job may be freed. */
-typedef void (*rlWriterDoneFn)(void *ctx, rlJob *job);
+typedef struct rlWriterHooks {
+    /* a START item answered (OK, DUPLICATE <entry>, or an error) */
+    void (*started)(void *ctx, rlJob *job, const redisReply *r);
+    /* a write of the job was refused: the entry is no longer ours (LOST), or
+     * its reply key holds another type (REFUSED: dead letter and XACK were
+     * done in Redis); the job should stop.  Called for every such answer. */
+    void (*lost)(void *ctx, rlJob *job, const char *why);
+    /* the job's XACK answered, whatever the answer: the job may be freed */
+    void (*done)(void *ctx, rlJob *job);
+    void *ctx;
+} rlWriterHooks;
 
-rlWriter *writer_create(long reply_ttl_s, rlWriterDoneFn done, void *ctx);
+typedef struct rlWriter rlWriter;
+
+rlWriter *writer_create(const rlWriterHooks *hooks);
 void writer_free(rlWriter *w);
 /* Take the items (the list is left empty) and send what the window allows. */
 void writer_push(rlWriter *w, rlItemList *items);
@@ -28,7 +40,8 @@ void writer_connected(rlWriter *w, redisAsyncContext *ac);
 size_t writer_pending(const rlWriter *w);   /* items not yet confirmed */
 /* Bytes queued and not yet confirmed (readable from any thread). */
 _Atomic size_t *writer_bytes(rlWriter *w);
-/* Items answered with an error by Redis (e.g. the reply key has another type). */
+/* Writes Redis refused, other than fenced ones (a reply key of another
+ * type, out of memory, a missing function): redlm:reply_write_errors_total. */
 unsigned long writer_errors(const rlWriter *w);
 
 #endif

@@ -123,8 +123,73 @@ fail:
     return NULL;
 }
 
+/* Big-endian unsigned of n bytes at p. */
+static uint64_t codec_be(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v = v << 8 | p[i];
+    return v;
+}
+
+/* msgpack-c allocates an array's or map's elements when it reads the
+ * header, before any element: 5 bytes declaring 3.7 billion elements made
+ * its zone ask for 128 GiB.  This walks the first value's headers without
+ * building anything and refuses a container declaring more elements than
+ * bytes remain (every element takes at least one), so what the unpacker
+ * allocates stays proportional to the payload.  0 when bounded. */
+static int codec_msgpack_bounded(const unsigned char *p, size_t len) {
+    size_t off = 0;
+    uint64_t need = 1; /* values still to read */
+    while (need > 0) {
+        if (off >= len) return -1;
+        unsigned c = p[off++];
+        need--;
+        uint64_t items = 0, skip = 0;
+        int lb = 0; /* bytes of a length field */
+        if (c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) {
+        } else if (c <= 0x8f) items = 2 * (uint64_t)(c & 0x0f);
+        else if (c <= 0x9f) items = c & 0x0f;
+        else if (c <= 0xbf) skip = c & 0x1f;
+        else if (c == 0xc1) return -1;
+        else if (c >= 0xc4 && c <= 0xc6) lb = 1 << (c - 0xc4);          /* bin 8/16/32 */
+        else if (c >= 0xc7 && c <= 0xc9) lb = 1 << (c - 0xc7), skip = 1; /* ext 8/16/32 + type */
+        else if (c == 0xca) skip = 4;
+        else if (c == 0xcb) skip = 8;
+        else if (c >= 0xcc && c <= 0xcf) skip = (uint64_t)1 << (c - 0xcc); /* uint */
+        else if (c >= 0xd0 && c <= 0xd3) skip = (uint64_t)1 << (c - 0xd0); /* int */
+        else if (c >= 0xd4 && c <= 0xd8) skip = 1 + ((uint64_t)1 << (c - 0xd4)); /* fixext */
+        else if (c >= 0xd9 && c <= 0xdb) lb = 1 << (c - 0xd9);          /* str 8/16/32 */
+        else if (c == 0xdc || c == 0xdd) {                                 /* array 16/32 */
+            int n = c == 0xdc ? 2 : 4;
+            if (len - off < (size_t)n) return -1;
+            items = codec_be(p + off, n);
+            off += (size_t)n;
+        } else {                                                           /* map 16/32 */
+            int n = c == 0xde ? 2 : 4;
+            if (len - off < (size_t)n) return -1;
+            items = 2 * codec_be(p + off, n);
+            off += (size_t)n;
+        }
+        if (lb) {
+            if (len - off < (size_t)lb) return -1;
+            skip += codec_be(p + off, lb);
+            off += (size_t)lb;
+        }
+        if (skip > len - off) return -1;
+        off += skip;
+        need += items;
+        if (need > len - off) return -1;
+    }
+    return 0;
+}
+
 static json_t *codec_decode_msgpack(const char *buf, size_t len, int *bad_utf8,
                                     const char **code, rlError *err) {
+    if (codec_msgpack_bounded((const unsigned char *)buf, len)) {
+        *code = "invalid_encoding";
+        rl_error(err, RL_EINPUT, "msgpack field is not valid msgpack (%zu bytes: truncated, or an array, "
+                 "map or string longer than the bytes present); send one msgpack map", len);
+        return NULL;
+    }
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t off = 0;
@@ -180,6 +245,51 @@ static json_t *codec_decode_json(const char *buf, size_t len, int *bad_utf8, con
                  je.position);
     }
     return NULL;
+}
+
+/* A top-level string field of a msgpack map, or NULL. */
+static json_t *codec_peek_msgpack(const msgpack_object *o, const char *name) {
+    size_t nl = strlen(name);
+    for (uint32_t i = 0; o->type == MSGPACK_OBJECT_MAP && i < o->via.map.size; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == nl && !memcmp(k->via.str.ptr, name, nl) &&
+            v->type == MSGPACK_OBJECT_STR) {
+            int bad = 0;
+            return codec_string(v->via.str.ptr, v->via.str.size, &bad);
+        }
+    }
+    return NULL;
+}
+
+json_t *codec_peek(rlEncoding enc, const char *buf, size_t len) {
+    json_t *out = json_object();
+    if (!out) return NULL;
+    if (enc == RL_ENC_JSON) {
+        bytebuf text = {0};
+        int bad = 0;
+        /* without JSON_REJECT_DUPLICATES: the last of a repeated key counts */
+        json_t *v = codec_text(&text, buf, len, &bad)
+                        ? NULL : json_loadb(text.data, text.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        bytebuf_free(&text);
+        static const char *names[] = {"id", "reply_to"};
+        for (int i = 0; i < 2; i++) {
+            json_t *f = json_object_get(v, names[i]);
+            if (json_is_string(f)) json_object_set(out, names[i], f);
+        }
+        json_decref(v);
+        return out;
+    }
+    if (codec_msgpack_bounded((const unsigned char *)buf, len)) return out;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    if (msgpack_unpack_next(&u, buf, len, &off) == MSGPACK_UNPACK_SUCCESS) {
+        json_t *id = codec_peek_msgpack(&u.data, "id"), *reply = codec_peek_msgpack(&u.data, "reply_to");
+        if (id) json_object_set_new(out, "id", id);
+        if (reply) json_object_set_new(out, "reply_to", reply);
+    }
+    msgpack_unpacked_destroy(&u);
+    return out;
 }
 
 json_t *codec_decode(rlEncoding enc, const char *buf, size_t len, int *bad_utf8,

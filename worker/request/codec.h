@@ -27,6 +27,11 @@ int codec_field_encoding(const char *name, size_t len, rlEncoding *enc);
 json_t *codec_decode(rlEncoding enc, const char *buf, size_t len, int *bad_utf8,
                      const char **code, rlError *err);
 
+/* Best effort, to answer a payload codec_decode refused (duplicate keys,
+ * NaN, ext types, ...): its top-level "id" and "reply_to" strings, in an
+ * object holding only those that could be read.  NULL when out of memory. */
+json_t *codec_peek(rlEncoding enc, const char *buf, size_t len);
+
 /* Encode a value; *buf is malloc'd (the caller frees it). */
 int codec_encode(rlEncoding enc, const json_t *v, char **buf, size_t *len, rlError *err);
 

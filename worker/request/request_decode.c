@@ -19,7 +19,15 @@ rlRequest *request_decode(rlEncoding enc, const char *buf, size_t len, rlDecoded
     memset(d, 0, sizeof(*d));
     int bad_utf8 = 0;
     json_t *obj = codec_decode(enc, buf, len, &bad_utf8, &d->code, &d->err);
-    if (!obj) return NULL;
+    if (!obj) {
+        /* refused (NaN, ext types, duplicate keys ...): still answer the id
+         * when the part of the payload that holds it reads */
+        json_t *p = codec_peek(enc, buf, len);
+        if ((d->id = request_decode_answer(json_object_get(p, "id"), REQUEST_ANSWER_ID_MAX)))
+            d->reply_to = request_decode_answer(json_object_get(p, "reply_to"), SIZE_MAX);
+        json_decref(p);
+        return NULL;
+    }
     if ((d->id = request_decode_answer(json_object_get(obj, "id"), REQUEST_ANSWER_ID_MAX)))
         d->reply_to = request_decode_answer(json_object_get(obj, "reply_to"), SIZE_MAX);
     rlRequest *r = NULL;

@@ -22,7 +22,7 @@ typedef struct rlDecoded {
                            invalid_utf8, invalid_request, internal (memory) */
     rlError err;        /* the message naming the field, when code is set */
     /* Where to answer, whenever the payload could be read at all (a bad
-     * request too): its id when a string of 1..REQUEST_ANSWER_ID_MAX bytes
+     * request too, and a refused payload whose id still reads: codec_peek): its id when a string of 1..REQUEST_ANSWER_ID_MAX bytes
      * without NUL, and then its reply_to when a non-empty string without
      * NUL; else NULL.  NUL-terminated, malloc'd. */
     char *id, *reply_to;

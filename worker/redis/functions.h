@@ -1,0 +1,31 @@
+/* functions.h: the worker's Redis functions (FUNCTION LOAD, Redis 7.0+).
+ *
+ * Every write a job owes (its start, reply events, dead letter, XACK) is an
+ * FCALL of one of these, so the checks that make the queue safe run inside
+ * Redis, atomically with the write they guard:
+ *   - the fence: the job's entry is still pending, held by this consumer at
+ *     this delivery count; a worker that lost the entry (paused, claimed by
+ *     another) writes nothing more for it;
+ *   - a reply key that holds another type is never touched, and its EXPIRE
+ *     runs only after the XADD succeeded;
+ *   - one running job per id (a hash <stream>:running, id -> entry);
+ * plus the housekeeping every worker runs: refreshing its entries' idle
+ * time, taking the entries of consumers whose heartbeat is gone, removing
+ * empty dead consumers, trimming acknowledged entries.  The library is
+ * loaded (REPLACE) on every connection before its first FCALL. */
+#ifndef RL_FUNCTIONS_H
+#define RL_FUNCTIONS_H
+
+#include <hiredis/async.h>
+
+/* The library's source ("#!lua name=redlm ..."). */
+extern const char functions_library[];
+
+/* Errors a job function answers with, by their first word. */
+#define FUNCTIONS_LOST "LOST"         /* the fence: the entry is no longer ours */
+#define FUNCTIONS_REFUSED "REFUSED"   /* the reply key holds another type: dead letter + ack done */
+
+/* Send FUNCTION LOAD REPLACE on ac; fn gets Redis's answer. */
+void functions_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv);
+
+#endif
