@@ -99,10 +99,10 @@ static double run_writer(harness *h, int n, int streams) {
         json_t *ev = json_pack("{s:s, s:s, s:i, s:i, s:i, s:[iiiiiiii], s:s}", "id", jobs[s]->id, "event",
                                "chunk", "seq", i / streams, "attempt", 1, "index", 0, "token_ids", 1, 2, 3,
                                4, 5, 6, 7, 8, "text", "abcdefgh");
-        assert_int_equal(items_event(&items, &keys, jobs[s], ev), 0);
+        assert_int_equal(items_event(&items, jobs[s], ev), 0);
         json_decref(ev);
     }
-    for (int s = 0; s < streams; s++) assert_int_equal(items_ack(&items, &keys, jobs[s]), 0);
+    for (int s = 0; s < streams; s++) assert_int_equal(items_ack(&items, jobs[s]), 0);
     free(jobs);
     return run_items(h, &items);
 }
@@ -111,7 +111,7 @@ static void harness_open(harness *h) {
     memset(h, 0, sizeof(*h));
     h->loop = ev_loop_new(EVFLAG_AUTO);
     rlWriterHooks wh = {.lost = on_lost, .done = on_done, .ctx = h};
-    h->w = writer_create(&wh);
+    h->w = writer_create(&keys, &wh);
     rlRedisUrl url;
     rlError err;
     char s[64];
@@ -211,9 +211,9 @@ static void test_writer_fenced(void **state) {
     freeReplyObject(redisCommand(h.admin, "XCLAIM redlm:jobs redlm other 0 %s", job->entry));
     rlItemList items = {0};
     json_t *ev = json_pack("{s:s, s:s, s:i, s:i}", "id", "t1", "event", "chunk", "seq", 0, "attempt", 1);
-    items_event(&items, &keys, job, ev);
+    items_event(&items, job, ev);
     json_decref(ev);
-    items_fail(&items, &keys, job, "internal", "test");
+    items_fail(&items, job, "internal", "test");
     run_items(&h, &items);
     assert_int_equal(h.acked, 1);
     assert_int_equal(h.lost, 4); /* event, error event, dead letter, XACK */
@@ -235,10 +235,10 @@ static void test_writer_refused_reply_key(void **state) {
     rlItemList items = {0};
     for (int i = 0; i < 3; i++) {
         json_t *ev = json_pack("{s:s, s:s, s:i, s:i}", "id", "t2", "event", "chunk", "seq", i, "attempt", 1);
-        items_event(&items, &keys, job, ev);
+        items_event(&items, job, ev);
         json_decref(ev);
     }
-    items_ack(&items, &keys, job);
+    items_ack(&items, job);
     run_items(&h, &items);
     assert_int_equal(h.acked, 1);
     assert_int_equal(writer_errors(h.w), 1);

@@ -1,8 +1,10 @@
 /* functions.c: the Lua library behind every job write (see functions.h).
  *
- * Job functions take KEYS = job stream, running hash, dead-letter stream
- * [, reply stream] and ARGV = group, entry, consumer, attempt, job id (empty
- * when the entry has none), dead-letter cap (0: none) [, ...].  The fence is
+ * Job writes go in batches (redlm_batch: one FCALL for a run of queued
+ * items, one answer per item), since a function call costs Redis far more
+ * than the XADD inside it: each operation names its job by (entry,
+ * attempt, id) and is checked against the fence, cached for the rest of the
+ * call; EXPIREs run once per reply stream at the end.  The fence is
  * the pair (consumer, delivery count) XPENDING reports for the entry: XCLAIM
  * by anyone else changes the owner and raises the count, and the worker's
  * own idle refresh (XCLAIM JUSTID) changes neither, so it works as a lease
@@ -18,86 +20,109 @@ const char functions_library[] =
     "  for i = 1, #t, 2 do m[t[i]] = t[i + 1] end\n"
     "  return m\n"
     "end\n"
-    /* nil when the entry is ours, else why not */
-    "local function fence(keys, args)\n"
-    "  local ok, p = pcall(redis.call, 'XPENDING', keys[1], args[1], args[2], args[2], 1)\n"
-    "  if not ok then return 'group ' .. args[1] .. ' is gone' end\n"
-    "  if #p == 0 then return 'entry ' .. args[2] .. ' is no longer pending' end\n"
-    "  if p[1][2] ~= args[3] or p[1][4] ~= tonumber(args[4]) then\n"
-    "    return 'entry ' .. args[2] .. ' is now held by ' .. p[1][2] .. ' (delivery ' .. p[1][4] .. ')'\n"
+    /* nil when the entry is ours, else why not; seen caches passed checks
+     * within one call */
+    "local function fence(keys, group, consumer, entry, attempt, seen)\n"
+    "  if seen and seen[entry] == attempt then return nil end\n"
+    "  local ok, p = pcall(redis.call, 'XPENDING', keys[1], group, entry, entry, 1)\n"
+    "  if not ok then return 'group ' .. group .. ' is gone' end\n"
+    "  if #p == 0 then return 'entry ' .. entry .. ' is no longer pending' end\n"
+    "  if p[1][2] ~= consumer or p[1][4] ~= tonumber(attempt) then\n"
+    "    return 'entry ' .. entry .. ' is now held by ' .. p[1][2] .. ' (delivery ' .. p[1][4] .. ')'\n"
     "  end\n"
+    "  if seen then seen[entry] = attempt end\n"
     "  return nil\n"
     "end\n"
-    "local function lost(why) return redis.error_reply('LOST ' .. why) end\n"
+    /* Job operations: a = redlm_batch's ARGV (group, consumer, ttl,
+     * dead-letter cap, ...), i = where the operation starts: a[i] op,
+     * a[i+1] entry, a[i+2] attempt, a[i+3] job id, then its arguments. */
     /* the entry's own fields (not a copy of a copy), then what went wrong */
-    "local function dead_letter(keys, args, err)\n"
+    "local function dead_letter(keys, a, i, err)\n"
     "  local cmd = {'XADD', keys[3]}\n"
-    "  if tonumber(args[6]) > 0 then\n"
-    "    cmd[#cmd + 1] = 'MAXLEN'; cmd[#cmd + 1] = '~'; cmd[#cmd + 1] = args[6]\n"
+    "  if tonumber(a[4]) > 0 then\n"
+    "    cmd[#cmd + 1] = 'MAXLEN'; cmd[#cmd + 1] = '~'; cmd[#cmd + 1] = a[4]\n"
     "  end\n"
     "  cmd[#cmd + 1] = '*'\n"
-    "  local e = redis.call('XRANGE', keys[1], args[2], args[2])\n"
+    "  local e = redis.call('XRANGE', keys[1], a[i + 1], a[i + 1])\n"
     "  if #e > 0 then\n"
     "    local f = e[1][2]\n"
-    "    for i = 1, math.min(#f, 2000) do cmd[#cmd + 1] = f[i] end\n"
+    "    for k = 1, math.min(#f, 2000) do cmd[#cmd + 1] = f[k] end\n"
     "  end\n"
-    "  for _, v in ipairs({'error', err, 'stream', keys[1], 'entry', args[2], 'consumer', args[3],\n"
-    "                      'attempt', args[4]}) do cmd[#cmd + 1] = v end\n"
+    "  for _, v in ipairs({'error', err, 'stream', keys[1], 'entry', a[i + 1], 'consumer', a[2],\n"
+    "                      'attempt', a[i + 2]}) do cmd[#cmd + 1] = v end\n"
     "  redis.call(unpack(cmd))\n"
     "end\n"
-    "local function ack(keys, args)\n"
-    "  redis.call('XACK', keys[1], args[1], args[2])\n"
-    "  if args[5] ~= '' and redis.call('HGET', keys[2], args[5]) == args[2] then\n"
-    "    redis.call('HDEL', keys[2], args[5])\n"
+    "local function ack(keys, a, i, c)\n"
+    "  redis.call('XACK', keys[1], a[1], a[i + 1])\n"
+    "  c.seen[a[i + 1]] = nil\n"
+    "  if a[i + 3] ~= '' and redis.call('HGET', keys[2], a[i + 3]) == a[i + 1] then\n"
+    "    redis.call('HDEL', keys[2], a[i + 3])\n"
     "  end\n"
     "end\n"
-    /* a job about to run: ours, and no other pending entry runs its id */
-    "redis.register_function('redlm_start', function(keys, args)\n"
-    "  local why = fence(keys, args)\n"
-    "  if why then return lost(why) end\n"
-    "  if args[5] == '' then return 'OK' end\n"
-    "  local cur = redis.call('HGET', keys[2], args[5])\n"
-    "  if cur and cur ~= args[2] and\n"
-    "     #redis.call('XPENDING', keys[1], args[1], cur, cur, 1) > 0 then\n"
+    /* op name -> {number of its own arguments, function} */
+    "local ops = {}\n"
+    /* the job may run unless another pending entry runs its id */
+    "ops.start = {0, function(keys, a, i, c)\n"
+    "  local id, entry = a[i + 3], a[i + 1]\n"
+    "  if id == '' then return 'OK' end\n"
+    "  local cur = redis.call('HGET', keys[2], id)\n"
+    "  if cur and cur ~= entry and #redis.call('XPENDING', keys[1], a[1], cur, cur, 1) > 0 then\n"
     "    return 'DUPLICATE ' .. cur\n"
     "  end\n"
-    "  redis.call('HSET', keys[2], args[5], args[2])\n"
+    "  redis.call('HSET', keys[2], id, entry)\n"
     "  return 'OK'\n"
-    "end)\n"
-    /* ARGV[7] ttl, [8] field, [9] payload */
-    "redis.register_function('redlm_reply', function(keys, args)\n"
-    "  local why = fence(keys, args)\n"
-    "  if why then return lost(why) end\n"
-    "  local t = redis.call('TYPE', keys[4])['ok']\n"
-    "  if (t ~= 'none' and t ~= 'stream') or keys[4] == keys[1] or keys[4] == keys[3] then\n"
-    "    local msg = 'reply key ' .. keys[4] .. ' is not a reply stream (it holds a ' .. t .. ')'\n"
-    "    dead_letter(keys, args, cjson.encode({code = 'reply_refused', message = msg}))\n"
-    "    ack(keys, args)\n"
-    "    return redis.error_reply('REFUSED ' .. msg)\n"
+    "end}\n"
+    /* reply stream, field, payload: a key holding anything but a stream is
+     * left alone (the job's dead letter and XACK are written instead), and
+     * the key's EXPIRE comes only after an XADD */
+    "ops.reply = {3, function(keys, a, i, c)\n"
+    "  local key = a[i + 4]\n"
+    "  if not c.streams[key] then\n"
+    "    local t = redis.call('TYPE', key)['ok']\n"
+    "    if (t ~= 'none' and t ~= 'stream') or key == keys[1] or key == keys[3] then\n"
+    "      local msg = 'reply key ' .. key .. ' is not a reply stream (it holds a ' .. t .. ')'\n"
+    "      dead_letter(keys, a, i, cjson.encode({code = 'reply_refused', message = msg}))\n"
+    "      ack(keys, a, i, c)\n"
+    "      return redis.error_reply('REFUSED ' .. msg)\n"
+    "    end\n"
     "  end\n"
-    "  redis.call('XADD', keys[4], '*', args[8], args[9])\n"
-    "  if tonumber(args[7]) > 0 then redis.call('EXPIRE', keys[4], args[7]) end\n"
+    "  redis.call('XADD', key, '*', a[i + 5], a[i + 6])\n"
+    "  c.streams[key] = true\n"
     "  return 1\n"
-    "end)\n"
-    /* ARGV[7] the error as JSON */
-    "redis.register_function('redlm_dead', function(keys, args)\n"
-    "  local why = fence(keys, args)\n"
-    "  if why then return lost(why) end\n"
-    "  dead_letter(keys, args, args[7])\n"
-    "  return 1\n"
-    "end)\n"
-    "redis.register_function('redlm_ack', function(keys, args)\n"
-    "  local why = fence(keys, args)\n"
-    "  if why then return lost(why) end\n"
-    "  ack(keys, args)\n"
-    "  return 1\n"
+    "end}\n"
+    /* the error as JSON */
+    "ops.dead = {1, function(keys, a, i, c) dead_letter(keys, a, i, a[i + 4]); return 1 end}\n"
+    "ops.ack = {0, function(keys, a, i, c) ack(keys, a, i, c); return 1 end}\n"
+    /* KEYS stream, running hash, dead-letter stream; ARGV group, consumer,
+     * reply ttl, dead-letter cap, then operations: one answer each */
+    "redis.register_function('redlm_batch', function(keys, a)\n"
+    "  local c = {seen = {}, streams = {}}\n"
+    "  local out, i = {}, 5\n"
+    "  while i <= #a do\n"
+    "    local op = ops[a[i]]\n"
+    "    if not op then return redis.error_reply('ERR redlm_batch: unknown operation ' .. a[i]) end\n"
+    "    local why = fence(keys, a[1], a[2], a[i + 1], a[i + 2], c.seen)\n"
+    "    if why then\n"
+    "      out[#out + 1] = redis.error_reply('LOST ' .. why)\n"
+    "    else\n"
+    "      local ok, r = pcall(op[2], keys, a, i, c)\n"
+    "      if ok then out[#out + 1] = r\n"
+    "      elseif type(r) == 'table' and r.err then out[#out + 1] = redis.error_reply(r.err)\n"
+    "      else out[#out + 1] = redis.error_reply('ERR ' .. tostring(r)) end\n"
+    "    end\n"
+    "    i = i + 4 + op[1]\n"
+    "  end\n"
+    "  if tonumber(a[3]) > 0 then\n"
+    "    for k in pairs(c.streams) do redis.call('EXPIRE', k, a[3]) end\n"
+    "  end\n"
+    "  return out\n"
     "end)\n"
     /* KEYS stream; ARGV group, consumer, then (entry, attempt) pairs: the
      * idle time of those still ours is reset, the others are returned */
     "redis.register_function('redlm_refresh', function(keys, args)\n"
     "  local gone, mine = {}, {'XCLAIM', keys[1], args[1], args[2], '0'}\n"
     "  for i = 3, #args - 1, 2 do\n"
-    "    local why = fence(keys, {args[1], args[i], args[2], args[i + 1]})\n"
+    "    local why = fence(keys, args[1], args[2], args[i], args[i + 1])\n"
     "    if why then gone[#gone + 1] = args[i] else mine[#mine + 1] = args[i] end\n"
     "  end\n"
     "  if #mine > 5 then\n"

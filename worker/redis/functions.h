@@ -21,7 +21,11 @@
 /* The library's source ("#!lua name=redlm ..."). */
 extern const char functions_library[];
 
-/* Errors a job function answers with, by their first word. */
+/* redlm_batch: KEYS job stream, running hash, dead-letter stream; ARGV
+ * group, consumer, reply ttl, dead-letter cap, then operations, each
+ * (op, entry, attempt, job id, args...): start, reply <stream> <field>
+ * <payload>, dead <error json>, ack.  The answer holds one reply per
+ * operation; errors among them begin with these words: */
 #define FUNCTIONS_LOST "LOST"         /* the fence: the entry is no longer ours */
 #define FUNCTIONS_REFUSED "REFUSED"   /* the reply key holds another type: dead letter + ack done */
 

@@ -10,7 +10,7 @@
 static void intake_fail(const rlIntake *in, rlJob *job, rlItemList *items, const char *code,
                         const char *message) {
     if (in->metrics) metrics_count_error(in->metrics, code);
-    if (items_fail(items, in->keys, job, code, message))
+    if (items_fail(items, job, code, message))
         fprintf(stderr, "redlm worker: out of memory answering entry %s\n", job->entry);
 }
 
@@ -25,7 +25,7 @@ rlRequest *intake_entry(const rlIntake *in, const redisReply *entry, int attempt
     if (fields->type != REDIS_REPLY_ARRAY) {
         /* deleted from the stream while pending: nothing to run or answer */
         rlJob *job = job_create(entry_id, NULL, 0, NULL, RL_ENC_JSON, attempt);
-        if (job) items_ack(items, in->keys, job);
+        if (job) items_ack(items, job);
         *jobp = job;
         return NULL;
     }

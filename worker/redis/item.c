@@ -97,32 +97,21 @@ size_t item_bytes(const rlItem *it) {
     return b;
 }
 
-/* FCALL <fn> 3|4 <stream> <running> <dead> [<reply>] <group> <entry>
- * <consumer> <attempt> <id> <dead maxlen> <extra...>: functions.c's
- * calling convention for job functions. */
-static int items_call(rlItemList *out, rlItemKind kind, const rlKeys *k, rlJob *job, const char *fn,
-                      int n_extra, const char *const *extra, const size_t *extra_len) {
-    enum { MAX = 20 };
+/* <op> <entry> <attempt> <job id> <extra...>: one operation of
+ * functions.c's redlm_batch, which the writer sends in runs. */
+static int items_op(rlItemList *out, rlItemKind kind, rlJob *job, const char *op, int n_extra,
+                    const char *const *extra, const size_t *extra_len) {
+    enum { MAX = 8 };
     const char *argv[MAX];
     size_t len[MAX];
-    char attempt[16], maxlen[24];
+    char attempt[16];
     snprintf(attempt, sizeof(attempt), "%d", job->attempt);
-    snprintf(maxlen, sizeof(maxlen), "%ld", k->dead_maxlen);
     int a = 0;
 #define ARG(s) (argv[a] = (s), len[a++] = strlen(s))
-    ARG("FCALL");
-    ARG(fn);
-    ARG(kind == RL_ITEM_REPLY ? "4" : "3");
-    ARG(k->stream);
-    ARG(k->running);
-    ARG(k->dead);
-    if (kind == RL_ITEM_REPLY) ARG(job->reply_to);
-    ARG(k->group);
+    ARG(op);
     ARG(job->entry);
-    ARG(k->consumer);
     ARG(attempt);
     ARG(job->id ? job->id : "");
-    ARG(maxlen);
 #undef ARG
     for (int i = 0; i < n_extra && a < MAX; i++, a++) argv[a] = extra[i], len[a] = extra_len[i];
     rlItem *it = item_create(kind, job, a, argv, len);
@@ -131,45 +120,44 @@ static int items_call(rlItemList *out, rlItemKind kind, const rlKeys *k, rlJob *
     return 0;
 }
 
-int items_start(rlItemList *out, const rlKeys *k, rlJob *job) {
-    return items_call(out, RL_ITEM_START, k, job, "redlm_start", 0, NULL, NULL);
+int items_start(rlItemList *out, rlJob *job) {
+    return items_op(out, RL_ITEM_START, job, "start", 0, NULL, NULL);
 }
 
-int items_event(rlItemList *out, const rlKeys *k, rlJob *job, const json_t *event) {
-    char *buf, ttl[24];
+int items_event(rlItemList *out, rlJob *job, const json_t *event) {
+    char *buf;
     size_t len;
     if (!job->reply_to || codec_encode(job->enc, event, &buf, &len, NULL)) return -1;
-    snprintf(ttl, sizeof(ttl), "%ld", k->reply_ttl);
     const char *field = codec_field_name(job->enc);
-    const char *extra[3] = {ttl, field, buf};
-    size_t lens[3] = {strlen(ttl), strlen(field), len};
-    int rc = items_call(out, RL_ITEM_REPLY, k, job, "redlm_reply", 3, extra, lens);
+    const char *extra[3] = {job->reply_to, field, buf};
+    size_t lens[3] = {strlen(job->reply_to), strlen(field), len};
+    int rc = items_op(out, RL_ITEM_REPLY, job, "reply", 3, extra, lens);
     free(buf);
     return rc;
 }
 
-int items_ack(rlItemList *out, const rlKeys *k, rlJob *job) {
-    return items_call(out, RL_ITEM_ACK, k, job, "redlm_ack", 0, NULL, NULL);
+int items_ack(rlItemList *out, rlJob *job) {
+    return items_op(out, RL_ITEM_ACK, job, "ack", 0, NULL, NULL);
 }
 
-int items_abort(rlItemList *out, const rlKeys *k, rlJob *job, const rlRequest *req) {
+int items_abort(rlItemList *out, rlJob *job, const rlRequest *req) {
     for (int i = 0; i < (req->n > 0 ? req->n : 1); i++) {
         rlOutput o = {.kind = RL_OUT_DONE, .req = req, .index = i, .text = "", .finish = RL_FINISH_ABORT,
                       .prompt_tokens = req->n_prompt_ids};
         json_t *ev = output_event(&o, job->seq++);
-        int bad = !ev || items_event(out, k, job, ev);
+        int bad = !ev || items_event(out, job, ev);
         json_decref(ev);
         if (bad) return -1;
     }
-    return items_ack(out, k, job);
+    return items_ack(out, job);
 }
 
-int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, const char *code, const char *message) {
+int items_fail(rlItemList *out, rlJob *job, const char *code, const char *message) {
     if (job->reply_to) {
         rlRequest req = {.id = job->id, .attempt = job->attempt};
         rlOutput o = {.kind = RL_OUT_ERROR, .req = &req, .error_code = code, .error_message = message};
         json_t *ev = output_event(&o, job->seq);
-        int bad = !ev || items_event(out, k, job, ev);
+        int bad = !ev || items_event(out, job, ev);
         json_decref(ev);
         if (bad) return -1;
     }
@@ -179,9 +167,9 @@ int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, const char *code, c
     if (!err_s) return -1;
     const char *extra[1] = {err_s};
     size_t len[1] = {strlen(err_s)};
-    int rc = items_call(out, RL_ITEM_DEAD, k, job, "redlm_dead", 1, extra, len);
+    int rc = items_op(out, RL_ITEM_DEAD, job, "dead", 1, extra, len);
     free(err_s);
-    return rc ? rc : items_ack(out, k, job);
+    return rc ? rc : items_ack(out, job);
 }
 
 void items_push(rlItemList *l, rlItem *it) {

@@ -90,16 +90,16 @@ typedef struct rlItemList {
 } rlItemList;
 
 /* Each returns -1 when out of memory. */
-int items_start(rlItemList *out, const rlKeys *k, rlJob *job);
+int items_start(rlItemList *out, rlJob *job);
 /* A reply event (a JSON object) for the job, encoded as the job asked. */
-int items_event(rlItemList *out, const rlKeys *k, rlJob *job, const struct json_t *event);
-int items_ack(rlItemList *out, const rlKeys *k, rlJob *job);
+int items_event(rlItemList *out, rlJob *job, const struct json_t *event);
+int items_ack(rlItemList *out, rlJob *job);
 /* The items that end a failed job: its error event (when it has a reply
  * stream), a dead-letter copy of its entry with the error, then XACK. */
-int items_fail(rlItemList *out, const rlKeys *k, rlJob *job, const char *code, const char *message);
+int items_fail(rlItemList *out, rlJob *job, const char *code, const char *message);
 /* A job cancelled before it ran: one `done` with finish_reason "abort" and
  * no tokens per sample, then XACK. */
-int items_abort(rlItemList *out, const rlKeys *k, rlJob *job, const struct rlRequest *req);
+int items_abort(rlItemList *out, rlJob *job, const struct rlRequest *req);
 
 void items_push(rlItemList *l, rlItem *it);
 void items_append(rlItemList *l, rlItemList *from); /* moves everything, from is left empty */

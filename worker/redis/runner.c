@@ -41,7 +41,7 @@ struct rlRunner {
 
 static void runner_fail_job(rlRunner *r, rlJob *job, const char *code, const char *message) {
     if (r->o.metrics) metrics_count_error(r->o.metrics, code);
-    if (items_fail(&r->produced, r->o.keys, job, code, message))
+    if (items_fail(&r->produced, job, code, message))
         fprintf(stderr, "redlm worker: out of memory answering job %s\n", job->id);
 }
 
@@ -59,7 +59,7 @@ static void runner_on_output(void *ctx, const rlOutput *out) {
         return;
     }
     json_t *ev = output_event(out, job->seq++);
-    if (!ev || items_event(&r->produced, r->o.keys, job, ev)) {
+    if (!ev || items_event(&r->produced, job, ev)) {
         json_decref(ev);
         runner_fail_job(r, job, "internal", "cannot build a reply event (out of memory)");
         job->samples_left = 0;
@@ -75,7 +75,7 @@ static void runner_on_output(void *ctx, const rlOutput *out) {
                              out->completion_tokens > 0 ? out->first_token_ms / 1000.0 : -1, tpot,
                              out->total_ms / 1000.0);
     }
-    if (--job->samples_left == 0) items_ack(&r->produced, r->o.keys, job);
+    if (--job->samples_left == 0) items_ack(&r->produced, job);
 }
 
 static void runner_add_one(rlRunner *r, rlRequest *req) {

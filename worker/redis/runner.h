@@ -18,7 +18,6 @@
 
 typedef struct rlRunnerOptions {
     size_t max_backlog;             /* pause the engine above this many unwritten bytes */
-    const rlKeys *keys;
     rlMetrics *metrics;             /* or NULL */
     _Atomic size_t *backlog;        /* the writer's unconfirmed bytes */
     struct ev_loop *loop;

@@ -142,12 +142,12 @@ static void serve_entry(rlServe *s, const redisReply *entry, int attempt) {
     if (!job) return; /* out of memory: left pending, claimed again later */
     serve_jobs_add(s, job);
     if (req && serve_was_cancelled(s, req->id)) {
-        if (items_abort(&items, &s->o.keys, job, req))
+        if (items_abort(&items, job, req))
             fprintf(stderr, "redlm worker: out of memory answering cancelled job %s\n", req->id);
         request_free(req);
         free(req);
     } else if (req) {
-        if (items_start(&items, &s->o.keys, job)) {
+        if (items_start(&items, job)) {
             fprintf(stderr, "redlm worker: out of memory starting job %s\n", req->id);
             request_free(req);
             free(req);
@@ -173,7 +173,7 @@ static void serve_on_started(void *ctx, rlJob *job, const redisReply *r) {
             return;
         }
         /* its cancel came while Redis was answering the start */
-        if (items_abort(&items, &s->o.keys, job, req))
+        if (items_abort(&items, job, req))
             fprintf(stderr, "redlm worker: out of memory answering cancelled job %s\n", req->id);
         request_free(req);
         free(req);
@@ -187,13 +187,13 @@ static void serve_on_started(void *ctx, rlJob *job, const redisReply *r) {
         snprintf(msg, sizeof(msg), "a job with id '%.300s' is already running (entry %s); this entry (%s) "
                  "is not run: give every job its own id", job->id, r->str + 10, job->entry);
         if (s->metrics) metrics_count_error(s->metrics, "duplicate_id");
-        if (items_fail(&items, &s->o.keys, job, "duplicate_id", msg))
+        if (items_fail(&items, job, "duplicate_id", msg))
             fprintf(stderr, "redlm worker: out of memory answering job %s\n", job->id);
     } else {
         /* lost before it ran (or Redis refused the start): not ours to answer;
          * the fenced XACK writes nothing and lets the job go */
         job->lost = 1;
-        if (items_ack(&items, &s->o.keys, job)) {
+        if (items_ack(&items, job)) {
             fprintf(stderr, "redlm worker: out of memory releasing job %s\n", job->id);
             return;
         }
@@ -667,13 +667,13 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
         }
     }
     rlWriterHooks wh = {.started = serve_on_started, .lost = serve_on_lost, .done = serve_on_job_done, .ctx = s};
-    s->writer = writer_create(&wh);
+    s->writer = writer_create(&s->o.keys, &wh);
     s->intake = (rlIntake){.keys = &s->o.keys, .max_deliveries = o->max_deliveries, .metrics = s->metrics};
     ev_async_init(&s->wake, serve_on_wake);
     s->wake.data = s;
     ev_async_start(s->loop, &s->wake);
     rlRunnerOptions ro = {.max_backlog = o->max_backlog,
-                          .keys = &s->o.keys, .metrics = s->metrics, .backlog = writer_bytes(s->writer),
+                          .metrics = s->metrics, .backlog = writer_bytes(s->writer),
                           .loop = s->loop, .wake = &s->wake};
     if (!s->writer || !(s->runner = runner_start(e, &ro, err))) {
         rc = -1;

@@ -1,10 +1,12 @@
 /* writer.c: pipelined, ordered, reconnect-safe Redis writes (see writer.h).
  *
  * One FIFO holds every item until Redis answers it; `unsent` marks where the
- * next command starts.  Answers come back in order on one connection, so
- * the head of the FIFO is always the item being answered: no lookup table.
- * At most WRITER_WINDOW commands are in flight, which keeps hiredis's output
- * buffer small while still putting thousands of commands in each write. */
+ * next command starts.  Items go out in runs of up to WRITER_BATCH, each run
+ * one FCALL of redlm_batch answered with one reply per item.  Answers come
+ * back in order on one connection, so the head of the FIFO is always the
+ * first item of the run being answered, and a ring of run lengths is all the
+ * bookkeeping there is.  At most WRITER_WINDOW runs are in flight, which
+ * keeps hiredis's output buffer small. */
 #include "worker/redis/writer.h"
 
 #include <stdio.h>
@@ -13,21 +15,30 @@
 
 #include "worker/redis/functions.h"
 
-#define WRITER_WINDOW 4096
+#define WRITER_BATCH 256
+#define WRITER_BATCH_BYTES (1 << 20)
+#define WRITER_WINDOW 64
+#define WRITER_HEADER 10     /* FCALL redlm_batch 3 <3 keys> group consumer ttl maxlen */
 
 struct rlWriter {
     rlItemList q;            /* unconfirmed items, oldest first */
     rlItem *unsent;          /* first item not yet sent on this connection */
-    size_t inflight;
+    int runs[WRITER_WINDOW]; /* lengths of the runs in flight, oldest at run_head */
+    int run_head, n_runs;
     redisAsyncContext *ac;
+    const rlKeys *k;
+    char ttl[24], maxlen[24];
     rlWriterHooks hooks;
     _Atomic size_t bytes;
     unsigned long errors;
 };
 
-rlWriter *writer_create(const rlWriterHooks *hooks) {
+rlWriter *writer_create(const rlKeys *k, const rlWriterHooks *hooks) {
     rlWriter *w = calloc(1, sizeof(*w));
     if (!w) return NULL;
+    w->k = k;
+    snprintf(w->ttl, sizeof(w->ttl), "%ld", k->reply_ttl);
+    snprintf(w->maxlen, sizeof(w->maxlen), "%ld", k->dead_maxlen);
     w->hooks = *hooks;
     atomic_init(&w->bytes, 0);
     return w;
@@ -46,22 +57,17 @@ static int writer_is(const redisReply *r, const char *word) {
     return r->type == REDIS_REPLY_ERROR && r->len > n && !strncmp(r->str, word, n) && r->str[n] == ' ';
 }
 
-static void writer_on_reply(redisAsyncContext *ac, void *r, void *priv) {
-    (void)ac;
-    rlWriter *w = priv;
-    redisReply *reply = r;
-    if (!reply) return; /* connection lost: writer_connected(NULL) requeues */
-    rlItem *it = items_pop(&w->q);
-    w->inflight--;
+/* One item's answer: the hooks hear about starts, fenced or refused writes
+ * and finished jobs. */
+static void writer_answer(rlWriter *w, rlItem *it, const redisReply *reply) {
     const rlWriterHooks *h = &w->hooks;
     int lost = writer_is(reply, FUNCTIONS_LOST);
     if (reply->type == REDIS_REPLY_ERROR && !lost) {
         /* Not retried: an error reply (wrong key type, a missing function)
          * would come back the same way every time. */
         if (w->errors++ < 10)
-            fprintf(stderr, "redlm worker: Redis refused %s of job %s (entry %s): %s\n", it->argv[1],
-                    it->job && it->job->id ? it->job->id : "(no id)", it->job ? it->job->entry : "-",
-                    reply->str);
+            fprintf(stderr, "redlm worker: Redis refused the %s of job %s (entry %s): %s\n", it->argv[0],
+                    it->job->id ? it->job->id : "(no id)", it->job->entry, reply->str);
     }
     if (it->kind == RL_ITEM_START) {
         if (h->started) h->started(h->ctx, it->job, reply);
@@ -70,15 +76,45 @@ static void writer_on_reply(redisAsyncContext *ac, void *r, void *priv) {
     atomic_fetch_sub(&w->bytes, item_bytes(it));
     if (it->kind == RL_ITEM_ACK && h->done) h->done(h->ctx, it->job);
     item_free(it);
-    if (w->unsent && w->inflight < WRITER_WINDOW / 2) writer_send(w);
+}
+
+static void writer_on_reply(redisAsyncContext *ac, void *r, void *priv) {
+    (void)ac;
+    rlWriter *w = priv;
+    redisReply *reply = r;
+    if (!reply) return; /* connection lost: writer_connected(NULL) requeues */
+    int n = w->runs[w->run_head];
+    w->run_head = (w->run_head + 1) % WRITER_WINDOW;
+    w->n_runs--;
+    /* one answer per item, or one error (e.g. out of memory) for the run */
+    int each = reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t)n;
+    for (int i = 0; i < n; i++) writer_answer(w, items_pop(&w->q), each ? reply->element[i] : reply);
+    if (w->unsent && w->n_runs < WRITER_WINDOW / 2) writer_send(w);
 }
 
 static void writer_send(rlWriter *w) {
-    while (w->ac && w->unsent && w->inflight < WRITER_WINDOW) {
+    while (w->ac && w->unsent && w->n_runs < WRITER_WINDOW) {
+        int n = 0, argc = WRITER_HEADER;
+        size_t bytes = 0;
+        for (rlItem *it = w->unsent; it && n < WRITER_BATCH && (!n || bytes < WRITER_BATCH_BYTES); it = it->next)
+            n++, argc += it->argc, bytes += item_bytes(it);
+        const char **argv = malloc((size_t)argc * sizeof(*argv));
+        size_t *len = malloc((size_t)argc * sizeof(*len));
+        if (!argv || !len) {
+            free(argv), free(len);
+            return; /* out of memory: the next push or answer tries again */
+        }
+        const char *head[WRITER_HEADER] = {"FCALL", "redlm_batch", "3", w->k->stream, w->k->running, w->k->dead,
+                                           w->k->group, w->k->consumer, w->ttl, w->maxlen};
+        int a = 0;
+        for (; a < WRITER_HEADER; a++) argv[a] = head[a], len[a] = strlen(head[a]);
         rlItem *it = w->unsent;
-        redisAsyncCommandArgv(w->ac, writer_on_reply, w, it->argc, (const char **)it->argv, it->argvlen);
-        w->inflight++;
-        w->unsent = it->next;
+        for (int i = 0; i < n; i++, it = it->next)
+            for (int j = 0; j < it->argc; j++, a++) argv[a] = it->argv[j], len[a] = it->argvlen[j];
+        redisAsyncCommandArgv(w->ac, writer_on_reply, w, argc, argv, len);
+        free(argv), free(len);
+        w->runs[(w->run_head + w->n_runs++) % WRITER_WINDOW] = n;
+        w->unsent = it;
     }
 }
 
@@ -97,7 +133,7 @@ void writer_connected(rlWriter *w, redisAsyncContext *ac) {
     w->ac = ac;
     if (!ac) {
         w->unsent = w->q.head;
-        w->inflight = 0;
+        w->run_head = w->n_runs = 0;
         return;
     }
     writer_send(w);

@@ -30,7 +30,8 @@ typedef struct rlWriterHooks {
 
 typedef struct rlWriter rlWriter;
 
-rlWriter *writer_create(const rlWriterHooks *hooks);
+/* k names the streams and the consumer every write is for (kept, not copied). */
+rlWriter *writer_create(const rlKeys *k, const rlWriterHooks *hooks);
 void writer_free(rlWriter *w);
 /* Take the items (the list is left empty) and send what the window allows. */
 void writer_push(rlWriter *w, rlItemList *items);
