@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kernels/rng.h"
 #include "sched/sched.h"
@@ -144,6 +145,21 @@ static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
 
 /* ---- opening ---- */
 
+/* The CPU KV pool's default share of the machine's memory, and its bounds. */
+#define ENGINE_KV_SHARE 16
+#define ENGINE_KV_MIN ((size_t)64 << 20)
+#define ENGINE_KV_MAX ((size_t)16 << 30)
+
+static size_t engine_phys_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : (size_t)ENGINE_KV_SHARE << 30;
+}
+
+static size_t engine_default_kv_bytes(void) {
+    size_t b = engine_phys_bytes() / ENGINE_KV_SHARE;
+    return b < ENGINE_KV_MIN ? ENGINE_KV_MIN : b > ENGINE_KV_MAX ? ENGINE_KV_MAX : b;
+}
+
 static int engine_kv_blocks(rlEngine *e, rlDtype dtype, rlError *err) {
     const rlEngineOptions *o = &e->opt;
     (void)dtype;
@@ -159,11 +175,19 @@ static int engine_kv_blocks(rlEngine *e, rlDtype dtype, rlError *err) {
     size_t per_token;
     if (engine_kv_bytes_per_token(e, dtype, &per_token, err)) return -1;
     size_t per_block = per_token * (size_t)o->block_size;
-    size_t budget = o->kv_cache_memory ? o->kv_cache_memory : (size_t)1 << 30;
+    size_t budget = o->kv_cache_memory ? o->kv_cache_memory : engine_default_kv_bytes();
     /* By default never more than every sequence at full length needs. */
     size_t full = (size_t)o->max_num_seqs * (size_t)((o->max_model_len + o->block_size - 1) / o->block_size);
     size_t n = budget / per_block;
     if (!o->kv_cache_memory && n > full) n = full;
+    if (!o->kv_cache_memory && n >= 1)
+        /* The pool keeps freed blocks as a prefix cache, so the process grows
+         * towards this size and stays there: said once, so that is not read
+         * as a leak. */
+        fprintf(stderr, "redlm: KV cache %.0f MiB (%zu blocks of %d tokens; 1/%d of this machine's %.1f GiB, "
+                "at most what --max-num-seqs sequences of --max-model-len need); cached prefixes fill it, "
+                "--kv-cache-memory sets it\n", (double)(n * per_block) / (1 << 20), n, o->block_size,
+                ENGINE_KV_SHARE, (double)engine_phys_bytes() / (1 << 30));
     if (n < 1)
         return rl_error(err, RL_EMEMORY,
                         "--kv-cache-memory %zu bytes holds no KV block (one block of %d tokens "

@@ -132,12 +132,13 @@ static uint64_t codec_be(const unsigned char *p, int n) {
 
 /* msgpack-c allocates an array's or map's elements when it reads the
  * header, before any element: 5 bytes declaring 3.7 billion elements made
- * its zone ask for 128 GiB.  This walks the first value's headers without
- * building anything and refuses a container declaring more elements than
- * bytes remain (every element takes at least one), so what the unpacker
- * allocates stays proportional to the payload.  0 when bounded. */
-static int codec_msgpack_bounded(const unsigned char *p, size_t len) {
-    size_t off = 0;
+ * its zone ask for 128 GiB.  This walks one value's headers from *off
+ * without building anything and refuses a container declaring more
+ * elements than bytes remain (every element takes at least one), so what
+ * the unpacker allocates stays proportional to the payload.  0 (and *off
+ * past the value) when it is whole and bounded. */
+static int codec_msgpack_skip(const unsigned char *p, size_t len, size_t *offp) {
+    size_t off = *offp;
     uint64_t need = 1; /* values still to read */
     while (need > 0) {
         if (off >= len) return -1;
@@ -158,15 +159,10 @@ static int codec_msgpack_bounded(const unsigned char *p, size_t len) {
         else if (c >= 0xd0 && c <= 0xd3) skip = (uint64_t)1 << (c - 0xd0); /* int */
         else if (c >= 0xd4 && c <= 0xd8) skip = 1 + ((uint64_t)1 << (c - 0xd4)); /* fixext */
         else if (c >= 0xd9 && c <= 0xdb) lb = 1 << (c - 0xd9);          /* str 8/16/32 */
-        else if (c == 0xdc || c == 0xdd) {                                 /* array 16/32 */
-            int n = c == 0xdc ? 2 : 4;
+        else {                                                             /* array/map 16/32 */
+            int n = c == 0xdc || c == 0xde ? 2 : 4;
             if (len - off < (size_t)n) return -1;
-            items = codec_be(p + off, n);
-            off += (size_t)n;
-        } else {                                                           /* map 16/32 */
-            int n = c == 0xde ? 2 : 4;
-            if (len - off < (size_t)n) return -1;
-            items = 2 * codec_be(p + off, n);
+            items = codec_be(p + off, n) * (c >= 0xde ? 2 : 1);
             off += (size_t)n;
         }
         if (lb) {
@@ -179,6 +175,26 @@ static int codec_msgpack_bounded(const unsigned char *p, size_t len) {
         need += items;
         if (need > len - off) return -1;
     }
+    *offp = off;
+    return 0;
+}
+
+static int codec_msgpack_bounded(const unsigned char *p, size_t len) {
+    size_t off = 0;
+    return codec_msgpack_skip(p, len, &off);
+}
+
+/* The string at *off (str or bin), advancing past it; -1 for anything else. */
+static int codec_msgpack_str(const unsigned char *p, size_t len, size_t *off, const char **s, size_t *n) {
+    if (*off >= len) return -1;
+    unsigned c = p[*off];
+    int lb = c >= 0xd9 && c <= 0xdb ? 1 << (c - 0xd9) : c >= 0xc4 && c <= 0xc6 ? 1 << (c - 0xc4) : 0;
+    if (!lb && (c < 0xa0 || c > 0xbf)) return -1;
+    size_t o = *off + 1 + (size_t)lb;
+    if (o > len) return -1;
+    uint64_t sl = lb ? codec_be(p + *off + 1, lb) : c & 0x1f;
+    if (sl > len - o) return -1;
+    *s = (const char *)p + o, *n = (size_t)sl, *off = o + (size_t)sl;
     return 0;
 }
 
@@ -247,20 +263,6 @@ static json_t *codec_decode_json(const char *buf, size_t len, int *bad_utf8, con
     return NULL;
 }
 
-/* A top-level string field of a msgpack map, or NULL. */
-static json_t *codec_peek_msgpack(const msgpack_object *o, const char *name) {
-    size_t nl = strlen(name);
-    for (uint32_t i = 0; o->type == MSGPACK_OBJECT_MAP && i < o->via.map.size; i++) {
-        const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == nl && !memcmp(k->via.str.ptr, name, nl) &&
-            v->type == MSGPACK_OBJECT_STR) {
-            int bad = 0;
-            return codec_string(v->via.str.ptr, v->via.str.size, &bad);
-        }
-    }
-    return NULL;
-}
-
 json_t *codec_peek(rlEncoding enc, const char *buf, size_t len) {
     json_t *out = json_object();
     if (!out) return NULL;
@@ -279,16 +281,26 @@ json_t *codec_peek(rlEncoding enc, const char *buf, size_t len) {
         json_decref(v);
         return out;
     }
-    if (codec_msgpack_bounded((const unsigned char *)buf, len)) return out;
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
-    size_t off = 0;
-    if (msgpack_unpack_next(&u, buf, len, &off) == MSGPACK_UNPACK_SUCCESS) {
-        json_t *id = codec_peek_msgpack(&u.data, "id"), *reply = codec_peek_msgpack(&u.data, "reply_to");
-        if (id) json_object_set_new(out, "id", id);
-        if (reply) json_object_set_new(out, "reply_to", reply);
+    /* the top-level map's pairs in order, up to whatever part is bad (a NaN,
+     * an ext value, a declared size the bytes do not hold) */
+    const unsigned char *p = (const unsigned char *)buf;
+    size_t off = 1;
+    uint64_t pairs = 0;
+    if (len && p[0] >= 0x80 && p[0] <= 0x8f) pairs = p[0] & 0x0f;
+    else if (len >= 3 && p[0] == 0xde) pairs = codec_be(p + 1, 2), off = 3;
+    else if (len >= 5 && p[0] == 0xdf) pairs = codec_be(p + 1, 4), off = 5;
+    for (uint64_t i = 0; i < pairs; i++) {
+        const char *k, *v;
+        size_t kn, vn, voff;
+        if (codec_msgpack_str(p, len, &off, &k, &kn)) break;
+        voff = off;
+        int is_id = kn == 2 && !memcmp(k, "id", 2), is_reply = kn == 8 && !memcmp(k, "reply_to", 8);
+        if ((is_id || is_reply) && !codec_msgpack_str(p, len, &voff, &v, &vn)) {
+            int bad = 0;
+            json_object_set_new(out, is_id ? "id" : "reply_to", codec_string(v, vn, &bad));
+        }
+        if (codec_msgpack_skip(p, len, &off)) break;
     }
-    msgpack_unpacked_destroy(&u);
     return out;
 }
 

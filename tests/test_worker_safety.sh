@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# test_worker_safety.sh: hostile producers and bad settings.
+#   1. reply_to outside --reply-prefix, or naming the job stream, answered
+#      on the default reply stream and dead-lettered; a reply key holding a
+#      string is never given a TTL (nor the job, dead-letter or victim keys):
+#      a dead letter, an XACK and redlm:reply_write_errors_total instead
+#   3. every entry with a readable id answered, whatever is bad in it (NaN,
+#      ext types, duplicate keys, both json and msgpack, 3.7 billion array
+#      elements declared in 20 bytes)
+#   4. a second running job with an id answered duplicate_id; `submit`
+#      refuses an input file with a repeated id at once
+#   5. --dead / --cancel equal to the job stream refused; a refused login
+#      (wrong, then rotated password) ends the worker within --redis-wait
+#      with a message naming the user, reconnecting with backoff meanwhile;
+#      100,000 tiny jobs leave the job stream trimmed
+source "$(dirname "$0")/worker_lib.sh"
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+
+start_redis
+MPORT=$(free_port)
+start_worker w --metrics-port "$MPORT" --dead-maxlen 1000
+W=$LAST_PID
+up() { [ "$(rcli EXISTS redlm:instances:$1)" = 1 ]; }
+wait_until 30 up w || fail "worker did not start"
+got() { [ "$(rcli XLEN "redlm:reply:$1")" -gt 0 ] 2>/dev/null; }
+# the error code in a reply stream, JSON or msgpack (msgpack jobs are answered in msgpack)
+code_of() { rcli --raw XRANGE "redlm:reply:$1" - + | grep -aoE 'invalid_[a-z0-9]+|duplicate_id' | head -1; }
+
+# 1. reply keys
+rcli SET victim v > /dev/null
+rcli SET redlm:reply:str v > /dev/null
+rcli XADD redlm:jobs '*' json '{"id":"r-victim","prompt_ids":[1],"max_tokens":2,"reply_to":"victim"}' > /dev/null
+rcli XADD redlm:jobs '*' json '{"id":"r-jobs","prompt_ids":[1],"max_tokens":2,"reply_to":"redlm:jobs"}' > /dev/null
+rcli XADD redlm:jobs '*' json '{"id":"r-str","prompt_ids":[1],"max_tokens":2,"reply_to":"redlm:reply:str"}' > /dev/null
+wait_until 20 got r-victim || fail "r-victim not answered on redlm:reply:r-victim"
+wait_until 20 got r-jobs || fail "r-jobs not answered on redlm:reply:r-jobs"
+[ "$(code_of r-victim)" = invalid_request ] || fail "r-victim: $(stream_json redlm:reply:r-victim)"
+[ "$(code_of r-jobs)" = invalid_request ] || fail "r-jobs: $(stream_json redlm:reply:r-jobs)"
+dead_for() { rcli --raw XRANGE redlm:dead - + | grep -c "\"id\":\"$1\""; }
+refused() { [ "$(dead_for r-str)" -ge 1 ]; }
+wait_until 20 refused || fail "no dead letter for r-str"
+for k in victim redlm:reply:str redlm:jobs redlm:dead; do
+    ttl=$(rcli TTL "$k")
+    [ "$ttl" = -1 ] || fail "$k has TTL $ttl"
+done
+[ "$(rcli GET redlm:reply:str)" = v ] || fail "the string under redlm:reply:str changed"
+for id in r-victim r-jobs r-str; do [ "$(dead_for $id)" = 1 ] || fail "$id: $(dead_for $id) dead letters"; done
+rcli --raw XRANGE redlm:dead - + | grep -q reply_refused || fail "the r-str dead letter does not say reply_refused"
+metrics() { curl -s "http://127.0.0.1:$MPORT/metrics"; }
+errors_metric() { metrics | awk '$1 == "redlm:reply_write_errors_total" { print $2 }'; }
+wait_until 5 [ "$(errors_metric)" = 1 ] 2>/dev/null
+[ "$(errors_metric)" = 1 ] || fail "redlm:reply_write_errors_total $(errors_metric), want 1"
+echo "1. reply keys confined: victim TTLs -1, 3 dead letters, reply_write_errors_total 1"
+
+# 3. a readable id is always answered
+declare -A want3=([m-nan]=invalid_request [m-inf]=invalid_request [m-ext]=invalid_encoding
+                  [m-dup]=invalid_request [j-dup]=invalid_request [both]=invalid_request
+                  [m-huge]=invalid_encoding)
+mp() { rcli -x XADD redlm:jobs '*' "$@" > /dev/null; }
+# {"id":"m-nan","prompt_ids":[1],"temperature":NaN}
+printf '\x83\xa2id\xa5m-nan\xaaprompt_ids\x91\x01\xabtemperature\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00' | mp msgpack
+printf '\x83\xa2id\xa5m-inf\xaaprompt_ids\x91\x01\xabtemperature\xca\x7f\x80\x00\x00' | mp msgpack
+printf '\x82\xa2id\xa5m-ext\xaaprompt_ids\xd4\x01\x01' | mp msgpack
+printf '\x83\xa2id\xa5m-dup\xaaprompt_ids\x91\x01\xaaprompt_ids\x91\x02' | mp msgpack
+rcli XADD redlm:jobs '*' json '{"id":"j-dup","prompt_ids":[1],"prompt_ids":[2]}' > /dev/null
+printf '\x81\xa2id\xa4both' > "$T/both.mp"
+rcli XADD redlm:jobs '*' json '{"id":"both","prompt_ids":[1]}' msgpack "$(cat "$T/both.mp")" > /dev/null
+# an array declaring 0xdca54e00 = 3,701,820,928 elements, in 20 bytes
+t0=$(now)
+printf '\x82\xa2id\xa6m-huge\xaaprompt_ids\xdd\xdc\xa5\x4e\x00' | mp msgpack
+for id in "${!want3[@]}"; do
+    wait_until 20 got "$id" || fail "$id not answered"
+    [ "$(code_of "$id")" = "${want3[$id]}" ] || fail "$id: got '$(code_of "$id")', want ${want3[$id]}"
+done
+echo "3. every readable id answered (${#want3[@]} entries); the 3.7e9-element array refused in $(since "$t0") s"
+kill -0 "$W" || fail "worker died"
+rss=$(awk '/VmHWM/ { print $2 }' /proc/$W/status)
+[ "$rss" -lt 4000000 ] || fail "worker peak RSS ${rss} kB"
+
+# 4. duplicate ids
+rcli XADD redlm:jobs '*' json '{"id":"dup","prompt_ids":[1],"max_tokens":400,"ignore_eos":true,"stream":false}' > /dev/null
+running() { [ "$(rcli HEXISTS redlm:jobs:running dup)" = 1 ]; }
+wait_until 20 running || fail "dup never started"
+rcli XADD redlm:jobs '*' json '{"id":"dup","prompt_ids":[2],"max_tokens":5}' > /dev/null
+dup_done() { stream_json redlm:reply:dup | grep -q '"event":"done"'; }
+wait_until 60 dup_done || fail "the first dup never finished"
+ev=$(stream_json redlm:reply:dup)
+[ "$(echo "$ev" | jq -r 'select(.event == "error") | .error.code')" = duplicate_id ] || fail "no duplicate_id: $ev"
+[ "$(echo "$ev" | jq -s 'map(select(.event == "done")) | .[0].token_ids | length')" = 400 ] ||
+    fail "the first dup did not run to the end: $ev"
+[ "$(rcli HEXISTS redlm:jobs:running dup)" = 0 ] || fail "dup still marked running"
+printf '%s\n' '{"id":"a","prompt_ids":[1]}' '{"id":"b","prompt_ids":[1]}' '{"id":"a","prompt_ids":[2]}' > "$T/dup.jsonl"
+t0=$(now)
+"$REDLM" submit --redis "$(URL)" --input "$T/dup.jsonl" --output "$T/dup-out.jsonl" 2> "$T/dup-submit.log" &&
+    fail "submit accepted an input with a repeated id"
+took=$(since "$t0")
+grep -q "line 3 has the id 'a' of line 1" "$T/dup-submit.log" || fail "submit: $(cat "$T/dup-submit.log")"
+awk -v t="$took" 'BEGIN { exit !(t < 5) }' || fail "submit took $took s to refuse"
+echo "4. duplicate_id answered, the first job ran; submit refused the file in $took s"
+
+# 5a. settings refused at start
+"$REDLM" worker --model "$MODEL" --redis "$(URL)" --dead redlm:jobs 2> "$T/cfg.log" && fail "--dead redlm:jobs accepted"
+grep -q "both 'redlm:jobs'" "$T/cfg.log" || fail "--dead redlm:jobs: $(cat "$T/cfg.log")"
+"$REDLM" worker --model "$MODEL" --redis "$(URL)" --cancel redlm:dead 2> "$T/cfg.log" && fail "--cancel redlm:dead accepted"
+"$REDLM" worker --model "$MODEL" --redis "$(URL)" --reply-prefix redlm: 2> "$T/cfg.log" &&
+    fail "a reply prefix over the job stream accepted"
+
+# 5b. 100,000 tiny jobs (refused at once: max_tokens -1), all replying to one stream
+t0=$(now)
+rcli EVAL "for i = 1, 100000 do redis.call('XADD', KEYS[1], '*', 'json', '{\"id\":\"t' .. i .. '\",\"prompt_ids\":[1],\"max_tokens\":-1,\"reply_to\":\"redlm:reply:bulk\"}') end return 1" 1 redlm:jobs > /dev/null
+mem_before=$(rcli MEMORY USAGE redlm:jobs)
+total=$(added redlm:jobs)
+wait_until 300 all_acked "$total" || fail "bulk: read $(group entries-read) of $total, pending $(group pending)"
+trimmed() { [ "$(rcli XLEN redlm:jobs)" -le 100 ]; }
+wait_until 20 trimmed || fail "job stream not trimmed: XLEN $(rcli XLEN redlm:jobs)"
+echo "5. 100,000 jobs answered and the job stream trimmed in $(since "$t0") s: XLEN $(rcli XLEN redlm:jobs)," \
+     "$(rcli MEMORY USAGE redlm:jobs) bytes (was $mem_before); dead letters $(rcli XLEN redlm:dead) (--dead-maxlen 1000)"
+[ "$(rcli XLEN redlm:dead)" -le 1200 ] || fail "dead letters not capped: $(rcli XLEN redlm:dead)"
+[ "$(rcli XLEN redlm:reply:bulk)" = 100000 ] || fail "bulk replies: $(rcli XLEN redlm:reply:bulk)"
+kill -TERM "$W"; wait "$W" || fail "worker exit status $?"
+PIDS=()
+
+# 5c. logins: a wrong password ends the start after --redis-wait; a rotated
+# one ends a running worker after --redis-wait, with backoff meanwhile
+rcli ACL SETUSER alice on '>secret-1' '~*' '&*' '+@all' > /dev/null
+t0=$(now)
+"$REDLM" worker --model "$MODEL" --redis "redis://alice:wrong-pw@127.0.0.1:$RPORT" --redis-wait 2 2> "$T/auth.log" &&
+    fail "a wrong password was accepted"
+grep -q "user 'alice'" "$T/auth.log" || fail "the message does not name the user: $(cat "$T/auth.log")"
+grep -q "wrong-pw" "$T/auth.log" && fail "the message shows the password"
+echo "   wrong password: exit after $(since "$t0") s (--redis-wait 2): $(tail -1 "$T/auth.log" | cut -c1-160)"
+"$REDLM" worker --model "$MODEL" --redis "redis://alice:secret-1@127.0.0.1:$RPORT" --consumer al --threads 1 \
+    --redis-wait 3 > "$T/al.log" 2>&1 &
+AL=$!
+PIDS+=("$AL")
+wait_until 30 up al || fail "worker al did not start"
+conns0=$(rcli INFO stats | awk -F: '/^total_connections_received/ { print $2 + 0 }')
+t0=$(now)
+rcli ACL SETUSER alice resetpass '>secret-2' > /dev/null
+rcli CLIENT KILL USER alice > /dev/null
+gone() { ! kill -0 "$AL" 2>/dev/null; }
+wait_until 20 gone || fail "the worker kept running with a rotated password"
+wait "$AL"; rc=$?
+took=$(since "$t0")
+conns=$(( $(rcli INFO stats | awk -F: '/^total_connections_received/ { print $2 + 0 }') - conns0 ))
+[ "$rc" = 8 ] || fail "exit status $rc after the password rotated, want 8"
+grep -q "user 'alice'" "$T/al.log" || fail "no message naming the user: $(tail -3 "$T/al.log")"
+grep -q "secret-" "$T/al.log" && fail "a password in the log"
+[ "$conns" -le 40 ] || fail "$conns connections in $took s: no backoff"
+echo "   rotated password: exit 8 after $took s (--redis-wait 3), $conns connection attempts meanwhile"
+echo "ok: reply keys, readable ids, duplicate ids, settings, logins, trimming"
