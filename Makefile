@@ -137,19 +137,23 @@ deps:
 	@if dpkg -s $(DEPS_DEB) >/dev/null 2>&1; then echo "deps: all installed"; \
 	else apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEPS_DEB); fi
 
-# libFuzzer (clang) over the tokenizer's room and the libraries it stands on.
+# libFuzzer (clang): every tests/fuzz_*.c over the rooms that read outside
+# input (tokenizer.json and text, job payloads, safetensors headers) and the
+# libraries they stand on.  `make fuzz` gives each its share of FUZZ_SECONDS.
 FUZZ_SECONDS ?= 60
-FUZZ_SRC = $(wildcard worker/tokenizer/*.c worker/lib/*.c) kernels/error.c
-build-fuzz/fuzz_tokenizer: tests/fuzz_tokenizer.c $(FUZZ_SRC)
+FUZZ_SRC = $(wildcard worker/lib/*.c worker/tokenizer/*.c worker/request/*.c) worker/model/safetensors.c \
+           kernels/error.c kernels/config.c
+FUZZERS  = $(patsubst tests/%.c,build-fuzz/%,$(wildcard tests/fuzz_*.c))
+build-fuzz/fuzz_%: tests/fuzz_%.c $(FUZZ_SRC)
 	@mkdir -p $(dir $@)
 	clang -std=c17 -g -O1 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -I. \
 	    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -o $@ $^ \
-	    -lpcre2-8 -lutf8proc -ljansson -lhiredis
-fuzz: build-fuzz/fuzz_tokenizer
-	@mkdir -p build-fuzz/corpus
-	build-fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -rss_limit_mb=2048 \
-	    -artifact_prefix=build-fuzz/ \
-	    build-fuzz/corpus tests/fuzz_tokenizer_seeds
+	    -lpcre2-8 -lutf8proc -ljansson -lmsgpackc -lhiredis -lm
+fuzz: $(FUZZERS)
+	@for f in $(FUZZERS); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
+	    echo "== $$n ($$(( $(FUZZ_SECONDS) / $(words $(FUZZERS)) )) s)"; \
+	    $$f -max_total_time=$$(( $(FUZZ_SECONDS) / $(words $(FUZZERS)) )) -max_len=4096 -rss_limit_mb=2048 \
+	        -artifact_prefix=build-fuzz/$$n- build-fuzz/corpus-$$n tests/$${n}_seeds || exit 1; done
 
 clean:
 	rm -rf build build-asan build-fuzz

@@ -132,6 +132,40 @@ static void test_repair_utf8(void **state) {
     json_decref(v);
 }
 
+/* Declared sizes are checked against the bytes before msgpack-c allocates
+ * (3.7 billion elements once made it ask for 128 GiB), and the id of a
+ * refused payload is still read, pair by pair, up to the bad part. */
+static void test_sizes_checked_and_id_peeked(void **state) {
+    (void)state;
+    static const char huge[] = "\x82\xa2id\xa6m-huge\xaaprompt_ids\xdd\xdc\xa5\x4e\x00";
+    static const char map[] = "\xdf\xff\xff\xff\xff";
+    static const char nan[] = "\x83\xa2id\xa5m-nan\xaaprompt_ids\x91\x01\xabtemperature"
+                              "\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00";
+    int bad;
+    const char *code;
+    assert_null(decode(RL_ENC_MSGPACK, huge, sizeof(huge) - 1, &bad, &code));
+    assert_string_equal(code, "invalid_encoding");
+    assert_null(decode(RL_ENC_MSGPACK, map, sizeof(map) - 1, &bad, &code));
+    assert_null(decode(RL_ENC_MSGPACK, nan, sizeof(nan) - 1, &bad, &code));
+    assert_string_equal(code, "invalid_request");
+    const struct { rlEncoding enc; const char *buf; size_t len; const char *id; } cases[] = {
+        {RL_ENC_MSGPACK, huge, sizeof(huge) - 1, "m-huge"},
+        {RL_ENC_MSGPACK, nan, sizeof(nan) - 1, "m-nan"},
+        {RL_ENC_MSGPACK, map, sizeof(map) - 1, NULL},
+        {RL_ENC_JSON, "{\"id\":\"j\",\"a\":1,\"a\":2}", 22, "j"},
+        {RL_ENC_JSON, "not json", 8, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *p = codec_peek(cases[i].enc, cases[i].buf, cases[i].len);
+        assert_non_null(p);
+        const char *id = json_string_value(json_object_get(p, "id"));
+        if (cases[i].id) assert_string_equal(id, cases[i].id);
+        else assert_null(id);
+        json_decref(p);
+    }
+}
+
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_roundtrip_through_msgpack),
@@ -139,6 +173,7 @@ int main(void) {
         cmocka_unit_test(test_deep_nesting_refused),
         cmocka_unit_test(test_invalid_utf8_keeps_id),
         cmocka_unit_test(test_repair_utf8),
+        cmocka_unit_test(test_sizes_checked_and_id_peeked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -41,7 +41,8 @@ printf '\x84\xa2id\xa5mp-ok\xaaprompt_ids\x92\x01\x02\xaamax_tokens\x03\xabtempe
 has_msgpack() { rcli --raw XRANGE redlm:reply:mp-ok - + | grep -q '^msgpack$'; }
 wait_until 20 has_msgpack || fail "no msgpack reply for mp-ok"
 
-# malformed entries: id -> expected code (no id: dead letter only)
+# malformed entries: id -> expected code (no readable id: dead letter only;
+# x sends both a json and a msgpack field, its id read from the json)
 long_id=$(printf 'x%.0s' $(seq 300))
 long_prompt=$(printf "1,%.0s" $(seq 4100))1
 declare -A want=(
@@ -49,7 +50,7 @@ declare -A want=(
     [bad-two]=invalid_request [bad-neg]=invalid_request [bad-huge]=invalid_request
     [$long_id]=invalid_request [bad-utf8]=invalid_utf8 [bad-deadline]=deadline_exceeded
     [bad-long]=prompt_too_long [mp-bad]=invalid_request [bad-real]=invalid_request
-    [bad-nul]=invalid_request)
+    [bad-nul]=invalid_request [x]=invalid_request)
 # bad ARGS... / bad_stdin ARGS... < PAYLOAD: XADD, keeping the entry's id
 bad_entries=()
 bad() { bad_entries+=("$(rcli XADD redlm:jobs '*' "$@")"); }
@@ -71,7 +72,7 @@ bad_stdin json < <(printf '{"id":"bad-utf8","prompt":"caf\xe9"}')
 bad json '{"id":"bad-deadline","prompt_ids":[1],"deadline_ms":1000}'
 bad json "{\"id\":\"bad-long\",\"prompt_ids\":[$long_prompt],\"max_tokens\":1}"
 bad_stdin msgpack < <(printf '\x82\xa2id\xa6mp-bad\xaaprompt_ids\xa1x')
-[ ${#bad_entries[@]} = $(( ${#want[@]} + 4 )) ] || fail "queued ${#bad_entries[@]} malformed entries"
+[ ${#bad_entries[@]} = $(( ${#want[@]} + 3 )) ] || fail "queued ${#bad_entries[@]} malformed entries"
 n_bad=$(( ${#bad_entries[@]} + 1 )) # + dl-1
 dead_full() { [ "$(rcli XLEN redlm:dead)" -ge "$n_bad" ]; }
 wait_until 20 dead_full || fail "dead letters: $(rcli XLEN redlm:dead), want $n_bad"
