@@ -147,7 +147,7 @@ printf '{"id":"utf8","prompt":"\xff"}\n' >> "$tmp/bad.jsonl"
 got=$(jq -r '[.id // "-", .event, (.error.code // .finish_reason)] | join(" ")' "$tmp/bad.out")
 want="ok1 done length
 - error invalid_encoding
-- error invalid_request
+dup error invalid_request
 typo error invalid_request
 vocab error invalid_request
 long error prompt_too_long
