@@ -22,6 +22,7 @@
 #include "worker/engine/output.h"
 #include "worker/lib/flags.h"
 #include "worker/lib/now.h"
+#include "worker/request/openai_batch.h"
 #include "worker/request/request_decode.h"
 
 /* One input line's results, kept until every earlier line is written. */
@@ -36,18 +37,29 @@ typedef struct genRun {
     FILE *out;
     int progress;
     int failed;         /* writing failed */
+    rlBatchLine *batch; /* [n_lines] for an OpenAI Batch file, else NULL */
 } genRun;
+
+/* A line's results as written: each sample's event, or one OpenAI Batch line. */
+static int gen_write_line(genRun *g, int i, genLine *l) {
+    if (g->batch) {
+        json_t *v = openai_batch_response(&g->batch[i], l->events, l->n);
+        int bad = !v || json_dumpf(v, g->out, JSON_COMPACT) || fputc('\n', g->out) == EOF;
+        json_decref(v);
+        return bad;
+    }
+    for (int k = 0; k < l->n; k++)
+        if (json_dumpf(l->events[k], g->out, JSON_COMPACT) || fputc('\n', g->out) == EOF) return 1;
+    return 0;
+}
 
 static void gen_write_ready(genRun *g) {
     /* n is 0 until the line is read: a later line is never "complete" early. */
     while (g->next_write < g->n_lines && g->lines[g->next_write].n > 0 &&
            g->lines[g->next_write].got == g->lines[g->next_write].n) {
-        genLine *l = &g->lines[g->next_write++];
-        for (int i = 0; i < l->n; i++) {
-            if (json_dumpf(l->events[i], g->out, JSON_COMPACT) || fputc('\n', g->out) == EOF)
-                g->failed = 1;
-            json_decref(l->events[i]);
-        }
+        genLine *l = &g->lines[g->next_write];
+        if (gen_write_line(g, g->next_write++, l)) g->failed = 1;
+        for (int i = 0; i < l->n; i++) json_decref(l->events[i]);
         free(l->events);
         l->events = NULL;
     }
@@ -135,8 +147,24 @@ static char *gen_prompt_ids_line(const int *ids, int n, int max_tokens, rlError 
 /* Turn line i into an engine request, or an error result: through
  * request_decode, as the Redis worker decodes a json entry. */
 static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *err) {
+    char *mapped = NULL;
+    if (g->batch) {
+        /* an OpenAI Batch call runs as our request named by its custom_id */
+        rlError berr = {0};
+        json_t *req = openai_batch_request(text, strlen(text), &g->batch[i], &berr);
+        if (req) json_object_set_new(req, "id", json_string(g->batch[i].custom_id));
+        if (!req || !(text = mapped = json_dumps(req, JSON_COMPACT))) {
+            char msg[RL_ERROR_LEN + 32];
+            snprintf(msg, sizeof(msg), "line %d: %s", i + 1, req ? "out of memory" : berr.msg);
+            gen_line_error(g, i, NULL, req ? "internal" : "invalid_request", msg);
+            json_decref(req);
+            return 0;
+        }
+        json_decref(req);
+    }
     rlDecoded d;
     rlRequest *r = request_decode(RL_ENC_JSON, text, strlen(text), &d);
+    free(mapped);
     if (!r) {
         char msg[RL_ERROR_LEN + 32];
         snprintf(msg, sizeof(msg), "line %d: %s", i + 1, d.err.msg);
@@ -155,7 +183,7 @@ int cmd_generate(int argc, char **argv) {
     rlEngineFlags flags;
     engine_flags_init(&flags);
     rlEngineOptions *o = &flags.o;
-    const char *input = "-", *output = "-";
+    const char *input = "-", *output = "-", *format = "auto";
     int max_tokens = 16, stats = 0, n_ids = 0;
     /* one argument holds at most 128 KiB (MAX_ARG_STRLEN): 64 Ki ids */
     enum { GEN_MAX_IDS = 1 << 16 };
@@ -171,6 +199,8 @@ int cmd_generate(int argc, char **argv) {
                  "requests, one JSON object per line (default -)");
     flags_string(&fs, "--output", &output, "FILE|-",
                  "results, one JSON object per line (default -)");
+    flags_enum(&fs, "--input-format", &format, openai_batch_formats,
+               "redlm requests or OpenAI Batch lines (default auto: the first line decides)");
     flags_list(&fs, "--prompt-ids", ids, GEN_MAX_IDS, &n_ids, 0, INT32_MAX, 0, "1,2,3",
                "one greedy request from token ids instead of --input");
     flags_int(&fs, "--max-tokens", &max_tokens, 0, INT32_MAX, "N",
@@ -209,6 +239,11 @@ int cmd_generate(int argc, char **argv) {
         rl_error(&err, RL_EINTERNAL, "out of memory");
         goto done;
     }
+    if (openai_batch_detect(format, n_lines ? lines[0] : NULL, n_lines ? strlen(lines[0]) : 0) &&
+        !(g.batch = calloc((size_t)(n_lines ? n_lines : 1), sizeof(rlBatchLine)))) {
+        rl_error(&err, RL_EINTERNAL, "out of memory");
+        goto done;
+    }
     if (!(e = engine_open(o, &err))) goto done;
     double t0 = now_s();
     for (int i = 0; i < n_lines; i++)
@@ -243,7 +278,9 @@ done:
         if (g.lines)
             for (int k = 0; g.lines[i].events && k < g.lines[i].n; k++) json_decref(g.lines[i].events[k]);
         if (g.lines) free(g.lines[i].events);
+        if (g.batch) openai_batch_line_free(&g.batch[i]);
     }
+    free(g.batch);
     free(lines);
     free(ids);
     free(g.lines);

@@ -508,13 +508,14 @@ static void emit_error(engReq *q, const char *code, const char *msg, rlOutputFn 
 }
 
 /* Deliver what sample i holds (a chunk, or its done event) and clear it. */
-static void emit_sample(engReq *q, int i, rlOutputKind kind, rlOutputFn fn, void *ctx) {
+static void emit_sample(const rlEngine *e, engReq *q, int i, rlOutputKind kind, rlOutputFn fn,
+                        void *ctx) {
     engSample *s = &q->samples[i];
     const rlRequest *r = q->req;
     double now = now_ms();
     rlOutput o = {.kind = kind, .req = r, .index = i, .token_ids = s->tokens,
                   .n_tokens = s->n_tokens, .text = s->text ? s->text : "",
-                  .text_len = s->text_len, .logprobs = s->logprobs};
+                  .text_len = s->text_len, .logprobs = s->logprobs, .tokenizer = e->tok};
     if (kind == RL_OUT_DONE) {
         o.finish = s->finish;
         o.prompt_logprobs = q->prompt_lp;
@@ -541,7 +542,7 @@ static int sample_finish(rlEngine *e, engReq *q, int i, rlFinish f, rlOutputFn f
         const char *t = detok_finish(s->detok, &n);
         if (sample_text_append(s, t, n)) return rl_error(err, RL_EINTERNAL, "out of memory");
     }
-    emit_sample(q, i, RL_OUT_DONE, fn, ctx);
+    emit_sample(e, q, i, RL_OUT_DONE, fn, ctx);
     if (q->h) sched_finish_seq(e->sched, q->h, i);
     q->n_done++;
     return 0;
@@ -723,7 +724,7 @@ static int engine_land(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
         const engSample *sm = &q->samples[row->seq];
         if (row->kind == RL_ROW_SAMPLE && q->req->stream && sm->dirty &&
             sm->n_tokens >= e->opt.stream_interval)
-            emit_sample(q, row->seq, RL_OUT_CHUNK, fn, ctx);
+            emit_sample(e, q, row->seq, RL_OUT_CHUNK, fn, ctx);
     }
     for (engReq *q = e->head, *next; q; q = next) {
         next = q->next;

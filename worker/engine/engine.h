@@ -56,6 +56,8 @@ typedef struct rlTokenLogprob {
     float top_logprobs[RL_MAX_TOP];
 } rlTokenLogprob;
 
+struct rlTokenizer;
+
 typedef struct rlOutput {
     rlOutputKind kind;
     const rlRequest *req;           /* the request (id, encoding choices, user handle) */
@@ -66,6 +68,7 @@ typedef struct rlOutput {
     const char *text;               /* the matching text, complete UTF-8 */
     size_t text_len;
     const rlTokenLogprob *logprobs; /* n_tokens entries when logprobs were asked, else NULL */
+    const struct rlTokenizer *tokenizer; /* spells the logprobs' ids (token_text) */
     /* done only */
     rlFinish finish;
     const rlTokenLogprob *prompt_logprobs; /* n_prompt entries (entry 0 unused) or NULL */

@@ -1,6 +1,11 @@
 /* output.c: rlOutput -> the protocol's chunk / done / error event (json_t). */
 #include "worker/engine/output.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "worker/tokenizer/tokenizer.h"
+
 const char *output_finish_name(rlFinish f) {
     switch (f) {
     case RL_FINISH_STOP: return "stop";
@@ -23,6 +28,35 @@ static json_t *logprob_list(const rlTokenLogprob *lps, int from, int n) {
     for (int i = 0; a && i < n; i++)
         json_array_append_new(a, i < from ? json_null() : logprob_entry(&lps[i]));
     return a;
+}
+
+/* map[id] = the id decoded alone (U+FFFD for a piece of a character), once */
+static int token_text_add(json_t *map, const struct rlTokenizer *tok, int32_t id) {
+    char key[16];
+    snprintf(key, sizeof(key), "%d", (int)id);
+    if (json_object_get(map, key)) return 0;
+    char *text = NULL;
+    size_t len = 0;
+    rlError err;
+    if (tokenizer_decode(tok, &id, 1, &text, &len, &err)) return -1;
+    int bad = json_object_set_new(map, key, json_stringn(text, len));
+    free(text);
+    return bad;
+}
+
+/* The text of every id in lps (sampled and top), so a reader without the
+ * tokenizer (redlm submit's OpenAI output) can spell them. */
+static json_t *token_text(const struct rlTokenizer *tok, const rlTokenLogprob *lps, int from, int n,
+                          json_t *map) {
+    for (int i = from; map && i < n; i++) {
+        int bad = token_text_add(map, tok, lps[i].id);
+        for (int k = 0; k < lps[i].n_top && !bad; k++) bad = token_text_add(map, tok, lps[i].top_ids[k]);
+        if (bad) {
+            json_decref(map);
+            return NULL;
+        }
+    }
+    return map;
 }
 
 static json_t *token_list(const int32_t *ids, int n) {
@@ -50,12 +84,18 @@ json_t *output_event(const rlOutput *o, int seq) {
     bad |= json_object_set_new(ev, "index", json_integer(o->index));
     bad |= json_object_set_new(ev, "token_ids", token_list(o->token_ids, o->n_tokens));
     bad |= json_object_set_new(ev, "text", text);
-    if (o->logprobs) bad |= json_object_set_new(ev, "logprobs", logprob_list(o->logprobs, 0, o->n_tokens));
+    json_t *spell = o->tokenizer && (o->logprobs || o->prompt_logprobs) ? json_object() : NULL;
+    if (o->logprobs) {
+        bad |= json_object_set_new(ev, "logprobs", logprob_list(o->logprobs, 0, o->n_tokens));
+        if (spell) spell = token_text(o->tokenizer, o->logprobs, 0, o->n_tokens, spell);
+    }
     if (o->kind == RL_OUT_DONE) {
         bad |= json_object_set_new(ev, "finish_reason", json_string(output_finish_name(o->finish)));
         if (o->prompt_logprobs)
             bad |= json_object_set_new(ev, "prompt_logprobs",
                                        logprob_list(o->prompt_logprobs, 1, o->n_prompt));
+        if (o->prompt_logprobs && spell)
+            spell = token_text(o->tokenizer, o->prompt_logprobs, 1, o->n_prompt, spell);
         bad |= json_object_set_new(ev, "usage",
                                    json_pack("{s:i, s:i, s:i}", "prompt_tokens", o->prompt_tokens,
                                              "completion_tokens", o->completion_tokens,
@@ -65,6 +105,8 @@ json_t *output_event(const rlOutput *o, int seq) {
                                              "first_token_ms", o->first_token_ms, "total_ms",
                                              o->total_ms));
     }
+    if (o->tokenizer && (o->logprobs || o->prompt_logprobs))
+        bad |= json_object_set_new(ev, "token_text", spell);
     if (bad) goto fail;
     return ev;
 fail:

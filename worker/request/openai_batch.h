@@ -1,0 +1,51 @@
+/* openai_batch.h: the OpenAI Batch file format, both ways.
+ *
+ * Producers hand over files made for OpenAI's Batch API (`vllm run-batch`
+ * reads the same): one line per call, {"custom_id", "method": "POST", "url":
+ * "/v1/chat/completions" | "/v1/completions", "body": {...}}.  Both offline
+ * front doors (`redlm generate`, `redlm submit`) turn such a line into our
+ * request object here, run it as any other job, and turn the job's done
+ * events (or its error) back into one output line {"id", "custom_id",
+ * "response": {"status_code", "request_id", "body": <chat.completion or
+ * text_completion>}, "error"}, so the two front doors write the same file. */
+#ifndef RL_OPENAI_BATCH_H
+#define RL_OPENAI_BATCH_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "kernels/error.h"
+#include "worker/lib/flags.h"
+
+/* What the answer to one line needs from its input line. */
+typedef struct rlBatchLine {
+    char *custom_id;    /* NULL when the line has none (it is then an error) */
+    int chat;           /* 1: /v1/chat/completions, 0: /v1/completions */
+    char *model;        /* the body's model, echoed in the answer ("" when absent) */
+} rlBatchLine;
+
+/* --input-format's choices: auto (the first line decides), openai, redlm. */
+extern const rlFlagChoice openai_batch_formats[];
+
+/* Whether a file is read as OpenAI Batch lines: format is --input-format's
+ * value; with auto, the first line decides (a JSON object with "custom_id"
+ * and "body"). */
+int openai_batch_detect(const char *format, const char *first_line, size_t len);
+
+/* Line -> the request object to run (our schema, worker/redis/PROTOCOL.md),
+ * with no id set: the caller names the job.  NULL with err (RL_EINPUT, the
+ * message naming the member) when the line is not a batch call we serve;
+ * bl is filled as far as the line could be read either way. */
+json_t *openai_batch_request(const char *line, size_t len, rlBatchLine *bl, rlError *err);
+
+/* The output line for a job: events are its done events by sample index
+ * (n of them), or one error event.  NULL when out of memory. */
+json_t *openai_batch_response(const rlBatchLine *bl, json_t *const *events, int n);
+
+/* The output line for a call that never ran: response null, error {code,
+ * message}. */
+json_t *openai_batch_error(const rlBatchLine *bl, const char *code, const char *message);
+
+void openai_batch_line_free(rlBatchLine *bl);
+
+#endif
