@@ -133,9 +133,20 @@ bench-gpu: $(BUILD)/redlm fixtures
 demo: $(BUILD)/redlm
 	BUILD=$(BUILD) scripts/demo
 
+# The OpenAI output check (tests/test_openai_batch.sh) types each answer
+# with the openai package's TypeScript declarations; without npm it is skipped.
+NODE_DIR = build/node
+NODE_PKGS = openai typescript
+
 deps:
 	@if dpkg -s $(DEPS_DEB) >/dev/null 2>&1; then echo "deps: all installed"; \
 	else apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(DEPS_DEB); fi
+	@if [ -x $(NODE_DIR)/node_modules/.bin/tsc ] && [ -d $(NODE_DIR)/node_modules/openai ]; then \
+	    echo "deps: npm packages installed"; \
+	elif command -v npm >/dev/null 2>&1; then \
+	    mkdir -p $(NODE_DIR) && npm install --prefix $(NODE_DIR) --no-audit --no-fund $(NODE_PKGS) || \
+	    echo "deps: npm install $(NODE_PKGS) failed: the OpenAI type check will be skipped"; \
+	else echo "deps: no npm: the OpenAI type check will be skipped"; fi
 
 # libFuzzer (clang): every tests/fuzz_*.c over the rooms that read outside
 # input (tokenizer.json and text, job payloads, safetensors headers) and the

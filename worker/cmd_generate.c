@@ -151,7 +151,7 @@ static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *
     if (g->batch) {
         /* an OpenAI Batch call runs as our request named by its custom_id */
         rlError berr = {0};
-        json_t *req = openai_batch_request(text, strlen(text), &g->batch[i], &berr);
+        json_t *req = openai_batch_request(text, strlen(text), i + 1, &g->batch[i], &berr);
         if (req) json_object_set_new(req, "id", json_string(g->batch[i].custom_id));
         if (!req || !(text = mapped = json_dumps(req, JSON_COMPACT))) {
             char msg[RL_ERROR_LEN + 32];
@@ -167,7 +167,9 @@ static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *
     free(mapped);
     if (!r) {
         char msg[RL_ERROR_LEN + 32];
-        snprintf(msg, sizeof(msg), "line %d: %s", i + 1, d.err.msg);
+        /* a batch call's body is refused in the worker's words, as submit writes it */
+        if (g->batch) snprintf(msg, sizeof(msg), "%s", d.err.msg);
+        else snprintf(msg, sizeof(msg), "line %d: %s", i + 1, d.err.msg);
         gen_line_error(g, i, d.id, d.code, msg);
         request_decoded_free(&d);
         return 0;

@@ -23,6 +23,7 @@
 #include "worker/lib/flags.h"
 #include "worker/lib/redis_url.h"
 #include "worker/lib/now.h"
+#include "worker/request/openai_batch.h"
 
 typedef struct subSlot {
     long line;                  /* input line number, 1-based; 0 = free */
@@ -34,6 +35,7 @@ typedef struct subSlot {
     json_t *error;              /* an error event ends the job */
     json_t *local;              /* a result decided without Redis (bad input line) */
     int skip;                   /* already in the output file */
+    rlBatchLine batch;          /* an OpenAI Batch line: what its answer needs */
 } subSlot;
 
 typedef struct subRun {
@@ -59,6 +61,8 @@ typedef struct subRun {
     long submitted, completed, errors, skipped;
     double t0;
     int tty;
+    const char *format;         /* --input-format */
+    int batch;                  /* the input is OpenAI Batch lines */
 } subRun;
 
 static void sub_slot_clear(subSlot *s) {
@@ -68,6 +72,7 @@ static void sub_slot_clear(subSlot *s) {
     free(s->acc);
     json_decref(s->error);
     json_decref(s->local);
+    openai_batch_line_free(&s->batch);
     memset(s, 0, sizeof(*s));
 }
 
@@ -113,7 +118,10 @@ static int sub_resume(subRun *r, const char *path) {
     while ((n = getline(&line, &cap, f)) > 0) {
         if (line[n - 1] != '\n') break;
         json_t *v = json_loadb(line, (size_t)n, JSON_ALLOW_NUL, NULL);
-        const char *id = json_string_value(json_object_get(v, "id"));
+        /* an OpenAI Batch answer is known by its call's custom_id, or by
+         * its id when the line had none */
+        json_t *cid = json_object_get(v, "custom_id");
+        const char *id = json_string_value(json_is_string(cid) ? cid : json_object_get(v, "id"));
         int bad = 0;
         if (id) {
             json_object_set_new(r->done_ids, id, json_true());
@@ -156,8 +164,11 @@ static void sub_progress(subRun *r, int final) {
             r->submitted - r->completed, r->errors, r->skipped, rate, eta, final ? "\n" : "");
 }
 
-/* Append b's tokens, text and logprobs to a (one sample's events). */
+/* Append b's tokens, text, logprobs and their spellings to a (one sample's
+ * events). */
 static void sub_merge(json_t *a, const json_t *b) {
+    json_t *ta_map = json_object_get(a, "token_text"), *tb_map = json_object_get(b, "token_text");
+    if (json_is_object(ta_map) && json_is_object(tb_map)) json_object_update(ta_map, tb_map);
     static const char *arrays[] = {"token_ids", "logprobs"};
     for (int i = 0; i < 2; i++) {
         json_t *x = json_object_get(a, arrays[i]), *y = json_object_get(b, arrays[i]);
@@ -206,7 +217,8 @@ static void sub_event(subRun *r, json_t *ev) {
         sub_merge(*acc, ev);
         const char *k;
         json_t *v;
-        json_object_foreach(ev, k, v) if (strcmp(k, "token_ids") && strcmp(k, "text") && strcmp(k, "logprobs"))
+        json_object_foreach(ev, k, v) if (strcmp(k, "token_ids") && strcmp(k, "text") && strcmp(k, "logprobs") &&
+                                          strcmp(k, "token_text"))
             json_object_set(*acc, k, v);
     }
     if (!strcmp(kind, "done")) s->n_done++;
@@ -263,7 +275,12 @@ static int sub_flush(subRun *r) {
         if (!sub_slot_finished(s)) break;
         if (!s->skip) {
             int bad = 0;
-            if (s->local || s->error) {
+            if (r->batch && !s->local) {
+                json_t *v = openai_batch_response(&s->batch, s->error ? &s->error : s->acc, s->error ? 1 : s->n);
+                bad = !v || sub_write_line(r, v);
+                json_decref(v);
+                if (s->error) r->errors++;
+            } else if (s->local || s->error) {
                 bad = sub_write_line(r, s->local ? s->local : s->error);
                 r->errors++;
             } else
@@ -292,19 +309,44 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
         subSlot *s = &r->slots[lineno % r->window];
         s->line = lineno;
         while (n > 0 && ((*buf)[n - 1] == '\n' || (*buf)[n - 1] == '\r')) n--;
+        if (lineno == 1) r->batch = openai_batch_detect(r->format, *buf, (size_t)n);
         json_error_t je;
-        json_t *req = json_loadb(*buf, (size_t)n, JSON_ALLOW_NUL, &je);
+        rlError berr = {0};
+        json_t *req = r->batch ? openai_batch_request(*buf, (size_t)n, lineno, &s->batch, &berr)
+                               : json_loadb(*buf, (size_t)n, JSON_ALLOW_NUL, &je);
         char auto_id[64];
         snprintf(auto_id, sizeof(auto_id), "%s-%ld", r->id_prefix, lineno);
         json_t *jid = json_object_get(req, "id");
         const char *id = json_is_string(jid) ? json_string_value(jid) : auto_id;
+        /* a batch call's job: custom_id within this input's prefix (another
+         * file's custom_ids may be the same); its answer is known by custom_id */
+        char *line_id = r->batch && !s->batch.custom_id ? openai_batch_id(&s->batch) : NULL;
+        if (r->batch && !s->batch.custom_id && !line_id) {
+            json_decref(req);
+            goto oom;
+        }
+        const char *key = r->batch ? (line_id ? line_id : s->batch.custom_id) : id;
+        int answered = json_object_get(r->done_ids, key) != NULL;
+        free(line_id);
+        if (r->batch && s->batch.custom_id && req) {
+            char *bid = malloc(strlen(r->id_prefix) + strlen(s->batch.custom_id) + 2);
+            if (!bid) {
+                json_decref(req);
+                goto oom;
+            }
+            sprintf(bid, "%s-%s", r->id_prefix, s->batch.custom_id);
+            json_object_set_new(req, "id", json_string(bid));
+            free(bid);
+            jid = json_object_get(req, "id");
+            id = json_string_value(jid);
+        }
         if (!(s->id = strdup(id))) {
             json_decref(req);
             goto oom;
         }
-        if (json_object_get(r->done_ids, id)) {
-            int incomplete = r->tail_id && !strcmp(id, r->tail_id) && !r->tail_final && json_is_object(req) &&
-                             sub_samples(req) > r->tail_lines;
+        if (answered) {
+            int incomplete = !r->batch && r->tail_id && !strcmp(id, r->tail_id) && !r->tail_final &&
+                             json_is_object(req) && sub_samples(req) > r->tail_lines;
             if (!incomplete) {
                 s->skip = 1;
                 r->skipped++;
@@ -315,6 +357,12 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
                 json_decref(req);
                 return -1;
             }
+        }
+        if (r->batch && !req) {
+            char msg[RL_ERROR_LEN + 32];
+            snprintf(msg, sizeof(msg), "line %ld: %s", lineno, berr.msg);
+            s->local = openai_batch_error(&s->batch, "invalid_request", msg);
+            continue;
         }
         json_t *twin = json_object_get(r->by_id, id); /* from standard input, not checked up front */
         if (!json_is_object(req) || twin) {
@@ -427,7 +475,7 @@ static int sub_loop(subRun *r) {
 }
 
 int cmd_submit(int argc, char **argv) {
-    const char *url_s = NULL, *input = NULL, *output = NULL, *stream = "redlm:jobs";
+    const char *url_s = NULL, *input = NULL, *output = NULL, *stream = "redlm:jobs", *format = "auto";
     int window = 256;
     rlFlags fs;
     flags_init(&fs, "submit",
@@ -442,10 +490,12 @@ int cmd_submit(int argc, char **argv) {
     flags_string(&fs, "--output", &output, "FILE", "results, one JSON object per line")
         ->required = 1;
     flags_string(&fs, "--stream", &stream, "KEY", "job stream (default redlm:jobs)");
+    flags_enum(&fs, "--input-format", &format, openai_batch_formats,
+               "redlm requests or OpenAI Batch lines (default auto: the first line decides)");
     flags_int(&fs, "--window", &window, 1, 1000000, "N", "jobs outstanding at once (default 256)");
     int rc = flags_main(&fs, argc, argv);
     if (rc >= 0) return rc;
-    subRun r = {.stream = stream, .window = window, .oldest = 1};
+    subRun r = {.stream = stream, .window = window, .oldest = 1, .format = format};
     rlRedisUrl url;
     rlError err;
     struct timeval tv = {10, 0};

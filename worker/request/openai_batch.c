@@ -46,8 +46,9 @@ static int batch_prompt(json_t *req, json_t *p, rlError *err) {
                                     "(one prompt per line: put each prompt on its own line)");
 }
 
-json_t *openai_batch_request(const char *line, size_t len, rlBatchLine *bl, rlError *err) {
+json_t *openai_batch_request(const char *line, size_t len, long lineno, rlBatchLine *bl, rlError *err) {
     memset(bl, 0, sizeof(*bl));
+    bl->line = lineno;
     json_error_t je;
     json_t *v = json_loadb(line, len, JSON_ALLOW_NUL, &je), *req = NULL;
     if (!json_is_object(v)) {
@@ -123,12 +124,17 @@ out:
     return req;
 }
 
+char *openai_batch_id(const rlBatchLine *bl) {
+    char *id = malloc((bl->custom_id ? strlen(bl->custom_id) : 0) + 32);
+    if (id && bl->custom_id) sprintf(id, "batch_req_%s", bl->custom_id);
+    else if (id) sprintf(id, "batch_req_line-%ld", bl->line);
+    return id;
+}
+
 static json_t *batch_line(const rlBatchLine *bl, json_t *response, json_t *error) {
-    const char *cid = bl->custom_id ? bl->custom_id : "";
-    char *id = malloc(strlen(cid) + 16);
+    char *id = openai_batch_id(bl);
     json_t *line = NULL;
     if (id) {
-        sprintf(id, "batch_req_%s", cid);
         line = json_pack("{s:s, s:s?, s:o?, s:o?}", "id", id, "custom_id", bl->custom_id, "response",
                          response ? response : json_null(), "error", error ? error : json_null());
     } else {

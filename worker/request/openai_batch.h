@@ -22,6 +22,7 @@ typedef struct rlBatchLine {
     char *custom_id;    /* NULL when the line has none (it is then an error) */
     int chat;           /* 1: /v1/chat/completions, 0: /v1/completions */
     char *model;        /* the body's model, echoed in the answer ("" when absent) */
+    long line;          /* 1-based; names the answer of a line without custom_id */
 } rlBatchLine;
 
 /* --input-format's choices: auto (the first line decides), openai, redlm. */
@@ -32,11 +33,16 @@ extern const rlFlagChoice openai_batch_formats[];
  * and "body"). */
 int openai_batch_detect(const char *format, const char *first_line, size_t len);
 
+/* The output line's "id": "batch_req_<custom_id>", or "batch_req_line-<n>"
+ * for a line without one (so a resumed run knows it is answered).  The
+ * caller frees it. */
+char *openai_batch_id(const rlBatchLine *bl);
+
 /* Line -> the request object to run (our schema, worker/redis/PROTOCOL.md),
  * with no id set: the caller names the job.  NULL with err (RL_EINPUT, the
  * message naming the member) when the line is not a batch call we serve;
  * bl is filled as far as the line could be read either way. */
-json_t *openai_batch_request(const char *line, size_t len, rlBatchLine *bl, rlError *err);
+json_t *openai_batch_request(const char *line, size_t len, long lineno, rlBatchLine *bl, rlError *err);
 
 /* The output line for a job: events are its done events by sample index
  * (n of them), or one error event.  NULL when out of memory. */

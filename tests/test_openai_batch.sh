@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# test_openai_batch.sh: an OpenAI Batch file (tests/fixtures/openai/
+# batch.jsonl: 200 calls, chat and completions, some with logprobs or n = 2,
+# 20 bad) through `redlm generate` and through `redlm submit` + a worker:
+# one output line per input line in input order, each call's answer a
+# chat.completion or text_completion with usage and logprobs in OpenAI's
+# shape, every bad line answered with response null and error {code,
+# message}; both front doors write the same file (but for `created`).
+# Then every answer body is typed with the openai package's TypeScript
+# declarations (tsc --noEmit --strict on typed literals, so a wrong or extra
+# field fails); without them (make deps installs them with npm) that part
+# is reported skipped (exit 77) after the rest has passed.
+source "$(dirname "$0")/worker_lib.sh"
+IN=$FIXTURES/openai/batch.jsonl
+NODE=$PWD/build/node/node_modules
+
+"$REDLM" generate --model "$MODEL" --threads 1 --served-model-name tiny --input "$IN" \
+    --output "$T/gen.jsonl" 2> "$T/gen.log" || fail "generate failed: $(tail -3 "$T/gen.log")"
+
+check_output() {
+    local out=$1
+    [ "$(wc -l < "$out")" = 200 ] || fail "$out: $(wc -l < "$out") lines for 200 calls"
+    # in input order: each line's custom_id is its call's
+    diff <(jq -R -r 'fromjson? // {} | .custom_id // "-"' "$IN") \
+        <(jq -r '.custom_id // "-"' "$out") > "$T/diff" || fail "$out: not in input order: $(head -4 "$T/diff")"
+    local errors
+    errors=$(jq -s 'map(select(.error != null)) | length' "$out")
+    [ "$errors" = 20 ] || fail "$out: $errors errors, want the 20 bad lines"
+    jq -e -s 'all(.[]; if .error != null
+                       then .response == null and (.error.code | type == "string") and (.error.message | length > 0)
+                       else .response.status_code == 200 and .error == null and .id == "batch_req_" + .custom_id
+                            and (.response.request_id | type == "string") end)' "$out" > /dev/null ||
+        fail "$out: an answer or an error is not in the batch output shape"
+    # every good call answers in its API's shape, n choices, usage adding up
+    jq -R -c 'fromjson? // null' "$IN" | paste -d'\n' - "$out" | jq -s -e '
+        [range(0; length; 2) as $i | {in: (.[$i]), out: (.[$i + 1])}]
+        | map(select(.out.error == null)) | length == 180 and all(.[];
+            .in.body as $b | .out.response.body as $r
+            | ($r.object == (if .in.url == "/v1/chat/completions" then "chat.completion" else "text_completion" end))
+            and ($r.choices | length) == ($b.n // 1) and $r.model == "tiny"
+            and $r.usage.total_tokens == $r.usage.prompt_tokens + $r.usage.completion_tokens
+            and all($r.choices[]; (.finish_reason == "stop" or .finish_reason == "length")
+                and (if $b.logprobs == null or $b.logprobs == false then .logprobs == null
+                     elif $r.object == "chat.completion"
+                     then (.logprobs.content | length) > 0
+                          and all(.logprobs.content[]; (.top_logprobs | length) <= ($b.top_logprobs // 0)
+                                                        and (.bytes | length) >= (.token | length))
+                     else (.logprobs.tokens | length) > 0
+                          and (.logprobs.tokens | length) == (.logprobs.token_logprobs | length)
+                          and (.logprobs.tokens | length) == (.logprobs.text_offset | length) end)))' \
+        > /dev/null || fail "$out: an answer is not its call's shape"
+}
+check_output "$T/gen.jsonl"
+# the 9th call's two samples are the sampled kind (seeded), and differ
+jq -e -s '.[0].response.body.choices | length == 2' "$T/gen.jsonl" > /dev/null || fail "n = 2 not answered"
+
+start_redis
+start_worker w --served-model-name tiny
+"$REDLM" submit --redis "$(URL)" --input "$IN" --output "$T/sub.jsonl" --window 32 2> "$T/submit.log" ||
+    fail "submit failed: $(cat "$T/submit.log")"
+check_output "$T/sub.jsonl"
+# the same file but for created, and logprobs within 1e-4: a batch of other
+# calls around a row changes the last bits of its floats
+same() {
+    jq -n -e --slurpfile a "$1" --slurpfile b "$2" '
+        def flat: [paths(scalars) as $p | select($p[-1] != "created") | [$p, getpath($p)]];
+        ($a | flat) as $x | ($b | flat) as $y
+        | ($x | length) == ($y | length)
+          and all(range(0; $x | length); $x[.][0] == $y[.][0]
+              and (if ($x[.][1] | type) == "number" and ($y[.][1] | type) == "number"
+                   then ($x[.][1] - $y[.][1] | fabs) < 1e-4 else $x[.][1] == $y[.][1] end))' > /dev/null
+}
+same "$T/gen.jsonl" "$T/sub.jsonl" || fail "submit's output differs from generate's"
+# a rerun with the same output finds every call answered
+"$REDLM" submit --redis "$(URL)" --input "$IN" --output "$T/sub.jsonl" 2> "$T/submit2.log" || fail "rerun failed"
+grep -q "0 jobs in .* 200 already done" "$T/submit2.log" || fail "rerun: $(cat "$T/submit2.log")"
+# --input-format redlm reads the same lines as our requests: each refused
+"$REDLM" generate --model "$MODEL" --threads 1 --input-format redlm --input "$IN" --output "$T/ours.jsonl" \
+    2> /dev/null || fail "generate --input-format redlm failed"
+jq -e -s 'length == 200 and all(.[]; .event == "error")' "$T/ours.jsonl" > /dev/null ||
+    fail "--input-format redlm did not read the lines as our requests"
+echo "generate and submit: 200 lines each, 180 answers, 20 errors, identical"
+
+# OpenAI's own types
+if [ ! -x "$NODE/.bin/tsc" ] || [ ! -d "$NODE/openai" ]; then
+    echo "SKIP: the openai and typescript npm packages are not in build/node (make deps installs them)"
+    exit 77
+fi
+ln -s "$NODE" "$T/node_modules"
+typecheck() {   # typecheck FILE.ts OUTPUT.jsonl
+    { echo "import type { ChatCompletion } from 'openai/resources/chat/completions';"
+      echo "import type { Completion } from 'openai/resources/completions';"
+      jq -r 'select(.response != null) | .response.body
+             | "export const r\(input_line_number): \(if .object == "chat.completion" then "ChatCompletion"
+                                                      else "Completion" end) = \(tojson);"' "$2"; } > "$1"
+    "$NODE/.bin/tsc" --noEmit --strict --skipLibCheck --module esnext --moduleResolution bundler --target es2022 "$1" > "$1.log" 2>&1
+}
+typecheck "$T/answers.ts" "$T/gen.jsonl" || fail "tsc refuses the answers: $(head -20 "$T/answers.ts.log")"
+# the check bites: a finish_reason outside OpenAI's and an extra field fail
+jq -c 'if .response != null then .response.body.choices[0].finish_reason = "abort" else . end' "$T/gen.jsonl" \
+    | head -1 > "$T/wrong1.jsonl"
+jq -c 'if .response != null then .response.body.timing = {} else . end' "$T/gen.jsonl" | head -1 > "$T/wrong2.jsonl"
+for w in wrong1 wrong2; do
+    ! typecheck "$T/$w.ts" "$T/$w.jsonl" || fail "tsc took a wrong body ($w)"
+done
+echo "tsc --strict: $(jq -s 'map(select(.response != null)) | length' "$T/gen.jsonl") answer bodies typed as ChatCompletion / Completion"
