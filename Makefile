@@ -1,7 +1,8 @@
 # redlm: build, test and benchmark.
 #
 #   make deps        install the Debian packages the build and tests need
-#   make             build/redlm (with the CUDA backend when nvcc is found)
+#   make             build/redlm (with the CUDA backend when nvcc is found) and
+#                    build/models/ (the bundled model, unpacked)
 #   make test        unit and integration tests (CPU; starts its own redis-server)
 #   make test-asan   the same tests built with ASan + UBSan
 #   make bench       CPU benchmarks
@@ -67,8 +68,8 @@ OBJ      = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(patsubst %.cu,$(BUILD)/%.o,$(CU
 LIBOBJ   = $(filter-out $(BUILD)/worker/main.o,$(OBJ))
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
-.PHONY: all deps test test-asan bench test-gpu bench-gpu demo fuzz clean fixtures FORCE
-all: $(BUILD)/redlm
+.PHONY: all deps test test-asan bench test-gpu bench-gpu demo fuzz clean fixtures models FORCE
+all: $(BUILD)/redlm models
 
 # What this build is: rewritten only when it changes, so main.o (its only
 # reader) is rebuilt after a commit but nothing else is.
@@ -115,7 +116,18 @@ $(BUILD)/fixtures/%: tests/fixtures/%.xz
 	@mkdir -p $(dir $@)
 	xz -dc $< > $@
 
-test: $(BUILD)/redlm $(TESTS) fixtures
+# The bundled model: models/NAME/ becomes the model directory $(BUILD)/models/NAME/
+# (plain files copied, *.xz unpacked).
+MODEL_FILES = $(patsubst models/%,$(BUILD)/models/%,$(patsubst %.xz,%,$(wildcard models/*/*)))
+models: $(MODEL_FILES)
+$(BUILD)/models/%: models/%.xz
+	@mkdir -p $(dir $@)
+	xz -dc $< > $@
+$(BUILD)/models/%: models/%
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+test: $(BUILD)/redlm $(TESTS) fixtures models
 	BUILD=$(BUILD) CUDA=$(CUDA) CUDA_ARCHS='$(CUDA_ARCHS)' CUDA_PTX=$(CUDA_PTX) tests/run
 
 test-asan:
@@ -124,13 +136,13 @@ test-asan:
 bench: $(BUILD)/redlm fixtures
 	BUILD=$(BUILD) scripts/bench-cpu
 
-test-gpu: $(BUILD)/redlm $(TESTS) fixtures
+test-gpu: $(BUILD)/redlm $(TESTS) fixtures models
 	BUILD=$(BUILD) RL_REQUIRE_GPU=1 tests/run gpu
 
 bench-gpu: $(BUILD)/redlm fixtures
 	BUILD=$(BUILD) scripts/bench-gpu
 
-demo: $(BUILD)/redlm
+demo: $(BUILD)/redlm models
 	BUILD=$(BUILD) scripts/demo
 
 # The OpenAI output check (tests/test_openai_batch.sh) types each answer

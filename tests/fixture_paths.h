@@ -5,7 +5,7 @@
  * reference kept compressed (reference.json.xz) is unpacked by `make
  * fixtures` to the same place under $BUILT_FIXTURES.  The table lists the
  * models the forward and layout tests run: the dense ones and every Qwen2
- * format of models-quant/. */
+ * format of models-quant/; test_forward also runs the bundled model. */
 #ifndef RL_TEST_FIXTURE_PATHS_H
 #define RL_TEST_FIXTURE_PATHS_H
 
@@ -24,6 +24,14 @@ static const char *const fixture_models[] = {
 static inline void fixture_model_dir(char *out, size_t n, const char *name) {
     const char *root = getenv("FIXTURES");
     snprintf(out, n, "%s/%s", root ? root : "tests/fixtures", name);
+}
+
+/* The bundled trained model: models/ in the repository, which make unpacks
+ * into $BUILD/models/ (the weights and reference are kept as .xz). */
+#define FIXTURE_BUNDLED "qwen2-brown-5m"
+static inline void fixture_bundled_dir(char *out, size_t n) {
+    const char *build = getenv("BUILD");
+    snprintf(out, n, "%s/models/" FIXTURE_BUNDLED, build ? build : "build");
 }
 
 static inline void fixture_reference(char *out, size_t n, const char *name) {
