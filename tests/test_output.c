@@ -1,5 +1,6 @@
 /* test_output.c: worker/engine/output, an engine output as the protocol's
- * reply event: every field of a `done`, in order, and an `error`. */
+ * reply event: every field of a `done`, in order (timings in whole ms), the
+ * same offline without seq / attempt, and an `error`. */
 #include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +24,8 @@ static void test_events(void **state) {
     rlOutput o = {.kind = RL_OUT_DONE, .req = &r, .index = 1, .token_ids = ids, .n_tokens = 2,
                   .text = "hi", .text_len = 2, .finish = RL_FINISH_LENGTH,
                   .prompt_logprobs = lp, .n_prompt = 2, .prompt_tokens = 2,
-                  .completion_tokens = 2, .cached_tokens = 0};
+                  .completion_tokens = 2, .cached_tokens = 0, .queued_ms = 0.54551899991929531,
+                  .first_token_ms = 14.405365999788046, .total_ms = 70.5};
     json_t *ev = output_event(&o, 3);
     char *s = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
     assert_string_equal(s,
@@ -31,8 +33,15 @@ static void test_events(void **state) {
         "\"token_ids\":[5,6],\"text\":\"hi\",\"finish_reason\":\"length\","
         "\"prompt_logprobs\":[null,{\"id\":6,\"logprob\":-0.5,\"top\":[[6,-0.5]]}],"
         "\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":2,\"cached_tokens\":0},"
-        "\"timing\":{\"queued_ms\":0.0,\"first_token_ms\":0.0,\"total_ms\":0.0}}");
+        "\"timing\":{\"queued_ms\":1,\"first_token_ms\":14,\"total_ms\":71}}");
     free(s);
+    json_decref(ev);
+    /* offline (redlm generate): no Redis-only fields */
+    ev = output_event(&o, OUTPUT_OFFLINE);
+    assert_non_null(ev);
+    assert_null(json_object_get(ev, "seq"));
+    assert_null(json_object_get(ev, "attempt"));
+    assert_string_equal(json_string_value(json_object_get(ev, "event")), "done");
     json_decref(ev);
     rlOutput e = {.kind = RL_OUT_ERROR, .req = &r, .error_code = "prompt_too_long",
                   .error_message = "too long"};

@@ -89,10 +89,10 @@ static void gen_output(void *ctx, const rlOutput *out) {
         for (int i = 0; l->events && i < l->n; i++) json_decref(l->events[i]), l->events[i] = NULL;
         l->n = 1;
         l->got = 0;
-        gen_put(g, line, 0, output_event(out, 0));
+        gen_put(g, line, 0, output_event(out, OUTPUT_OFFLINE));
         return;
     }
-    gen_put(g, line, out->index, output_event(out, 0));
+    gen_put(g, line, out->index, output_event(out, OUTPUT_OFFLINE));
 }
 
 /* An error result for a line that never became a request. */
@@ -102,7 +102,7 @@ static void gen_line_error(genRun *g, int line, const char *id, const char *code
     r.id = (char *)id;
     rlOutput o = {.kind = RL_OUT_ERROR, .req = &r, .error_code = code, .error_message = msg};
     g->lines[line].n = 1;
-    gen_put(g, line, 0, output_event(&o, 0));
+    gen_put(g, line, 0, output_event(&o, OUTPUT_OFFLINE));
 }
 
 /* The lines of path ("-": stdin), or one synthesized --prompt-ids request. */

@@ -369,8 +369,12 @@ static int ereq_tokenize(rlEngine *e, engReq *q, rlError *err) {
                            "lacks; send prompt_ids instead", r->prompt ? "prompt" : "messages");
     if (!prompt_fill_ids(e->tok, e->chat, r, err)) return 0;
     if (err->code != RL_EINPUT) return -1;
-    return ereq_refuse(q, strncmp(err->msg, "invalid_utf8", 12) ? "invalid_request" : "invalid_utf8",
-                       "%s", err->msg);
+    /* The tokenizer marks bad UTF-8 with its code as a prefix: the code goes
+     * in the event's code, the rest in its message. */
+    static const char UTF8[] = "invalid_utf8: ";
+    int utf8 = !strncmp(err->msg, UTF8, sizeof(UTF8) - 1);
+    return ereq_refuse(q, utf8 ? "invalid_utf8" : "invalid_request", "%s",
+                       err->msg + (utf8 ? sizeof(UTF8) - 1 : 0));
 }
 
 static int ereq_check(rlEngine *e, engReq *q) {

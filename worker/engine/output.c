@@ -1,6 +1,7 @@
 /* output.c: rlOutput -> the protocol's chunk / done / error event (json_t). */
 #include "worker/engine/output.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -68,10 +69,13 @@ static json_t *token_list(const int32_t *ids, int n) {
 json_t *output_event(const rlOutput *o, int seq) {
     const rlRequest *r = o->req;
     static const char *const kinds[] = {"chunk", "done", "error"};
-    json_t *ev = json_pack("{s:s?, s:s, s:i, s:i}", "id", r ? r->id : NULL, "event",
-                           kinds[o->kind], "seq", seq, "attempt", r ? r->attempt : 1);
+    json_t *ev = json_pack("{s:s?, s:s}", "id", r ? r->id : NULL, "event", kinds[o->kind]);
     if (!ev) return NULL;
     int bad = 0;
+    if (seq != OUTPUT_OFFLINE) {
+        bad |= json_object_set_new(ev, "seq", json_integer(seq));
+        bad |= json_object_set_new(ev, "attempt", json_integer(r ? r->attempt : 1));
+    }
     if (r && r->echo) bad |= json_object_update(ev, r->echo);   /* user, metadata */
     if (o->kind == RL_OUT_ERROR) {
         bad |= json_object_set_new(ev, "error", json_pack("{s:s, s:s}", "code", o->error_code,
@@ -100,10 +104,11 @@ json_t *output_event(const rlOutput *o, int seq) {
                                    json_pack("{s:i, s:i, s:i}", "prompt_tokens", o->prompt_tokens,
                                              "completion_tokens", o->completion_tokens,
                                              "cached_tokens", o->cached_tokens));
+        /* whole milliseconds: finer digits are clock noise to a reader */
         bad |= json_object_set_new(ev, "timing",
-                                   json_pack("{s:f, s:f, s:f}", "queued_ms", o->queued_ms,
-                                             "first_token_ms", o->first_token_ms, "total_ms",
-                                             o->total_ms));
+                                   json_pack("{s:I, s:I, s:I}", "queued_ms", (json_int_t)llround(o->queued_ms),
+                                             "first_token_ms", (json_int_t)llround(o->first_token_ms),
+                                             "total_ms", (json_int_t)llround(o->total_ms)));
     }
     if (o->tokenizer && (o->logprobs || o->prompt_logprobs))
         bad |= json_object_set_new(ev, "token_text", spell);

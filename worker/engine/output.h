@@ -9,8 +9,12 @@
 
 #include "worker/engine/engine.h"
 
-/* The event for out, numbered seq within its job and attempt; NULL when out
- * of memory or the text is not valid UTF-8 (the engine never emits such). */
+/* seq of an offline result (`redlm generate`): no Redis-only fields. */
+#define OUTPUT_OFFLINE (-1)
+
+/* The event for out, numbered seq within its job and attempt (with `seq`
+ * and `attempt` fields, unless seq is OUTPUT_OFFLINE); NULL when out of
+ * memory or the text is not valid UTF-8 (the engine never emits such). */
 json_t *output_event(const rlOutput *out, int seq);
 
 const char *output_finish_name(rlFinish f);

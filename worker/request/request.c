@@ -58,22 +58,22 @@ int request_get_string(const json_t *v, const char *name, int idx, int allow_emp
     else snprintf(where, sizeof(where), "%s", name);
     if (!json_is_string(v)) {
         *code = INVALID;
-        return rl_error(err, RL_EINPUT, "invalid_request: field '%s' must be a string", where);
+        return rl_error(err, RL_EINPUT, "field '%s' must be a string", where);
     }
     const char *s = json_string_value(v);
     size_t len = json_string_length(v);
     if (!utf8_valid(s, len, NULL)) {
         *code = "invalid_utf8";
-        return rl_error(err, RL_EINPUT, "invalid_utf8: field '%s' is not valid UTF-8", where);
+        return rl_error(err, RL_EINPUT, "field '%s' is not valid UTF-8", where);
     }
     if (strlen(s) != len) {
         *code = INVALID;
-        return rl_error(err, RL_EINPUT, "invalid_request: field '%s' contains a NUL character",
+        return rl_error(err, RL_EINPUT, "field '%s' contains a NUL character",
                         where);
     }
     if (!allow_empty && len == 0) {
         *code = INVALID;
-        return rl_error(err, RL_EINPUT, "invalid_request: field '%s' must not be empty", where);
+        return rl_error(err, RL_EINPUT, "field '%s' must not be empty", where);
     }
     if (!(*out = strdup(s))) {
         *code = "internal";
@@ -87,7 +87,7 @@ int request_get_int(const json_t *v, const char *name, long long lo, long long h
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
         *code = INVALID;
         return rl_error(err, RL_EINPUT,
-                        "invalid_request: field '%s' must be an integer in [%lld, %lld]", name,
+                        "field '%s' must be an integer in [%lld, %lld]", name,
                         lo, hi);
     }
     *out = json_integer_value(v);
@@ -100,7 +100,7 @@ int request_get_float(const json_t *v, const char *name, double lo, int lo_open,
     double x = json_is_number(v) ? json_number_value(v) : NAN;
     if (!isfinite(x) || (lo_open ? x <= lo : x < lo) || (hi_open ? x >= hi : x > hi)) {
         *code = INVALID;
-        return rl_error(err, RL_EINPUT, "invalid_request: field '%s' must be a number in %c%g, %g%c",
+        return rl_error(err, RL_EINPUT, "field '%s' must be a number in %c%g, %g%c",
                         name, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']');
     }
     *out = (float)x;
@@ -110,7 +110,7 @@ int request_get_float(const json_t *v, const char *name, double lo, int lo_open,
 int request_get_bool(const json_t *v, const char *name, int *out, const char **code, rlError *err) {
     if (!json_is_boolean(v)) {
         *code = INVALID;
-        return rl_error(err, RL_EINPUT, "invalid_request: field '%s' must be true or false", name);
+        return rl_error(err, RL_EINPUT, "field '%s' must be true or false", name);
     }
     *out = json_is_true(v);
     return 0;
@@ -121,7 +121,7 @@ int request_get_array(const json_t *v, const char *name, int allow_empty, const 
     if (!json_is_array(v) || (!allow_empty && json_array_size(v) == 0) ||
         json_array_size(v) > INT_MAX / 8) {
         *code = INVALID;
-        return rl_error(err, RL_EINPUT, "invalid_request: field '%s' must be a%s array", name,
+        return rl_error(err, RL_EINPUT, "field '%s' must be a%s array", name,
                         allow_empty ? "n" : " non-empty");
     }
     return 0;
@@ -141,7 +141,7 @@ int request_get_ids(const json_t *v, const char *name, int allow_empty, int32_t 
         if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX) {
             *code = INVALID;
             return rl_error(err, RL_EINPUT,
-                            "invalid_request: field '%s' must hold token ids (integers >= 0); "
+                            "field '%s' must hold token ids (integers >= 0); "
                             "element %zu is not one", name, i);
         }
         (*out)[i] = (int32_t)json_integer_value(e);
@@ -160,11 +160,11 @@ static int check_strings(const json_t *v, const char *where, const char **code, 
     case JSON_STRING:
         if (!utf8_valid(json_string_value(v), json_string_length(v), NULL)) {
             *code = "invalid_utf8";
-            return rl_error(err, RL_EINPUT, "invalid_utf8: a string in '%s' is not valid UTF-8", where);
+            return rl_error(err, RL_EINPUT, "a string in '%s' is not valid UTF-8", where);
         }
         if (strlen(json_string_value(v)) != json_string_length(v)) {
             *code = INVALID;
-            return rl_error(err, RL_EINPUT, "invalid_request: a string in '%s' contains a NUL character", where);
+            return rl_error(err, RL_EINPUT, "a string in '%s' contains a NUL character", where);
         }
         return 0;
     case JSON_ARRAY:
@@ -174,7 +174,7 @@ static int check_strings(const json_t *v, const char *where, const char **code, 
         json_object_foreach((json_t *)v, key, x) {
             if (!utf8_valid(key, strlen(key), NULL)) {
                 *code = "invalid_utf8";
-                return rl_error(err, RL_EINPUT, "invalid_utf8: a key in '%s' is not valid UTF-8", where);
+                return rl_error(err, RL_EINPUT, "a key in '%s' is not valid UTF-8", where);
             }
             if (check_strings(x, where, code, err)) return -1;
         }
@@ -192,7 +192,7 @@ static int bad_field(const char **code, rlError *err, const char *fmt, ...) {
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     *code = INVALID;
-    return rl_error(err, RL_EINPUT, "invalid_request: %s", msg);
+    return rl_error(err, RL_EINPUT, "%s", msg);
 }
 
 /* Only the listed keys; `what` describes the object for the message. */
@@ -331,7 +331,7 @@ static int get_stop(rlRequest *r, const json_t *v, const char **code, rlError *e
     }
     if (!json_is_array(v)) {
         *code = INVALID;
-        return rl_error(err, RL_EINPUT, "invalid_request: field 'stop' must be a string or an "
+        return rl_error(err, RL_EINPUT, "field 'stop' must be a string or an "
                         "array of strings");
     }
     if (request_get_array(v, "stop", 1, code, err)) return -1;
@@ -364,10 +364,15 @@ static int request_unknown(const char *key, const char **code, rlError *err) {
     char near[256] = "";
     *code = INVALID;
     if (spelling_near(key, names, n, near, sizeof(near)))
-        return rl_error(err, RL_EINPUT, "invalid_request: unknown field '%s' (did you mean %s?)",
+        return rl_error(err, RL_EINPUT, "unknown field '%s' (did you mean %s?)",
                         key, near);
-    return rl_error(err, RL_EINPUT, "invalid_request: unknown field '%s' (the request fields are "
-                    "listed in worker/redis/PROTOCOL.md)", key);
+    /* no close spelling: name them all, since a producer reading this on a
+     * reply stream has no documentation at hand */
+    char list[1024];
+    size_t len = 0;
+    for (int i = 0; i < n && len < sizeof(list); i++)
+        len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", i ? ", " : "", names[i]);
+    return rl_error(err, RL_EINPUT, "unknown field '%s'; the request fields are %s", key, list);
 }
 
 /* Optional fields whose absence means "none" accept null as well. */
@@ -377,7 +382,7 @@ static int field(rlRequest *r, const char *key, const json_t *v, const char **co
         if (request_get_string(v, "id", -1, 0, &r->id, code, err)) return -1;
         if (strlen(r->id) > RL_ID_MAX) {
             *code = INVALID;
-            return rl_error(err, RL_EINPUT, "invalid_request: field 'id' is %zu bytes; at most %d",
+            return rl_error(err, RL_EINPUT, "field 'id' is %zu bytes; at most %d",
                             strlen(r->id), RL_ID_MAX);
         }
         return 0;
@@ -390,7 +395,7 @@ static int field(rlRequest *r, const char *key, const json_t *v, const char **co
     if (!strcmp(key, "prompt_ids") || !strcmp(key, "prompt_token_ids")) {
         if (r->prompt_ids) {   /* both spellings: one form given twice */
             *code = INVALID;
-            return rl_error(err, RL_EINPUT, "invalid_request: give 'prompt_ids' or "
+            return rl_error(err, RL_EINPUT, "give 'prompt_ids' or "
                             "'prompt_token_ids' (the same field), not both");
         }
         return request_get_ids(v, key, 0, &r->prompt_ids, &r->n_prompt_ids, code, err);
@@ -466,10 +471,10 @@ static int field(rlRequest *r, const char *key, const json_t *v, const char **co
 int request_parse(rlRequest *r, const json_t *obj, const char **code, rlError *err) {
     *code = INVALID;
     if (!json_is_object(obj))
-        return rl_error(err, RL_EINPUT, "invalid_request: a request must be a JSON object");
+        return rl_error(err, RL_EINPUT, "a request must be a JSON object");
     /* The id first, so every later error can be answered under it. */
     const json_t *id = json_object_get(obj, "id");
-    if (!id) return rl_error(err, RL_EINPUT, "invalid_request: field 'id' is required");
+    if (!id) return rl_error(err, RL_EINPUT, "field 'id' is required");
     if (field(r, "id", id, code, err)) return -1;
     const char *key;
     const json_t *v;
@@ -481,7 +486,7 @@ int request_parse(rlRequest *r, const json_t *obj, const char **code, rlError *e
     if (forms != 1) {
         *code = INVALID;
         return rl_error(err, RL_EINPUT,
-                        "invalid_request: give exactly one of 'prompt', 'messages', 'prompt_ids' "
+                        "give exactly one of 'prompt', 'messages', 'prompt_ids' "
                         "(got %d)", forms);
     }
     static const char *const chat_only[] = {"tools", "chat_template_kwargs", "add_generation_prompt", NULL};

@@ -17,7 +17,7 @@
 
 static int openai_bad(const char **code, rlError *err, const char *what) {
     *code = "invalid_request";
-    return rl_error(err, RL_EINPUT, "invalid_request: %s", what);
+    return rl_error(err, RL_EINPUT, "%s", what);
 }
 
 static int openai_oom(const char **code, rlError *err, const char *name) {
@@ -93,13 +93,13 @@ static int openai_logit_bias(rlRequest *r, const char *key, const json_t *v, con
         long id = strtol(k, &end, 10);
         if (!*k || *end || k[0] == '-' || k[0] == '+' || id > INT32_MAX) {
             *code = "invalid_request";
-            return rl_error(err, RL_EINPUT, "invalid_request: field 'logit_bias' key '%.40s' is "
+            return rl_error(err, RL_EINPUT, "field 'logit_bias' key '%.40s' is "
                             "not a token id (a whole number >= 0 written as a string)", k);
         }
         double x = json_is_number(b) ? json_number_value(b) : NAN;
         if (!(x >= -100 && x <= 100)) {
             *code = "invalid_request";
-            return rl_error(err, RL_EINPUT, "invalid_request: field 'logit_bias[\"%s\"]' must be "
+            return rl_error(err, RL_EINPUT, "field 'logit_bias[\"%s\"]' must be "
                             "a number in [-100, 100]", k);
         }
         r->logit_bias[r->n_logit_bias++] = (rlLogitBias){(int32_t)id, (float)x};
@@ -108,7 +108,7 @@ static int openai_logit_bias(rlRequest *r, const char *key, const json_t *v, con
     for (int i = 1; i < r->n_logit_bias; i++)
         if (r->logit_bias[i].id == r->logit_bias[i - 1].id) {
             *code = "invalid_request";
-            return rl_error(err, RL_EINPUT, "invalid_request: field 'logit_bias' names token %d "
+            return rl_error(err, RL_EINPUT, "field 'logit_bias' names token %d "
                             "twice (\"%d\" and \"0%d\" are one id)", r->logit_bias[i].id,
                             r->logit_bias[i].id, r->logit_bias[i].id);
         }
@@ -146,7 +146,7 @@ static int openai_flag(rlRequest *r, const char *key, const json_t *v, const cha
     if (request_get_bool(v, key, out, code, err)) return -1;
     if (!*out) return 0;
     *code = "invalid_request";
-    return rl_error(err, RL_EINPUT, "invalid_request: \"%s\": true is not supported yet (%s); "
+    return rl_error(err, RL_EINPUT, "\"%s\": true is not supported yet (%s); "
                     "send false or leave it out", key,
                     skip ? "special tokens are always in the text"
                          : "the stop string is never in the text");
@@ -179,7 +179,7 @@ static int openai_echo(rlRequest *r, const char *key, const json_t *v, const cha
         if (kl > 64 || !utf8_valid(k, kl, NULL) || !json_is_string(x) ||
             json_string_length(x) > 512) {
             *code = "invalid_request";
-            return rl_error(err, RL_EINPUT, "invalid_request: field 'metadata' holds keys of at "
+            return rl_error(err, RL_EINPUT, "field 'metadata' holds keys of at "
                             "most 64 and string values of at most 512 characters ('%.64s' is "
                             "not one)", k);
         }
@@ -243,7 +243,7 @@ int request_openai_finish(rlRequest *r, const json_t *obj, const char **code, rl
     }
     if (r->min_tokens > r->max_tokens) {
         *code = "invalid_request";
-        return rl_error(err, RL_EINPUT, "invalid_request: min_tokens (%d) is over max_tokens "
+        return rl_error(err, RL_EINPUT, "min_tokens (%d) is over max_tokens "
                         "(%d); lower min_tokens or raise max_tokens", r->min_tokens,
                         r->max_tokens);
     }
@@ -272,7 +272,7 @@ int request_content_text(const json_t *v, size_t msg, char **out, const char **c
     if (json_is_string(v)) return request_get_string(v, where, -1, 1, out, code, err);
     if (!json_is_array(v)) {
         *code = "invalid_request";
-        return rl_error(err, RL_EINPUT, "invalid_request: field '%s' must be a string or an array "
+        return rl_error(err, RL_EINPUT, "field '%s' must be a string or an array "
                         "of text parts [{\"type\": \"text\", \"text\": ...}]", where);
     }
     size_t total = 0, i;
@@ -282,7 +282,7 @@ int request_content_text(const json_t *v, size_t msg, char **out, const char **c
         if (!json_is_object(p) || json_object_size(p) != 2 || !json_is_string(type) ||
             strcmp(json_string_value(type), "text") || !json_is_string(text)) {
             *code = "invalid_request";
-            return rl_error(err, RL_EINPUT, "invalid_request: field '%s[%zu]' must be a text part "
+            return rl_error(err, RL_EINPUT, "field '%s[%zu]' must be a text part "
                             "{\"type\": \"text\", \"text\": \"...\"} (images, audio and files are "
                             "not supported)", where, i);
         }
