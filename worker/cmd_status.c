@@ -1,6 +1,7 @@
 /* cmd_status.c: `redlm status --redis URL`: what an operator asks first:
  * how long is the queue, is the group keeping up, which instances are alive
- * and how busy they are.  Read-only; safe to run against production. */
+ * and how busy they are, and which stopped beating (a crash leaves no other
+ * trace).  Read-only; safe to run against production. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "worker/commands.h"
 #include "worker/lib/flags.h"
 #include "worker/lib/redis_url.h"
+#include "worker/redis/instances.h"
 
 /* Field `name` of a flat [k, v, k, v ...] reply, or NULL. */
 static const redisReply *status_field(const redisReply *r, const char *name) {
@@ -69,40 +71,43 @@ int cmd_status(int argc, char **argv) {
     if (!found) printf("group %s: not created yet (no worker has started on %s)\n", group, stream);
     if (r) freeReplyObject(r);
 
-    printf("\n%-28s %-10s %-10s %-10s %-10s %-16s %s\n", "instance", "running", "waiting",
-           "tokens/s", "layout", "quantization", "model");
-    unsigned long long cursor = 0;
-    int rows = 0;
-    do {
-        r = redisCommand(c, "SCAN %llu MATCH redlm:instances:* COUNT 1000", cursor);
-        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) break;
-        cursor = strtoull(r->element[0]->str, NULL, 10);
-        for (size_t i = 0; i < r->element[1]->elements; i++) {
-            const char *key = r->element[1]->element[i]->str;
-            redisReply *h = redisCommand(c, "HGETALL %s", key);
-            if (h && h->type == REDIS_REPLY_ARRAY) {
-                printf("%-28s ", key + strlen("redlm:instances:"));
-                status_print_value(status_field(h, "running"));
-                printf(" ");
-                status_print_value(status_field(h, "waiting"));
-                printf(" ");
-                status_print_value(status_field(h, "tokens_per_s"));
-                printf(" ");
-                status_print_value(status_field(h, "layout"));
-                const redisReply *q = status_field(h, "quantization");
-                printf(" %-16s", q ? q->str : "-");
-                const redisReply *m = status_field(h, "served_model_name");
-                if (!m) m = status_field(h, "model");
-                printf(" %s\n", m ? m->str : "-");
-                rows++;
-            }
-            if (h) freeReplyObject(h);
+    rlInstance *v;
+    int n;
+    if (instances_read(c, stream, &v, &n, &err)) {
+        fprintf(stderr, "redlm status: %s\n", err.msg);
+        redisFree(c);
+        return err.code;
+    }
+    int live = 0;
+    for (int i = 0; i < n; i++) live += v[i].live;
+    printf("\nlive instances on %s: %d\n", stream, live);
+    if (live)
+        printf("%-28s %-10s %-10s %-10s %-10s %-16s %s\n", "instance", "running", "waiting", "tokens/s",
+               "layout", "quantization", "model");
+    for (int i = 0; i < n; i++) {
+        if (!v[i].live) continue;
+        printf("%-28s ", v[i].consumer);
+        static const char *const cols[] = {"running", "waiting", "tokens_per_s", "layout"};
+        for (int k = 0; k < 4; k++) {
+            const char *x = instances_field(&v[i], cols[k]);
+            printf("%-10s ", x ? x : "-");
         }
-        freeReplyObject(r);
-        r = NULL;
-    } while (cursor);
-    if (r) freeReplyObject(r);
-    if (!rows) printf("(no live instances)\n");
+        const char *q = instances_field(&v[i], "quantization");
+        printf("%-16s ", q ? q : "-");
+        const char *m = instances_field(&v[i], "served_model_name");
+        if (!m) m = instances_field(&v[i], "model");
+        printf("%s\n", m ? m : "-");
+    }
+    if (n > live) {
+        printf("\ndead instances (no heartbeat for over %.0f s; listed until %d s after the last):\n",
+               INSTANCES_LIVE_S, INSTANCES_TTL_S);
+        for (int i = 0; i < n; i++) {
+            if (v[i].live) continue;
+            const char *pid = instances_field(&v[i], "pid");
+            printf("%-28s last heartbeat %.0f s ago (pid %s)\n", v[i].consumer, v[i].age_s, pid ? pid : "-");
+        }
+    }
+    instances_free(v, n);
     redisFree(c);
     return 0;
 }

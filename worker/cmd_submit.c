@@ -22,6 +22,7 @@
 #include "worker/commands.h"
 #include "worker/lib/flags.h"
 #include "worker/lib/redis_url.h"
+#include "worker/redis/instances.h"
 #include "worker/lib/now.h"
 #include "worker/request/openai_batch.h"
 
@@ -36,6 +37,7 @@ typedef struct subSlot {
     json_t *local;              /* a result decided without Redis (bad input line) */
     int skip;                   /* already in the output file */
     rlBatchLine batch;          /* an OpenAI Batch line: what its answer needs */
+    int answered;               /* every result is in (counted once) */
 } subSlot;
 
 typedef struct subRun {
@@ -58,11 +60,16 @@ typedef struct subRun {
     long tail_offset;
     int tail_lines, tail_final;
     char id_prefix[32];
-    long submitted, completed, errors, skipped;
+    /* submitted: XADDs; answered: of those, jobs whose results are all in;
+     * local: lines answered here (not a request); errors: error results,
+     * either kind; skipped: already in the output; completed: written. */
+    long submitted, answered, local, errors, skipped, completed;
     double t0;
     int tty;
     const char *format;         /* --input-format */
     int batch;                  /* the input is OpenAI Batch lines */
+    double next_live_check;
+    int no_worker;              /* warned that no live worker reads the stream */
 } subRun;
 
 static void sub_slot_clear(subSlot *s) {
@@ -151,17 +158,42 @@ static int sub_resume(subRun *r, const char *path) {
     return rc;
 }
 
+/* Counts as of now: a job is done when its results are in, whether or not
+ * the output has reached it yet (it is written in input order). */
 static void sub_progress(subRun *r, int final) {
     if (!r->tty) return;
     double el = now_s() - r->t0;
-    double rate = el > 0 ? r->completed / el : 0;
-    char eta[32] = "";
-    if (r->eof && rate > 0) {
-        long left = r->submitted - r->completed;
-        snprintf(eta, sizeof(eta), " ETA %lds", (long)(left / rate));
+    long done = r->answered + r->local;
+    double rate = el > 0 ? done / el : 0;
+    char total[32] = "", eta[32] = "";
+    if (r->eof) {
+        long all = r->next_line - r->skipped;
+        snprintf(total, sizeof(total), "/%ld", all);
+        if (rate > 0 && all > done) snprintf(eta, sizeof(eta), ", ETA %.0f s", (all - done) / rate);
     }
-    fprintf(stderr, "\r%ld done, %ld in flight, %ld errors, %ld skipped, %.1f jobs/s%s   %s", r->completed,
-            r->submitted - r->completed, r->errors, r->skipped, rate, eta, final ? "\n" : "");
+    fprintf(stderr, "\r%ld%s done, %ld in flight, %ld errors, %ld skipped, %.1f jobs/s%s   %s", done, total,
+            r->submitted - r->answered, r->errors, r->skipped, rate, eta, final ? "\n" : "");
+}
+
+/* Warn, within INSTANCES_LIVE_S of it being true, that no live worker reads
+ * the stream: jobs would wait there in silence. */
+static void sub_check_workers(subRun *r) {
+    if (now_s() < r->next_live_check) return;
+    r->next_live_check = now_s() + INSTANCES_LIVE_S / 2;
+    rlError err;
+    int live = instances_live(r->c, r->stream, &err);
+    if (live < 0) {
+        fprintf(stderr, "%sredlm submit: %s\n", r->tty ? "\n" : "", err.msg);
+        return;
+    }
+    if (live == 0 && !r->no_worker)
+        fprintf(stderr, "%sredlm submit: warning: no live worker reads %s (no heartbeat in %s* within %.0f s); "
+                        "the jobs wait in the stream until one starts\n", r->tty ? "\n" : "", r->stream,
+                KEYS_HEARTBEAT_PREFIX, INSTANCES_LIVE_S);
+    else if (live > 0 && r->no_worker)
+        fprintf(stderr, "%sredlm submit: %d live worker%s read%s %s now\n", r->tty ? "\n" : "", live,
+                live > 1 ? "s" : "", live > 1 ? "" : "s", r->stream);
+    r->no_worker = live == 0;
 }
 
 /* Append b's tokens, text, logprobs and their spellings to a (one sample's
@@ -187,6 +219,13 @@ static void sub_merge(json_t *a, const json_t *b) {
     }
 }
 
+static void sub_answered(subRun *r, subSlot *s) {
+    if (s->answered || !(s->error || s->n_done >= s->n)) return;
+    s->answered = 1;
+    r->answered++;
+    if (s->error) r->errors++;
+}
+
 static void sub_event(subRun *r, json_t *ev) {
     const char *id = json_string_value(json_object_get(ev, "id"));
     json_t *line = id ? json_object_get(r->by_id, id) : NULL;
@@ -206,7 +245,8 @@ static void sub_event(subRun *r, json_t *ev) {
     s->next_seq = seq + 1;
     const char *kind = json_string_value(json_object_get(ev, "event"));
     if (kind && !strcmp(kind, "error")) {
-        s->error = json_incref(ev);
+        if (!s->error) s->error = json_incref(ev);
+        sub_answered(r, s);
         return;
     }
     json_int_t index = json_integer_value(json_object_get(ev, "index"));
@@ -222,6 +262,7 @@ static void sub_event(subRun *r, json_t *ev) {
             json_object_set(*acc, k, v);
     }
     if (!strcmp(kind, "done")) s->n_done++;
+    sub_answered(r, s);
 }
 
 /* How many done events a request asks for (its n; 1 when n is unusable,
@@ -279,10 +320,8 @@ static int sub_flush(subRun *r) {
                 json_t *v = openai_batch_response(&s->batch, s->error ? &s->error : s->acc, s->error ? 1 : s->n);
                 bad = !v || sub_write_line(r, v);
                 json_decref(v);
-                if (s->error) r->errors++;
             } else if (s->local || s->error) {
-                bad = sub_write_line(r, s->local ? s->local : s->error);
-                r->errors++;
+                bad = sub_write_line(r, s->local ? s->local : s->error); /* errors counted when answered */
             } else
                 for (int i = 0; i < s->n && !bad; i++) bad = sub_write_line(r, s->acc[i]);
             if (bad || fflush(r->out)) return -1;
@@ -302,6 +341,12 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
     while (!r->eof && r->next_line - r->oldest + 1 < r->window) {
         ssize_t n = getline(buf, cap, r->in);
         if (n < 0) {
+            if (ferror(r->in)) {
+                fprintf(stderr, "redlm submit: reading --input failed after line %ld: %s\n", r->next_line,
+                        strerror(errno));
+                *code = RL_EIO;
+                return -1;
+            }
             r->eof = 1;
             break;
         }
@@ -375,6 +420,8 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
                          req ? "a request is an object" : je.text);
             s->local = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "event", "error", "error", "code",
                                  "invalid_request", "message", msg);
+            r->local++;
+            r->errors++;
             json_decref(req);
             continue;
         }
@@ -426,6 +473,7 @@ static int sub_loop(subRun *r) {
             break;
         }
         if (r->eof && r->oldest > r->next_line) break;
+        sub_check_workers(r);
         redisReply *x = redisCommand(r->c, "XREAD COUNT 1000 BLOCK 1000 STREAMS %s %s", r->reply_key, r->last_id);
         if (!x) {
             fprintf(stderr, "redlm submit: lost Redis (%s); rerun with the same --output to resume\n",
@@ -484,10 +532,10 @@ int cmd_submit(int argc, char **argv) {
                "Submits every line (a request object, worker/redis/PROTOCOL.md) as a job, at\n"
                "most --window at a time, and writes each job's done events (one per sample)\n"
                "or its error, in input order.  Restarted with the same output file, it skips\n"
-               "the jobs already there.\n\n");
+               "the jobs already there.  Warns when no live worker reads the stream.\n\n");
     flags_string(&fs, "--redis", &url_s, "URL", "redis://[user:pass@]host:port[/db]")->required = 1;
     flags_string(&fs, "--input", &input, "FILE|-", "jobs, one JSON object per line")->required = 1;
-    flags_string(&fs, "--output", &output, "FILE", "results, one JSON object per line")
+    flags_string(&fs, "--output", &output, "FILE|-", "results, one JSON object per line")
         ->required = 1;
     flags_string(&fs, "--stream", &stream, "KEY", "job stream (default redlm:jobs)");
     flags_enum(&fs, "--input-format", &format, openai_batch_formats,
@@ -496,30 +544,40 @@ int cmd_submit(int argc, char **argv) {
     int rc = flags_main(&fs, argc, argv);
     if (rc >= 0) return rc;
     subRun r = {.stream = stream, .window = window, .oldest = 1, .format = format};
-    rlRedisUrl url;
-    rlError err;
-    struct timeval tv = {10, 0};
-    if (redis_url_parse(url_s, &url, &err) || !(r.c = redis_url_connect(&url, tv, &err))) {
-        fprintf(stderr, "redlm submit: %s\n", err.msg);
-        return err.code;
-    }
     rc = 0;
     r.by_id = json_object();
     r.done_ids = json_object();
     r.slots = calloc((size_t)window, sizeof(*r.slots));
     r.in = strcmp(input, "-") ? fopen(input, "r") : stdin;
-    if (!r.in) {
-        fprintf(stderr, "redlm submit: cannot read %s: %s\n", input, strerror(errno));
+    struct stat st;
+    if (!r.in || fstat(fileno(r.in), &st)) {
+        fprintf(stderr, "redlm submit: cannot read --input %s: %s\n", input, strerror(errno));
         rc = RL_EIO;
+        goto done;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "redlm submit: --input %s is a directory; give a JSONL file of requests (- for stdin)\n",
+                input);
+        rc = RL_EINPUT;
         goto done;
     }
     if (r.in != stdin && sub_check_ids(r.in, input)) {
         rc = RL_EUSAGE;
         goto done;
     }
-    if (sub_resume(&r, output) || !(r.out = fopen(output, "a"))) {
-        fprintf(stderr, "redlm submit: cannot use %s as the output: %s\n", output, strerror(errno));
+    /* "-": results to stdout, which cannot be read back to resume */
+    if (!strcmp(output, "-")) r.out = stdout;
+    else if (sub_resume(&r, output) || !(r.out = fopen(output, "a"))) {
+        fprintf(stderr, "redlm submit: cannot use --output %s: %s\n", output, strerror(errno));
         rc = RL_EIO;
+        goto done;
+    }
+    rlRedisUrl url;
+    rlError err;
+    struct timeval tv = {10, 0};
+    if (redis_url_parse(url_s, &url, &err) || !(r.c = redis_url_connect(&url, tv, &err))) {
+        fprintf(stderr, "redlm submit: %s\n", err.msg);
+        rc = err.code;
         goto done;
     }
     /* ids for lines without one: stable across runs of the same input file */
@@ -541,7 +599,7 @@ int cmd_submit(int argc, char **argv) {
     freeReplyObject(redisCommand(r.c, "DEL %s", r.reply_key));
 done:
     if (r.in && r.in != stdin) fclose(r.in);
-    if (r.out && fclose(r.out) && !rc) rc = RL_EIO;
+    if (r.out && (r.out == stdout ? fflush(r.out) : fclose(r.out)) && !rc) rc = RL_EIO;
     for (int i = 0; r.slots && i < window; i++) sub_slot_clear(&r.slots[i]);
     free(r.slots);
     json_decref(r.by_id);

@@ -26,17 +26,16 @@
 #include <unistd.h>
 
 #include "worker/redis/functions.h"
+#include "worker/redis/instances.h"
 #include "worker/redis/intake.h"
 #include "worker/redis/metrics.h"
 #include "worker/redis/rconn.h"
 #include "worker/redis/runner.h"
 #include "worker/redis/writer.h"
 
-#define SERVE_HEARTBEAT_S 1.0
 /* Cancels remembered for jobs not read yet (a cancel may overtake its job
  * in a long queue); the oldest are forgotten first. */
 #define SERVE_CANCEL_RING 1024
-#define SERVE_HEARTBEAT_TTL "10"
 /* How often the reader looks for consumers whose heartbeat is gone, and how
  * long after (re)connecting it waits before the first look: every live
  * worker rewrites its heartbeat within a second of Redis coming back. */
@@ -568,9 +567,12 @@ static void serve_on_heartbeat(struct ev_loop *loop, ev_timer *w, int revents) {
                           engine_quantization(s->e), "running", running, "waiting", waiting,
                           "tokens_per_s", tps,
                           "jobs", jobs, "pid", pid, "started", s->started, "state",
-                          s->draining ? "draining" : "serving"};
+                          s->draining ? "draining" : "serving", "stream", s->o.keys.stream,
+                          "group", s->o.keys.group};
     redisAsyncCommandArgv(ac, NULL, NULL, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
-    const char *ex[] = {"EXPIRE", s->hb_key, SERVE_HEARTBEAT_TTL};
+    char ttl[16];
+    snprintf(ttl, sizeof(ttl), "%d", INSTANCES_TTL_S);
+    const char *ex[] = {"EXPIRE", s->hb_key, ttl};
     redisAsyncCommandArgv(ac, serve_on_heartbeat_stored, s, 3, ex, NULL);
 }
 
@@ -685,7 +687,7 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     s->reader = rconn_create(s->loop, &o->url, "jobs", &rh);
     s->canceller = rconn_create(s->loop, &o->url, "cancel", &ch);
     s->wconn = rconn_create(s->loop, &o->url, "writer", &wch);
-    ev_timer_init(&s->heartbeat, serve_on_heartbeat, 0., SERVE_HEARTBEAT_S);
+    ev_timer_init(&s->heartbeat, serve_on_heartbeat, 0., INSTANCES_BEAT_S);
     s->heartbeat.data = s;
     ev_timer_start(s->loop, &s->heartbeat);
     double refresh = o->claim_idle_ms / 3000.0;
