@@ -8,6 +8,7 @@
  * run).  Results are written as soon as every earlier line is complete. */
 #include <errno.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "worker/engine/engine_flags.h"
 #include "worker/engine/layout.h"
 #include "worker/engine/output.h"
+#include "worker/lib/files.h"
 #include "worker/lib/flags.h"
 #include "worker/lib/now.h"
 #include "worker/request/openai_batch.h"
@@ -39,6 +41,10 @@ typedef struct genRun {
     int failed;         /* writing failed */
     rlBatchLine *batch; /* [n_lines] for an OpenAI Batch file, else NULL */
 } genRun;
+
+/* SIGINT / SIGTERM: stop after the current step and keep what is done. */
+static volatile sig_atomic_t gen_signal;
+static void gen_on_signal(int sig) { gen_signal = sig; }
 
 /* A line's results as written: each sample's event, or one OpenAI Batch line. */
 static int gen_write_line(genRun *g, int i, genLine *l) {
@@ -63,6 +69,15 @@ static void gen_write_ready(genRun *g) {
         free(l->events);
         l->events = NULL;
     }
+}
+
+static void gen_progress(genRun *g, rlEngine *e, double t0, int final) {
+    rlEngineStats st;
+    engine_stats(e, &st);
+    double el = now_s() - t0;
+    fprintf(stderr, "\r%d/%d requests done, %d running, %llu tokens, %.0f tokens/s   %s", g->n_done, g->n_lines,
+            st.running, (unsigned long long)st.generation_tokens, el > 0 ? st.generation_tokens / el : 0.0,
+            final ? "\n" : "");
 }
 
 static void gen_put(genRun *g, int line, int index, json_t *ev) {
@@ -107,8 +122,8 @@ static void gen_line_error(genRun *g, int line, const char *id, const char *code
 
 /* The lines of path ("-": stdin), or one synthesized --prompt-ids request. */
 static int gen_read_lines(const char *path, char ***lines, int *n, rlError *err) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
-    if (!f) return rl_error(err, RL_EIO, "cannot open --input %s: %s", path, strerror(errno));
+    FILE *f = files_open_input(path, "--input", err);
+    if (!f) return -1;
     char *buf = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -127,7 +142,7 @@ static int gen_read_lines(const char *path, char ***lines, int *n, rlError *err)
     }
     int bad = ferror(f) || !feof(f);
     free(buf);
-    if (f != stdin) fclose(f);
+    files_close_input(f);
     if (bad) return rl_error(err, RL_EIO, "reading --input %s failed (or out of memory)", path);
     return 0;
 }
@@ -223,6 +238,8 @@ int cmd_generate(int argc, char **argv) {
     int n_lines = 0;
     genRun g = {0};
     rlEngine *e = NULL;
+    rlOutFile out = {0};
+    int status = 0;
     if (n_ids) {
         lines = malloc(sizeof(char *));
         if (!lines || !(lines[0] = gen_prompt_ids_line(ids, n_ids, max_tokens, &err))) goto done;
@@ -230,11 +247,14 @@ int cmd_generate(int argc, char **argv) {
     } else if (gen_read_lines(input, &lines, &n_lines, &err)) {
         goto done;
     }
-    g.out = strcmp(output, "-") ? fopen(output, "w") : stdout;
-    if (!g.out) {
-        rl_error(&err, RL_EIO, "cannot create --output %s: %s", output, strerror(errno));
-        goto done;
-    }
+    /* a temporary name until the run is complete: a failed or killed run
+     * leaves an older --output as it was */
+    if (files_open_output(&out, output, "--output", &err)) goto done;
+    g.out = out.f;
+    struct sigaction sa = {.sa_handler = gen_on_signal, .sa_flags = SA_RESETHAND}; /* a second one kills */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     g.progress = isatty(2);
     g.n_lines = n_lines;
     if (!(g.lines = calloc((size_t)(n_lines ? n_lines : 1), sizeof(genLine)))) {
@@ -247,18 +267,37 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (!(e = engine_open(o, &err))) goto done;
-    double t0 = now_s();
-    for (int i = 0; i < n_lines; i++)
+    double t0 = now_s(), next_progress = 0;
+    for (int i = 0; i < n_lines && !gen_signal; i++)
         if (gen_submit(&g, e, lines[i], i, &err)) goto done;
     int steps = 0;
-    while (engine_has_work(e)) {
+    while (engine_has_work(e) && !gen_signal) {
         if (engine_step(e, gen_output, &g, &err)) goto done;
         steps++;
-        if (g.progress && steps % 8 == 0) fprintf(stderr, "\r%d/%d requests done", g.n_done, n_lines);
+        if (g.progress && now_s() >= next_progress) {
+            gen_progress(&g, e, t0, 0);
+            next_progress = now_s() + 0.2;
+        }
     }
     double secs = now_s() - t0;
-    if (g.progress) fprintf(stderr, "\r%d/%d requests done\n", g.n_done, n_lines);
-    if (g.failed || fflush(g.out)) rl_error(&err, RL_EIO, "writing --output %s failed", output);
+    if (g.progress) gen_progress(&g, e, t0, 1);
+    if (g.failed) {
+        rl_error(&err, RL_EIO, "writing --output %s failed", output);
+        goto done;
+    }
+    if (gen_signal) {
+        char where[4200];
+        if (files_keep_partial(&out, where, sizeof(where), &err)) goto done;
+        /* results are written in input order: one finished after an unfinished one is not kept */
+        fprintf(stderr, "redlm generate: interrupted (%s): kept the results of the first %d of %d requests "
+                        "(%d had finished) %s %s", gen_signal == SIGINT ? "SIGINT" : "SIGTERM", g.next_write,
+                n_lines, g.n_done, strcmp(output, "-") ? "in" : "on", where);
+        if (strcmp(output, "-")) fprintf(stderr, "; %s is left as it was", output);
+        fputc('\n', stderr);
+        status = 128 + gen_signal;
+        goto done;
+    }
+    if (files_commit_output(&out, &err)) goto done;
     if (stats) {
         rlEngineStats st;
         engine_stats(e, &st);
@@ -286,10 +325,10 @@ done:
     free(lines);
     free(ids);
     free(g.lines);
-    if (g.out && g.out != stdout) fclose(g.out);
+    files_discard_output(&out); /* unless committed or kept */
     if (err.code) {
         fprintf(stderr, "redlm generate: %s\n", err.msg);
         return err.code;
     }
-    return 0;
+    return status;
 }

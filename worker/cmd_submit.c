@@ -21,6 +21,7 @@
 
 #include "worker/commands.h"
 #include "worker/lib/flags.h"
+#include "worker/lib/files.h"
 #include "worker/lib/redis_url.h"
 #include "worker/redis/instances.h"
 #include "worker/lib/now.h"
@@ -548,24 +549,18 @@ int cmd_submit(int argc, char **argv) {
     r.by_id = json_object();
     r.done_ids = json_object();
     r.slots = calloc((size_t)window, sizeof(*r.slots));
-    r.in = strcmp(input, "-") ? fopen(input, "r") : stdin;
-    struct stat st;
-    if (!r.in || fstat(fileno(r.in), &st)) {
-        fprintf(stderr, "redlm submit: cannot read --input %s: %s\n", input, strerror(errno));
-        rc = RL_EIO;
-        goto done;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "redlm submit: --input %s is a directory; give a JSONL file of requests (- for stdin)\n",
-                input);
-        rc = RL_EINPUT;
+    rlError err;
+    if (!(r.in = files_open_input(input, "--input", &err))) {
+        fprintf(stderr, "redlm submit: %s\n", err.msg);
+        rc = err.code;
         goto done;
     }
     if (r.in != stdin && sub_check_ids(r.in, input)) {
         rc = RL_EUSAGE;
         goto done;
     }
-    /* "-": results to stdout, which cannot be read back to resume */
+    /* The output is the run's checkpoint, appended to (not files.h's
+     * temporary and rename); "-" is stdout, which cannot be read back. */
     if (!strcmp(output, "-")) r.out = stdout;
     else if (sub_resume(&r, output) || !(r.out = fopen(output, "a"))) {
         fprintf(stderr, "redlm submit: cannot use --output %s: %s\n", output, strerror(errno));
@@ -573,7 +568,6 @@ int cmd_submit(int argc, char **argv) {
         goto done;
     }
     rlRedisUrl url;
-    rlError err;
     struct timeval tv = {10, 0};
     if (redis_url_parse(url_s, &url, &err) || !(r.c = redis_url_connect(&url, tv, &err))) {
         fprintf(stderr, "redlm submit: %s\n", err.msg);
@@ -598,7 +592,7 @@ int cmd_submit(int argc, char **argv) {
             r.completed, el, el > 0 ? r.completed / el : 0.0, r.errors, r.skipped);
     freeReplyObject(redisCommand(r.c, "DEL %s", r.reply_key));
 done:
-    if (r.in && r.in != stdin) fclose(r.in);
+    files_close_input(r.in);
     if (r.out && (r.out == stdout ? fflush(r.out) : fclose(r.out)) && !rc) rc = RL_EIO;
     for (int i = 0; r.slots && i < window; i++) sub_slot_clear(&r.slots[i]);
     free(r.slots);

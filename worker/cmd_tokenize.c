@@ -24,6 +24,7 @@
 #include "worker/commands.h"
 #include "worker/lib/bytebuf.h"
 #include "worker/lib/flags.h"
+#include "worker/lib/files.h"
 #include "worker/tokenizer/tokenizer.h"
 #include "worker/lib/now.h"
 
@@ -79,28 +80,24 @@ static rlTokenizer *tok_open(const tokArgs *a, rlError *err) {
 
 typedef struct tokIO {
     FILE *in, *out;
-    const char *in_name, *out_name;
+    rlOutFile file;             /* out, under a temporary name until the end */
+    const char *in_name;
 } tokIO;
 
 static int tok_open_io(const tokArgs *a, tokIO *io, rlError *err) {
     io->in_name = a->input && strcmp(a->input, "-") ? a->input : "stdin";
-    io->out_name = a->output && strcmp(a->output, "-") ? a->output : "stdout";
-    io->in = a->input && strcmp(a->input, "-") ? fopen(a->input, "rb") : stdin;
-    if (!io->in) return rl_error(err, RL_EIO, "cannot open %s: %m", a->input);
-    io->out = a->output && strcmp(a->output, "-") ? fopen(a->output, "wb") : stdout;
-    if (!io->out) return rl_error(err, RL_EIO, "cannot create %s: %m", a->output);
+    if (!(io->in = files_open_input(a->input ? a->input : "-", "--input", err)) ||
+        files_open_output(&io->file, a->output ? a->output : "-", "--output", err))
+        return -1;
+    io->out = io->file.f;
     return 0;
 }
 
-static int tok_close_io(tokIO *io, rlError *err) {
-    int bad = 0;
-    if (io->in && io->in != stdin) fclose(io->in);
-    if (io->out) {
-        bad = fflush(io->out) || ferror(io->out);
-        if (io->out != stdout) bad |= fclose(io->out) != 0;
-    }
-    if (bad && err && err->code == RL_OK) return rl_error(err, RL_EIO, "writing %s failed", io->out_name);
-    return bad ? -1 : 0;
+/* The output replaces an older file only when everything went well. */
+static void tok_close_io(tokIO *io, rlError *err) {
+    files_close_input(io->in);
+    if (io->out && err->code == RL_OK) files_commit_output(&io->file, err);
+    files_discard_output(&io->file);
 }
 
 /* One JSONL line as an object; NULL for a blank line (err untouched) or
