@@ -1,11 +1,13 @@
 /* cmd_generate.c: `redlm generate`, the offline front door.
  *
- * Reads every request of a JSONL file (or one --prompt-ids request), runs
- * them all through the engine at once (continuous batching, exactly as the
- * Redis worker does), and writes one result per request and sample index in
- * input order: the `done` event with all tokens and text of that sample, or
- * an `error` event for a line that is not a valid request (the rest still
- * run).  Results are written as soon as every earlier line is complete. */
+ * Reads every request of a JSONL file (or one from --prompt, --messages or
+ * --prompt-ids), runs them all through the engine at once (continuous
+ * batching, exactly as the Redis worker does), and writes one result per
+ * request and sample index in input order: the `done` event with all tokens
+ * and text of that sample, or an `error` event for a line that is not a
+ * valid request (the rest still run).  Results are written as soon as every
+ * earlier line is complete.  For one-off use, --prompt / --messages print
+ * just the text as it is generated. */
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
@@ -40,6 +42,8 @@ typedef struct genRun {
     int progress;
     int failed;         /* writing failed */
     rlBatchLine *batch; /* [n_lines] for an OpenAI Batch file, else NULL */
+    int text;           /* --prompt / --messages to a terminal or pipe: the text as it comes */
+    char *error;        /* text mode: the request's error, "code: message" */
 } genRun;
 
 /* SIGINT / SIGTERM: stop after the current step and keep what is done. */
@@ -94,8 +98,30 @@ static void gen_put(genRun *g, int line, int index, json_t *ev) {
     gen_write_ready(g);
 }
 
+/* Text mode: one request, streamed; its error is kept for stderr. */
+static void gen_output_text(genRun *g, const rlOutput *out) {
+    if (out->kind == RL_OUT_ERROR) {
+        char msg[RL_ERROR_LEN];
+        snprintf(msg, sizeof(msg), "%s: %s", out->error_code, out->error_message);
+        free(g->error);
+        if (!(g->error = strdup(msg))) g->failed = 1;
+        g->n_done++;
+        return;
+    }
+    if (out->text_len && fwrite(out->text, 1, out->text_len, g->out) != out->text_len) g->failed = 1;
+    if (out->kind == RL_OUT_DONE) {
+        if (fputc('\n', g->out) == EOF) g->failed = 1;
+        g->n_done++;
+    }
+    if (fflush(g->out)) g->failed = 1;
+}
+
 static void gen_output(void *ctx, const rlOutput *out) {
     genRun *g = ctx;
+    if (g->text) {
+        gen_output_text(g, out);
+        return;
+    }
     if (out->kind == RL_OUT_CHUNK) return;
     int line = (int)(intptr_t)out->req->user;
     genLine *l = &g->lines[line];
@@ -115,9 +141,9 @@ static void gen_line_error(genRun *g, int line, const char *id, const char *code
     rlRequest r;
     request_init(&r);
     r.id = (char *)id;
+    r.user = (void *)(intptr_t)line;
     rlOutput o = {.kind = RL_OUT_ERROR, .req = &r, .error_code = code, .error_message = msg};
-    g->lines[line].n = 1;
-    gen_put(g, line, 0, output_event(&o, OUTPUT_OFFLINE));
+    gen_output(g, &o);
 }
 
 /* The lines of path ("-": stdin), or one synthesized --prompt-ids request. */
@@ -147,16 +173,41 @@ static int gen_read_lines(const char *path, char ***lines, int *n, rlError *err)
     return 0;
 }
 
-/* One greedy request from --prompt-ids, as the JSON line a file would hold. */
-static char *gen_prompt_ids_line(const int *ids, int n, int max_tokens, rlError *err) {
-    json_t *arr = json_array();
-    for (int i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
-    json_t *req = json_pack("{s:s, s:o, s:i, s:f}", "id", "prompt", "prompt_ids", arr,
-                            "max_tokens", max_tokens, "temperature", 0.0);
-    char *s = req ? json_dumps(req, JSON_COMPACT) : NULL;
+/* The one greedy request of --prompt, --messages or --prompt-ids, as a
+ * JSON line like those of --input. */
+static char *gen_one_line(const char *prompt, const char *messages, const int *ids, int n, int max_tokens,
+                          rlError *err) {
+    json_t *req = json_pack("{s:s, s:i, s:f}", "id", "prompt", "max_tokens", max_tokens, "temperature", 0.0);
+    if (!req) goto oom;
+    if (prompt) {
+        if (json_object_set_new(req, "prompt", json_string(prompt))) {
+            json_decref(req);
+            rl_error(err, RL_EUSAGE, "--prompt is not valid UTF-8");
+            return NULL;
+        }
+    } else if (messages) {
+        json_error_t je;
+        json_t *m = json_loads(messages, JSON_REJECT_DUPLICATES, &je);
+        if (!json_is_array(m)) {
+            json_decref(m);
+            json_decref(req);
+            rl_error(err, RL_EUSAGE, "--messages wants a JSON array of {\"role\", \"content\"} objects%s%s",
+                     m ? "" : ": ", m ? "" : je.text);
+            return NULL;
+        }
+        json_object_set_new(req, "messages", m);
+    } else {
+        json_t *arr = json_array();
+        for (int i = 0; arr && i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+        if (json_object_set_new(req, "prompt_ids", arr)) goto oom;
+    }
+    char *s = json_dumps(req, JSON_COMPACT);
     json_decref(req);
-    if (!s) rl_error(err, RL_EINTERNAL, "out of memory");
-    return s;
+    if (s) return s;
+oom:
+    json_decref(req);
+    rl_error(err, RL_EINTERNAL, "out of memory");
+    return NULL;
 }
 
 /* Turn line i into an engine request, or an error result: through
@@ -190,7 +241,7 @@ static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *
         return 0;
     }
     request_decoded_free(&d);
-    r->stream = 0;              /* one result with everything per sample */
+    r->stream = g->text;        /* else one result with everything per sample */
     r->user = (void *)(intptr_t)i;
     g->lines[i].n = r->n;
     return engine_add(e, r, err);
@@ -200,7 +251,7 @@ int cmd_generate(int argc, char **argv) {
     rlEngineFlags flags;
     engine_flags_init(&flags);
     rlEngineOptions *o = &flags.o;
-    const char *input = "-", *output = "-", *format = "auto";
+    const char *input = "-", *output = "-", *format = "auto", *prompt = NULL, *messages = NULL;
     int max_tokens = 16, stats = 0, n_ids = 0;
     /* one argument holds at most 128 KiB (MAX_ARG_STRLEN): 64 Ki ids */
     enum { GEN_MAX_IDS = 1 << 16 };
@@ -218,17 +269,29 @@ int cmd_generate(int argc, char **argv) {
                  "results, one JSON object per line (default -)");
     flags_enum(&fs, "--input-format", &format, openai_batch_formats,
                "redlm requests or OpenAI Batch lines (default auto: the first line decides)");
+    flags_string(&fs, "--prompt", &prompt, "TEXT",
+                 "one greedy request from text instead of --input; prints its text as it\n"
+                 "is generated (its JSON result with --output)");
+    flags_string(&fs, "--messages", &messages, "JSON",
+                 "the same from a chat: '[{\"role\": \"user\", \"content\": \"Hi\"}]'");
     flags_list(&fs, "--prompt-ids", ids, GEN_MAX_IDS, &n_ids, 0, INT32_MAX, 0, "1,2,3",
-               "one greedy request from token ids instead of --input");
+               "one greedy request from token ids instead of --input (JSON result)");
     flags_int(&fs, "--max-tokens", &max_tokens, 0, INT32_MAX, "N",
-              "tokens to generate for --prompt-ids (default 16)");
+              "tokens to generate for --prompt-ids, --prompt or --messages (default 16)");
     flags_bool(&fs, "--stats", &stats, "scheduler counters to stderr at the end")->aliases =
         "--verbose";
     flags_section(&fs, "engine:");
     engine_flags_add(&fs, &flags);
-    flags_conflict(&fs, "--prompt-ids", "--input");
-    flags_requires(&fs, "--max-tokens", "--prompt-ids");
+    static const char *const one[] = {"--prompt-ids", "--prompt", "--messages", "--input"};
+    for (int a = 0; a < 4; a++)
+        for (int b = a + 1; b < 4; b++) flags_conflict(&fs, one[a], one[b]);
     int rc = flags_main(&fs, argc, argv);
+    int one_off = n_ids || prompt || messages;
+    if (rc < 0 && flags_given(&fs, "--max-tokens") && !one_off) {
+        fprintf(stderr, "redlm generate: --max-tokens only applies together with --prompt-ids, --prompt or "
+                        "--messages\n");
+        rc = RL_EUSAGE;
+    }
     if (rc >= 0) {
         free(ids);
         return rc;
@@ -240,9 +303,11 @@ int cmd_generate(int argc, char **argv) {
     rlEngine *e = NULL;
     rlOutFile out = {0};
     int status = 0;
-    if (n_ids) {
+    /* --prompt / --messages without --output: the text itself, not JSON */
+    g.text = (prompt || messages) && !flags_given(&fs, "--output");
+    if (one_off) {
         lines = malloc(sizeof(char *));
-        if (!lines || !(lines[0] = gen_prompt_ids_line(ids, n_ids, max_tokens, &err))) goto done;
+        if (!lines || !(lines[0] = gen_one_line(prompt, messages, ids, n_ids, max_tokens, &err))) goto done;
         n_lines = 1;
     } else if (gen_read_lines(input, &lines, &n_lines, &err)) {
         goto done;
@@ -255,7 +320,7 @@ int cmd_generate(int argc, char **argv) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    g.progress = isatty(2);
+    g.progress = isatty(2) && !g.text;
     g.n_lines = n_lines;
     if (!(g.lines = calloc((size_t)(n_lines ? n_lines : 1), sizeof(genLine)))) {
         rl_error(&err, RL_EINTERNAL, "out of memory");
@@ -298,6 +363,10 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (files_commit_output(&out, &err)) goto done;
+    if (g.error) {
+        rl_error(&err, RL_EINPUT, "%s", g.error);
+        goto done;
+    }
     if (stats) {
         rlEngineStats st;
         engine_stats(e, &st);
@@ -325,6 +394,7 @@ done:
     free(lines);
     free(ids);
     free(g.lines);
+    free(g.error);
     files_discard_output(&out); /* unless committed or kept */
     if (err.code) {
         fprintf(stderr, "redlm generate: %s\n", err.msg);

@@ -66,12 +66,17 @@ typedef struct subRun {
      * either kind; skipped: already in the output; completed: written. */
     long submitted, answered, local, errors, skipped, completed;
     double t0;
+    double timeout;             /* --timeout: give up after this many seconds (0: never) */
+    const char *out_name;
     int tty;
     const char *format;         /* --input-format */
     int batch;                  /* the input is OpenAI Batch lines */
     double next_live_check;
     int no_worker;              /* warned that no live worker reads the stream */
 } subRun;
+
+/* Exit status of a run --timeout ended, as timeout(1)'s. */
+#define SUB_TIMEOUT 124
 
 static void sub_slot_clear(subSlot *s) {
     free(s->id);
@@ -474,6 +479,14 @@ static int sub_loop(subRun *r) {
             break;
         }
         if (r->eof && r->oldest > r->next_line) break;
+        if (r->timeout > 0 && now_s() - r->t0 >= r->timeout) {
+            sub_progress(r, 1);
+            fprintf(stderr, "redlm submit: --timeout %g s reached: %ld jobs answered, %ld results written to %s, "
+                            "%ld jobs unanswered (they stay queued); rerun with the same --output to go on\n",
+                    r->timeout, r->answered + r->local, r->completed, r->out_name, r->submitted - r->answered);
+            rc = SUB_TIMEOUT;
+            break;
+        }
         sub_check_workers(r);
         redisReply *x = redisCommand(r->c, "XREAD COUNT 1000 BLOCK 1000 STREAMS %s %s", r->reply_key, r->last_id);
         if (!x) {
@@ -526,6 +539,7 @@ static int sub_loop(subRun *r) {
 int cmd_submit(int argc, char **argv) {
     const char *url_s = NULL, *input = NULL, *output = NULL, *stream = "redlm:jobs", *format = "auto";
     int window = 256;
+    double timeout = 0;
     rlFlags fs;
     flags_init(&fs, "submit",
                "usage: redlm submit --redis URL --input jobs.jsonl --output results.jsonl "
@@ -542,9 +556,13 @@ int cmd_submit(int argc, char **argv) {
     flags_enum(&fs, "--input-format", &format, openai_batch_formats,
                "redlm requests or OpenAI Batch lines (default auto: the first line decides)");
     flags_int(&fs, "--window", &window, 1, 1000000, "N", "jobs outstanding at once (default 256)");
+    flags_double(&fs, "--timeout", &timeout, 0, 1, 1e9, "S",
+                 "give up after S seconds, saying how many results it has\n"
+                 "(exit 124; a rerun with the same --output goes on)");
     int rc = flags_main(&fs, argc, argv);
     if (rc >= 0) return rc;
-    subRun r = {.stream = stream, .window = window, .oldest = 1, .format = format};
+    subRun r = {.stream = stream, .window = window, .oldest = 1, .format = format, .timeout = timeout,
+                .out_name = strcmp(output, "-") ? output : "stdout"};
     rc = 0;
     r.by_id = json_object();
     r.done_ids = json_object();
