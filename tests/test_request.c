@@ -95,7 +95,7 @@ static void test_invalid(void **state) {
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"temprature\":0}", "invalid_request",
          "'temprature' (did you mean 'temperature'?)"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"xyzzy_plugh\":0}", "invalid_request",
-         "PROTOCOL.md"},
+         "the request fields are id, prompt, messages"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\"}]}", "invalid_request", "messages[0]"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"nme\":\"y\"}]}",
          "invalid_request", "'nme'"},
