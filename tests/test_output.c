@@ -33,6 +33,8 @@ static void test_events(void **state) {
         "\"token_ids\":[5,6],\"text\":\"hi\",\"finish_reason\":\"length\","
         "\"prompt_logprobs\":[null,{\"id\":6,\"logprob\":-0.5,\"top\":[[6,-0.5]]}],"
         "\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":2,\"cached_tokens\":0},"
+        "\"sampling\":{\"temperature\":1.0,\"top_p\":1.0,\"top_k\":0,\"min_p\":0.0,"
+        "\"repetition_penalty\":1.0},"
         "\"timing\":{\"queued_ms\":1,\"first_token_ms\":14,\"total_ms\":71}}");
     free(s);
     json_decref(ev);

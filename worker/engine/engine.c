@@ -44,6 +44,7 @@ void engine_options_init(rlEngineOptions *o) {
     o->prefix_caching = 1;
     o->tp = o->pp = 1;
     o->stream_interval = 1;
+    o->generation_config = "auto";
 }
 
 /* One sample's output state. */
@@ -90,6 +91,8 @@ struct rlEngine {
     rlCheckpoint *ckpt;
     rlQuantDummy qdummy;        /* dummy weights of a quantized config */
     char quant[64];             /* rl_quant_name of the weights */
+    rlSamplingDefaults defaults; /* generation_config.json's, unless --generation-config vllm */
+    char defaults_line[160];    /* engine_sampling_defaults */
     rlTokenizer *tok;
     rlChat *chat;               /* with tok: the model's chat template */
     rlRanks *ranks;
@@ -225,6 +228,42 @@ static int file_exists(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* ---- the model's sampling defaults (vLLM's --generation-config) ---- */
+
+static int engine_open_defaults(rlEngine *e, rlError *err) {
+    const char *mode = e->opt.generation_config ? e->opt.generation_config : "auto";
+    if (strcmp(mode, "auto") && strcmp(mode, "vllm"))
+        return rl_error(err, RL_EUSAGE, "--generation-config %s: expected auto or vllm", mode);
+    if (!strcmp(mode, "auto") && modelcfg_sampling_defaults(e->opt.model, &e->defaults, err))
+        return -1;
+    const rlSamplingDefaults *d = &e->defaults;
+    char *p = e->defaults_line, *end = p + sizeof(e->defaults_line);
+    if (d->set & RL_DEFAULT_TEMPERATURE) p += snprintf(p, end - p, " temperature=%g", d->temperature);
+    if (d->set & RL_DEFAULT_TOP_P) p += snprintf(p, end - p, " top_p=%g", d->top_p);
+    if (d->set & RL_DEFAULT_TOP_K) p += snprintf(p, end - p, " top_k=%d", d->top_k);
+    if (d->set & RL_DEFAULT_MIN_P) p += snprintf(p, end - p, " min_p=%g", d->min_p);
+    if (d->set & RL_DEFAULT_REPETITION_PENALTY)
+        snprintf(p, end - p, " repetition_penalty=%g", d->repetition_penalty);
+    if (!d->set) snprintf(e->defaults_line, sizeof(e->defaults_line), " none");
+    fprintf(stderr, "redlm: sampling defaults for fields a request leaves out "
+            "(--generation-config %s): %s\n", mode, e->defaults_line + 1);
+    return 0;
+}
+
+/* A default fills a field only when the request did not set it. */
+static void engine_apply_defaults(const rlSamplingDefaults *d, rlRequest *r) {
+    unsigned fill = d->set;
+    if ((fill & RL_DEFAULT_TEMPERATURE) && !(r->given & RL_GIVEN_TEMPERATURE))
+        r->temperature = (float)d->temperature;
+    if ((fill & RL_DEFAULT_TOP_P) && !(r->given & RL_GIVEN_TOP_P)) r->top_p = (float)d->top_p;
+    if ((fill & RL_DEFAULT_TOP_K) && !(r->given & RL_GIVEN_TOP_K)) r->top_k = d->top_k;
+    if ((fill & RL_DEFAULT_MIN_P) && !(r->given & RL_GIVEN_MIN_P)) r->min_p = (float)d->min_p;
+    if ((fill & RL_DEFAULT_REPETITION_PENALTY) && !(r->given & RL_GIVEN_REPETITION_PENALTY))
+        r->repetition_penalty = (float)d->repetition_penalty;
+}
+
+const char *engine_sampling_defaults(const rlEngine *e) { return e->defaults_line + 1; }
+
 rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     rlEngine *e = calloc(1, sizeof(*e));
     if (!e) {
@@ -278,6 +317,7 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     layout_init(&lay);
     lay.tp = o->tp, lay.pp = o->pp, lay.n_devices = o->devices ? o->n_devices : 0;
     if (layout_check(&lay, e->cfg.num_layers, err)) goto fail;
+    if (engine_open_defaults(e, err)) goto fail;
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
     if (file_exists(path)) {
@@ -461,6 +501,7 @@ int engine_add(rlEngine *e, rlRequest *req, rlError *err) {
         return rl_error(err, RL_EINTERNAL, "out of memory");
     }
     q->req = req;
+    engine_apply_defaults(&e->defaults, req);
     q->t_arrival = now_ms();
     uint64_t arrival = e->n_arrivals++;
     q->seed = req->has_seed ? req->seed : rl_mix64(e->opt.seed ^ rl_mix64(arrival));

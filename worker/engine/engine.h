@@ -40,6 +40,9 @@ typedef struct rlEngineOptions {
     uint64_t seed;              /* dummy weights and unseeded requests */
     const char *served_model_name; /* what a request's `model` must name (NULL: model) */
     int stream_interval;        /* a streamed sample's chunk waits for this many tokens, default 1 */
+    const char *generation_config; /* "auto" (default): the model's generation_config.json
+                                    * sampling defaults fill what a request leaves out;
+                                    * "vllm": none, the protocol's defaults */
 } rlEngineOptions;
 
 void engine_options_init(rlEngineOptions *o);
@@ -111,6 +114,9 @@ int engine_has_work(const rlEngine *e);
 /* How many more requests could start now (for backpressure). */
 int engine_free_slots(const rlEngine *e);
 void engine_stats(const rlEngine *e, rlEngineStats *st);
+/* The sampling defaults requests get from the model, as a line:
+ * "temperature=0.7 top_k=20", or "none" (no file, or --generation-config vllm). */
+const char *engine_sampling_defaults(const rlEngine *e);
 /* How the model's weights are stored: "none", "awq int4 g128", ... */
 const char *engine_quantization(const rlEngine *e);
 

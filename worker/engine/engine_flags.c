@@ -4,6 +4,8 @@
 const rlFlagChoice engine_backends[] = {{"cpu", NULL, 0}, {"cuda", NULL, 0}, {NULL, NULL, 0}};
 const rlFlagChoice engine_load_formats[] = {{"auto", NULL, 0}, {"dummy", NULL, 0},
                                             {NULL, NULL, 0}};
+const rlFlagChoice engine_generation_configs[] = {{"auto", NULL, 0}, {"vllm", NULL, 0},
+                                                 {NULL, NULL, 0}};
 const rlFlagChoice engine_quantizations[] = {{"awq", NULL, 0}, {"gptq", NULL, 0},
                                              {"fp8", NULL, 0}, {NULL, NULL, 0}};
 const rlFlagChoice engine_dtypes[] = {
@@ -54,6 +56,10 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
     flags_string(fs, "--served-model-name", &o->served_model_name, "NAME",
                  "the name a request's `model` must give (or --model as\ngiven), in heartbeats "
                  "and `redlm status` (default: --model)");
+    flags_enum(fs, "--generation-config", &o->generation_config, engine_generation_configs,
+               "auto: the model's generation_config.json sampling\n"
+               "defaults fill the fields a request leaves out\n"
+               "(as vLLM; default); vllm: none, the protocol's defaults");
     layout_flags_add(fs, &f->lay);
 }
 

@@ -34,6 +34,7 @@ void engine_flags_finish(rlEngineFlags *f);
 extern const rlFlagChoice engine_backends[];
 extern const rlFlagChoice engine_load_formats[];
 extern const rlFlagChoice engine_dtypes[];
+extern const rlFlagChoice engine_generation_configs[];
 /* --quantization (awq, gptq, fp8) and its help, for `bench` too. */
 extern const rlFlagChoice engine_quantizations[];
 #define ENGINE_QUANTIZATION_HELP                                                  \

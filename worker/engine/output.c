@@ -66,6 +66,14 @@ static json_t *token_list(const int32_t *ids, int n) {
     return a;
 }
 
+/* A float field as the shortest decimal that reads back to it: 0.7, not
+ * 0.699999988079071. */
+static double as_decimal(float f) {
+    char buf[32];
+    snprintf(buf, sizeof(buf), "%.7g", (double)f);
+    return strtod(buf, NULL);
+}
+
 json_t *output_event(const rlOutput *o, int seq) {
     const rlRequest *r = o->req;
     static const char *const kinds[] = {"chunk", "done", "error"};
@@ -104,6 +112,13 @@ json_t *output_event(const rlOutput *o, int seq) {
                                    json_pack("{s:i, s:i, s:i}", "prompt_tokens", o->prompt_tokens,
                                              "completion_tokens", o->completion_tokens,
                                              "cached_tokens", o->cached_tokens));
+        if (r)   /* the values it sampled with: its own, else the model's defaults */
+            bad |= json_object_set_new(
+                ev, "sampling",
+                json_pack("{s:f, s:f, s:i, s:f, s:f}", "temperature", as_decimal(r->temperature),
+                          "top_p", as_decimal(r->top_p), "top_k", r->top_k, "min_p",
+                          as_decimal(r->min_p), "repetition_penalty",
+                          as_decimal(r->repetition_penalty)));
         /* whole milliseconds: finer digits are clock noise to a reader */
         bad |= json_object_set_new(ev, "timing",
                                    json_pack("{s:I, s:I, s:I}", "queued_ms", (json_int_t)llround(o->queued_ms),

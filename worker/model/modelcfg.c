@@ -284,27 +284,79 @@ static int modelcfg_apply_generation(const char *path, rlModelConfig *cfg, rlErr
     return rc;
 }
 
-int modelcfg_load(const char *path, rlModelConfig *cfg, rlError *err) {
-    char cfg_path[4096], gen_path[4096];
+/* The config file and the generation_config.json (or "") a model path
+ * names; buffers of 4096 bytes.  Returns whether path is a directory, or -1. */
+static int modelcfg_paths(const char *path, char *cfg_path, char *gen_path, rlError *err) {
     struct stat st;
     int is_dir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
     size_t plen = strlen(path);
-    if (plen + 32 > sizeof(cfg_path))
+    if (plen + 32 > 4096)
         return rl_error(err, RL_EMODEL, "model path is too long (%zu bytes)", plen);
     if (is_dir) {
-        snprintf(cfg_path, sizeof(cfg_path), "%s/config.json", path);
-        snprintf(gen_path, sizeof(gen_path), "%s/generation_config.json", path);
+        snprintf(cfg_path, 4096, "%s/config.json", path);
+        snprintf(gen_path, 4096, "%s/generation_config.json", path);
     } else {
-        snprintf(cfg_path, sizeof(cfg_path), "%s", path);
+        snprintf(cfg_path, 4096, "%s", path);
         const char *slash = strrchr(path, '/');
         const char *base = slash ? slash + 1 : path;
         if (strcmp(base, "config.json") == 0)
-            snprintf(gen_path, sizeof(gen_path), "%.*sgeneration_config.json",
+            snprintf(gen_path, 4096, "%.*sgeneration_config.json",
                      (int)(base - path), path);
         else
             gen_path[0] = '\0';
     }
+    return is_dir;
+}
 
+/* One sampling default: a number in [lo, hi] (lo itself excluded when
+ * lo_open), or absent / null. */
+static int modelcfg_gen_number(json_t *gen, const char *path, const char *key, double lo,
+                               int lo_open, double hi, unsigned bit, double *out,
+                               unsigned *set, rlError *err) {
+    json_t *v = json_object_get(gen, key);
+    if (!v || json_is_null(v)) return 0;
+    double x = json_number_value(v);
+    if (!json_is_number(v) || x < lo || (lo_open && x == lo) || x > hi)
+        return rl_error(err, RL_EMODEL, "%s: \"%s\" must be a number in %c%g, %g]; fix the "
+                        "file, or start with --generation-config vllm to ignore it", path, key,
+                        lo_open ? '(' : '[', lo, hi);
+    *out = x;
+    *set |= bit;
+    return 0;
+}
+
+int modelcfg_sampling_defaults(const char *path, rlSamplingDefaults *d, rlError *err) {
+    memset(d, 0, sizeof(*d));
+    char cfg_path[4096], gen_path[4096];
+    if (modelcfg_paths(path, cfg_path, gen_path, err) < 0) return -1;
+    if (!gen_path[0]) return 0;
+    int missing;
+    json_t *gen = modelcfg_read_json(gen_path, &missing, err);
+    if (!gen) return missing ? 0 : -1;
+    double top_k = 0;
+    int rc = modelcfg_gen_number(gen, gen_path, "temperature", 0, 0, 1e6, RL_DEFAULT_TEMPERATURE,
+                                 &d->temperature, &d->set, err) ||
+             modelcfg_gen_number(gen, gen_path, "top_p", 0, 1, 1, RL_DEFAULT_TOP_P, &d->top_p,
+                                 &d->set, err) ||
+             modelcfg_gen_number(gen, gen_path, "top_k", -1, 0, 1 << 30, RL_DEFAULT_TOP_K, &top_k,
+                                 &d->set, err) ||
+             modelcfg_gen_number(gen, gen_path, "min_p", 0, 0, 1, RL_DEFAULT_MIN_P, &d->min_p,
+                                 &d->set, err) ||
+             modelcfg_gen_number(gen, gen_path, "repetition_penalty", 0, 1, 1e6,
+                                 RL_DEFAULT_REPETITION_PENALTY, &d->repetition_penalty, &d->set,
+                                 err);
+    json_decref(gen);
+    if (rc) return -1;
+    if (top_k != (int)top_k)
+        return rl_error(err, RL_EMODEL, "%s: \"top_k\" must be a whole number", gen_path);
+    d->top_k = top_k > 0 ? (int)top_k : 0; /* -1 and 0 are off, as in vLLM */
+    return 0;
+}
+
+int modelcfg_load(const char *path, rlModelConfig *cfg, rlError *err) {
+    char cfg_path[4096], gen_path[4096];
+    int is_dir = modelcfg_paths(path, cfg_path, gen_path, err);
+    if (is_dir < 0) return -1;
     int missing;
     json_t *root = modelcfg_read_json(cfg_path, &missing, err);
     if (!root) {

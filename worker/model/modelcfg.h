@@ -15,6 +15,25 @@
  * picks up the generation_config.json beside it.  Errors are RL_EMODEL. */
 int modelcfg_load(const char *path, rlModelConfig *cfg, rlError *err);
 
+/* The sampling defaults a model ships in its generation_config.json, which
+ * vLLM applies (`--generation-config auto`) to the fields a request leaves
+ * out.  Kept apart from rlModelConfig: they shape requests, not the model. */
+enum {
+    RL_DEFAULT_TEMPERATURE = 1 << 0,
+    RL_DEFAULT_TOP_P = 1 << 1,
+    RL_DEFAULT_TOP_K = 1 << 2,
+    RL_DEFAULT_MIN_P = 1 << 3,
+    RL_DEFAULT_REPETITION_PENALTY = 1 << 4,
+};
+typedef struct rlSamplingDefaults {
+    unsigned set;               /* RL_DEFAULT_*: the ones the file gives */
+    double temperature, top_p, min_p, repetition_penalty;
+    int top_k;                  /* 0: off (the file's -1 or 0) */
+} rlSamplingDefaults;
+
+/* path as for modelcfg_load; no generation_config.json is no defaults. */
+int modelcfg_sampling_defaults(const char *path, rlSamplingDefaults *d, rlError *err);
+
 /* The weight type a --dtype name (auto, bf16, fp16, fp32) means for this
  * model: auto is the checkpoint's own, except that fp32 checkpoints run in
  * bf16.  The one home of that rule, for the engine and `plan`. */

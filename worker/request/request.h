@@ -22,8 +22,8 @@ typedef struct rlLogitBias {
 } rlLogitBias;
 
 /* Sampling fields a request gave itself (rlRequest.given), recorded so the
- * model's generation_config.json defaults can fill the others; nothing
- * applies those defaults yet. */
+ * model's generation_config.json defaults can fill the others (the engine
+ * does, unless --generation-config vllm). */
 enum {
     RL_GIVEN_TEMPERATURE = 1 << 0,
     RL_GIVEN_TOP_P = 1 << 1,
