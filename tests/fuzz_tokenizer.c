@@ -82,7 +82,7 @@ static void fuzz_ids(const unsigned char *data, size_t size) {
     rlError err = {0};
     if (tokenizer_decode(tok, ids, n, &full, &flen, &err) || !utf8_valid(full, flen, NULL)) abort();
     char *stops[] = {stop};
-    rlDetok *d = detok_create(tok, stops, slen ? 1 : 0, &err);
+    rlDetok *d = detok_create(tok, stops, slen ? 1 : 0, 0, &err);
     if (!d) abort();
     bytebuf got = {0};
     size_t len;

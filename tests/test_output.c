@@ -30,7 +30,7 @@ static void test_events(void **state) {
     char *s = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
     assert_string_equal(s,
         "{\"id\":\"job\",\"event\":\"done\",\"seq\":3,\"attempt\":1,\"index\":1,"
-        "\"token_ids\":[5,6],\"text\":\"hi\",\"finish_reason\":\"length\","
+        "\"token_ids\":[5,6],\"text\":\"hi\",\"finish_reason\":\"length\",\"stop_reason\":null,"
         "\"prompt_logprobs\":[null,{\"id\":6,\"logprob\":-0.5,\"top\":[[6,-0.5]]}],"
         "\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":2,\"cached_tokens\":0},"
         "\"sampling\":{\"temperature\":1.0,\"top_p\":1.0,\"top_k\":0,\"min_p\":0.0,"

@@ -183,7 +183,7 @@ static void test_openai_fields(void **state) {
                       "\"presence_penalty\":-2,\"frequency_penalty\":2,\"repetition_penalty\":1.3,"
                       "\"logit_bias\":{\"9\":-100,\"2\":100,\"5\":0.5},\"min_tokens\":2,"
                       "\"bad_words\":[\"foo\",\"a b\"],\"skip_special_tokens\":false,"
-                      "\"include_stop_str_in_output\":false,\"model\":\"m\",\"user\":\"u\","
+                      "\"include_stop_str_in_output\":true,\"model\":\"m\",\"user\":\"u\","
                       "\"metadata\":{\"k\":\"v\"},\"seed\":null,\"n\":2}", &r, &err));
     assert_int_equal(r.n_prompt_ids, 2);
     assert_int_equal(r.prompt_ids[1], 5);
@@ -203,7 +203,7 @@ static void test_openai_fields(void **state) {
     assert_int_equal(r.n_bad_words, 2);
     assert_string_equal(r.bad_words[1], "a b");
     assert_false(r.skip_special_tokens);
-    assert_false(r.include_stop_str_in_output);
+    assert_true(r.include_stop_str_in_output);
     assert_string_equal(r.model, "m");
     assert_string_equal(json_string_value(json_object_get(r.echo, "user")), "u");
     assert_string_equal(json_string_value(json_object_get(json_object_get(r.echo, "metadata"), "k")), "v");
@@ -217,7 +217,7 @@ static void test_openai_fields(void **state) {
     assert_int_equal(r.logprobs, -1);
     assert_int_equal(r.max_tokens, 256);
     assert_float_equal(r.repetition_penalty, 1, 0);
-    assert_false(r.skip_special_tokens);
+    assert_true(r.skip_special_tokens);   /* vLLM's default */
     assert_false(r.include_stop_str_in_output);
     assert_null(r.echo);
     assert_int_equal(r.given, RL_GIVEN_TEMPERATURE);
@@ -259,8 +259,6 @@ static void test_openai_invalid(void **state) {
         {"\"bad_words\":\"x\"", "'bad_words' must be an array"},
         {"\"bad_words\":[\"\"]", "'bad_words[0]' must not be empty"},
         {"\"skip_special_tokens\":1", "'skip_special_tokens' must be true or false"},
-        {"\"skip_special_tokens\":true", "\"skip_special_tokens\": true is not supported yet"},
-        {"\"include_stop_str_in_output\":true", "\"include_stop_str_in_output\": true is not supported yet"},
         {"\"include_stop_str_in_output\":\"no\"", "'include_stop_str_in_output' must be true or false"},
         {"\"model\":\"\"", "'model' must not be empty"},
         {"\"model\":3", "'model' must be a string"},

@@ -183,7 +183,7 @@ static void test_cli(void **state) {
  * whole UTF-8 and concatenate to the full decode. */
 static void check_stream(const rlTokenizer *t, const int32_t *ids, int n, int line) {
     rlError err = {0};
-    rlDetok *d = detok_create(t, NULL, 0, &err);
+    rlDetok *d = detok_create(t, NULL, 0, 0, &err);
     assert_non_null(d);
     bytebuf all = {0};
     for (int i = 0; i < n; i++) {
@@ -233,7 +233,7 @@ static char *stream_with_stops(const rlTokenizer *t, const char *text, char **st
     int n;
     rlError err = {0};
     assert_int_equal(tokenizer_encode(t, text, strlen(text), &ids, &n, &err), 0);
-    rlDetok *d = detok_create(t, stops, n_stops, &err);
+    rlDetok *d = detok_create(t, stops, n_stops, 0, &err);
     assert_non_null(d);
     bytebuf out = {0};
     *stopped_at = -1;

@@ -57,6 +57,9 @@ typedef struct engSample {
     size_t text_len, text_cap;
     int n_generated;
     rlFinish finish;            /* NONE while running */
+    int stop_string;            /* what ended it (stop_reason): 1 + its index in stop, */
+    int stop_by_token;          /* or a stop_token_ids entry, stop_token; */
+    int32_t stop_token;         /* neither for EOS and length */
     int dirty;                  /* has undelivered tokens this step */
 } engSample;
 
@@ -465,7 +468,10 @@ static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
         if (r->logprobs >= 0) s->logprobs = malloc(cap * sizeof(rlTokenLogprob));
         if (!s->tokens || (r->logprobs >= 0 && !s->logprobs))
             return rl_error(err, RL_EINTERNAL, "out of memory");
-        if (e->tok && !(s->detok = detok_create(e->tok, r->stop, r->n_stop, err))) return -1;
+        unsigned flags = (r->skip_special_tokens ? RL_DETOK_SKIP_SPECIAL : 0) |
+                         (r->include_stop_str_in_output ? RL_DETOK_KEEP_STOP : 0);
+        if (e->tok && !(s->detok = detok_create(e->tok, r->stop, r->n_stop, flags, err)))
+            return -1;
     }
     if (r->prompt_logprobs >= 0 &&
         !(q->prompt_lp = calloc((size_t)r->n_prompt_ids, sizeof(rlTokenLogprob))))
@@ -563,6 +569,9 @@ static void emit_sample(const rlEngine *e, engReq *q, int i, rlOutputKind kind, 
                   .text_len = s->text_len, .logprobs = s->logprobs, .tokenizer = e->tok};
     if (kind == RL_OUT_DONE) {
         o.finish = s->finish;
+        o.stop_str = s->stop_string ? r->stop[s->stop_string - 1] : NULL;
+        o.stop_by_token = s->stop_by_token;
+        o.stop_token = s->stop_token;
         o.prompt_logprobs = q->prompt_lp;
         o.n_prompt = r->n_prompt_ids;
         o.prompt_tokens = r->n_prompt_ids;
@@ -593,12 +602,13 @@ static int sample_finish(rlEngine *e, engReq *q, int i, rlFinish f, rlOutputFn f
     return 0;
 }
 
+/* 1: an EOS id, 2: one of stop_token_ids (a stop_reason, as vLLM: EOS first), 0: neither. */
 static int is_stop_token(const rlEngine *e, const rlRequest *r, int32_t tok) {
     if (!r->ignore_eos)
         for (int i = 0; i < e->cfg.n_eos; i++)
             if (e->cfg.eos_ids[i] == tok) return 1;
     for (int i = 0; i < r->n_stop_token_ids; i++)
-        if (r->stop_token_ids[i] == tok) return 1;
+        if (r->stop_token_ids[i] == tok) return 2;
     return 0;
 }
 
@@ -624,15 +634,17 @@ static int sample_push(rlEngine *e, engReq *q, int i, const rlRowResult *res, rl
     if (q->t_first == 0) q->t_first = now_ms();
     sched_append(e->sched, q->h, i, tok);
     rlFinish f = RL_FINISH_NONE;
-    if (is_stop_token(e, r, tok)) {
+    int stop = is_stop_token(e, r, tok);
+    if (stop) {
         f = RL_FINISH_STOP;   /* the stop token's own text is not part of the output */
+        s->stop_by_token = stop == 2;
+        s->stop_token = tok;
     } else if (s->detok) {
-        int stopped = 0;
         size_t n;
-        if (detok_push(s->detok, tok, &stopped, err)) return -1;
+        if (detok_push(s->detok, tok, &s->stop_string, err)) return -1;
         const char *t = detok_take(s->detok, &n);
         if (sample_text_append(s, t, n)) return rl_error(err, RL_EINTERNAL, "out of memory");
-        if (stopped) f = RL_FINISH_STOP;
+        if (s->stop_string) f = RL_FINISH_STOP;
     }
     if (!f && s->n_generated >= r->max_tokens) f = RL_FINISH_LENGTH;
     if (f) return sample_finish(e, q, i, f, fn, ctx, err);

@@ -74,6 +74,9 @@ typedef struct rlOutput {
     const struct rlTokenizer *tokenizer; /* spells the logprobs' ids (token_text) */
     /* done only */
     rlFinish finish;
+    const char *stop_str;           /* stop_reason: the stop string that ended it, */
+    int stop_by_token;              /* or (when set) the stop token id; else null */
+    int32_t stop_token;
     const rlTokenLogprob *prompt_logprobs; /* n_prompt entries (entry 0 unused) or NULL */
     int n_prompt;
     int prompt_tokens, completion_tokens, cached_tokens;

@@ -103,6 +103,10 @@ json_t *output_event(const rlOutput *o, int seq) {
     }
     if (o->kind == RL_OUT_DONE) {
         bad |= json_object_set_new(ev, "finish_reason", json_string(output_finish_name(o->finish)));
+        bad |= json_object_set_new(ev, "stop_reason",
+                                   o->stop_str ? json_string(o->stop_str)
+                                   : o->stop_by_token ? json_integer(o->stop_token)
+                                                      : json_null());
         if (o->prompt_logprobs)
             bad |= json_object_set_new(ev, "prompt_logprobs",
                                        logprob_list(o->prompt_logprobs, 1, o->n_prompt));

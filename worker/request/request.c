@@ -25,6 +25,7 @@ void request_init(rlRequest *r) {
     r->temperature = 1.0f;
     r->top_p = 1.0f;
     r->n = 1;
+    r->skip_special_tokens = 1;
     r->logprobs = -1;
     r->prompt_logprobs = -1;
     r->stream = 1;

@@ -74,8 +74,8 @@ typedef struct rlRequest {
     int min_tokens;             /* EOS and stop_token_ids banned before this many */
     char **bad_words;           /* never generated (as vLLM: with and without a leading space) */
     int n_bad_words;
-    int skip_special_tokens;    /* only 0 (the default) is served: special tokens stay */
-    int include_stop_str_in_output; /* only 0 is served: the stop string is dropped */
+    int skip_special_tokens;    /* default 1 (vLLM's): added tokens marked special leave no text */
+    int include_stop_str_in_output; /* default 0: the stop string is dropped from the text */
     char *model;                /* checked against the served model's names, or NULL */
     struct json_t *echo;        /* {"user", "metadata"} as sent, or NULL: echoed back */
     unsigned given;             /* RL_GIVEN_*: the sampling fields the request set */

@@ -137,19 +137,13 @@ static int openai_bad_words(rlRequest *r, const char *key, const json_t *v, cons
     return 0;
 }
 
-/* The text keeps special tokens and drops the stop string today: the one
- * value of each that is served is accepted, the other refused by name. */
+/* skip_special_tokens (default true, as vLLM) and include_stop_str_in_output
+ * (default false): how the text is spelled (worker/tokenizer/detok.c). */
 static int openai_flag(rlRequest *r, const char *key, const json_t *v, const char **code,
                        rlError *err) {
-    int skip = !strcmp(key, "skip_special_tokens");
-    int *out = skip ? &r->skip_special_tokens : &r->include_stop_str_in_output;
-    if (request_get_bool(v, key, out, code, err)) return -1;
-    if (!*out) return 0;
-    *code = "invalid_request";
-    return rl_error(err, RL_EINPUT, "\"%s\": true is not supported yet (%s); "
-                    "send false or leave it out", key,
-                    skip ? "special tokens are always in the text"
-                         : "the stop string is never in the text");
+    int *out = !strcmp(key, "skip_special_tokens") ? &r->skip_special_tokens
+                                                    : &r->include_stop_str_in_output;
+    return request_get_bool(v, key, out, code, err);
 }
 
 static int openai_model(rlRequest *r, const char *key, const json_t *v, const char **code,

@@ -21,21 +21,26 @@ struct rlDetok {
     const rlTokenizer *t;
     char **stops;
     size_t *stop_len;
+    int *stop_index;    /* each kept stop string's index in the list given */
     int n_stops;
+    unsigned flags;     /* RL_DETOK_* */
     bytebuf bytes, held, ready;
     int taken;      /* ready was handed out: clear it on the next call */
-    int stopped, finished;
+    int stopped, finished;  /* stopped: 1 + the stop string's index given */
 };
 
-rlDetok *detok_create(const rlTokenizer *t, char *const *stops, int n_stops, rlError *err) {
+rlDetok *detok_create(const rlTokenizer *t, char *const *stops, int n_stops, unsigned flags,
+                      rlError *err) {
     rlDetok *d = calloc(1, sizeof(*d));
     if (!d || (n_stops > 0 && (!(d->stops = calloc((size_t)n_stops, sizeof(*d->stops))) ||
-                               !(d->stop_len = calloc((size_t)n_stops, sizeof(*d->stop_len)))))) {
+                               !(d->stop_len = calloc((size_t)n_stops, sizeof(*d->stop_len))) ||
+                               !(d->stop_index = calloc((size_t)n_stops, sizeof(int)))))) {
         detok_free(d);
         rl_error(err, RL_EMEMORY, "out of memory");
         return NULL;
     }
     d->t = t;
+    d->flags = flags;
     for (int i = 0; i < n_stops; i++) {
         size_t len = stops[i] ? strlen(stops[i]) : 0, bad;
         if (len == 0) continue;   /* an empty stop string would match before any text */
@@ -49,6 +54,7 @@ rlDetok *detok_create(const rlTokenizer *t, char *const *stops, int n_stops, rlE
             rl_error(err, RL_EMEMORY, "out of memory");
             return NULL;
         }
+        d->stop_index[d->n_stops] = i;
         d->stop_len[d->n_stops++] = len;
     }
     return d;
@@ -59,6 +65,7 @@ void detok_free(rlDetok *d) {
     for (int i = 0; i < d->n_stops; i++) free(d->stops[i]);
     free(d->stops);
     free(d->stop_len);
+    free(d->stop_index);
     bytebuf_free(&d->bytes);
     bytebuf_free(&d->held);
     bytebuf_free(&d->ready);
@@ -93,9 +100,13 @@ static int detok_bytes_to_text(rlDetok *d, int final) {
 static int detok_scan(rlDetok *d) {
     const char *h = d->held.data;
     size_t n = d->held.len, cut = n, keep_from = n;
+    int which = -1;     /* the stop string found first in the text */
     for (int s = 0; s < d->n_stops && n; s++) {
         const char *hit = memmem(h, n, d->stops[s], d->stop_len[s]);
-        if (hit && (size_t)(hit - h) < cut) cut = (size_t)(hit - h);
+        if (hit && (size_t)(hit - h) < cut) {
+            cut = (size_t)(hit - h);
+            which = s;
+        }
         size_t L = d->stop_len[s];
         for (size_t k = n >= L ? n - L + 1 : 0; k < n; k++) {
             if (k < keep_from && !memcmp(h + k, d->stops[s], n - k)) {
@@ -105,7 +116,8 @@ static int detok_scan(rlDetok *d) {
         }
     }
     if (cut < n) {
-        d->stopped = 1;
+        d->stopped = 1 + d->stop_index[which];
+        if (d->flags & RL_DETOK_KEEP_STOP) cut += d->stop_len[which];
         if (bytebuf_append(&d->ready, h, cut)) return -1;
         bytebuf_clear(&d->held);
         bytebuf_clear(&d->bytes);
@@ -128,6 +140,9 @@ int detok_push(rlDetok *d, int32_t id, int *stopped, rlError *err) {
         rc = bytebuf_append(&d->bytes, s, n) || detok_bytes_to_text(d, 0);
         break;
     case TOK_ADDED:
+        /* a skipped special token leaves nothing, as if it were not there
+         * (transformers drops it before decoding) */
+        if ((d->flags & RL_DETOK_SKIP_SPECIAL) && tokenizer_is_special(d->t, id)) return 0;
         rc = detok_bytes_to_text(d, 1) || bytebuf_append(&d->held, s, n);
         break;
     case TOK_NONE:

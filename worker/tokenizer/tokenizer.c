@@ -92,6 +92,10 @@ fail:
     return -1;
 }
 
+int tokenizer_is_special(const rlTokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_ids && t->added_special && t->added_special[id];
+}
+
 tokPieceKind tokenizer_piece(const rlTokenizer *t, int32_t id, const char **s, size_t *n) {
     if (id < 0 || id >= t->n_ids) return TOK_NONE;
     if (t->added_text && t->added_text[id]) {

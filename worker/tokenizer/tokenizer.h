@@ -25,6 +25,8 @@ int tokenizer_vocab_size(const rlTokenizer *t);   /* highest id + 1, added token
 int tokenizer_encode(const rlTokenizer *t, const char *text, size_t len, int32_t **ids,
                      int *n_ids, rlError *err);
 
+/* An added token marked "special" in tokenizer.json (skip_special_tokens). */
+int tokenizer_is_special(const rlTokenizer *t, int32_t id);
 /* ids -> text (special tokens included), invalid UTF-8 replaced by U+FFFD as
  * Rust's String::from_utf8_lossy.  *text is malloc'd and NUL-terminated. */
 int tokenizer_decode(const rlTokenizer *t, const int32_t *ids, int n_ids, char **text,
@@ -36,9 +38,17 @@ int tokenizer_decode(const rlTokenizer *t, const int32_t *ids, int n_ids, char *
  * still be the start of a stop string is held back until it cannot. */
 typedef struct rlDetok rlDetok;
 
-rlDetok *detok_create(const rlTokenizer *t, char *const *stops, int n_stops, rlError *err);
-/* Feed one generated id.  Sets *stopped when a stop string is now complete
- * (generation must end; the stop string and anything after it are dropped). */
+/* Flags of detok_create, vLLM's request fields of the same names. */
+enum {
+    RL_DETOK_SKIP_SPECIAL = 1 << 0, /* added tokens marked "special" leave no text */
+    RL_DETOK_KEEP_STOP = 1 << 1,    /* include_stop_str_in_output: the stop string stays */
+};
+rlDetok *detok_create(const rlTokenizer *t, char *const *stops, int n_stops, unsigned flags,
+                      rlError *err);
+/* Feed one generated id.  Sets *stopped to 1 + the index (in the stops
+ * given) of a stop string that is now complete, 0 while none is
+ * (generation must end; the stop string, unless kept, and anything after it
+ * are dropped). */
 int detok_push(rlDetok *d, int32_t id, int *stopped, rlError *err);
 /* Text ready since the last take; valid until the next call on d. */
 const char *detok_take(rlDetok *d, size_t *len);

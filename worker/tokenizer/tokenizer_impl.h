@@ -16,6 +16,7 @@ struct rlTokenizer {
     addedSet norm_added;    /* matched after it, in NFC form ("normalized": true) */
     char **added_text;      /* by id: an added token's content, or NULL */
     size_t *added_len;
+    unsigned char *added_special; /* by id: 1 for an added token marked "special" */
     int n_ids;              /* highest id + 1, added tokens included */
 };
 

@@ -183,11 +183,14 @@ static int tok_added_tokens(rlTokenizer *t, json_t *list, rlError *err) {
     /* The decode table: by id, the content as written. */
     t->added_text = calloc((size_t)t->n_ids, sizeof(*t->added_text));
     t->added_len = calloc((size_t)t->n_ids, sizeof(*t->added_len));
-    if (t->n_ids && (!t->added_text || !t->added_len)) return rl_error(err, RL_EMEMORY, "out of memory");
+    t->added_special = calloc((size_t)t->n_ids, 1);
+    if (t->n_ids && (!t->added_text || !t->added_len || !t->added_special))
+        return rl_error(err, RL_EMEMORY, "out of memory");
     json_array_foreach(list, i, e) {
         json_t *content = json_object_get(e, "content");
         size_t tid = (size_t)json_integer_value(json_object_get(e, "id"));
         free(t->added_text[tid]);
+        t->added_special[tid] = json_is_true(json_object_get(e, "special"));
         t->added_len[tid] = json_string_length(content);
         t->added_text[tid] = malloc(t->added_len[tid] + 1);
         if (!t->added_text[tid]) return rl_error(err, RL_EMEMORY, "out of memory");
@@ -433,6 +436,7 @@ void tokenizer_free(rlTokenizer *t) {
     for (int i = 0; t->added_text && i < t->n_ids; i++) free(t->added_text[i]);
     free(t->added_text);
     free(t->added_len);
+    free(t->added_special);
     free(t);
 }
 
