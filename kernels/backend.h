@@ -1,6 +1,6 @@
 /* backend.h: the small interface the model's forward pass is written against.
  *
- * kernels/model.c reads as the Qwen2 math and calls these operations; a
+ * kernels/model.c reads as the model's math and calls these operations; a
  * backend (cpu/ with OpenBLAS, cuda/ with CUDA kernels and cuBLAS) implements
  * them on its own memory.  Buffers are opaque device pointers from alloc().
  * Activations are in the backend's act_dtype (fp32 on CPU; bf16/fp16 on
@@ -29,7 +29,6 @@ typedef struct rlAttnShape {
     int kv_head0;     /* global index of local KV head 0 */
     int group;        /* query heads per KV head (global num_heads / num_kv_heads) */
     int head_dim;
-    float rope_theta;
 } rlAttnShape;
 
 typedef struct rlBackend rlBackend;
@@ -53,6 +52,11 @@ typedef struct rlBackendOps {
     int (*kv_init)(rlBackend *be, int n_layers, int n_blocks, int block_size, int n_kv,
                    int head_dim, rlError *err);
 
+    /* The rotary embedding every later rope_kv_store applies: dimension i
+     * (and i + n) of a head at position p turns by p * inv_freq[i], and cos
+     * and sin are multiplied by scale (kernels/rope.c; n = head_dim / 2). */
+    int (*rope_init)(rlBackend *be, const double *inv_freq, int n, double scale, rlError *err);
+
     /* Make the step's batch current (stage its arrays on the device). */
     int (*begin_step)(rlBackend *be, const rlBatch *b, rlError *err);
 
@@ -72,9 +76,12 @@ typedef struct rlBackendOps {
     /* Same with fp32 output (LM head). */
     void (*matmul_f32)(rlBackend *be, float *out, const void *in, const void *w, int rows, int n,
                        int k);
-    /* qkv rows hold [n_q | n_kv | n_kv] heads; rotate q and k in place at the
-     * batch positions, then write k and v into this layer's cache slots. */
-    void (*rope_kv_store)(rlBackend *be, void *qkv, int layer, const rlAttnShape *s);
+    /* qkv rows hold [n_q | n_kv | n_kv] heads; with q_norm and k_norm (each
+     * head_dim weights, NULL for none) first RMSNorm each q and k head, then
+     * rotate q and k in place at the batch positions (rope_init's table),
+     * then write k and v into this layer's cache slots. */
+    void (*rope_kv_store)(rlBackend *be, void *qkv, const void *q_norm, const void *k_norm,
+                          float eps, int layer, const rlAttnShape *s);
     /* Causal attention of each sequence's new queries over its cached keys
      * (block tables, seq_len); out[rows, n_q * head_dim]. */
     void (*attention)(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);

@@ -1,9 +1,11 @@
-/* config.h: the shape of a Qwen2-family model, as the kernels need it.
+/* config.h: the shape of a model, as the kernels need it.
  *
  * Filled from a Hugging Face config.json (+ generation_config.json) by the
- * loader in worker/, or from a bare config.json for --load-format dummy.
- * Everything the forward pass, the KV cache and the memory planner size
- * themselves from lives here, so no layer re-reads JSON. */
+ * loader in worker/ (worker/model/modelcfg.c, where each family's row says
+ * how its config keys become the switches below), or from a bare config.json
+ * for --load-format dummy.  Everything the forward pass, the KV cache and the
+ * memory planner size themselves from lives here, so no layer re-reads JSON
+ * and no layer asks which family a model is: it asks for the switch. */
 #ifndef RL_CONFIG_H
 #define RL_CONFIG_H
 
@@ -18,6 +20,25 @@ typedef enum rlDtype { RL_F32 = 0, RL_F16 = 1, RL_BF16 = 2, RL_I32 = 3, RL_F8_E4
 
 #define RL_MAX_EOS 16
 
+/* Rotary scaling as Hugging Face's modeling_rope_utils computes it
+ * (kernels/rope.c turns it into per-dimension inverse frequencies). */
+typedef enum rlRopeType {
+    RL_ROPE_DEFAULT = 0,
+    RL_ROPE_LINEAR,             /* inverse frequencies / factor */
+    RL_ROPE_YARN,               /* NTK-by-parts ramp, cos/sin times attention_factor */
+    RL_ROPE_LLAMA3,             /* low frequencies / factor, a smooth band between */
+} rlRopeType;
+
+typedef struct rlRopeScaling {
+    rlRopeType type;
+    double factor;                      /* linear, yarn, llama3 */
+    double original_max_position;       /* yarn, llama3: the pre-training context */
+    double beta_fast, beta_slow;        /* yarn (32, 1 when unset) */
+    int truncate;                       /* yarn: floor/ceil the correction range (default 1) */
+    double attention_factor;            /* yarn: resolved at load (mscale rules) */
+    double low_freq_factor, high_freq_factor;   /* llama3 */
+} rlRopeScaling;
+
 typedef struct rlModelConfig {
     int hidden_size;             /* model width */
     int num_layers;              /* num_hidden_layers */
@@ -30,6 +51,13 @@ typedef struct rlModelConfig {
     double rope_theta;
     double rms_norm_eps;
     int tie_word_embeddings;     /* LM head shares the embedding table */
+    /* Per-layer switches (worker/model/modelcfg.c's family table sets them). */
+    char architecture[48];       /* "Qwen2ForCausalLM", for messages and plans */
+    int qkv_bias;                /* q/k/v projections have biases (Qwen2; attention_bias) */
+    int o_bias;                  /* o_proj has a bias (attention_bias of Qwen3 / Llama) */
+    int mlp_bias;                /* gate/up/down have biases (Llama's mlp_bias) */
+    int qk_norm;                 /* RMSNorm over each q and k head before RoPE (Qwen3) */
+    rlRopeScaling rope_scaling;
     rlDtype torch_dtype;         /* the checkpoint's declared dtype */
     int eos_ids[RL_MAX_EOS];     /* generation_config.json, else config.json */
     int n_eos;

@@ -1,10 +1,14 @@
-/* model.c: the Qwen2 forward pass over one step's flat batch of tokens.
+/* model.c: the forward pass over one step's flat batch of tokens.
  *
- * Read it next to Hugging Face's modeling_qwen2.py: per layer, RMSNorm,
- * Q/K/V projections with bias, rotary embedding, grouped-query causal
- * attention over the paged KV cache, output projection, residual add,
- * RMSNorm, SwiGLU MLP, residual add; then the final norm and the LM head on
- * the rows whose logits are wanted.  Tensor parallelism shows up as three
+ * Read it next to Hugging Face's modeling_qwen2.py (modeling_qwen3.py and
+ * modeling_llama.py differ only where a buffer is NULL): per layer, RMSNorm,
+ * Q/K/V projections (with bias in Qwen2), the q/k head norms of Qwen3, rotary
+ * embedding (scaled as the config says), grouped-query causal attention over
+ * the paged KV cache, output projection, residual add, RMSNorm, SwiGLU MLP,
+ * residual add; then the final norm and the LM head on the rows whose
+ * logits are wanted.  A bias after a row-parallel product (Llama's o_proj
+ * and down_proj with attention_bias / mlp_bias) lives on TP rank 0 only, so
+ * the all-reduce adds it once.  Tensor parallelism shows up as three
  * all-reduces per layer boundary (embedding, o_proj, down_proj) and a gather
  * of the vocabulary slices; pipeline parallelism as a receive before the
  * first layer and a send after the last.  A TP communicator of one rank
@@ -85,16 +89,16 @@ static int model_layers(rlModel *m, const rlBatch *b, rlError *err) {
 
         /* Attention: this rank's heads, then o_proj over them, summed over TP. */
         op->matmul(be, m->qkv, m->x, w->wqkv, w->bqkv, T, qkv_width, D);
-        op->rope_kv_store(be, m->qkv, l, &m->attn);
+        op->rope_kv_store(be, m->qkv, w->q_norm, w->k_norm, eps, l, &m->attn);
         op->attention(be, m->att, m->qkv, l, &m->attn);
-        op->matmul(be, m->delta, m->att, w->wo, NULL, T, D, s->n_q_heads * hd);
+        op->matmul(be, m->delta, m->att, w->wo, w->bo, T, D, s->n_q_heads * hd);
         if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
 
         /* h += attention; x = rmsnorm(h); MLP: down(silu(gate x) * up x). */
         op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln2, T, D, eps);
-        op->matmul(be, m->gu, m->x, w->wgu, NULL, T, 2 * s->n_mlp, D);
+        op->matmul(be, m->gu, m->x, w->wgu, w->bgu, T, 2 * s->n_mlp, D);
         op->swiglu(be, m->mlp, m->gu, T, s->n_mlp);
-        op->matmul(be, m->delta, m->mlp, w->wdown, NULL, T, D, s->n_mlp);
+        op->matmul(be, m->delta, m->mlp, w->wdown, w->bdown, T, D, s->n_mlp);
         if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
     }
     if (s->n_layers > 0) op->add(be, m->resid, m->delta, (size_t)T * D);

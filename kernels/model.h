@@ -1,4 +1,5 @@
-/* model.h: a Qwen2 model (one rank's shard of it) on a backend.
+/* model.h: a decoder-only transformer of the Qwen2 / Qwen3 / Llama families
+ * (one rank's shard of it) on a backend.
  *
  * rl_model_init takes weights from a tensor source (a checkpoint) or makes
  * random ones (dummy), slices this rank's shard, and uploads it; the forward
@@ -35,15 +36,56 @@ typedef int (*rlTensorLookup)(void *ctx, const char *name, rlTensorView *out, rl
 typedef int (*rlTensorVisit)(void *ctx, const char *name, int ndim, const int64_t *shape);
 int rl_model_expected_tensors(const rlModelConfig *cfg, rlTensorVisit fn, void *ctx);
 
+/* One rank's weights of one layer.  A buffer a config does not use (a bias
+ * the family lacks, q/k norms outside Qwen3) is NULL, and the operations
+ * take NULL as "none". */
 typedef struct rlLayer {
     void *ln1;     /* (hidden) input_layernorm */
     void *wqkv;    /* ((n_q + 2 n_kv) head_dim, hidden) this rank's q, k, v rows */
     void *bqkv;    /* ((n_q + 2 n_kv) head_dim) */
+    void *q_norm;  /* (head_dim) RMSNorm weight of every q head */
+    void *k_norm;  /* (head_dim) of every k head */
     void *wo;      /* (hidden, n_q head_dim) o_proj columns of this rank's heads */
+    void *bo;      /* (hidden) on TP rank 0 only: added once before the all-reduce */
     void *ln2;     /* (hidden) post_attention_layernorm */
     void *wgu;     /* (2 n_mlp, hidden) gate rows then up rows */
+    void *bgu;     /* (2 n_mlp) */
     void *wdown;   /* (hidden, n_mlp) down_proj columns */
+    void *bdown;   /* (hidden) on TP rank 0 only */
 } rlLayer;
+
+/* How one dimension of a stored tensor is cut across tensor-parallel ranks. */
+typedef enum rlDim {
+    RL_DIM_NONE = 0,    /* the column count of a vector */
+    RL_DIM_HIDDEN,      /* whole on every rank */
+    RL_DIM_HEAD,        /* head_dim, whole on every rank */
+    RL_DIM_Q,           /* num_heads x head_dim, by this rank's query heads */
+    RL_DIM_KV,          /* num_kv_heads x head_dim, by the KV heads they read */
+    RL_DIM_MLP,         /* intermediate_size, by this rank's MLP columns */
+} rlDim;
+
+/* A tensor every layer of a config holds (model_tensors.c has the table):
+ * its name after "model.layers.N.", the rlLayer buffer it goes to (parts of
+ * one buffer follow each other in table order), how its rows and columns
+ * are cut, and whether only TP rank 0 holds it (a bias after a row-parallel
+ * product: added once, then summed by the all-reduce). */
+typedef struct rlLayerTensor {
+    const char *name;
+    size_t slot;            /* offsetof(rlLayer, buffer) */
+    rlDim rows, cols;
+    int rank0_only;
+    float init;             /* dummy weights: uniform in [-init, init), 0 gives ones (norms) */
+} rlLayerTensor;
+
+#define RL_MAX_LAYER_TENSORS 32
+/* The tensors of one layer of cfg, into out; returns how many. */
+int rl_layer_tensors(const rlModelConfig *cfg, rlLayerTensor *out);
+/* Dimension d's full size, and the range of it shard s holds. */
+int64_t rl_dim_size(const rlModelConfig *cfg, rlDim d);
+void rl_dim_cut(const rlModelConfig *cfg, const rlShard *s, rlDim d, int64_t *start,
+                int64_t *n);
+/* Elements of t that shard s holds (0 when rank0_only and s is not TP rank 0). */
+size_t rl_layer_tensor_elems(const rlModelConfig *cfg, const rlShard *s, const rlLayerTensor *t);
 
 typedef struct rlModel {
     rlModelConfig cfg;

@@ -1,5 +1,6 @@
-/* model_weights.c: one rank's shard of the Qwen2 weights, sliced out of the
- * Hugging Face tensors (or made up for --load-format dummy) and uploaded.
+/* model_weights.c: one rank's shard of the weights, sliced out of the
+ * Hugging Face tensors (or made up for --load-format dummy) and uploaded, as
+ * the layer table of model_tensors.c describes them.
  *
  * Column-parallel tensors (q, k, v, gate, up, the vocabulary tables) are row
  * ranges of the stored matrices, contiguous in the file, and go up in one
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/model.h"
+#include "kernels/rope.h"
 
 typedef struct wLoad {
     rlModel *m;
@@ -108,46 +110,39 @@ static void *w_rows(wLoad *L, const char *name, int64_t rows, int64_t r0, int64_
     return p;
 }
 
+/* The buffer of rlLayer that a table row names. */
+static void **w_slot(rlLayer *w, const rlLayerTensor *t) { return (void **)((char *)w + t->slot); }
+
+/* Every tensor of the layer's table (model_tensors.c) as this shard cuts
+ * it; the parts of one buffer follow each other in the table. */
 static int w_layer(wLoad *L, int l, rlLayer *w, rlError *err) {
     const rlModelConfig *c = &L->m->cfg;
     const rlShard *s = &L->m->shard;
-    int64_t D = c->hidden_size, hd = c->head_dim, I = c->intermediate_size;
-    int64_t nq = (int64_t)s->n_q_heads * hd, nkv = (int64_t)s->n_kv_heads * hd;
-    int64_t q0 = (int64_t)s->q_head0 * hd, kv0 = (int64_t)s->kv_head0 * hd;
-    int64_t Q = (int64_t)c->num_heads * hd, KV = (int64_t)c->num_kv_heads * hd;
-    char name[160], pre[64];
-    snprintf(pre, sizeof(pre), "model.layers.%d.", s->layer0 + l);
-#define NAME(x) (snprintf(name, sizeof(name), "%s%s", pre, x), name)
-
-    if (!(w->ln1 = w_vector(L, NAME("input_layernorm.weight"), D, err))) return -1;
-    if (!(w->ln2 = w_vector(L, NAME("post_attention_layernorm.weight"), D, err))) return -1;
-    size_t qkv = (size_t)(nq + 2 * nkv);
-    if (!(w->wqkv = w_alloc(L, qkv * (size_t)D, err))) return -1;
-    if (!(w->bqkv = w_alloc(L, qkv, err))) return -1;
-    if (w_part(L, w->wqkv, 0, NAME("self_attn.q_proj.weight"), Q, D, q0, nq, 0, D, 0.02f, err) ||
-        w_part(L, w->wqkv, (size_t)(nq * D), NAME("self_attn.k_proj.weight"), KV, D, kv0, nkv, 0,
-               D, 0.02f, err) ||
-        w_part(L, w->wqkv, (size_t)((nq + nkv) * D), NAME("self_attn.v_proj.weight"), KV, D, kv0,
-               nkv, 0, D, 0.02f, err) ||
-        w_part(L, w->bqkv, 0, NAME("self_attn.q_proj.bias"), Q, 0, q0, nq, 0, 0, 0.02f, err) ||
-        w_part(L, w->bqkv, (size_t)nq, NAME("self_attn.k_proj.bias"), KV, 0, kv0, nkv, 0, 0,
-               0.02f, err) ||
-        w_part(L, w->bqkv, (size_t)(nq + nkv), NAME("self_attn.v_proj.bias"), KV, 0, kv0, nkv, 0,
-               0, 0.02f, err))
-        return -1;
-    if (!(w->wo = w_alloc(L, (size_t)(D * nq), err)) ||
-        w_part(L, w->wo, 0, NAME("self_attn.o_proj.weight"), D, Q, 0, D, q0, nq, 0.02f, err))
-        return -1;
-    int64_t m0 = s->mlp0, nm = s->n_mlp;
-    if (!(w->wgu = w_alloc(L, (size_t)(2 * nm * D), err)) ||
-        w_part(L, w->wgu, 0, NAME("mlp.gate_proj.weight"), I, D, m0, nm, 0, D, 0.02f, err) ||
-        w_part(L, w->wgu, (size_t)(nm * D), NAME("mlp.up_proj.weight"), I, D, m0, nm, 0, D, 0.02f,
-               err))
-        return -1;
-    if (!(w->wdown = w_alloc(L, (size_t)(D * nm), err)) ||
-        w_part(L, w->wdown, 0, NAME("mlp.down_proj.weight"), D, I, 0, D, m0, nm, 0.02f, err))
-        return -1;
-#undef NAME
+    rlLayerTensor t[RL_MAX_LAYER_TENSORS];
+    int n = rl_layer_tensors(c, t);
+    for (int i = 0, j; i < n; i = j) {
+        size_t total = 0;
+        int held = 0;
+        for (j = i; j < n && t[j].slot == t[i].slot; j++) {
+            total += rl_layer_tensor_elems(c, s, &t[j]);
+            held |= !t[j].rank0_only || s->tp_rank == 0;
+        }
+        if (!held) continue;
+        void **dst = w_slot(w, &t[i]);
+        if (!(*dst = w_alloc(L, total, err))) return -1;
+        for (size_t k = (size_t)i, off = 0; k < (size_t)j; k++) {
+            size_t elems = rl_layer_tensor_elems(c, s, &t[k]);
+            int64_t r0, nr, c0 = 0, nc = 0;
+            rl_dim_cut(c, s, t[k].rows, &r0, &nr);
+            if (t[k].cols != RL_DIM_NONE) rl_dim_cut(c, s, t[k].cols, &c0, &nc);
+            char name[160];
+            snprintf(name, sizeof(name), "model.layers.%d.%s", s->layer0 + l, t[k].name);
+            if (elems && w_part(L, *dst, off, name, rl_dim_size(c, t[k].rows),
+                                rl_dim_size(c, t[k].cols), r0, nr, c0, nc, t[k].init, err))
+                return -1;
+            off += elems;
+        }
+    }
     return 0;
 }
 
@@ -160,6 +155,17 @@ int rl_model_check_backend(const rlModelConfig *cfg, const char *backend, rlErro
                     "yet, and redlm does not silently widen the weights to 16 bits). Use "
                     "--backend cpu, or the model's unquantized checkpoint.",
                     rl_quant_name(&cfg->quant, q, sizeof(q)), backend);
+}
+
+/* The rotary table of kernels/rope.c, handed to the backend once. */
+static int model_rope_init(rlModel *m, rlError *err) {
+    int half = m->cfg.head_dim / 2;
+    double *inv_freq = malloc((size_t)half * sizeof(double)), scale;
+    if (!inv_freq) return rl_error(err, RL_EMEMORY, "out of host memory for the rotary table");
+    rl_rope_frequencies(&m->cfg, inv_freq, &scale);
+    int rc = m->be->ops->rope_init(m->be, inv_freq, half, scale, err);
+    free(inv_freq);
+    return rc;
 }
 
 static void *model_act(rlModel *m, size_t elems, rlDtype dtype, rlError *err) {
@@ -185,7 +191,7 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
                         s->tp_size, s->pp_size, tp ? tp->size : 1, pp ? pp->size : 1);
     m->attn = (rlAttnShape){.n_q = s->n_q_heads, .n_kv = s->n_kv_heads, .q_head0 = s->q_head0,
                             .kv_head0 = s->kv_head0, .group = cfg->num_heads / cfg->num_kv_heads,
-                            .head_dim = cfg->head_dim, .rope_theta = (float)cfg->rope_theta};
+                            .head_dim = cfg->head_dim};
 
     wLoad L = {.m = m, .src = src, .ctx = src_ctx, .seed = dummy_seed};
     int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;
@@ -198,6 +204,7 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
     }
     for (int l = 0; l < s->n_layers; l++)
         if (w_layer(&L, l, &m->layers[l], err) != 0) goto fail;
+    if (model_rope_init(m, err) != 0) goto fail;
     if (last) {
         if (!(m->norm = w_vector(&L, "model.norm.weight", cfg->hidden_size, err))) goto fail;
         if (cfg->tie_word_embeddings && first)
@@ -265,11 +272,13 @@ static void model_release(rlBackend *be, void *p) {
 void rl_model_free(rlModel *m) {
     rlBackend *be = m->be;
     if (!be) return;
-    if (m->layers)
-        for (int l = 0; l < m->shard.n_layers; l++) {
-            rlLayer *w = &m->layers[l];
-            void *ps[] = {w->ln1, w->wqkv, w->bqkv, w->wo, w->ln2, w->wgu, w->wdown};
-            for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) model_release(be, ps[i]);
+    rlLayerTensor t[RL_MAX_LAYER_TENSORS];
+    int n = rl_layer_tensors(&m->cfg, t);
+    for (int l = 0; m->layers && l < m->shard.n_layers; l++)
+        for (int i = 0; i < n; i++) {
+            void **p = w_slot(&m->layers[l], &t[i]);
+            model_release(be, *p);
+            *p = NULL;
         }
     free(m->layers);
     if (m->lm_head != m->embed) model_release(be, m->lm_head);

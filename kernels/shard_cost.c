@@ -5,16 +5,23 @@
 
 size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {
     const rlQuant *q = &cfg->quant;
-    size_t es = rl_dtype_size(dtype);
-    int64_t hidden = cfg->hidden_size, hd = cfg->head_dim;
-    int64_t qkv_rows = (int64_t)(s->n_q_heads + 2 * s->n_kv_heads) * hd;
-    int64_t q_cols = (int64_t)s->n_q_heads * hd, Q = (int64_t)cfg->num_heads * hd;
-    /* Linear layers as the format stores them; norms and biases dense. */
-    size_t per_layer = (2 * (size_t)hidden + (size_t)qkv_rows) * es      /* ln1, ln2, bqkv */
-                       + rl_quant_linear_bytes(q, qkv_rows, hidden, hidden, es)
-                       + rl_quant_linear_bytes(q, hidden, q_cols, Q, es)
-                       + rl_quant_linear_bytes(q, 2 * (int64_t)s->n_mlp, hidden, hidden, es)
-                       + rl_quant_linear_bytes(q, hidden, s->n_mlp, cfg->intermediate_size, es);
+    size_t es = rl_dtype_size(dtype), per_layer = 0;
+    int64_t hidden = cfg->hidden_size;
+    /* Linear layers as the format stores them (each tensor its own scales);
+     * norms and biases dense. */
+    rlLayerTensor t[RL_MAX_LAYER_TENSORS];
+    int n = rl_layer_tensors(cfg, t);
+    for (int i = 0; i < n; i++) {
+        size_t elems = rl_layer_tensor_elems(cfg, s, &t[i]);
+        if (t[i].cols == RL_DIM_NONE || !elems) {
+            per_layer += elems * es;
+            continue;
+        }
+        int64_t r0, nr, c0, nc;
+        rl_dim_cut(cfg, s, t[i].rows, &r0, &nr);
+        rl_dim_cut(cfg, s, t[i].cols, &c0, &nc);
+        per_layer += rl_quant_linear_bytes(q, nr, nc, rl_dim_size(cfg, t[i].cols), es);
+    }
     size_t bytes = per_layer * (size_t)s->n_layers;
     size_t table = (size_t)s->n_vocab * (size_t)hidden * es;
     int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;

@@ -4,8 +4,9 @@
  * hd128", "models-quant/qwen2-tiny-gqa3-awq"); $FIXTURES points there.  A
  * reference kept compressed (reference.json.xz) is unpacked by `make
  * fixtures` to the same place under $BUILT_FIXTURES.  The table lists the
- * models the forward and layout tests run: the dense ones and every Qwen2
- * format of models-quant/; test_forward also runs the bundled model. */
+ * models the forward and layout tests run: the dense ones (Qwen2 at two
+ * shapes, Qwen3, Qwen2 with YaRN, Llama 3) and every Qwen2 format of
+ * models-quant/; test_forward also runs the bundled model. */
 #ifndef RL_TEST_FIXTURE_PATHS_H
 #define RL_TEST_FIXTURE_PATHS_H
 
@@ -15,6 +16,8 @@
 
 static const char *const fixture_models[] = {
     "models/qwen2-tiny-hd128",          "models/qwen2-tiny-gqa3",
+    "models/qwen3-tiny",                "models/qwen2-tiny-yarn",
+    "models/llama-tiny",
     "models-quant/qwen2-tiny-gqa3-awq", "models-quant/qwen2-tiny-hd128-gptq4",
     "models-quant/qwen2-tiny-gqa3-gptq8", "models-quant/qwen2-tiny-hd128-fp8block",
     "models-quant/qwen2-tiny-gqa3-fp8ch",

@@ -304,13 +304,32 @@ typedef struct AttCase {
     int n_q, n_kv, q_head0, kv_head0, group, head_dim;
 } AttCase;
 
-/* HF rotate-half RoPE with fp32 angles and cos/sin rounded to the dtype. */
-static void rope_ref(float *x, int D, int pos, float theta, rlDtype t) {
+/* A rotary table as kernels/rope.c gives rope_init: theta 1e6; scaled, the
+ * lower-frequency half divided by 4 and cos/sin times 1.1386 (YaRN's shape). */
+static void rope_table(double *inv, int D, int scaled, double *scale) {
+    for (int i = 0; i < D / 2; i++) {
+        inv[i] = pow(1e6, -2.0 * i / D);
+        if (scaled && i >= D / 4) inv[i] /= 4;
+    }
+    *scale = scaled ? 1.1386 : 1.0;
+}
+
+/* Qwen3's head norm in 16 bits: normalised value rounded, then the weight. */
+static void head_norm_ref(float *x, const float *w, int D, rlDtype t) {
+    double ss = 0;
+    for (int i = 0; i < D; i++) ss += (double)x[i] * x[i];
+    float rstd = (float)(1 / sqrt(ss / D + 1e-6));
+    for (int i = 0; i < D; i++) x[i] = round_dt(w[i] * round_dt(x[i] * rstd, t), t);
+}
+
+/* HF rotate-half RoPE with fp32 angles from an fp32 table, cos/sin scaled
+ * and rounded to the dtype. */
+static void rope_ref(float *x, int D, int pos, const double *table, double scale, rlDtype t) {
     int half = D / 2;
     for (int i = 0; i < half; i++) {
-        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)D);
-        float ang = (float)pos * inv;
-        double c = round_dt(cosf(ang), t), s = round_dt(sinf(ang), t);
+        float ang = (float)pos * (float)table[i];
+        double c = round_dt((float)(cosf(ang) * scale), t);
+        double s = round_dt((float)(sinf(ang) * scale), t);
         double x1 = x[i], x2 = x[i + half];
         x[i] = round_dt((float)(x1 * c - x2 * s), t);
         x[i + half] = round_dt((float)(x2 * c + x1 * s), t);
@@ -344,7 +363,13 @@ static void run_attention_case(rlBackend *be, const AttCase *ac, int decode) {
     for (int s = 0; s < n_seqs; s++)
         for (int b = 0; b < (cached[s] + fresh[s] + bs - 1) / bs; b++) btab[s * max_blocks + b] = tab[s][b];
     const int W = (ac->n_q + 2 * ac->n_kv) * D;
-    const float theta = 1e6f;
+    /* Decode runs also take Qwen3's q/k head norms and a scaled table. */
+    double table[128], scale;
+    rope_table(table, D, decode, &scale);
+    assert_int_equal(be->ops->rope_init(be, table, D / 2, scale, &err), 0);
+    float *qn = rand_vec((size_t)D, 1, t), *kn = rand_vec((size_t)D, 1, t);
+    for (int i = 0; i < D; i++) qn[i] = round_dt(qn[i] + 1, t), kn[i] = round_dt(kn[i] + 1, t);
+    void *dqn = to_dev(be, qn, (size_t)D), *dkn = to_dev(be, kn, (size_t)D);
     /* Host copies of every token's rotated q, k and v, by sequence and position. */
     int total = 0;
     for (int s = 0; s < n_seqs; s++) total += cached[s] + fresh[s];
@@ -355,11 +380,14 @@ static void run_attention_case(rlBackend *be, const AttCase *ac, int decode) {
     for (int s = 0, o = 0; s < n_seqs; s++) {
         base[s] = o;
         for (int p = 0; p < cached[s] + fresh[s]; p++)
-            for (int h = 0; h < ac->n_q + ac->n_kv; h++)
-                rope_ref(rot + (size_t)(o + p) * W + h * D, D, p, theta, t);
+            for (int h = 0; h < ac->n_q + ac->n_kv; h++) {
+                float *x = rot + (size_t)(o + p) * W + h * D;
+                if (decode) head_norm_ref(x, h < ac->n_q ? qn : kn, D, t);
+                rope_ref(x, D, p, table, scale, t);
+            }
         o += cached[s] + fresh[s];
     }
-    rlAttnShape sh = {ac->n_q, ac->n_kv, ac->q_head0, ac->kv_head0, ac->group, D, theta};
+    rlAttnShape sh = {ac->n_q, ac->n_kv, ac->q_head0, ac->kv_head0, ac->group, D};
     /* Two steps: first the cached prefixes, then the new tokens. */
     for (int step = 0; step < 2; step++) {
         int32_t tokens[2300], pos[2300], slots[2300], start[5], len[4];
@@ -381,7 +409,8 @@ static void run_attention_case(rlBackend *be, const AttCase *ac, int decode) {
         rlBatch b = {n_seqs, n, tokens, pos, slots, start, len, btab, max_blocks, 0, NULL, 0, NULL};
         assert_int_equal(be->ops->begin_step(be, &b, &err), 0);
         void *dqkv = to_dev(be, in, (size_t)n * W);
-        be->ops->rope_kv_store(be, dqkv, layer, &sh);
+        be->ops->rope_kv_store(be, dqkv, decode ? dqn : NULL, decode ? dkn : NULL, 1e-6f, layer,
+                               &sh);
         if (step == 1) {
             float *q = from_dev(be, dqkv, (size_t)n * W);
             double *qref = malloc((size_t)n * W * sizeof *qref);
@@ -427,7 +456,8 @@ static void run_attention_case(rlBackend *be, const AttCase *ac, int decode) {
         be->ops->free(be, dqkv);
         free(in);
     }
-    free(all), free(rot), free(btab);
+    free(all), free(rot), free(btab), free(qn), free(kn);
+    be->ops->free(be, dqn), be->ops->free(be, dkn);
 }
 
 static void test_attention(void **state) {

@@ -5,13 +5,14 @@
  * 16-bit activations: logprobs within 5e-2, greedy compared up to the first
  * margin under 0.1.
  *
- * For every fixture model (tests/fixture_paths.h: both dense ones and each
- * quantized format, dequantized at load), the bundled trained model
- * (build/models/) and every prompt of its reference.json: prompt logprobs
- * within 1e-3, the first generated token's top-5 logprobs equal to
- * log-softmax(last_logits) within 1e-3, and 24 greedy tokens equal up to the
- * first step whose greedy margin is under 1e-2; all 24 for the trained model
- * on the CPU, whose margins (0.021 and up) dwarf fp32 error.  Then the same
+ * For every fixture model (tests/fixture_paths.h: Qwen2 at two shapes,
+ * Qwen3, YaRN, Llama 3, and each quantized format, dequantized at load), the
+ * bundled trained model (build/models/) and every prompt of its
+ * reference.json: prompt logprobs within 1e-3, the first generated token's
+ * top-5 logprobs equal to log-softmax(last_logits) within 1e-3, and 24
+ * greedy tokens equal up to the first step whose greedy margin is under
+ * 1e-2; all 24 for the trained model on the CPU, whose margins (0.021 and
+ * up) dwarf fp32 error.  Then the same
  * prompts run together (prefills next to decode tokens) and one prompt in
  * chunks over several steps must give what they gave alone.  Batches and
  * block tables are built here by hand with a trivial block allocator. */
@@ -234,7 +235,13 @@ static int reliable_steps(json_t *ref) {
     return n;
 }
 
-static void check_reference(tModel *t, tSeq *s) {
+/* The worst differences check_reference saw over a model's prompts. */
+typedef struct tWorst {
+    double plp, top;
+    int steps;
+} tWorst;
+
+static void check_reference(tModel *t, tSeq *s, tWorst *w) {
     const char *name = json_string_value(json_object_get(s->ref, "name"));
     json_t *plp = json_object_get(s->ref, "prompt_logprobs");
     double worst = 0;
@@ -243,6 +250,7 @@ static void check_reference(tModel *t, tSeq *s) {
         if (d > worst) worst = d;
     }
     if (worst > TOL) fail_msg("%s %s: prompt logprob off by %g", t->name, name, worst);
+    w->plp = fmax(w->plp, worst);
 
     /* The reference's log-softmax of the last logits, in double. */
     json_t *logits = json_object_get(s->ref, "last_logits");
@@ -259,6 +267,7 @@ static void check_reference(tModel *t, tSeq *s) {
             if (v > best && v < ref_top - 1e-12) best = v;
         }
         ref_top = best;
+        w->top = fmax(w->top, fmax(fabs(ref_lp - s->top_lp[k]), fabs(best - s->top_lp[k])));
         if (fabs(ref_lp - s->top_lp[k]) > TOL || fabs(best - s->top_lp[k]) > TOL)
             fail_msg("%s %s: top-%d logprob %g (id %d), reference %g for that id, %g k-th best",
                      t->name, name, k + 1, s->top_lp[k], s->top_ids[k], ref_lp, best);
@@ -266,6 +275,7 @@ static void check_reference(tModel *t, tSeq *s) {
 
     json_t *greedy = json_object_get(s->ref, "greedy");
     int n = t->all_greedy ? N_GEN : reliable_steps(s->ref);
+    w->steps += n;
     for (int i = 0; i < n; i++)
         if (s->gen[i] != (int)json_integer_value(json_array_get(greedy, (size_t)i)))
             fail_msg("%s %s: greedy token %d is %d, reference %lld", t->name, name, i, s->gen[i],
@@ -285,7 +295,10 @@ static tSeq *alone(tModel *t) {
 static void test_reference(void **state) {
     tModel *t = *state;
     tSeq *s = alone(t);
-    for (int i = 0; i < t->n_seqs; i++) check_reference(t, &s[i]);
+    tWorst w = {0};
+    for (int i = 0; i < t->n_seqs; i++) check_reference(t, &s[i], &w);
+    print_message("%s: %d prompts, prompt logprobs within %.1e, top-5 within %.1e, %d greedy "
+                  "steps equal\n", t->name, t->n_seqs, w.plp, w.top, w.steps);
 }
 
 /* a (run some other way) must match b (run alone) to within fp32 noise. */

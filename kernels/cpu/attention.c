@@ -3,7 +3,9 @@
  *
  * RoPE follows Hugging Face's rotate-half layout: dimension i pairs with
  * i + head_dim/2 (not with i + 1 as in the original paper's interleaving),
- * at angle pos * theta^(-2i / head_dim), computed in double once per step.
+ * at angle pos * inv_freq[i] (rope_init's table, kernels/rope.c), cos and
+ * sin computed in double once per step.  Qwen3's q/k norms run here too,
+ * on each head just before it turns, as Hugging Face orders them.
  * The cache is paged: token j of a sequence lives in slot
  * block_table[j / block_size] * block_size + j % block_size, so sequences
  * grow block by block and share nothing unless the scheduler says so.
@@ -16,6 +18,16 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+
+int cpu_rope_init(rlBackend *be, const double *inv_freq, int n, double scale, rlError *err) {
+    cpuBackend *c = be->impl;
+    double *t = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    if (!t) return rl_error(err, RL_EMEMORY, "out of host memory for the rotary frequencies");
+    memcpy(t, inv_freq, (size_t)n * sizeof(double));
+    free(c->rope_inv_freq);
+    c->rope_inv_freq = t, c->rope_n = n, c->rope_scale = scale;
+    return 0;
+}
 
 static int cpu_rope_tables(cpuBackend *c, const rlAttnShape *s) {
     const rlBatch *b = c->b;
@@ -30,11 +42,10 @@ static int cpu_rope_tables(cpuBackend *c, const rlAttnShape *s) {
         c->rope_cap = n;
     }
     for (int i = 0; i < half; i++) {
-        double inv_freq = pow(s->rope_theta, -2.0 * i / s->head_dim);
         for (int t = 0; t < b->n_tokens; t++) {
-            double a = b->positions[t] * inv_freq;
-            c->rope_cos[(size_t)t * half + i] = (float)cos(a);
-            c->rope_sin[(size_t)t * half + i] = (float)sin(a);
+            double a = b->positions[t] * c->rope_inv_freq[i];
+            c->rope_cos[(size_t)t * half + i] = (float)(cos(a) * c->rope_scale);
+            c->rope_sin[(size_t)t * half + i] = (float)(sin(a) * c->rope_scale);
         }
     }
     c->rope_ready = 1;
@@ -44,17 +55,19 @@ static int cpu_rope_tables(cpuBackend *c, const rlAttnShape *s) {
 static int cpu_shape_ok(cpuBackend *c, int layer, const rlAttnShape *s) {
     if (c->failed) return 0;
     if (!c->b || layer < 0 || layer >= c->n_layers || s->n_kv != c->n_kv ||
-        s->head_dim != c->head_dim) {
+        s->head_dim != c->head_dim || c->rope_n != s->head_dim / 2) {
         cpu_fail(c, RL_EINTERNAL,
                  "attention shape (layer %d, %d KV heads of %d) does not match the KV cache "
-                 "(%d layers, %d KV heads of %d) or no step was begun",
-                 layer, s->n_kv, s->head_dim, c->n_layers, c->n_kv, c->head_dim);
+                 "(%d layers, %d KV heads of %d) and rotary table (%d frequencies), or no "
+                 "step was begun",
+                 layer, s->n_kv, s->head_dim, c->n_layers, c->n_kv, c->head_dim, c->rope_n);
         return 0;
     }
     return 1;
 }
 
-void cpu_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *s) {
+void cpu_rope_kv_store(rlBackend *be, void *qkv, const void *q_norm, const void *k_norm,
+                       float eps, int layer, const rlAttnShape *s) {
     cpuBackend *c = be->impl;
     if (s->n_q == 0 || !cpu_shape_ok(c, layer, s)) return;
     if (!c->rope_ready && cpu_rope_tables(c, s) != 0) {
@@ -70,6 +83,8 @@ void cpu_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *s
         const float *cs = c->rope_cos + (size_t)t * half, *sn = c->rope_sin + (size_t)t * half;
         for (int h = 0; h < s->n_q + s->n_kv; h++) {     /* q heads, then k heads */
             float *x = row + (size_t)h * hd;
+            const float *norm = h < s->n_q ? q_norm : k_norm;
+            if (norm) cpu_norm_row(x, x, norm, hd, eps);
             for (int i = 0; i < half; i++) {
                 float x1 = x[i], x2 = x[i + half];
                 x[i] = x1 * cs[i] - x2 * sn[i];

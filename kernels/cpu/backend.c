@@ -139,7 +139,7 @@ static void cpu_embed(rlBackend *be, void *out, const void *table, int vocab0, i
     }
 }
 
-static void cpu_norm_row(float *out, const float *x, const float *w, int dim, float eps) {
+void cpu_norm_row(float *out, const float *x, const float *w, int dim, float eps) {
     double ss = 0;
     for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
     float inv = (float)(1.0 / sqrt(ss / dim + eps));
@@ -250,6 +250,7 @@ static void cpu_destroy(rlBackend *be) {
     cpuBackend *c = cpu_of(be);
     cpu_pool_destroy(c->pool);
     free(c->kv);
+    free(c->rope_inv_freq);
     free(c->rope_cos);
     free(c->rope_sin);
     free(c);
@@ -263,6 +264,7 @@ static const rlBackendOps cpu_ops = {
     .download = cpu_download,
     .fill_random = cpu_fill_random,
     .kv_init = cpu_kv_init,
+    .rope_init = cpu_rope_init,
     .begin_step = cpu_begin_step,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,

@@ -16,8 +16,11 @@ typedef struct cpuBackend {
     int n_layers, n_blocks, block_size, n_kv, head_dim;
     float *kv;
     const rlBatch *b;           /* the current step (host memory, caller-owned) */
-    /* cos / sin per batch token and rotary frequency, filled at the first
-     * rope of a step: [n_tokens][head_dim / 2]. */
+    /* rope_init's inverse frequencies and cos/sin factor; cos / sin per
+     * batch token and frequency, filled at the first rope of a step:
+     * [n_tokens][rope_n]. */
+    double *rope_inv_freq, rope_scale;
+    int rope_n;
     float *rope_cos, *rope_sin;
     size_t rope_cap;
     int rope_ready;
@@ -39,7 +42,11 @@ void cpu_fail(cpuBackend *c, rlErrorCode code, const char *fmt, ...)
 /* out[rows, n] = in[rows, k] . w[n, k]^T (matmul.c) */
 void cpu_matmul_rows(cpuBackend *c, float *out, const float *in, const float *w, int rows, int n,
                      int k);
-void cpu_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *s);
+/* x = rmsnorm(x) * w over dim entries, the sum of squares in double. */
+void cpu_norm_row(float *out, const float *x, const float *w, int dim, float eps);
+int cpu_rope_init(rlBackend *be, const double *inv_freq, int n, double scale, rlError *err);
+void cpu_rope_kv_store(rlBackend *be, void *qkv, const void *q_norm, const void *k_norm,
+                       float eps, int layer, const rlAttnShape *s);
 void cpu_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
 int cpu_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err);
 

@@ -175,6 +175,30 @@ static int cuda_kv_init(rlBackend *be, int n_layers, int n_blocks, int block_siz
     return cuda_take_error(c, err);
 }
 
+/* The rotary table as fp32 on the device (the kernel's angles are fp32, as
+ * Hugging Face's are). */
+static int cuda_rope_init(rlBackend *be, const double *inv_freq, int n, double scale,
+                          rlError *err) {
+    rlCuda *c = cuda_of(be);
+    if (n < 1 || n > 128)
+        return rl_error(err, RL_EMODEL,
+                        "CUDA backend: head_dim %d is not supported by the rotary kernel (even "
+                        "head dims up to 256 are). Run this model with --backend cpu.", 2 * n);
+    float host[128];
+    for (int i = 0; i < n; i++) host[i] = (float)inv_freq[i];
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream);
+    cuda_graphs_clear(c);      /* captures hold the old table's address */
+    cudaFree(c->rope_inv_freq);
+    c->rope_inv_freq = NULL;
+    if (cuda_check(c, cudaMalloc(&c->rope_inv_freq, (size_t)n * sizeof(float)), "rope_init") ||
+        cuda_check(c, cudaMemcpy(c->rope_inv_freq, host, (size_t)n * sizeof(float),
+                                 cudaMemcpyHostToDevice), "rope_init"))
+        return cuda_take_error(c, err);
+    c->rope_n = n, c->rope_scale = (float)scale;
+    return 0;
+}
+
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
 /* Packs the batch's arrays at 16-byte aligned offsets of one pinned buffer
@@ -287,6 +311,7 @@ static void cuda_destroy(rlBackend *be) {
     cuda_gemm_free(c);
     cudaFree(c->k_cache);
     cudaFree(c->v_cache);
+    cudaFree(c->rope_inv_freq);
     cudaFree(c->stage_dev);
     cudaFreeHost(c->stage_host);
     cudaFree(c->scratch);
@@ -309,6 +334,7 @@ static const rlBackendOps cuda_ops = {
     .download = cuda_download,
     .fill_random = cuda_fill_random_op,
     .kv_init = cuda_kv_init,
+    .rope_init = cuda_rope_init,
     .begin_step = cuda_begin_step,
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,

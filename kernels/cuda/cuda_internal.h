@@ -66,6 +66,10 @@ typedef struct rlCuda {
      * K and V in two arrays, so one block of one head is one contiguous run. */
     void *k_cache, *v_cache;
     int kv_layers, kv_blocks, kv_block_size, kv_heads, kv_head_dim;
+    /* rope_init's inverse frequencies (fp32, rope_n of them) and cos/sin factor. */
+    float *rope_inv_freq;
+    int rope_n;
+    float rope_scale;
 
     /* The step's batch: packed into pinned host memory, copied in one transfer. */
     unsigned char *stage_host, *stage_dev;
@@ -151,7 +155,8 @@ void cuda_rmsnorm(rlBackend *be, void *out, const void *in, const void *w, int r
                   float eps);
 void cuda_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out, const void *w,
                       int rows, int dim, float eps);
-void cuda_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *s);
+void cuda_rope_kv_store(rlBackend *be, void *qkv, const void *q_norm, const void *k_norm,
+                        float eps, int layer, const rlAttnShape *s);
 
 /* gemm.cu */
 int cuda_gemm_init(rlCuda *c, rlError *err);

@@ -4,7 +4,9 @@
  * Rounding follows Hugging Face's Qwen2 in bf16: the residual stream is
  * stored rounded, the norm is taken over the rounded values in fp32, the
  * normalised value is rounded before the weight multiplies it; RoPE uses
- * fp32 angles and cos/sin rounded to the activation type.  The decode path's
+ * fp32 angles from an fp32 inverse-frequency table (rope_init, from
+ * kernels/rope.c's double one) and cos/sin scaled, then rounded to the
+ * activation type.  Qwen3's q/k head norms run inside the RoPE kernel.  The decode path's
  * kernels (the one-pass norms, RoPE) launch with PDL (cuda_launch.cuh). */
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_launch.cuh"
@@ -124,29 +126,48 @@ void cuda_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out, cons
     cuda_launched(c, "add_rmsnorm");
 }
 
-/* One block per token: rotate its q and k heads in place (rotate-half
- * layout: element i pairs with i + head_dim/2), then store k and v at the
- * token's cache slot (slot < 0: a padding token, nothing stored).  The
- * token's head_dim/2 angles are computed once, before waiting on the kernel
- * that wrote qkv (PDL), and shared by all its heads. */
+/* One block per token: with q_norm / k_norm, RMSNorm each of its q and k
+ * heads in place first (a warp per head; Qwen3), then rotate them in place
+ * (rotate-half layout: element i pairs with i + head_dim/2), then store k
+ * and v at the token's cache slot (slot < 0: a padding token, nothing
+ * stored).  The token's head_dim/2 angles (position x rope_init's fp32
+ * inverse frequencies, fp32 as Hugging Face computes them; cos and sin times
+ * the attention factor, then rounded) are computed once, before waiting on
+ * the kernel that wrote qkv (PDL), and shared by all its heads. */
 template <typename T>
 __global__ void rope_kv_kernel(T *qkv, T *kc, T *vc, const int32_t *positions,
-                               const int32_t *slots, int n_q, int n_kv, int D, float theta,
-                               size_t layer_off, int bs) {
+                               const int32_t *slots, const float *inv_freq, float scale,
+                               const T *q_norm, const T *k_norm, float eps, int n_q, int n_kv,
+                               int D, size_t layer_off, int bs) {
     __shared__ float cs[2][128];     /* cos, sin of each frequency; head_dim <= 256 */
     pdl_trigger();
     int t = blockIdx.x, half = D / 2;
     float pos = (float)positions[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float inv = 1.0f / powf(theta, (float)(2 * i) / (float)D);
         float s, co;
-        sincosf(pos * inv, &s, &co);
-        cs[0][i] = round_to<T>(co);
-        cs[1][i] = round_to<T>(s);
+        sincosf(pos * inv_freq[i], &s, &co);
+        cs[0][i] = round_to<T>(co * scale);
+        cs[1][i] = round_to<T>(s * scale);
     }
-    __syncthreads();
     pdl_wait();
     T *row = qkv + (size_t)t * (n_q + 2 * n_kv) * D;
+    if (q_norm) {
+        /* As Hugging Face's RMSNorm in 16 bits: the normalised value is
+         * rounded before the weight multiplies it. */
+        int lane = threadIdx.x & 31;
+        for (int h = threadIdx.x >> 5; h < n_q + n_kv; h += blockDim.x >> 5) {
+            T *x = row + (size_t)h * D;
+            const T *w = h < n_q ? q_norm : k_norm;
+            float ss = 0;
+            for (int j = lane; j < D; j += 32) {
+                float v = ld(x + j);
+                ss += v * v;
+            }
+            float rstd = rsqrtf(warp_sum(ss) / D + eps);
+            for (int j = lane; j < D; j += 32) st(x + j, ld(w + j) * round_to<T>(ld(x + j) * rstd));
+        }
+    }
+    __syncthreads();
     int slot = slots[t];
     size_t cache_base = 0;
     if (slot >= 0) cache_base = layer_off + (size_t)(slot / bs) * n_kv * bs * D + (size_t)(slot % bs) * D;
@@ -171,15 +192,18 @@ __global__ void rope_kv_kernel(T *qkv, T *kc, T *vc, const int32_t *positions,
     }
 }
 
-void cuda_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *s) {
+void cuda_rope_kv_store(rlBackend *be, void *qkv, const void *q_norm, const void *k_norm,
+                        float eps, int layer, const rlAttnShape *s) {
     rlCuda *c = cuda_of(be);
     if (!c->n_tokens) return;
     if (!c->k_cache || s->n_kv != c->kv_heads || s->head_dim != c->kv_head_dim ||
-        layer < 0 || layer >= c->kv_layers) {
+        layer < 0 || layer >= c->kv_layers || c->rope_n != s->head_dim / 2) {
         cuda_fail(c, RL_EINTERNAL,
-                  "rope_kv_store: the KV cache was set up for %d layers x %d heads x %d dims, "
-                  "asked for layer %d with %d heads x %d dims (kv_init missing or mismatched)",
-                  c->kv_layers, c->kv_heads, c->kv_head_dim, layer, s->n_kv, s->head_dim);
+                  "rope_kv_store: the KV cache was set up for %d layers x %d heads x %d dims "
+                  "and the rotary table for %d frequencies, asked for layer %d with %d heads x "
+                  "%d dims (kv_init or rope_init missing or mismatched)",
+                  c->kv_layers, c->kv_heads, c->kv_head_dim, c->rope_n, layer, s->n_kv,
+                  s->head_dim);
         return;
     }
     size_t layer_off = (size_t)layer * c->kv_blocks * c->kv_heads * c->kv_block_size * s->head_dim;
@@ -188,6 +212,7 @@ void cuda_rope_kv_store(rlBackend *be, void *qkv, int layer, const rlAttnShape *
                 cuda_launch_pdl(c, "rope_kv_store", rope_kv_kernel<T>, dim3(c->n_tokens),
                                 dim3(256), 0, (T *)qkv, (T *)c->k_cache, (T *)c->v_cache,
                                 (const int32_t *)c->d_positions, (const int32_t *)c->d_slots,
-                                s->n_q, s->n_kv, s->head_dim, s->rope_theta, layer_off,
-                                c->kv_block_size));
+                                (const float *)c->rope_inv_freq, c->rope_scale,
+                                (const T *)q_norm, (const T *)k_norm, eps, s->n_q, s->n_kv,
+                                s->head_dim, layer_off, c->kv_block_size));
 }

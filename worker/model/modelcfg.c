@@ -1,9 +1,13 @@
-/* modelcfg.c: reading and checking a Qwen2 config.json.
+/* modelcfg.c: reading and checking a config.json of a supported family.
  *
  * The config decides every buffer size in the process, so each value is
  * checked here (type, range, consistency) and anything redlm does not
- * implement (another architecture, rope scaling, sliding-window attention)
- * is refused with a message, rather than producing wrong numbers later. */
+ * implement (another architecture, mixture of experts, dynamic or other
+ * rope scaling, sliding-window attention) is refused with a message, rather
+ * than producing wrong numbers later.  FAMILIES below is the one place that
+ * says which architectures run and how each one's keys set the per-layer
+ * switches of rlModelConfig (biases, q/k norms); the kernels read only the
+ * switches (kernels/model_tensors.c). */
 #include "worker/model/modelcfg.h"
 
 #include "worker/model/quant.h"
@@ -71,7 +75,7 @@ static int modelcfg_get_dim(json_t *root, const char *path, const char *key, int
     if (!v || json_is_null(v)) {
         if (def >= 0) { *out = def; return 0; }
         return rl_error(err, RL_EMODEL,
-                        "%s has no \"%s\", which every Qwen2 config.json sets. The file is "
+                        "%s has no \"%s\", which every config.json of these families sets. The file is "
                         "incomplete: download config.json again from the model's repository.",
                         path, key);
     }
@@ -128,30 +132,204 @@ static int modelcfg_get_bos(json_t *root, const char *path, rlModelConfig *cfg, 
     return 0;
 }
 
-static int modelcfg_check_arch(json_t *root, const char *path, rlError *err) {
+/* A per-layer switch: fixed (key NULL), or a boolean config key with the
+ * default the family's transformers config class gives it. */
+typedef struct modelcfgSwitch {
+    const char *key;
+    int value;
+} modelcfgSwitch;
+
+/* Every supported family, as its transformers modeling file builds a layer. */
+static const struct modelcfgFamily {
+    const char *model_type, *architecture;
+    modelcfgSwitch qkv_bias, o_bias, mlp_bias;
+    int qk_norm;
+} FAMILIES[] = {
+    /* Qwen2Attention: q/k/v with bias, o_proj without; no MLP bias. */
+    {"qwen2", "Qwen2ForCausalLM", {NULL, 1}, {NULL, 0}, {NULL, 0}, 0},
+    /* Qwen3Attention: attention_bias on q/k/v/o, RMSNorm per q and k head. */
+    {"qwen3", "Qwen3ForCausalLM", {"attention_bias", 0}, {"attention_bias", 0}, {NULL, 0}, 1},
+    /* LlamaAttention / LlamaMLP: attention_bias and mlp_bias. */
+    {"llama", "LlamaForCausalLM", {"attention_bias", 0}, {"attention_bias", 0},
+     {"mlp_bias", 0}, 0},
+};
+#define N_FAMILIES (sizeof(FAMILIES) / sizeof(FAMILIES[0]))
+
+static const char *SUPPORTED = "Qwen2ForCausalLM (model_type \"qwen2\": Qwen2, Qwen2.5), "
+                               "Qwen3ForCausalLM (\"qwen3\": Qwen3 dense) and LlamaForCausalLM "
+                               "(\"llama\": Llama 2 / 3)";
+
+static int modelcfg_get_switch(json_t *root, const char *path, modelcfgSwitch sw, int *out,
+                               rlError *err) {
+    json_t *v = sw.key ? json_object_get(root, sw.key) : NULL;
+    *out = sw.value;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v))
+        return rl_error(err, RL_EMODEL, "%s: \"%s\" must be true or false.", path, sw.key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* The family of model_type / architectures, and its switches. */
+static int modelcfg_get_family(json_t *root, const char *path, rlModelConfig *cfg,
+                               rlError *err) {
     const char *type = json_string_value(json_object_get(root, "model_type"));
+    json_t *archs = json_object_get(root, "architectures");
+    const char *first = json_string_value(json_array_get(archs, 0));
     if (!type)
         return rl_error(err, RL_EMODEL,
                         "%s has no \"model_type\" string, so it is not a Hugging Face "
-                        "transformers config. Point redlm at a Qwen2 / Qwen2.5 model directory "
-                        "downloaded from the Hugging Face hub.", path);
-    if (strcmp(type, "qwen2") != 0)
+                        "transformers config. Point redlm at a model directory downloaded from "
+                        "the Hugging Face hub of one of: %s.", path, SUPPORTED);
+    const struct modelcfgFamily *f = NULL;
+    for (size_t i = 0; i < N_FAMILIES; i++)
+        if (!strcmp(type, FAMILIES[i].model_type)) f = &FAMILIES[i];
+    if (!f)
         return rl_error(err, RL_EMODEL,
-                        "%s: model_type \"%s\" is not supported: redlm runs the Qwen2 "
-                        "architecture only (model_type \"qwen2\": Qwen2, Qwen2.5 and their "
-                        "fine-tunes). Use a Qwen2-family checkpoint.", path, type);
-    json_t *archs = json_object_get(root, "architectures");
-    if (!archs || json_is_null(archs)) return 0;
-    size_t i;
-    json_t *a;
-    json_array_foreach(archs, i, a) {
-        if (json_is_string(a) && strcmp(json_string_value(a), "Qwen2ForCausalLM") == 0) return 0;
+                        "%s: model_type \"%s\"%s%s%s is not supported: redlm runs %s%s. Use a "
+                        "checkpoint of one of those families.", path, type,
+                        first ? " (" : "", first ? first : "", first ? ")" : "", SUPPORTED,
+                        strstr(type, "moe") ? "; mixture-of-experts models are not supported "
+                                              "yet" : "");
+    if (archs && !json_is_null(archs)) {
+        size_t i;
+        json_t *a;
+        int found = 0;
+        json_array_foreach(archs, i, a) {
+            found |= json_is_string(a) && !strcmp(json_string_value(a), f->architecture);
+        }
+        if (!found)
+            return rl_error(err, RL_EMODEL,
+                            "%s: architecture %s is not supported: redlm runs %s (text "
+                            "generation) only. Use the causal-LM checkpoint of the model.",
+                            path, first ? first : "(not a list of names)", SUPPORTED);
     }
-    const char *first = json_string_value(json_array_get(archs, 0));
-    return rl_error(err, RL_EMODEL,
-                    "%s: architecture %s is not supported: redlm runs Qwen2ForCausalLM (text "
-                    "generation) only. Use the causal-LM checkpoint of the model.",
-                    path, first ? first : "(not a list of names)");
+    snprintf(cfg->architecture, sizeof(cfg->architecture), "%s", f->architecture);
+    cfg->qk_norm = f->qk_norm;
+    return modelcfg_get_switch(root, path, f->qkv_bias, &cfg->qkv_bias, err) ||
+           modelcfg_get_switch(root, path, f->o_bias, &cfg->o_bias, err) ||
+           modelcfg_get_switch(root, path, f->mlp_bias, &cfg->mlp_bias, err)
+               ? -1 : 0;
+}
+
+/* A rope parameter: a positive finite number; absent or null gives def, or
+ * an error when def < 0 (required for this rope type). */
+static int modelcfg_get_rope_real(json_t *rs, const char *path, const char *what,
+                                  const char *type, const char *key, double def, double *out,
+                                  rlError *err) {
+    json_t *v = json_object_get(rs, key);
+    if (!v || json_is_null(v)) {
+        if (def >= 0) { *out = def; return 0; }
+        return rl_error(err, RL_EMODEL, "%s: %s of type \"%s\" has no \"%s\", which that "
+                        "type needs. Restore config.json from the model's repository (or copy "
+                        "the rope_scaling block its README gives).", path, what, type, key);
+    }
+    double x = json_is_number(v) ? json_number_value(v) : NAN;
+    if (!(x > 0 && x < 1e12))
+        return rl_error(err, RL_EMODEL, "%s: %s.%s must be a positive number. Restore "
+                        "config.json from the model's repository.", path, what, key);
+    *out = x;
+    return 0;
+}
+
+/* YaRN's attention factor when the config gives none (get_mscale). */
+static double modelcfg_yarn_mscale(double factor, double mscale) {
+    return factor <= 1 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
+}
+
+/* rope_scaling (transformers 4) or rope_parameters (5), as Hugging Face's
+ * modeling_rope_utils reads them: "rope_type" or the older "type"; the
+ * top-level original_max_position_embeddings wins over the block's, which
+ * defaults to max_position_embeddings.  The usable context of a scaled
+ * model is extended as vLLM does (YaRN: original x factor, linear:
+ * max_position_embeddings x factor), so a Qwen2.5 config with the YaRN block
+ * its README gives runs past 32K. */
+static int modelcfg_get_rope(json_t *root, const char *path, rlModelConfig *cfg, rlError *err) {
+    rlRopeScaling *r = &cfg->rope_scaling;
+    memset(r, 0, sizeof(*r));
+    const char *keys[] = {"rope_scaling", "rope_parameters"}, *what = NULL;
+    json_t *rs = NULL;
+    for (int k = 0; k < 2 && !what; k++) {
+        json_t *v = json_object_get(root, keys[k]);
+        if (!v || json_is_null(v)) continue;
+        if (!json_is_object(v))
+            return rl_error(err, RL_EMODEL, "%s: \"%s\" must be an object or null. Restore "
+                            "config.json from the model's repository.", path, keys[k]);
+        rs = v, what = keys[k];
+    }
+    double partial = 1;
+    json_t *pr = json_object_get(root, "partial_rotary_factor");
+    if (rs && !pr) pr = json_object_get(rs, "partial_rotary_factor");
+    if (pr && !json_is_null(pr) && (!json_is_number(pr) || (partial = json_number_value(pr)) != 1))
+        return rl_error(err, RL_EMODEL, "%s: partial_rotary_factor %g is unsupported: redlm "
+                        "rotates whole heads (factor 1) only.", path, partial);
+    if (!rs) return 0;
+    const char *type = json_string_value(json_object_get(rs, "rope_type"));
+    if (!type) type = json_string_value(json_object_get(rs, "type"));
+    if (!type || !strcmp(type, "default")) return 0;
+
+    double orig = cfg->max_position_embeddings;
+    json_t *top = json_object_get(root, "original_max_position_embeddings");
+    int have_orig = top && !json_is_null(top);
+    if (have_orig ? modelcfg_get_real(root, path, "original_max_position_embeddings", 0, 1e12,
+                                      &orig, err)
+                  : modelcfg_get_rope_real(rs, path, what, type,
+                                           "original_max_position_embeddings", orig, &orig, err))
+        return -1;
+    have_orig |= json_object_get(rs, "original_max_position_embeddings") != NULL;
+    r->original_max_position = orig;
+    if (modelcfg_get_rope_real(rs, path, what, type, "factor", -1, &r->factor, err)) return -1;
+    double context = cfg->max_position_embeddings;
+
+    if (!strcmp(type, "linear")) {
+        r->type = RL_ROPE_LINEAR;
+        context *= r->factor;
+    } else if (!strcmp(type, "yarn")) {
+        r->type = RL_ROPE_YARN;
+        json_t *beta_fast = json_object_get(rs, "beta_fast"), *beta_slow = json_object_get(rs, "beta_slow");
+        /* Hugging Face reads them with `or`: a missing, null or zero value
+         * takes the paper's 32 and 1. */
+        r->beta_fast = json_is_number(beta_fast) && json_number_value(beta_fast) ? json_number_value(beta_fast) : 32;
+        r->beta_slow = json_is_number(beta_slow) && json_number_value(beta_slow) ? json_number_value(beta_slow) : 1;
+        json_t *trunc = json_object_get(rs, "truncate");
+        if (trunc && !json_is_null(trunc) && !json_is_boolean(trunc))
+            return rl_error(err, RL_EMODEL, "%s: %s.truncate must be true or false.", path, what);
+        r->truncate = !json_is_false(trunc);
+        double mscale = 0, mscale_all = 0;
+        if (modelcfg_get_rope_real(rs, path, what, type, "attention_factor", 0,
+                                   &r->attention_factor, err) ||
+            modelcfg_get_rope_real(rs, path, what, type, "mscale", 0, &mscale, err) ||
+            modelcfg_get_rope_real(rs, path, what, type, "mscale_all_dim", 0, &mscale_all, err))
+            return -1;
+        if (r->attention_factor == 0)
+            r->attention_factor = mscale && mscale_all
+                                      ? modelcfg_yarn_mscale(r->factor, mscale) /
+                                            modelcfg_yarn_mscale(r->factor, mscale_all)
+                                      : modelcfg_yarn_mscale(r->factor, 1);
+        context = (have_orig ? orig : context) * r->factor;
+    } else if (!strcmp(type, "llama3")) {
+        r->type = RL_ROPE_LLAMA3;
+        if (modelcfg_get_rope_real(rs, path, what, type, "low_freq_factor", -1,
+                                   &r->low_freq_factor, err) ||
+            modelcfg_get_rope_real(rs, path, what, type, "high_freq_factor", -1,
+                                   &r->high_freq_factor, err))
+            return -1;
+        if (r->high_freq_factor <= r->low_freq_factor)
+            return rl_error(err, RL_EMODEL, "%s: %s high_freq_factor (%g) must be above "
+                            "low_freq_factor (%g). Restore config.json from the model's "
+                            "repository.", path, what, r->high_freq_factor, r->low_freq_factor);
+    } else {
+        return rl_error(err, RL_EMODEL,
+                        "%s: %s of type \"%s\" is unsupported: redlm implements the default, "
+                        "\"linear\", \"yarn\" and \"llama3\" rotary embeddings (\"dynamic\" "
+                        "NTK rescales with the sequence length, which a paged cache of rotated "
+                        "keys cannot follow). Use one of those types, or set \"%s\" to null to "
+                        "run the model at its native context length (max_position_embeddings).",
+                        path, what, type, what);
+    }
+    if (context > cfg->max_position_embeddings)
+        cfg->max_position_embeddings = context < RL_MAX_DIM ? (int)context : RL_MAX_DIM;
+    return 0;
 }
 
 /* Refuses the features that change the math redlm implements. */
@@ -160,23 +338,7 @@ static int modelcfg_check_features(json_t *root, const char *path, int num_layer
     json_t *actv = json_object_get(root, "hidden_act");
     if (actv && !json_is_null(actv) && (!act || strcmp(act, "silu") != 0))
         return rl_error(err, RL_EMODEL, "%s: hidden_act \"%s\" is unsupported: redlm implements "
-                        "the SiLU MLP of Qwen2 (\"silu\") only.", path, act ? act : "?");
-
-    /* rope_scaling (transformers 4) and rope_parameters (5) describe the same thing. */
-    const char *rope_keys[] = {"rope_scaling", "rope_parameters"};
-    for (int k = 0; k < 2; k++) {
-        json_t *rs = json_object_get(root, rope_keys[k]);
-        if (!rs || json_is_null(rs)) continue;
-        const char *t = json_string_value(json_object_get(rs, "rope_type"));
-        if (!t) t = json_string_value(json_object_get(rs, "type"));
-        if (json_is_object(rs) && (!t || strcmp(t, "default") == 0)) continue;
-        return rl_error(err, RL_EMODEL,
-                        "%s: %s of type \"%s\" is unsupported: redlm implements plain rotary "
-                        "embeddings only. Set its \"rope_type\" to \"default\" (or \"%s\" to "
-                        "null) in config.json to run the model at its native context length "
-                        "(max_position_embeddings).",
-                        path, rope_keys[k], t ? t : "?", rope_keys[k]);
-    }
+                        "the SiLU MLP (\"silu\") only.", path, act ? act : "?");
 
     /* HF applies the window only to layers from max_window_layers on. */
     json_t *use = json_object_get(root, "use_sliding_window");
@@ -219,7 +381,7 @@ static int modelcfg_get_dtype(json_t *root, const char *path, rlDtype *out, rlEr
 static int modelcfg_parse(json_t *root, const char *path, rlModelConfig *cfg, rlError *err) {
     memset(cfg, 0, sizeof(*cfg));
     cfg->bos_id = -1;
-    if (modelcfg_check_arch(root, path, err)) return -1;
+    if (modelcfg_get_family(root, path, cfg, err)) return -1;
     if (modelcfg_get_dim(root, path, "hidden_size", -1, &cfg->hidden_size, err) ||
         modelcfg_get_dim(root, path, "num_hidden_layers", -1, &cfg->num_layers, err) ||
         modelcfg_get_dim(root, path, "num_attention_heads", -1, &cfg->num_heads, err) ||
@@ -261,7 +423,8 @@ static int modelcfg_parse(json_t *root, const char *path, rlModelConfig *cfg, rl
         return rl_error(err, RL_EMODEL, "%s: \"tie_word_embeddings\" must be true or false.",
                         path);
     cfg->tie_word_embeddings = json_is_true(tie);
-    if (modelcfg_get_dtype(root, path, &cfg->torch_dtype, err) ||
+    if (modelcfg_get_rope(root, path, cfg, err) ||
+        modelcfg_get_dtype(root, path, &cfg->torch_dtype, err) ||
         modelcfg_check_features(root, path, cfg->num_layers, err) ||
         modelcfg_get_bos(root, path, cfg, err) ||
         quant_config_parse(root, path, cfg->num_layers, &cfg->quant, err))
