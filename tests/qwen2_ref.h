@@ -1,10 +1,13 @@
-/* qwen2_ref.h: a plain Qwen2 forward in double precision, one token at a
- * time, written from Hugging Face's modeling_qwen2 and sharing no code with
- * kernels/ (only the bf16/fp16 widening of half.h).  It is the oracle for
- * checkpoints that have no Hugging Face reference.json: test_variants.c first
- * checks it against both fixtures' reference.json, then checks the engine
- * against it.  Slow on purpose: no batching, no paged cache, no BLAS.
- * Header-only because every tests/test_*.c is its own program. */
+/* qwen2_ref.h: a plain forward of the Qwen2 / Qwen3 / Llama families in
+ * double precision, one token at a time, written from Hugging Face's
+ * modeling_qwen2, modeling_qwen3, modeling_llama and modeling_rope_utils and
+ * sharing no code with kernels/ (only the bf16/fp16 widening of half.h and
+ * the switches of rlModelConfig: biases, q/k norms, rope scaling).  It is
+ * the oracle for checkpoints that have no Hugging Face reference.json:
+ * test_variants.c first checks it against every fixture's reference.json,
+ * then checks the engine against it.  Slow on purpose: no batching, no paged
+ * cache, no BLAS.  Header-only because every tests/test_*.c is its own
+ * program. */
 #ifndef RL_TEST_QWEN2_REF_H
 #define RL_TEST_QWEN2_REF_H
 
@@ -19,8 +22,9 @@
 
 typedef struct refLayer {
     float *in_norm, *post_norm;
-    float *q, *q_bias, *k, *k_bias, *v, *v_bias, *o;
-    float *gate, *up, *down;
+    float *q, *q_bias, *k, *k_bias, *v, *v_bias, *o, *o_bias;
+    float *q_norm, *k_norm;
+    float *gate, *gate_bias, *up, *up_bias, *down, *down_bias;
 } refLayer;
 
 typedef struct refModel {
@@ -30,21 +34,22 @@ typedef struct refModel {
     int max_len;
     double *k_cache, *v_cache;           /* [layer][position][kv_heads * head_dim] */
     double *x, *h, *q, *k, *v, *att, *o, *gate, *up, *scores;
+    double *inv_freq, rope_scale;        /* [head_dim / 2], cos/sin factor */
 } refModel;
 
 /* Copies tensor name (n elements) out of lookup as floats into *out. */
 static inline int ref_tensor(rlTensorLookup lookup, void *ctx, const char *name, size_t n,
                              float **out, rlError *err) {
-    rlTensorView t;
+    rlTensorView t = {0};   /* nr 0: the whole tensor */
     if (lookup(ctx, name, &t, err) != 0) return -1;
     size_t have = (size_t)t.shape[0] * (size_t)(t.ndim == 2 ? t.shape[1] : 1);
-    if (have != n) {
+    float *f = have == n ? malloc(n * sizeof(float)) : NULL;
+    if (!f) {
         snprintf(err->msg, sizeof(err->msg), "%s: %zu elements, the reference expects %zu", name,
                  have, n);
+        free(t.owned);
         return -1;
     }
-    float *f = malloc(n * sizeof(float));
-    if (!f) return -1;
     for (size_t i = 0; i < n; i++) {
         uint16_t h;
         if (t.dtype == RL_F32) {
@@ -54,6 +59,7 @@ static inline int ref_tensor(rlTensorLookup lookup, void *ctx, const char *name,
         memcpy(&h, (const char *)t.data + 2 * i, 2);
         f[i] = t.dtype == RL_BF16 ? rl_bf16_to_f32(h) : rl_f16_to_f32(h);
     }
+    free(t.owned);
     *out = f;
     return 0;
 }
@@ -61,16 +67,53 @@ static inline int ref_tensor(rlTensorLookup lookup, void *ctx, const char *name,
 static inline void ref_free(refModel *m) {
     for (int l = 0; m->layers && l < m->cfg.num_layers; l++) {
         refLayer *y = &m->layers[l];
-        float *all[] = {y->in_norm, y->post_norm, y->q, y->q_bias, y->k, y->k_bias,
-                        y->v, y->v_bias, y->o, y->gate, y->up, y->down};
+        float *all[] = {y->in_norm, y->post_norm, y->q, y->q_bias, y->k, y->k_bias, y->v,
+                        y->v_bias, y->o, y->o_bias, y->q_norm, y->k_norm, y->gate,
+                        y->gate_bias, y->up, y->up_bias, y->down, y->down_bias};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
     }
     if (m->head != m->embed) free(m->head);
     free(m->embed), free(m->norm), free(m->layers);
     double *bufs[] = {m->k_cache, m->v_cache, m->x, m->h, m->q, m->k, m->v, m->att, m->o,
-                      m->gate, m->up, m->scores};
+                      m->gate, m->up, m->scores, m->inv_freq};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
     memset(m, 0, sizeof(*m));
+}
+
+/* Inverse frequencies and the cos/sin factor, straight from Hugging Face's
+ * _compute_default / linear_scaling / yarn / llama3 _parameters. */
+static inline void ref_rope_table(const rlModelConfig *c, double *inv, double *scale) {
+    const rlRopeScaling *r = &c->rope_scaling;
+    int dim = c->head_dim;
+    double base = c->rope_theta, low = 0, high = 0;
+    *scale = 1;
+    if (r->type == RL_ROPE_YARN) {
+        low = dim * log(r->original_max_position / (r->beta_fast * 2 * M_PI)) / (2 * log(base));
+        high = dim * log(r->original_max_position / (r->beta_slow * 2 * M_PI)) / (2 * log(base));
+        if (r->truncate) low = floor(low), high = ceil(high);
+        low = fmax(low, 0), high = fmin(high, dim - 1);
+        if (low == high) high += 0.001;
+        *scale = r->attention_factor;
+    }
+    for (int i = 0; i < dim / 2; i++) {
+        double pos_freq = pow(base, (2.0 * i) / dim), f = 1 / pos_freq;
+        if (r->type == RL_ROPE_LINEAR) {
+            f /= r->factor;
+        } else if (r->type == RL_ROPE_YARN) {
+            double extrapolation_factor = 1 - fmin(fmax((i - low) / (high - low), 0), 1);
+            f = 1 / (r->factor * pos_freq) * (1 - extrapolation_factor) +
+                1 / pos_freq * extrapolation_factor;
+        } else if (r->type == RL_ROPE_LLAMA3) {
+            double old = r->original_max_position, wavelen = 2 * M_PI / f;
+            double scaled = wavelen > old / r->low_freq_factor ? f / r->factor : f;
+            double smooth = (old / wavelen - r->low_freq_factor) /
+                            (r->high_freq_factor - r->low_freq_factor);
+            int medium = !(wavelen < old / r->high_freq_factor) &&
+                         !(wavelen > old / r->low_freq_factor);
+            f = medium ? (1 - smooth) * scaled / r->factor + smooth * scaled : scaled;
+        }
+        inv[i] = f;
+    }
 }
 
 /* Every weight of cfg's model through lookup; room for max_len positions. */
@@ -91,9 +134,12 @@ static inline int ref_load(refModel *m, const rlModelConfig *cfg, rlTensorLookup
     m->k = calloc(KV, sizeof(double)), m->v = calloc(KV, sizeof(double));
     m->o = calloc(H, sizeof(double)), m->scores = calloc((size_t)max_len, sizeof(double));
     m->gate = calloc(I, sizeof(double)), m->up = calloc(I, sizeof(double));
+    m->inv_freq = calloc((size_t)cfg->head_dim / 2, sizeof(double));
     if (!m->layers || !m->k_cache || !m->v_cache || !m->x || !m->h || !m->q || !m->att ||
-        !m->k || !m->v || !m->o || !m->scores || !m->gate || !m->up)
+        !m->k || !m->v || !m->o || !m->scores || !m->gate || !m->up || !m->inv_freq)
         goto fail;
+    ref_rope_table(cfg, m->inv_freq, &m->rope_scale);
+    size_t D = (size_t)cfg->head_dim;
     if (ref_tensor(lookup, ctx, "model.embed_tokens.weight", V * H, &m->embed, err) ||
         ref_tensor(lookup, ctx, "model.norm.weight", H, &m->norm, err))
         goto fail;
@@ -101,17 +147,29 @@ static inline int ref_load(refModel *m, const rlModelConfig *cfg, rlTensorLookup
     else if (ref_tensor(lookup, ctx, "lm_head.weight", V * H, &m->head, err)) goto fail;
     for (size_t l = 0; l < L; l++) {
         refLayer *y = &m->layers[l];
-        struct { const char *name; size_t n; float **out; } w[] = {
-            {"input_layernorm.weight", H, &y->in_norm},
-            {"post_attention_layernorm.weight", H, &y->post_norm},
-            {"self_attn.q_proj.weight", Q * H, &y->q}, {"self_attn.q_proj.bias", Q, &y->q_bias},
-            {"self_attn.k_proj.weight", KV * H, &y->k}, {"self_attn.k_proj.bias", KV, &y->k_bias},
-            {"self_attn.v_proj.weight", KV * H, &y->v}, {"self_attn.v_proj.bias", KV, &y->v_bias},
-            {"self_attn.o_proj.weight", H * Q, &y->o},
-            {"mlp.gate_proj.weight", I * H, &y->gate}, {"mlp.up_proj.weight", I * H, &y->up},
-            {"mlp.down_proj.weight", H * I, &y->down},
+        int qkv_b = cfg->qkv_bias, o_b = cfg->o_bias, mlp_b = cfg->mlp_bias, qk = cfg->qk_norm;
+        struct { const char *name; size_t n; float **out; int present; } w[] = {
+            {"input_layernorm.weight", H, &y->in_norm, 1},
+            {"post_attention_layernorm.weight", H, &y->post_norm, 1},
+            {"self_attn.q_proj.weight", Q * H, &y->q, 1},
+            {"self_attn.q_proj.bias", Q, &y->q_bias, qkv_b},
+            {"self_attn.k_proj.weight", KV * H, &y->k, 1},
+            {"self_attn.k_proj.bias", KV, &y->k_bias, qkv_b},
+            {"self_attn.v_proj.weight", KV * H, &y->v, 1},
+            {"self_attn.v_proj.bias", KV, &y->v_bias, qkv_b},
+            {"self_attn.q_norm.weight", D, &y->q_norm, qk},
+            {"self_attn.k_norm.weight", D, &y->k_norm, qk},
+            {"self_attn.o_proj.weight", H * Q, &y->o, 1},
+            {"self_attn.o_proj.bias", H, &y->o_bias, o_b},
+            {"mlp.gate_proj.weight", I * H, &y->gate, 1},
+            {"mlp.gate_proj.bias", I, &y->gate_bias, mlp_b},
+            {"mlp.up_proj.weight", I * H, &y->up, 1},
+            {"mlp.up_proj.bias", I, &y->up_bias, mlp_b},
+            {"mlp.down_proj.weight", H * I, &y->down, 1},
+            {"mlp.down_proj.bias", H, &y->down_bias, mlp_b},
         };
         for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
+            if (!w[i].present) continue;
             char name[160];
             snprintf(name, sizeof(name), "model.layers.%zu.%s", l, w[i].name);
             if (ref_tensor(lookup, ctx, name, w[i].n, w[i].out, err)) goto fail;
@@ -141,10 +199,11 @@ static inline void ref_rmsnorm(const double *x, const float *w, size_t n, double
     for (size_t i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
 }
 
-/* Rotate-half RoPE of one head: dimension i pairs with i + d/2. */
-static inline void ref_rope(double *v, int d, int pos, double theta) {
+/* Rotate-half RoPE of one head: dimension i pairs with i + d/2; cos and
+ * sin times scale (YaRN's attention factor). */
+static inline void ref_rope(double *v, int d, int pos, const double *inv_freq, double scale) {
     for (int i = 0; i < d / 2; i++) {
-        double angle = pos * pow(theta, -2.0 * i / d), c = cos(angle), s = sin(angle);
+        double angle = pos * inv_freq[i], c = cos(angle) * scale, s = sin(angle) * scale;
         double a = v[i], b = v[i + d / 2];
         v[i] = a * c - b * s;
         v[i + d / 2] = b * c + a * s;
@@ -167,9 +226,17 @@ static inline void ref_step(refModel *m, int token, int pos, double *logits) {
         ref_linear(y->q, y->q_bias, m->h, Q, H, m->q);
         ref_linear(y->k, y->k_bias, m->h, KV, H, kc + (size_t)pos * KV);
         ref_linear(y->v, y->v_bias, m->h, KV, H, vc + (size_t)pos * KV);
-        for (int h = 0; h < c->num_heads; h++) ref_rope(m->q + (size_t)h * d, d, pos, c->rope_theta);
+        /* Qwen3: RMSNorm over each head of q and k, before RoPE. */
+        for (int h = 0; y->q_norm && h < c->num_heads; h++)
+            ref_rmsnorm(m->q + (size_t)h * d, y->q_norm, (size_t)d, c->rms_norm_eps,
+                        m->q + (size_t)h * d);
+        for (int h = 0; y->k_norm && h < c->num_kv_heads; h++)
+            ref_rmsnorm(kc + (size_t)pos * KV + (size_t)h * d, y->k_norm, (size_t)d,
+                        c->rms_norm_eps, kc + (size_t)pos * KV + (size_t)h * d);
+        for (int h = 0; h < c->num_heads; h++)
+            ref_rope(m->q + (size_t)h * d, d, pos, m->inv_freq, m->rope_scale);
         for (int h = 0; h < c->num_kv_heads; h++)
-            ref_rope(kc + (size_t)pos * KV + (size_t)h * d, d, pos, c->rope_theta);
+            ref_rope(kc + (size_t)pos * KV + (size_t)h * d, d, pos, m->inv_freq, m->rope_scale);
         for (int h = 0; h < c->num_heads; h++) {
             const double *q = m->q + (size_t)h * d;
             size_t kv = (size_t)(h / group) * (size_t)d;
@@ -186,13 +253,13 @@ static inline void ref_step(refModel *m, int token, int pos, double *logits) {
             for (int p = 0; p <= pos; p++)
                 for (int i = 0; i < d; i++) out[i] += m->scores[p] / sum * vc[(size_t)p * KV + kv + i];
         }
-        ref_linear(y->o, NULL, m->att, H, Q, m->o);
+        ref_linear(y->o, y->o_bias, m->att, H, Q, m->o);
         for (size_t i = 0; i < H; i++) m->x[i] += m->o[i];
         ref_rmsnorm(m->x, y->post_norm, H, c->rms_norm_eps, m->h);
-        ref_linear(y->gate, NULL, m->h, I, H, m->gate);
-        ref_linear(y->up, NULL, m->h, I, H, m->up);
+        ref_linear(y->gate, y->gate_bias, m->h, I, H, m->gate);
+        ref_linear(y->up, y->up_bias, m->h, I, H, m->up);
         for (size_t i = 0; i < I; i++) m->gate[i] = m->gate[i] / (1 + exp(-m->gate[i])) * m->up[i];
-        ref_linear(y->down, NULL, m->gate, H, I, m->o);
+        ref_linear(y->down, y->down_bias, m->gate, H, I, m->o);
         for (size_t i = 0; i < H; i++) m->x[i] += m->o[i];
     }
     ref_rmsnorm(m->x, m->norm, H, c->rms_norm_eps, m->h);

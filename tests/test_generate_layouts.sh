@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # test_generate_layouts.sh: `redlm generate --tp N --pp M` on CPU ranks, for
-# both dense fixture models and the layouts 1x1, 2x1, 3x1, 4x1, 6x1, 1x2, 1x3, 3x2,
-# 2x3 (each quantized fixture of models-quant/ at 1x1 and 3x2), every prompt of reference.json in one run, under the foundation's
+# every dense fixture model (Qwen2 at two shapes, Qwen3, YaRN, Llama 3) and the
+# layouts 1x1, 2x1, 3x1, 4x1, 6x1, 1x2, 1x3, 3x2, 2x3 (each quantized fixture of
+# models-quant/ at 1x1 and 3x2), every prompt of reference.json in one run, under the foundation's
 # tolerances: prompt logprobs within 1e-3, the first generated token's top-5
 # logprobs within 1e-3 of the log-softmax of last_logits (by rank, and for
 # each id returned), greedy tokens equal to the reference up to its first
 # margin under 1e-2; and greedy tokens equal to the 1x1 run up to the first
 # margin under 1e-3.  A layout with more stages than the model has layers
-# (hd128 has 2) must be refused with exit status 2 and a reason.
+# (the two-layer ones) must be refused with exit status 2 and a reason.
 set -u
 tmp=$(mktemp -d /tmp/redlm-layouts.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -75,8 +76,9 @@ check_model() {
     done
 }
 
-check_model models/qwen2-tiny-hd128
-check_model models/qwen2-tiny-gqa3
+for ref in "$FIXTURES"/models/*/reference.json; do
+    check_model "models/$(basename "$(dirname "$ref")")"
+done
 # Every quantized format, dequantized at load: alone and cut on group boundaries.
 for q in qwen2-tiny-gqa3-awq qwen2-tiny-hd128-gptq4 qwen2-tiny-gqa3-gptq8 \
          qwen2-tiny-hd128-fp8block qwen2-tiny-gqa3-fp8ch; do

@@ -1,16 +1,17 @@
 /* test_ranks.c: every TP x PP layout of CPU ranks against the reference.
  *
- * For every fixture model (tests/fixture_paths.h: both dense ones and each
- * quantized format, whose shards cut on group boundaries) and the layouts
- * 1x1, 2x1, 3x1, 4x1, 6x1, 1x2,
- * 1x3, 3x2, 2x3 (TP 4 and 6 leave ranks with no query heads on these
- * models): the prompts prefill together in one step (so the pipeline cuts
+ * For every fixture model (tests/fixture_paths.h: Qwen2 at two shapes,
+ * Qwen3, YaRN, Llama 3, and each quantized format, whose shards cut on group
+ * boundaries) and the layouts 1x1, 2x1, 3x1, 4x1, 6x1, 1x2, 1x3, 3x2, 2x3
+ * (TP 4 and 6 leave ranks with no query heads on most of them; TP 3 cuts
+ * Qwen3's 4 heads and Llama's 8 unevenly): the prompts prefill together in
+ * one step (so the pipeline cuts
  * it into micro-batches), then decode 24 greedy tokens in two halves whose
  * steps are in flight at once (ranks_submit / ranks_wait).  Prompt logprobs
  * must be within 1e-3 of reference.json, greedy tokens equal to the
  * reference up to its first margin under 1e-2, and equal to the 1x1 run's
- * up to the first margin under 1e-3.  hd128 has two layers, so its three-stage
- * layouts must be refused with a reason instead.  1x1 runs a second time as
+ * up to the first margin under 1e-3.  Models of two layers must refuse the
+ * three-stage layouts with a reason instead.  1x1 runs a second time as
  * `--collectives always` does, on a rank thread with communicators of one
  * rank (NCCL on GPUs), under the same checks.  The prompts are those of up
  * to 100 tokens; RL_TEST_FULL=1 takes all of them. */
