@@ -69,5 +69,8 @@ static inline size_t rl_dtype_size(rlDtype t) {
     return t == RL_F32 || t == RL_I32 ? 4 : t == RL_F8_E4M3 ? 1 : 2;
 }
 const char *rl_dtype_name(rlDtype t);
+/* "Qwen3ForCausalLM, q/k norms" or "LlamaForCausalLM, rope llama3 x8 over
+ * 8192 positions": the family and its switches in one line. */
+void rl_config_describe(const rlModelConfig *c, char *buf, size_t n);
 
 #endif

@@ -1,7 +1,8 @@
 /* fixture_configs.h: model configs from tests/fixtures, for the tests that
- * check a rule on every shape: the config.json files at the real Qwen2.5
- * shapes (configs/) and the fixture models' own.  One home for finding and
- * reading them, so the shard, weight and plan tests walk the same set.
+ * check a rule on every shape: the config.json files at the real Qwen2.5 and
+ * Qwen3 shapes (configs/) and the dense fixture models' own (models/ in
+ * fixture_paths.h's list).  One home for finding and reading them, so the
+ * shard, weight and plan tests walk the same set.
  * Header-only, as each test program is one file; include after cmocka.h. */
 #ifndef RL_TEST_FIXTURE_CONFIGS_H
 #define RL_TEST_FIXTURE_CONFIGS_H
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "worker/model/checkpoint.h"
+#include "tests/fixture_paths.h"
 
 /* rel under $FIXTURES (tests/run sets it; tests/fixtures otherwise): a
  * config file ("configs/qwen2.5-7b.json") or a model directory
@@ -47,16 +49,14 @@ static inline void fixture_each_config(void (*fn)(const char *name, rlModelConfi
     if (n < 7) fail_msg("%d configs in %s, want at least 7", n, dir);
 }
 
-/* fn(model name, its config, ctx) for each fixture model (models/). */
+/* fn(model name, its config, ctx) for each dense fixture model (models/). */
 static inline void fixture_each_model(void (*fn)(const char *name, rlModelConfig *c, void *ctx),
                                void *ctx) {
-    const char *models[] = {"qwen2-tiny-hd128", "qwen2-tiny-gqa3"};
-    for (int i = 0; i < 2; i++) {
-        char rel[512];
-        snprintf(rel, sizeof(rel), "models/%s", models[i]);
+    for (int i = 0; i < FIXTURE_N_MODELS; i++) {
+        if (strncmp(fixture_models[i], "models/", 7)) continue;
         rlModelConfig c;
-        fixture_config(rel, &c);
-        fn(models[i], &c, ctx);
+        fixture_config(fixture_models[i], &c);
+        fn(fixture_models[i] + 7, &c, ctx);
     }
 }
 

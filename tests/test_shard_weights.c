@@ -8,12 +8,14 @@
  * back from a rank's buffers say exactly which elements it holds.  Each rank
  * must hold only elements its shard names, none twice, as many as
  * rl_model_weight_bytes reports; over all ranks, every element is held once,
- * except the replicas of the design: RMSNorm weights on every TP rank of
- * their stage, a KV head's rows on every TP rank whose query heads read it,
- * and a tied embedding also on the last stage when it is not the first.
+ * except the replicas of the design: RMSNorm weights (Qwen3's q/k norms
+ * too) on every TP rank of their stage, a KV head's rows on every TP rank
+ * whose query heads read it, and a tied embedding also on the last stage
+ * when it is not the first.  A bias after a row-parallel product (o_proj,
+ * down_proj) is held by TP rank 0 alone.
  *
- * Layouts TP 1..8 x PP 1..4 (as far as the layers allow), for both fixture
- * models at their real shapes and for every config in fixtures/configs with
+ * Layouts TP 1..8 x PP 1..4 (as far as the layers allow), for every fixture
+ * model at its real shape (and llama-tiny with every bias switched on) and for every config in fixtures/configs with
  * its heads, KV heads, head size, MLP width, vocabulary and tying kept, the
  * hidden size (never split) cut to 8 and the layers to 4, so that the whole
  * model stays under 2^24 elements, each exact as an fp32 value. */
@@ -38,7 +40,7 @@
 #define EXACT_LIMIT (1 << 24)   /* integers up to here are exact in fp32 */
 
 typedef enum tKind {
-    K_EMBED, K_LM_HEAD, K_NORM, K_LN, K_Q, K_KV, K_O, K_GATE_UP, K_DOWN
+    K_EMBED, K_LM_HEAD, K_NORM, K_LN, K_Q, K_KV, K_O, K_GATE_UP, K_DOWN, K_ONCE
 } tKind;
 
 typedef struct tTensor {
@@ -65,7 +67,9 @@ typedef struct tModel {
 static tKind kind_of(const char *name) {
     static const struct { const char *suffix; tKind kind; } kinds[] = {
         {"embed_tokens.weight", K_EMBED}, {"lm_head.weight", K_LM_HEAD},
-        {"model.norm.weight", K_NORM}, {"layernorm.weight", K_LN},
+        {"model.norm.weight", K_NORM}, {"layernorm.weight", K_LN}, {"_norm.weight", K_LN},
+        {"o_proj.bias", K_ONCE}, {"down_proj.bias", K_ONCE}, {"gate_proj.bias", K_GATE_UP},
+        {"up_proj.bias", K_GATE_UP},
         {"q_proj.weight", K_Q}, {"q_proj.bias", K_Q}, {"k_proj.weight", K_KV},
         {"k_proj.bias", K_KV}, {"v_proj.weight", K_KV}, {"v_proj.bias", K_KV},
         {"o_proj.weight", K_O}, {"gate_proj.weight", K_GATE_UP},
@@ -160,6 +164,7 @@ static int rank_holds(const rlModelConfig *c, const rlShard *s, const tTensor *x
     case K_O: return in_range(col / hd, s->q_head0, s->n_q_heads);
     case K_GATE_UP: return in_range(row, s->mlp0, s->n_mlp);
     case K_DOWN: return in_range(col, s->mlp0, s->n_mlp);
+    case K_ONCE: return s->tp_rank == 0;
     default: return 0;
     }
 }
@@ -235,7 +240,7 @@ static void take_rank(tModel *t, rlCommSet *set, const rlShard *s, int i, int32_
 
     size_t D = (size_t)c->hidden_size, hd = (size_t)c->head_dim;
     size_t nq = (size_t)s->n_q_heads * hd, nkv = (size_t)s->n_kv_heads * hd;
-    size_t nm = (size_t)s->n_mlp, nv = (size_t)s->n_vocab, held = 0;
+    size_t nm = (size_t)s->n_mlp, nv = (size_t)s->n_vocab, held = 0, rank0 = s->tp_rank == 0;
     int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;
     if (first) held += take_buffer(t, be, m.embed, nv * D, s, stamp, "embed");
     if (last) {
@@ -247,10 +252,24 @@ static void take_rank(tModel *t, rlCommSet *set, const rlShard *s, int i, int32_
         held += take_buffer(t, be, w->ln1, D, s, stamp, "ln1");
         held += take_buffer(t, be, w->ln2, D, s, stamp, "ln2");
         held += take_buffer(t, be, w->wqkv, (nq + 2 * nkv) * D, s, stamp, "wqkv");
-        held += take_buffer(t, be, w->bqkv, nq + 2 * nkv, s, stamp, "bqkv");
         held += take_buffer(t, be, w->wo, D * nq, s, stamp, "wo");
         held += take_buffer(t, be, w->wgu, 2 * nm * D, s, stamp, "wgu");
         held += take_buffer(t, be, w->wdown, D * nm, s, stamp, "wdown");
+        /* The family's optional buffers: present exactly when its switch says. */
+        const struct { const void *buf; int on; size_t n; const char *name; } opt[] = {
+            {w->bqkv, c->qkv_bias, nq + 2 * nkv, "bqkv"},
+            {w->q_norm, c->qk_norm, hd, "q_norm"},
+            {w->k_norm, c->qk_norm, hd, "k_norm"},
+            {w->bo, c->o_bias && rank0, D, "bo"},
+            {w->bgu, c->mlp_bias, 2 * nm, "bgu"},
+            {w->bdown, c->mlp_bias && rank0, D, "bdown"},
+        };
+        for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++) {
+            if (!opt[i].on != !opt[i].buf)
+                fail_msg("%s rank tp%d.pp%d: %s is %s", t->what, s->tp_rank, s->pp_rank,
+                         opt[i].name, opt[i].buf ? "held but the config has none" : "missing");
+            if (opt[i].buf) held += take_buffer(t, be, opt[i].buf, opt[i].n, s, stamp, opt[i].name);
+        }
     }
     /* What the start-up print and the memory plan report is what is held. */
     assert_int_equal(held * sizeof(float), rl_model_weight_bytes(c, s, RL_F32));
@@ -309,6 +328,12 @@ static void each_model(const char *name, rlModelConfig *c, void *ctx) {
 static void test_fixture_models(void **state) {
     (void)state;
     fixture_each_model(each_model, NULL);
+    /* Every bias a family can have, on a Llama shape: o_proj's and
+     * down_proj's on TP rank 0 alone, gate/up's cut with the MLP. */
+    rlModelConfig c;
+    fixture_config("models/llama-tiny", &c);
+    c.qkv_bias = c.o_bias = c.mlp_bias = c.qk_norm = 1;
+    check_model("llama-tiny, every bias", &c);
 }
 
 /* Every real shape's head and MLP split, on a narrow model of few layers. */

@@ -233,8 +233,10 @@ void doctor_check_model(rlDoctor *d, const char *dir, const char *manifest) {
         doctor_line(d, RL_DOC_FAIL, err.code, "model config", "%s", err.msg);
         return;
     }
+    char family[160];
+    rl_config_describe(&cfg, family, sizeof(family));
     doctor_line(d, RL_DOC_OK, 0, "model config",
-                "Qwen2, %d layers, hidden %d, %d heads / %d KV heads, vocab %d, %s",
+                "%s, %d layers, hidden %d, %d heads / %d KV heads, vocab %d, %s", family,
                 cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size,
                 rl_dtype_name(cfg.torch_dtype));
     struct stat sb;

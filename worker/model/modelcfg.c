@@ -198,6 +198,13 @@ static int modelcfg_get_family(json_t *root, const char *path, rlModelConfig *cf
         json_array_foreach(archs, i, a) {
             found |= json_is_string(a) && !strcmp(json_string_value(a), f->architecture);
         }
+        for (size_t k = 0; !found && first && k < N_FAMILIES; k++)
+            if (!strcmp(first, FAMILIES[k].architecture))
+                return rl_error(err, RL_EMODEL,
+                                "%s: architecture %s does not go with model_type \"%s\" (whose "
+                                "architecture is %s): the config is inconsistent. Restore it "
+                                "from the model's repository.", path, first, type,
+                                f->architecture);
         if (!found)
             return rl_error(err, RL_EMODEL,
                             "%s: architecture %s is not supported: redlm runs %s (text "

@@ -116,8 +116,10 @@ static void plan_print_costs(FILE *f, const rlPlan *p) {
 void plan_print(FILE *f, const rlPlan *p) {
     const rlModelConfig *c = &p->cfg;
     const rlPlanOptions *o = &p->opt;
-    fprintf(f, "model:  %d layers, hidden %d, %d heads / %d KV heads of %d, MLP %d, vocab %d%s\n",
-            c->num_layers, c->hidden_size, c->num_heads, c->num_kv_heads, c->head_dim,
+    char family[160];
+    rl_config_describe(c, family, sizeof(family));
+    fprintf(f, "model:  %s\n        %d layers, hidden %d, %d heads / %d KV heads of %d, MLP %d, "
+               "vocab %d%s\n", family, c->num_layers, c->hidden_size, c->num_heads, c->num_kv_heads, c->head_dim,
             c->intermediate_size, c->vocab_size, c->tie_word_embeddings ? ", tied embeddings" : "");
     char fmt[96];
     fprintf(f, "        %s: %.2f GiB of weights, %.1f KiB of KV cache per token (%s)\n",
