@@ -2,7 +2,8 @@
 # gpu_model.sh: the whole model on the CUDA backend against Hugging Face's
 # reference (tests/test_forward.c's checks with 16-bit tolerances: prompt
 # logprobs within 0.05, greedy identical up to the first margin under 0.1,
-# batched and chunked runs equal to the prompt run alone), in bf16 and fp16.
+# batched and chunked runs equal to the prompt run alone), in bf16 and fp16,
+# for every fixture model (tests/fixture_models.h: Qwen2, Qwen3, YaRN, Llama 3).
 set -eu
 source "$(dirname "$0")/skip_without_gpu.sh"
 RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 "$BUILD/tests/test_forward"
@@ -14,8 +15,8 @@ RL_TEST_BACKEND=cuda RL_TEST_DTYPE=fp16 "$BUILD/tests/test_forward"
 # (python3 rather than jq: GPU machines carry python3.)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
-    dir=$FIXTURES/models/$model
+for ref in "$FIXTURES"/models/*/reference.json; do
+    dir=$(dirname "$ref") model=$(basename "$(dirname "$ref")")
     python3 - "$dir/reference.json" > "$tmp/in.jsonl" <<'PY'
 import json, sys
 for p in json.load(open(sys.argv[1]))["prompts"]:
