@@ -5,8 +5,9 @@
  * reference kept compressed (reference.json.xz) is unpacked by `make
  * fixtures` to the same place under $BUILT_FIXTURES.  The table lists the
  * models the forward and layout tests run: the dense ones (Qwen2 at two
- * shapes, Qwen3, Qwen2 with YaRN, Llama 3) and every Qwen2 format of
- * models-quant/; test_forward also runs the bundled model. */
+ * shapes, Qwen3, Qwen2 with YaRN, Llama 3) and every format of
+ * models-quant/ (Qwen2's, and AWQ on Qwen3); test_forward also runs the
+ * bundled model. */
 #ifndef RL_TEST_FIXTURE_PATHS_H
 #define RL_TEST_FIXTURE_PATHS_H
 
@@ -20,7 +21,7 @@ static const char *const fixture_models[] = {
     "models/llama-tiny",
     "models-quant/qwen2-tiny-gqa3-awq", "models-quant/qwen2-tiny-hd128-gptq4",
     "models-quant/qwen2-tiny-gqa3-gptq8", "models-quant/qwen2-tiny-hd128-fp8block",
-    "models-quant/qwen2-tiny-gqa3-fp8ch",
+    "models-quant/qwen2-tiny-gqa3-fp8ch", "models-quant/qwen3-tiny-awq",
 };
 #define FIXTURE_N_MODELS (int)(sizeof(fixture_models) / sizeof(fixture_models[0]))
 

@@ -76,11 +76,11 @@ check_model() {
     done
 }
 
-for ref in "$FIXTURES"/models/*/reference.json; do
-    check_model "models/$(basename "$(dirname "$ref")")"
+for cfg in "$FIXTURES"/models/*/config.json; do
+    check_model "models/$(basename "$(dirname "$cfg")")"
 done
 # Every quantized format, dequantized at load: alone and cut on group boundaries.
 for q in qwen2-tiny-gqa3-awq qwen2-tiny-hd128-gptq4 qwen2-tiny-gqa3-gptq8 \
-         qwen2-tiny-hd128-fp8block qwen2-tiny-gqa3-fp8ch; do
+         qwen2-tiny-hd128-fp8block qwen2-tiny-gqa3-fp8ch qwen3-tiny-awq; do
     check_model "models-quant/$q" "1 1" "3 2"
 done

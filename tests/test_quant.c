@@ -438,7 +438,8 @@ static rlModelConfig config_72b_awq(void) {
     rlModelConfig c = {.hidden_size = 8192, .num_layers = 80, .num_heads = 64, .num_kv_heads = 8,
                        .head_dim = 128, .intermediate_size = 29696, .vocab_size = 152064,
                        .max_position_embeddings = 32768, .rope_theta = 1e6, .rms_norm_eps = 1e-6,
-                       .torch_dtype = RL_F16};
+                       .torch_dtype = RL_F16, .architecture = "Qwen2ForCausalLM",
+                       .qkv_bias = 1};
     c.quant = (rlQuant){.method = RL_QUANT_AWQ, .bits = 4, .group = 128};
     return c;
 }
