@@ -3,7 +3,7 @@
 #
 # `redlm tokenize` renders every line of qwen3-template.jsonl with the
 # template beside the Qwen tokenizer and answers transformers' text and
-# ids; a worker serving a Qwen2 fixture model that ships Qwen3's template
+# ids; a worker serving the Qwen3 fixture model with Qwen3's template
 # answers `messages` jobs with tools, tool calls and tool results and
 # `chat_template_kwargs`, its prompt being exactly the template's rendering
 # (the prompt token count and logprobs of `redlm tokenize`'s ids); a job the
@@ -22,10 +22,10 @@ diffs=$(jq -c '{text, ids}' "$BUILT_FIXTURES/chat/qwen3-template.jsonl" |
 [ "$diffs" = 0 ] || fail "tokenize: $diffs of 120 conversations differ from transformers'"
 echo "tokenize: 120 of 120 conversations as transformers renders them"
 
-# 2. A Qwen2 fixture model that ships Qwen3's chat template.
+# 2. The Qwen3 fixture model (Qwen3ForCausalLM) with Qwen3's chat template.
 M=$T/model
 mkdir -p "$M"
-for f in "$FIXTURES"/models/qwen2-tiny-gqa3/*; do ln -s "$f" "$M/"; done
+for f in "$FIXTURES"/models/qwen3-tiny/*; do ln -s "$f" "$M/"; done
 cp "$BUILT_FIXTURES/tokenizer-qwen/tokenizer_config.json" "$M/"
 tools='[{"type":"function","function":{"name":"get_weather","description":"Weather for a city",
   "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]'
