@@ -110,20 +110,21 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/lib.a
 
 # Large reference files are kept compressed; tests read them from $(BUILD)/fixtures
 # (a model's reference.json.xz: $(BUILD)/fixtures/models-quant/NAME/reference.json).
-FIXTURES_XZ = $(wildcard tests/fixtures/*/*.xz tests/fixtures/*/*/*.xz)
+FIXTURES_XZ = $(filter-out tests/fixtures/bundled/%,$(wildcard tests/fixtures/*/*.xz tests/fixtures/*/*/*.xz))
 fixtures: $(patsubst tests/fixtures/%.xz,$(BUILD)/fixtures/%,$(FIXTURES_XZ))
 $(BUILD)/fixtures/%: tests/fixtures/%.xz
 	@mkdir -p $(dir $@)
 	xz -dc $< > $@
 
-# The bundled model: models/NAME/ becomes the model directory $(BUILD)/models/NAME/
-# (plain files copied, *.xz unpacked).
-MODEL_FILES = $(patsubst models/%,$(BUILD)/models/%,$(patsubst %.xz,%,$(wildcard models/*/*)))
+# The bundled model: tests/fixtures/bundled/NAME/ becomes the model directory
+# $(BUILD)/models/NAME/ (plain files copied, *.xz unpacked).
+BUNDLED = tests/fixtures/bundled
+MODEL_FILES = $(patsubst $(BUNDLED)/%,$(BUILD)/models/%,$(patsubst %.xz,%,$(wildcard $(BUNDLED)/*/*)))
 models: $(MODEL_FILES)
-$(BUILD)/models/%: models/%.xz
+$(BUILD)/models/%: $(BUNDLED)/%.xz
 	@mkdir -p $(dir $@)
 	xz -dc $< > $@
-$(BUILD)/models/%: models/%
+$(BUILD)/models/%: $(BUNDLED)/%
 	@mkdir -p $(dir $@)
 	cp $< $@
 

@@ -30,7 +30,7 @@ static inline void fixture_model_dir(char *out, size_t n, const char *name) {
     snprintf(out, n, "%s/%s", root ? root : "tests/fixtures", name);
 }
 
-/* The bundled trained model: models/ in the repository, which make unpacks
+/* The bundled trained model: tests/fixtures/bundled/, which make unpacks
  * into $BUILD/models/ (the weights and reference are kept as .xz). */
 #define FIXTURE_BUNDLED "qwen2-brown-5m"
 static inline void fixture_bundled_dir(char *out, size_t n) {
