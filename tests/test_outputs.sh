@@ -146,8 +146,10 @@ timing_ms() {
     echo "  $(jq -c .timing "$T/of.out")"
 }
 
-status_dead() {
+status_dead() {   # runs in check's subshell: its workers are stopped here, not by cleanup
     start_worker st-live
+    local live=$LAST_PID
+    trap "kill -KILL $live 2> /dev/null" EXIT
     start_worker st-dead
     local dead=$LAST_PID
     wait_until 30 eval '[ "$(rcli EXISTS redlm:instances:st-live redlm:instances:st-dead)" = 2 ]' ||
