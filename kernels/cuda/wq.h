@@ -1,0 +1,60 @@
+/* wq.h: linear layers whose weights stay quantized on the GPU (int4 / int8
+ * from AWQ and GPTQ, float8_e4m3fn from FP8 checkpoints), dequantized in
+ * registers by the kernels of wq.cu.
+ *
+ * The loader hands over one rank's shard of a layer in one plain form,
+ * whatever the checkpoint's packing (rlWqHost); rl_wq_upload repacks it into
+ * the layout the kernels read.  Decode and small batches run the quantized
+ * kernels directly (rl_wq_gemm); larger ones dequantize into a 16-bit matrix
+ * and take the dense GEMM (rl_wq_dequant), where compute, not weight reads,
+ * bounds the step. */
+#ifndef RL_CUDA_WQ_H
+#define RL_CUDA_WQ_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/config.h"
+
+typedef enum rlWqType { RL_WQ_INT4 = 1, RL_WQ_INT8, RL_WQ_FP8 } rlWqType;
+
+/* y[m][n] = x[m][k] . W[n][k]^T, W given as: */
+typedef struct rlWqHost {
+    rlWqType type;
+    int n, k;
+    int group_k;          /* input columns per scale (k: one group) */
+    int group_n;          /* output rows per scale: 1 (int types, fp8 per channel),
+                             block_n (fp8 block), n (fp8 per tensor) */
+    const uint8_t *q;     /* [n][k]: integers (int4 0..15, int8 0..255) or e4m3 bit patterns */
+    const float *scale;   /* [ceil(n / group_n)][ceil(k / group_k)] */
+    const float *zero;    /* int types: [n][ceil(k / group_k)], w = scale * (q - zero);
+                             NULL for fp8, w = scale * e4m3(q) */
+    const int32_t *perm;  /* [k] or NULL (GPTQ act-order): q's column j multiplies x[:, perm[j]] */
+} rlWqHost;
+
+typedef struct rlWq rlWq;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Repack on the host and upload on stream s; *bytes: the device bytes held.
+ * A shape the layout cannot hold fills msg and returns nonzero. */
+int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_t *bytes, char *msg,
+                 size_t msg_n);
+/* y (dtype dt: RL_BF16 or RL_F16, like x; leading dimensions in elements)
+ * for 1 <= m <= rl_wq_max_rows(w).  Asynchronous on s, no allocation, no
+ * synchronisation: it can be captured in a CUDA graph. */
+int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy, int m,
+               cudaStream_t s);
+int rl_wq_max_rows(const rlWq *w);
+/* The whole matrix dequantized into dst [n][k] of dtype dt. */
+int rl_wq_dequant(const rlWq *w, rlDtype dt, void *dst, cudaStream_t s);
+void rl_wq_free(rlWq *w);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
