@@ -108,13 +108,17 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/lib.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/lib.a $(LDLIBS) -lcmocka
 
-# Large reference files are kept compressed; tests read them from $(BUILD)/fixtures
-# (a model's reference.json.xz: $(BUILD)/fixtures/models-quant/NAME/reference.json).
-FIXTURES_XZ = $(filter-out tests/fixtures/bundled/%,$(wildcard tests/fixtures/*/*.xz tests/fixtures/*/*/*.xz))
-fixtures: $(patsubst tests/fixtures/%.xz,$(BUILD)/fixtures/%,$(FIXTURES_XZ))
+# The tests read tests/fixtures through a copy in $(BUILD)/fixtures ($FIXTURES),
+# where large files kept compressed (model.safetensors.xz, reference.json.xz)
+# are unpacked next to the plain ones, so a model folder is whole there.
+FIXTURE_FILES = $(filter-out tests/fixtures/bundled/%,$(shell find tests/fixtures -type f))
+fixtures: $(patsubst tests/fixtures/%,$(BUILD)/fixtures/%,$(patsubst %.xz,%,$(FIXTURE_FILES)))
 $(BUILD)/fixtures/%: tests/fixtures/%.xz
 	@mkdir -p $(dir $@)
 	xz -dc $< > $@
+$(BUILD)/fixtures/%: tests/fixtures/%
+	@mkdir -p $(dir $@)
+	cp $< $@
 
 # The bundled model: tests/fixtures/bundled/NAME/ becomes the model directory
 # $(BUILD)/models/NAME/ (plain files copied, *.xz unpacked).

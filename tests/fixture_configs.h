@@ -21,7 +21,7 @@
 static inline void fixture_config(const char *rel, rlModelConfig *c) {
     const char *root = getenv("FIXTURES");
     char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", root ? root : "tests/fixtures", rel);
+    snprintf(path, sizeof(path), "%s/%s", root ? root : "build/fixtures", rel);
     rlError err = {0};
     if (checkpoint_read_config(path, c, &err)) fail_msg("%s: %s", path, err.msg);
 }
@@ -32,7 +32,7 @@ static inline void fixture_each_config(void (*fn)(const char *name, rlModelConfi
                                 void *ctx) {
     const char *root = getenv("FIXTURES");
     char dir[1024];
-    snprintf(dir, sizeof(dir), "%s/configs", root ? root : "tests/fixtures");
+    snprintf(dir, sizeof(dir), "%s/configs", root ? root : "build/fixtures");
     DIR *d = opendir(dir);
     if (!d) fail_msg("cannot open %s", dir);
     int n = 0;

@@ -1,9 +1,9 @@
 /* fixture_paths.h: where a fixture model and its reference.json live.
  *
  * A model is named by its folder under tests/fixtures ("models/qwen2-tiny-
- * hd128", "models-quant/qwen2-tiny-gqa3-awq"); $FIXTURES points there.  A
- * reference kept compressed (reference.json.xz) is unpacked by `make
- * fixtures` to the same place under $BUILT_FIXTURES.  The table lists the
+ * hd128", "models-quant/qwen2-tiny-gqa3-awq"); the tests read the copy
+ * `make fixtures` makes in build/fixtures ($FIXTURES), where the files kept
+ * compressed there (*.xz) are unpacked.  The table lists the
  * models the forward and layout tests run: the dense ones (Qwen2 at two
  * shapes, Qwen3, Qwen2 with YaRN, Llama 3) and every format of
  * models-quant/ (Qwen2's, and AWQ on Qwen3); test_forward also runs the
@@ -13,7 +13,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
+#include <string.h>
 
 static const char *const fixture_models[] = {
     "models/qwen2-tiny-hd128",          "models/qwen2-tiny-gqa3",
@@ -27,7 +27,7 @@ static const char *const fixture_models[] = {
 
 static inline void fixture_model_dir(char *out, size_t n, const char *name) {
     const char *root = getenv("FIXTURES");
-    snprintf(out, n, "%s/%s", root ? root : "tests/fixtures", name);
+    snprintf(out, n, "%s/%s", root ? root : "build/fixtures", name);
 }
 
 /* The bundled trained model: tests/fixtures/bundled/, which make unpacks
@@ -39,12 +39,8 @@ static inline void fixture_bundled_dir(char *out, size_t n) {
 }
 
 static inline void fixture_reference(char *out, size_t n, const char *name) {
-    struct stat st;
     fixture_model_dir(out, n, name);
     snprintf(out + strlen(out), n - strlen(out), "/reference.json");
-    if (stat(out, &st) == 0) return;
-    const char *built = getenv("BUILT_FIXTURES");
-    snprintf(out, n, "%s/%s/reference.json", built ? built : "build/fixtures", name);
 }
 
 #endif

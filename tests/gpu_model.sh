@@ -19,7 +19,6 @@ trap 'rm -rf "$tmp"' EXIT
 for cfg in "$FIXTURES"/models/*/config.json; do
     dir=$(dirname "$cfg") model=$(basename "$(dirname "$cfg")")
     ref=$dir/reference.json
-    [ -f "$ref" ] || ref=$BUILT_FIXTURES/models/$model/reference.json  # kept as .xz
     python3 - "$ref" > "$tmp/in.jsonl" <<'PY'
 import json, sys
 for p in json.load(open(sys.argv[1]))["prompts"]:

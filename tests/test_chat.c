@@ -42,8 +42,7 @@ static char *path(const char *env, const char *fallback, const char *rel) {
     snprintf(p, sizeof(buf[0]), "%s/%s", dir_of(env, fallback), rel);
     return p;
 }
-#define BUILT(rel) path("BUILT_FIXTURES", "build/fixtures", rel)
-#define FIX(rel) path("FIXTURES", "tests/fixtures", rel)
+#define FIX(rel) path("FIXTURES", "build/fixtures", rel)
 
 static double now(void) {
     struct timespec ts;
@@ -65,12 +64,12 @@ static char *render(const char *src, const char *vars_json, rlError *err) {
 static void test_qwen3_fixture(void **state) {
     (void)state;
     rlError err = {0};
-    rlTokenizer *tok = tokenizer_load(BUILT("tokenizer-qwen/tokenizer.json"), &err);
+    rlTokenizer *tok = tokenizer_load(FIX("tokenizer-qwen/tokenizer.json"), &err);
     if (!tok) fail_msg("%s", err.msg);
-    rlChat *chat = chat_open(BUILT("tokenizer-qwen"), &err);
+    rlChat *chat = chat_open(FIX("tokenizer-qwen"), &err);
     if (!chat) fail_msg("%s", err.msg);
     assert_non_null(strstr(chat_describe(chat), "tokenizer_config.json"));
-    FILE *f = fopen(BUILT("chat/qwen3-template.jsonl"), "r");
+    FILE *f = fopen(FIX("chat/qwen3-template.jsonl"), "r");
     assert_non_null(f);
     char *line = NULL;
     size_t cap = 0;
@@ -112,7 +111,7 @@ static void test_qwen3_fixture(void **state) {
 
 static void test_jinja_cases(void **state) {
     (void)state;
-    FILE *f = fopen(BUILT("chat/jinja-cases.jsonl"), "r");
+    FILE *f = fopen(FIX("chat/jinja-cases.jsonl"), "r");
     assert_non_null(f);
     rlError err = {0};
     rlChat *fallback = chat_open(FIX("tokenizer-small"), &err);

@@ -11,13 +11,13 @@
 # template's message; a model without a template says so at start and uses
 # the Qwen2.5 fallback.
 source "$(dirname "$0")/worker_lib.sh"
-: "${BUILT_FIXTURES:?}"
+: "${FIXTURES:?}"
 
 # 1. redlm tokenize against transformers' renderings
-"$REDLM" tokenize --tokenizer "$BUILT_FIXTURES/tokenizer-qwen/tokenizer.json" \
-    --input "$BUILT_FIXTURES/chat/qwen3-template.jsonl" --output "$T/rendered.jsonl"
+"$REDLM" tokenize --tokenizer "$FIXTURES/tokenizer-qwen/tokenizer.json" \
+    --input "$FIXTURES/chat/qwen3-template.jsonl" --output "$T/rendered.jsonl"
 [ "$(wc -l < "$T/rendered.jsonl")" = 120 ] || fail "tokenize: $(wc -l < "$T/rendered.jsonl") lines, not 120"
-diffs=$(jq -c '{text, ids}' "$BUILT_FIXTURES/chat/qwen3-template.jsonl" |
+diffs=$(jq -c '{text, ids}' "$FIXTURES/chat/qwen3-template.jsonl" |
         paste -d '\t' - <(jq -c '{text, ids}' "$T/rendered.jsonl") | awk -F '\t' '$1 != $2' | wc -l)
 [ "$diffs" = 0 ] || fail "tokenize: $diffs of 120 conversations differ from transformers'"
 echo "tokenize: 120 of 120 conversations as transformers renders them"
@@ -26,7 +26,7 @@ echo "tokenize: 120 of 120 conversations as transformers renders them"
 M=$T/model
 mkdir -p "$M"
 for f in "$FIXTURES"/models/qwen3-tiny/*; do ln -s "$f" "$M/"; done
-cp "$BUILT_FIXTURES/tokenizer-qwen/tokenizer_config.json" "$M/"
+cp "$FIXTURES/tokenizer-qwen/tokenizer_config.json" "$M/"
 tools='[{"type":"function","function":{"name":"get_weather","description":"Weather for a city",
   "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]'
 msgs='[{"role":"system","content":"Answer briefly."},

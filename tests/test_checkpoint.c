@@ -34,7 +34,7 @@ static const char *fixture(const char *model) {
     static int next;
     const char *root = getenv("FIXTURES");
     char *p = path[next++ % 4];
-    snprintf(p, sizeof(path[0]), "%s/models/%s", root ? root : "tests/fixtures", model);
+    snprintf(p, sizeof(path[0]), "%s/models/%s", root ? root : "build/fixtures", model);
     return p;
 }
 
@@ -242,7 +242,7 @@ static void test_read_config_file(void **state) {
     (void)state;
     const char *root = getenv("FIXTURES");
     char path[1024];
-    snprintf(path, sizeof(path), "%s/configs/qwen2.5-0.5b.json", root ? root : "tests/fixtures");
+    snprintf(path, sizeof(path), "%s/configs/qwen2.5-0.5b.json", root ? root : "build/fixtures");
     rlModelConfig cfg;
     rlError err = {0};
     if (checkpoint_read_config(path, &cfg, &err)) fail_msg("%s", err.msg);
@@ -261,7 +261,7 @@ static void test_read_config_file(void **state) {
 
     /* Every real Qwen2.5 shape reads, with the head size HF derives; the
      * Qwen3 ones with their own head_dim of 128, q/k norms and no biases. */
-    snprintf(path, sizeof(path), "%s/configs", root ? root : "tests/fixtures");
+    snprintf(path, sizeof(path), "%s/configs", root ? root : "build/fixtures");
     DIR *d = opendir(path);
     assert_non_null(d);
     struct dirent *de;

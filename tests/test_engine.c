@@ -48,7 +48,7 @@ static void collect(void *ctx, const rlOutput *o) {
 }
 
 static rlEngine *open_engine_pp(int pp) {
-    const char *dir = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
+    const char *dir = getenv("FIXTURES") ? getenv("FIXTURES") : "build/fixtures";
     static char path[1024];
     snprintf(path, sizeof(path), "%s/models/qwen2-tiny-gqa3", dir);
     rlEngineOptions o;

@@ -18,7 +18,6 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 check_model() {
     local model=${1#*/} dir=$FIXTURES/$1 ref=$FIXTURES/$1/reference.json
     shift
-    [ -f "$ref" ] || ref=$BUILT_FIXTURES/${dir#$FIXTURES/}/reference.json  # kept as .xz
     local layers layouts=("$@")
     [ ${#layouts[@]} -gt 0 ] || layouts=("1 1" "2 1" "3 1" "4 1" "6 1" "1 2" "1 3" "3 2" "2 3")
     layers=$(jq .num_hidden_layers "$dir/config.json")

@@ -53,7 +53,7 @@ static void test_probe(void **state) {
 static void read_fixture(const char *name, char *buf, size_t n) {
     const char *root = getenv("FIXTURES");
     char path[1024];
-    snprintf(path, sizeof(path), "%s/topology/%s", root ? root : "tests/fixtures", name);
+    snprintf(path, sizeof(path), "%s/topology/%s", root ? root : "build/fixtures", name);
     FILE *f = fopen(path, "r");
     if (!f) fail_msg("cannot open %s", path);
     size_t len = fread(buf, 1, n - 1, f);

@@ -55,7 +55,7 @@ static const PlanCase g_cases[] = {
 static int case_run(const PlanCase *c) {
     const char *root = getenv("FIXTURES");
     char path[1024];
-    snprintf(path, sizeof(path), "%s/configs/%s", root ? root : "tests/fixtures", c->config);
+    snprintf(path, sizeof(path), "%s/configs/%s", root ? root : "build/fixtures", c->config);
     rlModelConfig cfg;
     rlError err = {0};
     if (checkpoint_read_config(path, &cfg, &err)) return fprintf(stderr, "%s\n", err.msg), 1;

@@ -32,7 +32,7 @@ static void test_table(void **state) {
     (void)state;
     char path[1024];
     const char *dir = getenv("FIXTURES");
-    snprintf(path, sizeof(path), "%s/requests/bad.tsv", dir ? dir : "tests/fixtures");
+    snprintf(path, sizeof(path), "%s/requests/bad.tsv", dir ? dir : "build/fixtures");
     FILE *f = fopen(path, "r");
     if (!f) fail_msg("cannot open %s", path);
     char *row = NULL;

@@ -435,7 +435,7 @@ static void test_fork_shares_blocks(void **state) {
  * and the last prompt token is always computed. */
 static void test_prefix_fixture(void **state) {
     (void)state;
-    const char *dir = getenv("FIXTURES") ? getenv("FIXTURES") : "tests/fixtures";
+    const char *dir = getenv("FIXTURES") ? getenv("FIXTURES") : "build/fixtures";
     char path[1024];
     snprintf(path, sizeof(path), "%s/models/qwen2-tiny-gqa3/reference.json", dir);
     json_error_t jerr;

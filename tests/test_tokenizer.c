@@ -31,8 +31,8 @@ static char *fixture(const char *env, const char *fallback, const char *rel) {
     snprintf(p, sizeof(path[0]), "%s/%s", dir ? dir : fallback, rel);
     return p;
 }
-#define SMALL(f) fixture("FIXTURES", "tests/fixtures", "tokenizer-small/" f)
-#define QWEN(f) fixture("BUILT_FIXTURES", "build/fixtures", "tokenizer-qwen/" f)
+#define SMALL(f) fixture("FIXTURES", "build/fixtures", "tokenizer-small/" f)
+#define QWEN(f) fixture("FIXTURES", "build/fixtures", "tokenizer-qwen/" f)
 
 static rlTokenizer *load_or_fail(const char *path) {
     rlError err = {0};
@@ -530,7 +530,7 @@ static void test_prompt_ids(void **state) {
     rlError err = {0};
     rlRequest r;
     /* tokenizer-small has no tokenizer_config.json: the Qwen2.5 fallback. */
-    rlChat *chat = chat_open(fixture("FIXTURES", "tests/fixtures", "tokenizer-small"), &err);
+    rlChat *chat = chat_open(fixture("FIXTURES", "build/fixtures", "tokenizer-small"), &err);
     assert_non_null(chat);
     assert_non_null(strstr(chat_describe(chat), "built-in Qwen2.5"));
     memset(&r, 0, sizeof(r));
