@@ -111,7 +111,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/lib.a
 # The tests read tests/fixtures through a copy in $(BUILD)/fixtures ($FIXTURES),
 # where large files kept compressed (model.safetensors.xz, reference.json.xz)
 # are unpacked next to the plain ones, so a model folder is whole there.
-FIXTURE_FILES = $(filter-out tests/fixtures/bundled/%,$(shell find tests/fixtures -type f))
+FIXTURE_FILES = $(filter-out tests/fixtures/bundled/%,$(shell find tests/fixtures/ -type f))
 fixtures: $(patsubst tests/fixtures/%,$(BUILD)/fixtures/%,$(patsubst %.xz,%,$(FIXTURE_FILES)))
 $(BUILD)/fixtures/%: tests/fixtures/%.xz
 	@mkdir -p $(dir $@)
