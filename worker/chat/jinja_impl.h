@@ -153,7 +153,9 @@ size_t jj_utf8_decode(const char *p, size_t n, int32_t *cp);   /* bytes used (va
 size_t jj_utf8_offset(const char *p, size_t n, size_t k); /* byte offset of code point k */
 int jj_isspace(int32_t cp);                               /* Python's str.isspace */
 
-/* ---- builtins (jinja_builtins.c) ---- */
+/* ---- builtins (jinja_builtins.c, jinja_filters.c, jinja_methods.c) ---- */
+
+const jjBuiltin *jj_find_builtin(const jjBuiltin *table, const char *name);   /* NULL-terminated */
 
 const jjBuiltin *jj_find_filter(const char *name);
 const jjBuiltin *jj_find_test(const char *name);
@@ -170,6 +172,34 @@ jjValue *jj_run_test(jjCtx *c, const jjBuiltin *test, jjValue *v, jjArgs *a);
  * for names[i] (positionally or by keyword) or NULL.  Unknown keywords and
  * extra positionals are errors naming `what`. */
 int jj_bind(jjCtx *c, const char *what, jjArgs *a, const char *const *names, int n, jjValue **out);
+/* In a builtin with parameters (c, ..., a): arg[i] is the value of the i-th name or NULL. */
+#define BIND(what, ...)                                                                 \
+    static const char *const names_[] = {__VA_ARGS__};                                  \
+    enum { N_ = sizeof(names_) / sizeof(names_[0]) };                                   \
+    jjValue *arg[N_];                                                                   \
+    if (jj_bind(c, what, a, names_, N_, arg)) return NULL
+/* Argument checks naming `what` in the error. */
+int jj_no_args(jjCtx *c, const char *what, jjArgs *a);
+jjValue *jj_want_str(jjCtx *c, const char *what, jjValue *v);
+int jj_want_int(jjCtx *c, const char *what, jjValue *v, long long *out);
+/* A string value of b's bytes (bad: an append failed: out of memory); frees b. */
+jjValue *jj_from_buf(jjCtx *c, bytebuf *b, int bad);
+
+/* Strings by code point (jinja_methods.c), shared by methods and filters. */
+typedef int32_t (*jjCaseFn)(int32_t);
+int32_t jj_lower_cp(int32_t cp);
+int32_t jj_upper_cp(int32_t cp);
+int32_t jj_title_cp(int32_t cp);
+/* mode 0: every character through f; 1: str.title(); 2: str.capitalize(). */
+jjValue *jj_str_case(jjCtx *c, jjValue *s, jjCaseFn f, int mode);
+/* chars: the code points to strip (a string), NULL: whitespace. */
+jjValue *jj_str_strip(jjCtx *c, jjValue *s, const jjValue *chars, int left, int right);
+jjValue *jj_str_replace(jjCtx *c, jjValue *s, jjValue *old, jjValue *new_, long long count);
+jjValue *jj_str_splitlines(jjCtx *c, jjValue *s, int keepends);
+/* sep.join(items): strict, only strings (str.join); else any value as a string (| join). */
+jjValue *jj_join_items(jjCtx *c, jjValue *items, const char *sep, size_t sep_len, int strict);
+/* A dict's keys (which 0), values (1) or (key, value) items (2), as a list. */
+jjValue *jj_dict_view(jjCtx *c, jjValue *self, int which);
 
 /* Python's operators, shared by the evaluator and the filters. */
 jjValue *jj_binop(jjCtx *c, const char *op, jjValue *a, jjValue *b);
