@@ -234,7 +234,9 @@ static int check_tool_calls(const json_t *calls, size_t m, const char **code, rl
     return 0;
 }
 
-static int get_messages(rlRequest *r, const json_t *v, const char **code, rlError *err) {
+static int get_messages(rlRequest *r, const char *key, const json_t *v, const char **code,
+                        rlError *err) {
+    (void)key;
     static const char *const keys[] = {"role", "content", "tool_calls", "reasoning_content", "name", "tool_call_id", NULL};
     if (request_get_array(v, "messages", 0, code, err)) return -1;
     size_t i;
@@ -285,7 +287,9 @@ static int get_messages(rlRequest *r, const json_t *v, const char **code, rlErro
 }
 
 /* tools: an array of objects (null: none), kept as sent for the template. */
-static int get_tools(rlRequest *r, const json_t *v, const char **code, rlError *err) {
+static int get_tools(rlRequest *r, const char *key, const json_t *v, const char **code,
+                     rlError *err) {
+    (void)key;
     if (json_is_null(v)) return 0;
     if (!json_is_array(v)) return bad_field(code, err, "field 'tools' must be an array of tool objects");
     size_t i;
@@ -301,7 +305,9 @@ static int get_tools(rlRequest *r, const json_t *v, const char **code, rlError *
 
 /* chat_template_kwargs (vLLM's name): more template variables, such as
  * enable_thinking.  The ones the request has fields for are refused here. */
-static int get_kwargs(rlRequest *r, const json_t *v, const char **code, rlError *err) {
+static int get_kwargs(rlRequest *r, const char *key, const json_t *v, const char **code,
+                      rlError *err) {
+    (void)key;
     if (json_is_null(v)) return 0;
     if (!json_is_object(v))
         return bad_field(code, err, "field 'chat_template_kwargs' must be an object, e.g. {\"enable_thinking\": false}");
@@ -319,7 +325,9 @@ static int get_kwargs(rlRequest *r, const json_t *v, const char **code, rlError 
 }
 
 /* stop: a string or an array of them (OpenAI), null for none. */
-static int get_stop(rlRequest *r, const json_t *v, const char **code, rlError *err) {
+static int get_stop(rlRequest *r, const char *key, const json_t *v, const char **code,
+                    rlError *err) {
+    (void)key;
     if (json_is_null(v)) return 0;
     if (json_is_string(v)) {
         if (!(r->stop = calloc(1, sizeof(char *)))) {
@@ -348,19 +356,175 @@ static int get_stop(rlRequest *r, const json_t *v, const char **code, rlError *e
     return 0;
 }
 
-/* The fields field() reads itself; request_openai.c has the rest. */
-static const char *const request_core_fields[] = {
-    "id", "prompt", "messages", "tools", "chat_template_kwargs", "add_generation_prompt",
-    "prompt_ids", "prompt_token_ids", "max_tokens", "temperature", "top_p", "min_p", "top_k",
-    "seed", "n", "stop", "stop_token_ids", "ignore_eos", "prompt_logprobs", "stream", "reply_to",
-    "priority", "deadline_ms"};
+/* Optional fields whose absence means "none" accept null as well. */
+static int read_id(rlRequest *r, const char *key, const json_t *v, const char **code, rlError *err) {
+    if (request_get_string(v, key, -1, 0, &r->id, code, err)) return -1;
+    if (strlen(r->id) > RL_ID_MAX) {
+        *code = INVALID;
+        return rl_error(err, RL_EINPUT, "field 'id' is %zu bytes; at most %d", strlen(r->id),
+                        RL_ID_MAX);
+    }
+    return 0;
+}
+
+static int read_prompt(rlRequest *r, const char *key, const json_t *v, const char **code,
+                       rlError *err) {
+    return request_get_string(v, key, -1, 1, &r->prompt, code, err);
+}
+
+static int read_generation_prompt(rlRequest *r, const char *key, const json_t *v,
+                                  const char **code, rlError *err) {
+    return request_get_bool(v, key, &r->add_generation_prompt, code, err);
+}
+
+static int read_prompt_ids(rlRequest *r, const char *key, const json_t *v, const char **code,
+                           rlError *err) {
+    if (r->prompt_ids) {   /* both spellings: one form given twice */
+        *code = INVALID;
+        return rl_error(err, RL_EINPUT, "give 'prompt_ids' or 'prompt_token_ids' (the same "
+                        "field), not both");
+    }
+    return request_get_ids(v, key, 0, &r->prompt_ids, &r->n_prompt_ids, code, err);
+}
+
+static int read_max_tokens(rlRequest *r, const char *key, const json_t *v, const char **code,
+                           rlError *err) {
+    long long x = 0;
+    if (json_is_null(v)) return 0;   /* the default (OpenAI) */
+    if (request_get_int(v, key, 0, INT_MAX / 2, &x, code, err)) return -1;
+    r->max_tokens = (int)x;
+    r->given |= RL_GIVEN_MAX_TOKENS;
+    return 0;
+}
+
+static int read_temperature(rlRequest *r, const char *key, const json_t *v, const char **code,
+                            rlError *err) {
+    r->given |= RL_GIVEN_TEMPERATURE;
+    return request_get_float(v, key, 0, 0, INFINITY, 0, &r->temperature, code, err);
+}
+
+static int read_top_p(rlRequest *r, const char *key, const json_t *v, const char **code,
+                      rlError *err) {
+    r->given |= RL_GIVEN_TOP_P;
+    return request_get_float(v, key, 0, 1, 1, 0, &r->top_p, code, err);
+}
+
+static int read_min_p(rlRequest *r, const char *key, const json_t *v, const char **code,
+                      rlError *err) {
+    r->given |= RL_GIVEN_MIN_P;
+    return request_get_float(v, key, 0, 0, 1, 1, &r->min_p, code, err);
+}
+
+static int read_top_k(rlRequest *r, const char *key, const json_t *v, const char **code,
+                      rlError *err) {
+    long long x = 0;
+    if (request_get_int(v, key, -1, INT_MAX, &x, code, err)) return -1;
+    r->top_k = x < 0 ? 0 : (int)x;   /* -1 and 0: off (vLLM and ours) */
+    r->given |= RL_GIVEN_TOP_K;
+    return 0;
+}
+
+static int read_seed(rlRequest *r, const char *key, const json_t *v, const char **code,
+                     rlError *err) {
+    long long x = 0;
+    if (json_is_null(v)) return 0;
+    if (request_get_int(v, key, LLONG_MIN, LLONG_MAX, &x, code, err)) return -1;
+    r->has_seed = 1;
+    r->seed = (uint64_t)x;
+    return 0;
+}
+
+static int read_n(rlRequest *r, const char *key, const json_t *v, const char **code,
+                  rlError *err) {
+    long long x = 0;
+    if (request_get_int(v, key, 1, 256, &x, code, err)) return -1;
+    r->n = (int)x;
+    return 0;
+}
+
+static int read_stop_token_ids(rlRequest *r, const char *key, const json_t *v, const char **code,
+                               rlError *err) {
+    return request_get_ids(v, key, 1, &r->stop_token_ids, &r->n_stop_token_ids, code, err);
+}
+
+static int read_ignore_eos(rlRequest *r, const char *key, const json_t *v, const char **code,
+                           rlError *err) {
+    return request_get_bool(v, key, &r->ignore_eos, code, err);
+}
+
+static int read_prompt_logprobs(rlRequest *r, const char *key, const json_t *v,
+                                const char **code, rlError *err) {
+    long long x = 0;
+    if (json_is_null(v)) return 0;
+    if (request_get_int(v, key, 0, 20, &x, code, err)) return -1;
+    r->prompt_logprobs = (int)x;
+    return 0;
+}
+
+static int read_stream(rlRequest *r, const char *key, const json_t *v, const char **code,
+                       rlError *err) {
+    return request_get_bool(v, key, &r->stream, code, err);
+}
+
+static int read_reply_to(rlRequest *r, const char *key, const json_t *v, const char **code,
+                         rlError *err) {
+    if (json_is_null(v)) return 0;
+    return request_get_string(v, key, -1, 0, &r->reply_to, code, err);
+}
+
+static int read_priority(rlRequest *r, const char *key, const json_t *v, const char **code,
+                         rlError *err) {
+    long long x = 0;
+    if (request_get_int(v, key, INT_MIN, INT_MAX, &x, code, err)) return -1;
+    r->priority = (int)x;
+    return 0;
+}
+
+static int read_deadline(rlRequest *r, const char *key, const json_t *v, const char **code,
+                         rlError *err) {
+    long long x = 0;
+    if (json_is_null(v)) return 0;
+    if (request_get_int(v, key, 0, LLONG_MAX, &x, code, err)) return -1;
+    r->deadline_ms = x;
+    return 0;
+}
+
+/* The protocol's own fields; request_openai.c has the OpenAI / vLLM ones. */
+static const struct {
+    const char *name;
+    requestField read;
+} core_fields[] = {
+    {"id", read_id},
+    {"prompt", read_prompt},
+    {"messages", get_messages},
+    {"tools", get_tools},
+    {"chat_template_kwargs", get_kwargs},
+    {"add_generation_prompt", read_generation_prompt},
+    {"prompt_ids", read_prompt_ids},
+    {"prompt_token_ids", read_prompt_ids},
+    {"max_tokens", read_max_tokens},
+    {"temperature", read_temperature},
+    {"top_p", read_top_p},
+    {"min_p", read_min_p},
+    {"top_k", read_top_k},
+    {"seed", read_seed},
+    {"n", read_n},
+    {"stop", get_stop},
+    {"stop_token_ids", read_stop_token_ids},
+    {"ignore_eos", read_ignore_eos},
+    {"prompt_logprobs", read_prompt_logprobs},
+    {"stream", read_stream},
+    {"reply_to", read_reply_to},
+    {"priority", read_priority},
+    {"deadline_ms", read_deadline},
+};
+#define CORE_N_FIELDS ((int)(sizeof(core_fields) / sizeof(*core_fields)))
 
 /* An unknown field, refused with the known names it is close to. */
 static int request_unknown(const char *key, const char **code, rlError *err) {
     const char *names[64];
     int n = 0;
-    for (size_t i = 0; i < sizeof(request_core_fields) / sizeof(*request_core_fields); i++)
-        names[n++] = request_core_fields[i];
+    for (; n < CORE_N_FIELDS; n++) names[n] = core_fields[n].name;
     n += request_openai_names(names + n, 64 - n);
     char near[256] = "";
     *code = INVALID;
@@ -376,94 +540,9 @@ static int request_unknown(const char *key, const char **code, rlError *err) {
     return rl_error(err, RL_EINPUT, "unknown field '%s'; the request fields are %s", key, list);
 }
 
-/* Optional fields whose absence means "none" accept null as well. */
 static int field(rlRequest *r, const char *key, const json_t *v, const char **code, rlError *err) {
-    long long x;
-    if (!strcmp(key, "id")) {
-        if (request_get_string(v, "id", -1, 0, &r->id, code, err)) return -1;
-        if (strlen(r->id) > RL_ID_MAX) {
-            *code = INVALID;
-            return rl_error(err, RL_EINPUT, "field 'id' is %zu bytes; at most %d",
-                            strlen(r->id), RL_ID_MAX);
-        }
-        return 0;
-    }
-    if (!strcmp(key, "prompt")) return request_get_string(v, "prompt", -1, 1, &r->prompt, code, err);
-    if (!strcmp(key, "messages")) return get_messages(r, v, code, err);
-    if (!strcmp(key, "tools")) return get_tools(r, v, code, err);
-    if (!strcmp(key, "chat_template_kwargs")) return get_kwargs(r, v, code, err);
-    if (!strcmp(key, "add_generation_prompt")) return request_get_bool(v, key, &r->add_generation_prompt, code, err);
-    if (!strcmp(key, "prompt_ids") || !strcmp(key, "prompt_token_ids")) {
-        if (r->prompt_ids) {   /* both spellings: one form given twice */
-            *code = INVALID;
-            return rl_error(err, RL_EINPUT, "give 'prompt_ids' or "
-                            "'prompt_token_ids' (the same field), not both");
-        }
-        return request_get_ids(v, key, 0, &r->prompt_ids, &r->n_prompt_ids, code, err);
-    }
-    if (!strcmp(key, "max_tokens")) {   /* null: the default (OpenAI) */
-        if (json_is_null(v)) return 0;
-        if (request_get_int(v, key, 0, INT_MAX / 2, &x, code, err)) return -1;
-        r->max_tokens = (int)x;
-        r->given |= RL_GIVEN_MAX_TOKENS;
-        return 0;
-    }
-    if (!strcmp(key, "temperature")) {
-        r->given |= RL_GIVEN_TEMPERATURE;
-        return request_get_float(v, key, 0, 0, INFINITY, 0, &r->temperature, code, err);
-    }
-    if (!strcmp(key, "top_p")) {
-        r->given |= RL_GIVEN_TOP_P;
-        return request_get_float(v, key, 0, 1, 1, 0, &r->top_p, code, err);
-    }
-    if (!strcmp(key, "min_p")) {
-        r->given |= RL_GIVEN_MIN_P;
-        return request_get_float(v, key, 0, 0, 1, 1, &r->min_p, code, err);
-    }
-    if (!strcmp(key, "top_k")) {   /* -1 and 0: off (vLLM and ours) */
-        if (request_get_int(v, key, -1, INT_MAX, &x, code, err)) return -1;
-        r->top_k = x < 0 ? 0 : (int)x;
-        r->given |= RL_GIVEN_TOP_K;
-        return 0;
-    }
-    if (!strcmp(key, "seed")) {
-        if (json_is_null(v)) return 0;
-        if (request_get_int(v, key, LLONG_MIN, LLONG_MAX, &x, code, err)) return -1;
-        r->has_seed = 1;
-        r->seed = (uint64_t)x;
-        return 0;
-    }
-    if (!strcmp(key, "n")) {
-        if (request_get_int(v, key, 1, 256, &x, code, err)) return -1;
-        r->n = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "stop")) return get_stop(r, v, code, err);
-    if (!strcmp(key, "stop_token_ids"))
-        return request_get_ids(v, key, 1, &r->stop_token_ids, &r->n_stop_token_ids, code, err);
-    if (!strcmp(key, "ignore_eos")) return request_get_bool(v, key, &r->ignore_eos, code, err);
-    if (!strcmp(key, "prompt_logprobs")) {
-        if (json_is_null(v)) return 0;
-        if (request_get_int(v, key, 0, 20, &x, code, err)) return -1;
-        r->prompt_logprobs = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "stream")) return request_get_bool(v, key, &r->stream, code, err);
-    if (!strcmp(key, "reply_to")) {
-        if (json_is_null(v)) return 0;
-        return request_get_string(v, key, -1, 0, &r->reply_to, code, err);
-    }
-    if (!strcmp(key, "priority")) {
-        if (request_get_int(v, key, INT_MIN, INT_MAX, &x, code, err)) return -1;
-        r->priority = (int)x;
-        return 0;
-    }
-    if (!strcmp(key, "deadline_ms")) {
-        if (json_is_null(v)) return 0;
-        if (request_get_int(v, key, 0, LLONG_MAX, &x, code, err)) return -1;
-        r->deadline_ms = x;
-        return 0;
-    }
+    for (int i = 0; i < CORE_N_FIELDS; i++)
+        if (!strcmp(key, core_fields[i].name)) return core_fields[i].read(r, key, v, code, err);
     int rc = request_openai_field(r, key, v, code, err);
     if (rc <= 0) return rc;
     return request_unknown(key, code, err);

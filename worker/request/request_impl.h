@@ -23,6 +23,10 @@ int request_get_array(const json_t *v, const char *name, int allow_empty, const 
 int request_get_ids(const json_t *v, const char *name, int allow_empty, int32_t **out, int *n,
                     const char **code, rlError *err);
 
+/* Reads field `key` of a request into r (each field's own reader). */
+typedef int (*requestField)(rlRequest *r, const char *key, const json_t *v, const char **code,
+                            rlError *err);
+
 /* request_openai.c: one field of its table (0, or -1 when refused), or 1
  * when key is none of them. */
 int request_openai_field(rlRequest *r, const char *key, const json_t *v, const char **code,

@@ -184,12 +184,9 @@ static int openai_echo(rlRequest *r, const char *key, const json_t *v, const cha
     return 0;
 }
 
-typedef int (*openaiField)(rlRequest *r, const char *key, const json_t *v, const char **code,
-                           rlError *err);
-
 static const struct {
     const char *name;
-    openaiField read;
+    requestField read;
 } openai_fields[] = {
     {"logprobs", openai_logprobs},
     {"top_logprobs", openai_top_logprobs},
