@@ -87,6 +87,23 @@ typedef struct rlBackendOps {
     void (*attention)(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
     /* out[rows, m] = silu(gu[:, :m]) * gu[:, m:] */
     void (*swiglu)(rlBackend *be, void *out, const void *gate_up, int rows, int m);
+    /* Mixture of experts (NULL where a backend has none; the model then
+     * refuses MoE configs on it).
+     * moe_route: per row t, p = softmax(logits[t, 0..n_experts)) in fp32;
+     * ids[t, 0..k) the k largest p, largest first, ties to the lower expert
+     * id; weights[t, j] their p, divided by their sum when renorm. */
+    void (*moe_route)(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
+                      int n_experts, int k, int renorm);
+    /* out[t] (+= when accumulate, else =) sum over j of weights[t, j] x
+     * down_e(silu(gate_e x[t]) * up_e x[t]), e = ids[t, j]: each expert's
+     * wgu (n_experts, 2 m, dim) gate rows then up rows, wdown (n_experts,
+     * dim, m); m = 0 (a rank without expert columns) adds nothing. */
+    void (*moe_experts)(rlBackend *be, void *out, const void *x, const void *wgu,
+                        const void *wdown, const int *ids, const float *weights, int rows,
+                        int dim, int m, int n_experts, int k, int accumulate);
+    /* out[t] *= sigmoid(gate[t]) over dim entries (gate fp32): Qwen2-MoE's
+     * shared expert gate. */
+    void (*sigmoid_scale)(rlBackend *be, void *out, const float *gate, int rows, int dim);
     /* out[r] = in[rows[r].token] for the batch's logit rows */
     void (*gather_rows)(rlBackend *be, void *out, const void *in, int dim);
     /* a += b over n elements (act dtype) */

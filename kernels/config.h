@@ -19,6 +19,9 @@
 typedef enum rlDtype { RL_F32 = 0, RL_F16 = 1, RL_BF16 = 2, RL_I32 = 3, RL_F8_E4M3 = 4 } rlDtype;
 
 #define RL_MAX_EOS 16
+/* The most layers a mixture-of-experts config may have (the per-layer MoE
+ * mask below is a fixed bitmap; Qwen3-235B-A22B has 94). */
+#define RL_MAX_MOE_LAYERS 512
 
 /* Rotary scaling as Hugging Face's modeling_rope_utils computes it
  * (kernels/rope.c turns it into per-dimension inverse frequencies). */
@@ -63,7 +66,22 @@ typedef struct rlModelConfig {
     int n_eos;
     int bos_id;                  /* -1 when absent */
     rlQuant quant;               /* how the linear layers are stored (quant.h) */
+    /* Mixture of experts (Qwen2-MoE, Qwen3-MoE); num_experts 0: a dense model. */
+    int num_experts;             /* routed experts of an MoE layer */
+    int num_experts_per_tok;     /* top-k experts each token goes to */
+    int moe_intermediate_size;   /* each routed expert's MLP width */
+    int shared_expert_size;      /* shared_expert_intermediate_size (Qwen2-MoE); 0: none */
+    int norm_topk_prob;          /* renormalise the top-k routing weights to sum 1 */
+    /* Bit l set: layer l is MoE ((l + 1) % decoder_sparse_step == 0 and l not
+     * in mlp_only_layers); the others keep the dense intermediate_size MLP. */
+    uint64_t moe_layers[RL_MAX_MOE_LAYERS / 64];
 } rlModelConfig;
+
+/* Whether layer l's MLP is a mixture of experts. */
+static inline int rl_layer_is_moe(const rlModelConfig *c, int l) {
+    return c->num_experts > 0 && l >= 0 && l < RL_MAX_MOE_LAYERS &&
+           (c->moe_layers[l / 64] >> (l % 64) & 1);
+}
 
 static inline size_t rl_dtype_size(rlDtype t) {
     return t == RL_F32 || t == RL_I32 ? 4 : t == RL_F8_E4M3 ? 1 : 2;

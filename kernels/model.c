@@ -5,8 +5,8 @@
  * Q/K/V projections (with bias in Qwen2), the q/k head norms of Qwen3, rotary
  * embedding (scaled as the config says), grouped-query causal attention over
  * the paged KV cache, output projection, residual add, RMSNorm, SwiGLU MLP,
- * residual add; then the final norm and the LM head on the rows whose
- * logits are wanted.  A bias after a row-parallel product (Llama's o_proj
+ * residual add (the MLP a mixture of experts in MoE layers: model_moe); then
+ * the final norm and the LM head on the rows whose logits are wanted.  A bias after a row-parallel product (Llama's o_proj
  * and down_proj with attention_bias / mlp_bias) lives on TP rank 0 only, so
  * the all-reduce adds it once.  Tensor parallelism shows up as three
  * all-reduces per layer boundary (embedding, o_proj, down_proj) and a gather
@@ -59,6 +59,39 @@ static float *model_full_logits(rlModel *m, int rows, rlError *err) {
     return m->logits_full;
 }
 
+/* delta = down(silu(gate x) * up x), n columns of this rank's share. */
+static void model_mlp(rlModel *m, const rlLayer *w, int T, int n) {
+    const rlBackendOps *op = m->be->ops;
+    int D = m->cfg.hidden_size;
+    op->matmul(m->be, m->gu, m->x, w->wgu, w->bgu, T, 2 * n, D);
+    op->swiglu(m->be, m->mlp, m->gu, T, n);
+    op->matmul(m->be, m->delta, m->mlp, w->wdown, w->bdown, T, D, n);
+}
+
+/* A mixture-of-experts MLP (Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock):
+ * router logits = gate x; p = softmax over all experts (fp32); the top-k
+ * experts by p (renormalised to sum 1 when norm_topk_prob); delta = sum of
+ * p_e x expert_e(x) over them, each expert a SwiGLU MLP; plus, in Qwen2-MoE,
+ * sigmoid(shared_expert_gate x) x shared_expert(x).  Each rank holds a column
+ * range of every expert (and of the shared expert) and the whole router, so
+ * every rank routes the same way and the sum over TP ranks (the all-reduce
+ * after this) completes each expert's down projection. */
+static void model_moe(rlModel *m, const rlLayer *w, int T) {
+    const rlModelConfig *c = &m->cfg;
+    rlBackend *be = m->be;
+    const rlBackendOps *op = be->ops;
+    int D = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok;
+    op->matmul_f32(be, m->moe_logits, m->x, w->router, T, E, D);
+    op->moe_route(be, m->moe_ids, m->moe_weights, m->moe_logits, T, E, K, c->norm_topk_prob);
+    if (w->wgu) {
+        model_mlp(m, w, T, m->shard.n_shared);
+        op->matmul_f32(be, m->sgate, m->x, w->wsgate, T, 1, D);
+        op->sigmoid_scale(be, m->delta, m->sgate, T, D);
+    }
+    op->moe_experts(be, m->delta, m->x, w->wgu_e, w->wdown_e, m->moe_ids, m->moe_weights, T, D,
+                    m->shard.n_moe, E, K, w->wgu != NULL);
+}
+
 /* The hidden state after the last layer: embedded (vocabulary-parallel,
  * so summed over TP) or handed over by the previous stage, then every
  * layer of this stage. */
@@ -96,9 +129,8 @@ static int model_layers(rlModel *m, const rlBatch *b, rlError *err) {
 
         /* h += attention; x = rmsnorm(h); MLP: down(silu(gate x) * up x). */
         op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln2, T, D, eps);
-        op->matmul(be, m->gu, m->x, w->wgu, w->bgu, T, 2 * s->n_mlp, D);
-        op->swiglu(be, m->mlp, m->gu, T, s->n_mlp);
-        op->matmul(be, m->delta, m->mlp, w->wdown, w->bdown, T, D, s->n_mlp);
+        if (w->router) model_moe(m, w, T);
+        else model_mlp(m, w, T, s->n_mlp);
         if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
     }
     if (s->n_layers > 0) op->add(be, m->resid, m->delta, (size_t)T * D);

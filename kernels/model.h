@@ -37,8 +37,9 @@ typedef int (*rlTensorVisit)(void *ctx, const char *name, int ndim, const int64_
 int rl_model_expected_tensors(const rlModelConfig *cfg, rlTensorVisit fn, void *ctx);
 
 /* One rank's weights of one layer.  A buffer a config does not use (a bias
- * the family lacks, q/k norms outside Qwen3) is NULL, and the operations
- * take NULL as "none". */
+ * the family lacks, q/k norms outside Qwen3, the experts of a dense layer)
+ * is NULL, and the operations take NULL as "none".  An MoE layer's MLP
+ * buffers (wgu, wdown) hold its shared expert, n_shared wide. */
 typedef struct rlLayer {
     void *ln1;     /* (hidden) input_layernorm */
     void *wqkv;    /* ((n_q + 2 n_kv) head_dim, hidden) this rank's q, k, v rows */
@@ -52,6 +53,10 @@ typedef struct rlLayer {
     void *bgu;     /* (2 n_mlp) */
     void *wdown;   /* (hidden, n_mlp) down_proj columns */
     void *bdown;   /* (hidden) on TP rank 0 only */
+    void *router;  /* (num_experts, hidden) mlp.gate, whole on every rank */
+    void *wgu_e;   /* (num_experts, 2 n_moe, hidden) each expert's gate rows then up rows */
+    void *wdown_e; /* (num_experts, hidden, n_moe) each expert's down_proj columns */
+    void *wsgate;  /* (1, hidden) shared_expert_gate, whole on every rank */
 } rlLayer;
 
 /* How one dimension of a stored tensor is cut across tensor-parallel ranks. */
@@ -62,29 +67,41 @@ typedef enum rlDim {
     RL_DIM_Q,           /* num_heads x head_dim, by this rank's query heads */
     RL_DIM_KV,          /* num_kv_heads x head_dim, by the KV heads they read */
     RL_DIM_MLP,         /* intermediate_size, by this rank's MLP columns */
+    RL_DIM_EXPERTS,     /* num_experts, whole on every rank (the router's rows) */
+    RL_DIM_MOE,         /* moe_intermediate_size, by this rank's columns of every expert */
+    RL_DIM_SHARED,      /* shared_expert_size, by this rank's shared-expert columns */
+    RL_DIM_ONE,         /* 1 (the shared expert's gate is one row) */
 } rlDim;
 
-/* A tensor every layer of a config holds (model_tensors.c has the table):
- * its name after "model.layers.N.", the rlLayer buffer it goes to (parts of
- * one buffer follow each other in table order), how its rows and columns
- * are cut, and whether only TP rank 0 holds it (a bias after a row-parallel
- * product: added once, then summed by the all-reduce). */
+/* Which layers hold a tensor: every one, dense-MLP layers, or MoE layers. */
+typedef enum rlLayerKind { RL_LAYER_ALL = 0, RL_LAYER_DENSE, RL_LAYER_MOE } rlLayerKind;
+
+/* A tensor a layer of a config holds (model_tensors.c has the table): its
+ * name after "model.layers.N." (with a %d for the expert where per_expert),
+ * the rlLayer buffer it goes to (parts of one buffer follow each other in
+ * table order, and per expert: expert 0's parts, then expert 1's ...), how
+ * its rows and columns are cut, and whether only TP rank 0 holds it (a bias
+ * after a row-parallel product: added once, then summed by the all-reduce). */
 typedef struct rlLayerTensor {
     const char *name;
     size_t slot;            /* offsetof(rlLayer, buffer) */
     rlDim rows, cols;
     int rank0_only;
     float init;             /* dummy weights: uniform in [-init, init), 0 gives ones (norms) */
+    int per_expert;         /* one such tensor per routed expert */
 } rlLayerTensor;
 
 #define RL_MAX_LAYER_TENSORS 32
-/* The tensors of one layer of cfg, into out; returns how many. */
-int rl_layer_tensors(const rlModelConfig *cfg, rlLayerTensor *out);
+/* The tensors of layer `layer` of cfg, into out; returns how many. */
+int rl_layer_tensors(const rlModelConfig *cfg, int layer, rlLayerTensor *out);
+/* The Hugging Face name of t in layer `layer` (expert e where per_expert). */
+void rl_layer_tensor_name(const rlLayerTensor *t, int layer, int e, char *out, size_t n);
 /* Dimension d's full size, and the range of it shard s holds. */
 int64_t rl_dim_size(const rlModelConfig *cfg, rlDim d);
 void rl_dim_cut(const rlModelConfig *cfg, const rlShard *s, rlDim d, int64_t *start,
                 int64_t *n);
-/* Elements of t that shard s holds (0 when rank0_only and s is not TP rank 0). */
+/* Elements of t that shard s holds (0 when rank0_only and s is not TP rank 0;
+ * every expert's together where per_expert). */
 size_t rl_layer_tensor_elems(const rlModelConfig *cfg, const rlShard *s, const rlLayerTensor *t);
 
 typedef struct rlModel {
@@ -101,6 +118,11 @@ typedef struct rlModel {
     int max_tokens, max_rows;
     /* activations, sized for max_tokens / max_rows */
     void *x, *resid, *qkv, *att, *gu, *mlp, *rows_x;
+    /* MoE layers (NULL in a dense model): router logits (max_tokens,
+     * num_experts), each token's chosen experts and their weights
+     * (max_tokens, top-k), the shared expert's gate logit (max_tokens) */
+    float *moe_logits, *moe_weights, *sgate;
+    int *moe_ids;
     void *delta;         /* (max_tokens, hidden) o_proj / down_proj output before the residual add */
     float *logits, *logits_full;
     /* with tp: every TP rank's vocabulary slice, gathered ([tp][max_rows * vocab_pad]) */

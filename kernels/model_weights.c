@@ -114,12 +114,14 @@ static void *w_rows(wLoad *L, const char *name, int64_t rows, int64_t r0, int64_
 static void **w_slot(rlLayer *w, const rlLayerTensor *t) { return (void **)((char *)w + t->slot); }
 
 /* Every tensor of the layer's table (model_tensors.c) as this shard cuts
- * it; the parts of one buffer follow each other in the table. */
+ * it; the parts of one buffer follow each other in the table, and a buffer
+ * of routed experts holds expert 0's parts, then expert 1's, and so on. */
 static int w_layer(wLoad *L, int l, rlLayer *w, rlError *err) {
     const rlModelConfig *c = &L->m->cfg;
     const rlShard *s = &L->m->shard;
+    int layer = s->layer0 + l;
     rlLayerTensor t[RL_MAX_LAYER_TENSORS];
-    int n = rl_layer_tensors(c, t);
+    int n = rl_layer_tensors(c, layer, t);
     for (int i = 0, j; i < n; i = j) {
         size_t total = 0;
         int held = 0;
@@ -130,17 +132,21 @@ static int w_layer(wLoad *L, int l, rlLayer *w, rlError *err) {
         if (!held) continue;
         void **dst = w_slot(w, &t[i]);
         if (!(*dst = w_alloc(L, total, err))) return -1;
-        for (size_t k = (size_t)i, off = 0; k < (size_t)j; k++) {
-            size_t elems = rl_layer_tensor_elems(c, s, &t[k]);
-            int64_t r0, nr, c0 = 0, nc = 0;
-            rl_dim_cut(c, s, t[k].rows, &r0, &nr);
-            if (t[k].cols != RL_DIM_NONE) rl_dim_cut(c, s, t[k].cols, &c0, &nc);
-            char name[160];
-            snprintf(name, sizeof(name), "model.layers.%d.%s", s->layer0 + l, t[k].name);
-            if (elems && w_part(L, *dst, off, name, rl_dim_size(c, t[k].rows),
-                                rl_dim_size(c, t[k].cols), r0, nr, c0, nc, t[k].init, err))
-                return -1;
-            off += elems;
+        int experts = t[i].per_expert ? c->num_experts : 1;
+        size_t off = 0;
+        for (int e = 0; e < experts; e++) {
+            for (int k = i; k < j; k++) {
+                size_t elems = rl_layer_tensor_elems(c, s, &t[k]) / (size_t)experts;
+                int64_t r0, nr, c0 = 0, nc = 0;
+                rl_dim_cut(c, s, t[k].rows, &r0, &nr);
+                if (t[k].cols != RL_DIM_NONE) rl_dim_cut(c, s, t[k].cols, &c0, &nc);
+                char name[160];
+                rl_layer_tensor_name(&t[k], layer, e, name, sizeof(name));
+                if (elems && w_part(L, *dst, off, name, rl_dim_size(c, t[k].rows),
+                                    rl_dim_size(c, t[k].cols), r0, nr, c0, nc, t[k].init, err))
+                    return -1;
+                off += elems;
+            }
         }
     }
     return 0;
@@ -184,6 +190,11 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
                         "cannot run head_dim %d (rotary embedding needs it even) with %d tokens "
                         "and %d logit rows per step", cfg->head_dim, max_tokens, max_rows);
     if (rl_model_check_backend(cfg, be->ops->name, err)) return -1;
+    if (cfg->num_experts &&
+        (!be->ops->moe_route || !be->ops->moe_experts || !be->ops->sigmoid_scale))
+        return rl_error(err, RL_EUSAGE, "the %s backend has no mixture-of-experts kernels in "
+                        "this version: run %s with --backend cpu", be->ops->name,
+                        cfg->architecture);
     if ((tp ? tp->size != s->tp_size : s->tp_size > 1) ||
         (pp ? pp->size != s->pp_size : s->pp_size > 1))
         return rl_error(err, RL_EINTERNAL,
@@ -217,13 +228,20 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
 
     size_t T = (size_t)max_tokens, R = (size_t)max_rows, D = (size_t)cfg->hidden_size;
     size_t hd = (size_t)cfg->head_dim, nq = (size_t)s->n_q_heads, nkv = (size_t)s->n_kv_heads;
+    size_t mlp = (size_t)(s->n_shared > s->n_mlp ? s->n_shared : s->n_mlp);
+    size_t E = (size_t)cfg->num_experts, K = (size_t)cfg->num_experts_per_tok;
     rlDtype act = be->act_dtype;
     if (!(m->x = model_act(m, T * D, act, err)) || !(m->resid = model_act(m, T * D, act, err)) ||
         !(m->delta = model_act(m, T * D, act, err)) ||
         !(m->qkv = model_act(m, T * (nq + 2 * nkv) * hd, act, err)) ||
         !(m->att = model_act(m, T * nq * hd, act, err)) ||
-        !(m->gu = model_act(m, T * 2 * (size_t)s->n_mlp, act, err)) ||
-        !(m->mlp = model_act(m, T * (size_t)s->n_mlp, act, err)))
+        !(m->gu = model_act(m, T * 2 * mlp, act, err)) ||
+        !(m->mlp = model_act(m, T * mlp, act, err)))
+        goto fail;
+    if (E && (!(m->moe_logits = model_act(m, T * E, RL_F32, err)) ||
+              !(m->moe_weights = model_act(m, T * K, RL_F32, err)) ||
+              !(m->moe_ids = model_act(m, T * K, RL_I32, err)) ||
+              !(m->sgate = model_act(m, T, RL_F32, err))))
         goto fail;
     if (last) {
         if (!(m->rows_x = model_act(m, R * D, act, err)) ||
@@ -273,18 +291,20 @@ void rl_model_free(rlModel *m) {
     rlBackend *be = m->be;
     if (!be) return;
     rlLayerTensor t[RL_MAX_LAYER_TENSORS];
-    int n = rl_layer_tensors(&m->cfg, t);
-    for (int l = 0; m->layers && l < m->shard.n_layers; l++)
+    for (int l = 0; m->layers && l < m->shard.n_layers; l++) {
+        int n = rl_layer_tensors(&m->cfg, m->shard.layer0 + l, t);
         for (int i = 0; i < n; i++) {
             void **p = w_slot(&m->layers[l], &t[i]);
             model_release(be, *p);
             *p = NULL;
         }
+    }
     free(m->layers);
     if (m->lm_head != m->embed) model_release(be, m->lm_head);
     if (m->logits_full != m->logits) model_release(be, m->logits_full);
     void *ps[] = {m->embed, m->norm, m->x, m->resid, m->delta, m->qkv, m->att, m->gu,
-                  m->mlp, m->rows_x, m->logits, m->logits_gather};
+                  m->mlp, m->rows_x, m->logits, m->logits_gather, m->moe_logits,
+                  m->moe_weights, m->moe_ids, m->sgate};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) model_release(be, ps[i]);
     free(m->tp_vocab0);
     free(m->tp_n_vocab);

@@ -111,8 +111,15 @@ int rl_shard_plan(const rlModelConfig *cfg, int tp, int pp, const int *partition
                         "unit of the quantized weights: config.json and the quantization do "
                         "not belong together; check config.json", cfg->intermediate_size,
                         quantum);
-    int unit = shard_mlp_unit(cfg->intermediate_size, tp, quantum);
-    int units = cfg->intermediate_size / unit;
+    /* The dense MLP, every routed expert and the shared expert: column
+     * ranges of each, in units (unit 0: the model has no such part). */
+    int width[3] = {cfg->intermediate_size, cfg->num_experts ? cfg->moe_intermediate_size : 0,
+                    cfg->num_experts ? cfg->shared_expert_size : 0};
+    int unit[3], units[3];
+    for (int i = 0; i < 3; i++) {
+        unit[i] = width[i] ? shard_mlp_unit(width[i], tp, quantum) : 1;
+        units[i] = width[i] / unit[i];
+    }
     /* Query heads go in runs whose columns fill whole quantization units. */
     int hunit = quantum / shard_gcd(quantum, cfg->head_dim);
     if (cfg->num_heads % hunit) hunit = 1;  /* shard_check_cuts says what does not fit */
@@ -134,8 +141,12 @@ int rl_shard_plan(const rlModelConfig *cfg, int tp, int pp, const int *partition
                 sh->n_kv_heads = 0;
             }
 
-            sh->mlp0 = shard_cut(units, tp, r) * unit;
-            sh->n_mlp = shard_cut(units, tp, r + 1) * unit - sh->mlp0;
+            int *first[3] = {&sh->mlp0, &sh->moe0, &sh->shared0};
+            int *count[3] = {&sh->n_mlp, &sh->n_moe, &sh->n_shared};
+            for (int i = 0; i < 3; i++) {
+                *first[i] = shard_cut(units[i], tp, r) * unit[i];
+                *count[i] = shard_cut(units[i], tp, r + 1) * unit[i] - *first[i];
+            }
             sh->vocab0 = shard_cut(cfg->vocab_size, tp, r);
             sh->n_vocab = shard_cut(cfg->vocab_size, tp, r + 1) - sh->vocab0;
             sh->layer0 = layer_start[s];

@@ -7,7 +7,10 @@
  * shared by two ranks is replicated on both.  The MLP is split in units that
  * keep GEMMs efficient, the vocabulary in near-equal row ranges.  Pipeline
  * stages take contiguous layer ranges.  A rank may own zero query heads
- * (TP larger than the head count): it then only computes its MLP share. */
+ * (TP larger than the head count): it then only computes its MLP share.
+ * Mixture-of-experts layers cut every expert the same way as the MLP (a
+ * column range of each, kernels/COSTMODEL.md says why not whole experts per
+ * rank), and the shared expert like the MLP; the router is replicated. */
 #ifndef RL_SHARD_H
 #define RL_SHARD_H
 
@@ -22,6 +25,8 @@ typedef struct rlShard {
     int q_head0, n_q_heads;     /* query heads [q_head0, q_head0 + n_q_heads) */
     int kv_head0, n_kv_heads;   /* KV heads stored: those the query heads read */
     int mlp0, n_mlp;            /* intermediate columns [mlp0, mlp0 + n_mlp) */
+    int moe0, n_moe;            /* columns [moe0, moe0 + n_moe) of every routed expert */
+    int shared0, n_shared;      /* columns of the shared expert (Qwen2-MoE) */
     int vocab0, n_vocab;        /* embedding / LM-head rows [vocab0, vocab0 + n_vocab) */
     int layer0, n_layers;       /* this pipeline stage's layers */
 } rlShard;

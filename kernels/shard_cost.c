@@ -5,24 +5,26 @@
 
 size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {
     const rlQuant *q = &cfg->quant;
-    size_t es = rl_dtype_size(dtype), per_layer = 0;
+    size_t es = rl_dtype_size(dtype), bytes = 0;
     int64_t hidden = cfg->hidden_size;
     /* Linear layers as the format stores them (each tensor its own scales);
-     * norms and biases dense. */
+     * norms and biases dense.  Layers differ where some are MoE. */
     rlLayerTensor t[RL_MAX_LAYER_TENSORS];
-    int n = rl_layer_tensors(cfg, t);
-    for (int i = 0; i < n; i++) {
-        size_t elems = rl_layer_tensor_elems(cfg, s, &t[i]);
-        if (t[i].cols == RL_DIM_NONE || !elems) {
-            per_layer += elems * es;
-            continue;
+    for (int l = s->layer0; l < s->layer0 + s->n_layers; l++) {
+        int n = rl_layer_tensors(cfg, l, t);
+        for (int i = 0; i < n; i++) {
+            size_t elems = rl_layer_tensor_elems(cfg, s, &t[i]);
+            if (t[i].cols == RL_DIM_NONE || !elems) {
+                bytes += elems * es;
+                continue;
+            }
+            int64_t r0, nr, c0, nc;
+            rl_dim_cut(cfg, s, t[i].rows, &r0, &nr);
+            rl_dim_cut(cfg, s, t[i].cols, &c0, &nc);
+            bytes += rl_quant_linear_bytes(q, nr, nc, rl_dim_size(cfg, t[i].cols), es) *
+                     (size_t)(t[i].per_expert ? cfg->num_experts : 1);
         }
-        int64_t r0, nr, c0, nc;
-        rl_dim_cut(cfg, s, t[i].rows, &r0, &nr);
-        rl_dim_cut(cfg, s, t[i].cols, &c0, &nc);
-        per_layer += rl_quant_linear_bytes(q, nr, nc, rl_dim_size(cfg, t[i].cols), es);
     }
-    size_t bytes = per_layer * (size_t)s->n_layers;
     size_t table = (size_t)s->n_vocab * (size_t)hidden * es;
     int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;
     if (first) bytes += table;
@@ -57,8 +59,10 @@ void rl_shard_balance(const rlModelConfig *cfg, const rlShard *plan, int tp, int
         if (wb > out->max_weight_bytes) out->max_weight_bytes = wb;
         if (kb > out->max_kv_bytes_per_token) out->max_kv_bytes_per_token = kb;
     }
-    /* Heads and MLP columns are the same on every stage. */
-    for (int r = 0; r < tp; r++) heads[r] = plan[r].n_q_heads, mlp[r] = plan[r].n_mlp;
+    /* Heads and MLP columns are the same on every stage; in a mixture of
+     * experts the experts' columns are most of the MLP. */
+    for (int r = 0; r < tp; r++)
+        heads[r] = plan[r].n_q_heads, mlp[r] = cfg->num_experts ? plan[r].n_moe : plan[r].n_mlp;
     out->weights = shard_ratio(w, n);
     out->kv = shard_ratio(kv, n);
     out->q_heads = shard_ratio(heads, tp);
@@ -76,7 +80,11 @@ void rl_shard_print(FILE *f, const rlModelConfig *cfg, const rlShard *plan, int 
         snprintf(q, sizeof(q), "%d [%d,%d)", s->n_q_heads, s->q_head0, s->q_head0 + s->n_q_heads);
         snprintf(kv, sizeof(kv), "%d [%d,%d)", s->n_kv_heads, s->kv_head0,
                  s->kv_head0 + s->n_kv_heads);
-        snprintf(mlp, sizeof(mlp), "%d [%d,%d)", s->n_mlp, s->mlp0, s->mlp0 + s->n_mlp);
+        if (cfg->num_experts)   /* each expert's columns */
+            snprintf(mlp, sizeof(mlp), "%d [%d,%d) x%d", s->n_moe, s->moe0, s->moe0 + s->n_moe,
+                     cfg->num_experts);
+        else
+            snprintf(mlp, sizeof(mlp), "%d [%d,%d)", s->n_mlp, s->mlp0, s->mlp0 + s->n_mlp);
         snprintf(voc, sizeof(voc), "%d [%d,%d)", s->n_vocab, s->vocab0,
                  s->vocab0 + s->n_vocab);
         snprintf(lay, sizeof(lay), "%d [%d,%d)", s->n_layers, s->layer0,
@@ -96,11 +104,14 @@ size_t rl_model_activation_bytes(const rlModelConfig *cfg, const rlShard *s, rlD
                                  int max_tokens, int max_rows) {
     size_t T = (size_t)max_tokens, R = (size_t)max_rows, D = (size_t)cfg->hidden_size;
     size_t hd = (size_t)cfg->head_dim, nq = (size_t)s->n_q_heads, nkv = (size_t)s->n_kv_heads;
+    size_t mlp = (size_t)(s->n_shared > s->n_mlp ? s->n_shared : s->n_mlp);
     size_t act = T * (3 * D                    /* x, resid, delta */
                       + (nq + 2 * nkv) * hd    /* qkv */
                       + nq * hd                /* att */
-                      + 3 * (size_t)s->n_mlp); /* gu, mlp */
+                      + 3 * mlp);              /* gu, mlp */
     size_t bytes = act * rl_dtype_size(act_dtype);
+    if (cfg->num_experts)   /* router logits, chosen experts' weights and ids, shared gate */
+        bytes += T * ((size_t)cfg->num_experts + 2 * (size_t)cfg->num_experts_per_tok + 1) * 4;
     if (s->pp_rank == s->pp_size - 1) {
         bytes += R * D * rl_dtype_size(act_dtype); /* rows_x */
         if (s->tp_size == 1) {

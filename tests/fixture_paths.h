@@ -5,7 +5,8 @@
  * `make fixtures` makes in build/fixtures ($FIXTURES), where the files kept
  * compressed there (*.xz) are unpacked.  The table lists the
  * models the forward and layout tests run: the dense ones (Qwen2 at two
- * shapes, Qwen3, Qwen2 with YaRN, Llama 3) and every format of
+ * shapes, Qwen3, Qwen2 with YaRN, Llama 3), the mixtures of experts
+ * (Qwen2-MoE with its shared expert, Qwen3-MoE) and every format of
  * models-quant/ (Qwen2's, and AWQ on Qwen3); test_forward also runs the
  * bundled model. */
 #ifndef RL_TEST_FIXTURE_PATHS_H
@@ -18,7 +19,8 @@
 static const char *const fixture_models[] = {
     "models/qwen2-tiny-hd128",          "models/qwen2-tiny-gqa3",
     "models/qwen3-tiny",                "models/qwen2-tiny-yarn",
-    "models/llama-tiny",
+    "models/llama-tiny",                "models/qwen2-moe-tiny",
+    "models/qwen3-moe-tiny",
     "models-quant/qwen2-tiny-gqa3-awq", "models-quant/qwen2-tiny-hd128-gptq4",
     "models-quant/qwen2-tiny-gqa3-gptq8", "models-quant/qwen2-tiny-hd128-fp8block",
     "models-quant/qwen2-tiny-gqa3-fp8ch", "models-quant/qwen3-tiny-awq",

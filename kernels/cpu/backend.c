@@ -253,6 +253,7 @@ static void cpu_destroy(rlBackend *be) {
     free(c->rope_inv_freq);
     free(c->rope_cos);
     free(c->rope_sin);
+    free(c->moe_scratch);
     free(c);
 }
 
@@ -274,6 +275,9 @@ static const rlBackendOps cpu_ops = {
     .rope_kv_store = cpu_rope_kv_store,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
+    .moe_route = cpu_moe_route,
+    .moe_experts = cpu_moe_experts,
+    .sigmoid_scale = cpu_sigmoid_scale,
     .gather_rows = cpu_gather_rows,
     .add = cpu_add,
     .copy2d = cpu_copy2d,

@@ -2,7 +2,7 @@
  *
  * backend.c holds memory, the step and the element-wise operations;
  * attention.c RoPE, the paged KV cache writes and attention; sample.c turns
- * logits into results. */
+ * logits into results; moe.c routes tokens to experts and runs them. */
 #ifndef RL_CPU_H
 #define RL_CPU_H
 
@@ -24,6 +24,8 @@ typedef struct cpuBackend {
     float *rope_cos, *rope_sin;
     size_t rope_cap;
     int rope_ready;
+    float *moe_scratch;         /* moe.c: one expert's gathered rows and activations */
+    size_t moe_scratch_cap;     /* floats */
     int failed;                 /* first failure since the last sync */
     rlError err;
 } cpuBackend;
@@ -49,5 +51,12 @@ void cpu_rope_kv_store(rlBackend *be, void *qkv, const void *q_norm, const void 
                        float eps, int layer, const rlAttnShape *s);
 void cpu_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
 int cpu_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err);
+/* moe.c: routing, the experts over their tokens, the shared expert's gate. */
+void cpu_moe_route(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
+                   int n_experts, int k, int renorm);
+void cpu_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
+                     const void *wdown, const int *ids, const float *weights, int rows, int dim,
+                     int m, int n_experts, int k, int accumulate);
+void cpu_sigmoid_scale(rlBackend *be, void *out, const float *gate, int rows, int dim);
 
 #endif

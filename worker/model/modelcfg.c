@@ -2,7 +2,7 @@
  *
  * The config decides every buffer size in the process, so each value is
  * checked here (type, range, consistency) and anything redlm does not
- * implement (another architecture, mixture of experts, dynamic or other
+ * implement (another architecture, dynamic or other
  * rope scaling, sliding-window attention) is refused with a message, rather
  * than producing wrong numbers later.  FAMILIES below is the one place that
  * says which architectures run and how each one's keys set the per-layer
@@ -144,20 +144,32 @@ static const struct modelcfgFamily {
     const char *model_type, *architecture;
     modelcfgSwitch qkv_bias, o_bias, mlp_bias;
     int qk_norm;
+    /* Mixture of experts: 0 dense, else transformers' config defaults for
+     * the MoE keys a config leaves out (shared expert width 0: none). */
+    struct { int on, experts, top_k, width, shared_width; } moe;
 } FAMILIES[] = {
     /* Qwen2Attention: q/k/v with bias, o_proj without; no MLP bias. */
-    {"qwen2", "Qwen2ForCausalLM", {NULL, 1}, {NULL, 0}, {NULL, 0}, 0},
+    {"qwen2", "Qwen2ForCausalLM", {NULL, 1}, {NULL, 0}, {NULL, 0}, 0, {0}},
     /* Qwen3Attention: attention_bias on q/k/v/o, RMSNorm per q and k head. */
-    {"qwen3", "Qwen3ForCausalLM", {"attention_bias", 0}, {"attention_bias", 0}, {NULL, 0}, 1},
+    {"qwen3", "Qwen3ForCausalLM", {"attention_bias", 0}, {"attention_bias", 0}, {NULL, 0}, 1,
+     {0}},
     /* LlamaAttention / LlamaMLP: attention_bias and mlp_bias. */
     {"llama", "LlamaForCausalLM", {"attention_bias", 0}, {"attention_bias", 0},
-     {"mlp_bias", 0}, 0},
+     {"mlp_bias", 0}, 0, {0}},
+    /* Qwen2MoeSparseMoeBlock: Qwen2's attention; routed experts plus a shared
+     * expert scaled by sigmoid(shared_expert_gate(x)). */
+    {"qwen2_moe", "Qwen2MoeForCausalLM", {NULL, 1}, {NULL, 0}, {NULL, 0}, 0,
+     {1, 60, 4, 1408, 5632}},
+    /* Qwen3MoeSparseMoeBlock: Qwen3's attention; routed experts only. */
+    {"qwen3_moe", "Qwen3MoeForCausalLM", {"attention_bias", 0}, {"attention_bias", 0},
+     {NULL, 0}, 1, {1, 128, 8, 768, 0}},
 };
 #define N_FAMILIES (sizeof(FAMILIES) / sizeof(FAMILIES[0]))
 
 static const char *SUPPORTED = "Qwen2ForCausalLM (model_type \"qwen2\": Qwen2, Qwen2.5), "
-                               "Qwen3ForCausalLM (\"qwen3\": Qwen3 dense) and LlamaForCausalLM "
-                               "(\"llama\": Llama 2 / 3)";
+                               "Qwen3ForCausalLM (\"qwen3\": Qwen3 dense), LlamaForCausalLM "
+                               "(\"llama\": Llama 2 / 3), Qwen2MoeForCausalLM (\"qwen2_moe\") "
+                               "and Qwen3MoeForCausalLM (\"qwen3_moe\")";
 
 static int modelcfg_get_switch(json_t *root, const char *path, modelcfgSwitch sw, int *out,
                                rlError *err) {
@@ -167,6 +179,49 @@ static int modelcfg_get_switch(json_t *root, const char *path, modelcfgSwitch sw
     if (!json_is_boolean(v))
         return rl_error(err, RL_EMODEL, "%s: \"%s\" must be true or false.", path, sw.key);
     *out = json_is_true(v);
+    return 0;
+}
+
+/* The mixture-of-experts keys, as Qwen2MoeConfig / Qwen3MoeConfig read them
+ * (the mask is made for every possible layer; modelcfg_parse checks the
+ * layer count against it). */
+static int modelcfg_get_moe(json_t *root, const char *path, const struct modelcfgFamily *f,
+                            rlModelConfig *cfg, rlError *err) {
+    int step = 1;
+    modelcfgSwitch norm = {"norm_topk_prob", 0};
+    if (modelcfg_get_dim(root, path, "num_experts", f->moe.experts, &cfg->num_experts, err) ||
+        modelcfg_get_dim(root, path, "num_experts_per_tok", f->moe.top_k,
+                         &cfg->num_experts_per_tok, err) ||
+        modelcfg_get_dim(root, path, "moe_intermediate_size", f->moe.width,
+                         &cfg->moe_intermediate_size, err) ||
+        modelcfg_get_dim(root, path, "decoder_sparse_step", 1, &step, err) ||
+        modelcfg_get_switch(root, path, norm, &cfg->norm_topk_prob, err))
+        return -1;
+    json_t *shared = json_object_get(root, "shared_expert_intermediate_size");
+    if (f->moe.shared_width && !(json_is_integer(shared) && json_integer_value(shared) == 0) &&
+        modelcfg_get_dim(root, path, "shared_expert_intermediate_size", f->moe.shared_width,
+                         &cfg->shared_expert_size, err))
+        return -1;
+    if (cfg->num_experts_per_tok > cfg->num_experts)
+        return rl_error(err, RL_EMODEL, "%s: num_experts_per_tok (%d) is more than num_experts "
+                        "(%d): each token picks its experts among them. Restore config.json "
+                        "from the model's repository.", path, cfg->num_experts_per_tok,
+                        cfg->num_experts);
+    for (int l = 0; l < RL_MAX_MOE_LAYERS; l++)
+        if ((l + 1) % step == 0) cfg->moe_layers[l / 64] |= 1ull << (l % 64);
+    json_t *dense = json_object_get(root, "mlp_only_layers"), *v;
+    size_t i;
+    if (dense && !json_is_null(dense) && !json_is_array(dense))
+        return rl_error(err, RL_EMODEL, "%s: \"mlp_only_layers\" must be a list of layer "
+                        "numbers. Restore config.json from the model's repository.", path);
+    json_array_foreach(dense, i, v) {
+        json_int_t l = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (l < 0 || l >= RL_MAX_MOE_LAYERS)
+            return rl_error(err, RL_EMODEL, "%s: mlp_only_layers[%zu] must be a layer number "
+                            "(0 to num_hidden_layers - 1). Restore config.json from the "
+                            "model's repository.", path, i);
+        cfg->moe_layers[l / 64] &= ~(1ull << (l % 64));
+    }
     return 0;
 }
 
@@ -186,11 +241,9 @@ static int modelcfg_get_family(json_t *root, const char *path, rlModelConfig *cf
         if (!strcmp(type, FAMILIES[i].model_type)) f = &FAMILIES[i];
     if (!f)
         return rl_error(err, RL_EMODEL,
-                        "%s: model_type \"%s\"%s%s%s is not supported: redlm runs %s%s. Use a "
+                        "%s: model_type \"%s\"%s%s%s is not supported: redlm runs %s. Use a "
                         "checkpoint of one of those families.", path, type,
-                        first ? " (" : "", first ? first : "", first ? ")" : "", SUPPORTED,
-                        strstr(type, "moe") ? "; mixture-of-experts models are not supported "
-                                              "yet" : "");
+                        first ? " (" : "", first ? first : "", first ? ")" : "", SUPPORTED);
     if (archs && !json_is_null(archs)) {
         size_t i;
         json_t *a;
@@ -215,7 +268,8 @@ static int modelcfg_get_family(json_t *root, const char *path, rlModelConfig *cf
     cfg->qk_norm = f->qk_norm;
     return modelcfg_get_switch(root, path, f->qkv_bias, &cfg->qkv_bias, err) ||
            modelcfg_get_switch(root, path, f->o_bias, &cfg->o_bias, err) ||
-           modelcfg_get_switch(root, path, f->mlp_bias, &cfg->mlp_bias, err)
+           modelcfg_get_switch(root, path, f->mlp_bias, &cfg->mlp_bias, err) ||
+           (f->moe.on && modelcfg_get_moe(root, path, f, cfg, err))
                ? -1 : 0;
 }
 
@@ -399,6 +453,10 @@ static int modelcfg_parse(json_t *root, const char *path, rlModelConfig *cfg, rl
         modelcfg_get_dim(root, path, "max_position_embeddings", 32768,
                          &cfg->max_position_embeddings, err))
         return -1;
+    if (cfg->num_experts > 0 && cfg->num_layers > RL_MAX_MOE_LAYERS)
+        return rl_error(err, RL_EMODEL, "%s: %d layers of a mixture of experts; redlm runs "
+                        "MoE models of up to %d layers.", path, cfg->num_layers,
+                        RL_MAX_MOE_LAYERS);
     if (cfg->num_heads % cfg->num_kv_heads != 0)
         return rl_error(err, RL_EMODEL, "%s: num_attention_heads (%d) is not a multiple of "
                         "num_key_value_heads (%d), so query heads cannot share KV heads evenly. "
@@ -436,6 +494,10 @@ static int modelcfg_parse(json_t *root, const char *path, rlModelConfig *cfg, rl
         modelcfg_get_bos(root, path, cfg, err) ||
         quant_config_parse(root, path, cfg->num_layers, &cfg->quant, err))
         return -1;
+    if (cfg->num_experts && cfg->quant.method)
+        return rl_error(err, RL_EMODEL, "%s: a quantized mixture-of-experts checkpoint; redlm "
+                        "runs MoE models from their bf16 / fp16 / fp32 checkpoints only in this "
+                        "version. Use the model's unquantized checkpoint.", path);
     json_t *eos = json_object_get(root, "eos_token_id");
     if (eos && !json_is_null(eos) && modelcfg_get_eos(eos, path, cfg, err)) return -1;
     return 0;
