@@ -154,6 +154,12 @@ void rl_model_free(rlModel *m);
 
 /* Bytes of this shard's weights on the device, and of KV cache per token. */
 size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype);
+/* Bytes of this shard's weights a decode step of `tokens` tokens reads: all
+ * of them in a dense model; in a mixture of experts only the routed experts
+ * the tokens touch, rl_moe_experts_touched of them (COSTMODEL.md). */
+size_t rl_model_read_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype,
+                           double tokens);
+double rl_moe_experts_touched(const rlModelConfig *cfg, double tokens);
 size_t rl_model_kv_bytes_per_token(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype);
 /* Bytes of the activation buffers rl_model_init allocates for this shard
  * (act_dtype: the backend's; logits are fp32), so a memory plan can count

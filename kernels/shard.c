@@ -155,3 +155,11 @@ int rl_shard_plan(const rlModelConfig *cfg, int tp, int pp, const int *partition
     }
     return cfg->quant.method ? shard_check_cuts(cfg, out, tp, err) : 0;
 }
+
+void rl_shard_whole(const rlModelConfig *cfg, rlShard *out) {
+    *out = (rlShard){.tp_size = 1, .pp_size = 1, .n_q_heads = cfg->num_heads,
+                     .n_kv_heads = cfg->num_kv_heads, .n_mlp = cfg->intermediate_size,
+                     .n_moe = cfg->num_experts ? cfg->moe_intermediate_size : 0,
+                     .n_shared = cfg->num_experts ? cfg->shared_expert_size : 0,
+                     .n_vocab = cfg->vocab_size, .n_layers = cfg->num_layers};
+}

@@ -38,6 +38,9 @@ typedef struct rlShard {
 int rl_shard_plan(const rlModelConfig *cfg, int tp, int pp, const int *partition,
                   rlShard *out, rlError *err);
 
+/* The whole model as one rank holds it (TP 1, PP 1). */
+void rl_shard_whole(const rlModelConfig *cfg, rlShard *out);
+
 /* How even a plan is: max / mean over ranks (1.0 = perfectly even).
  * Weight bytes set a decode step's time on each rank (every weight is read
  * once per step), so their imbalance is the one that costs throughput. */

@@ -3,9 +3,14 @@
 #include "kernels/model.h"
 #include "kernels/shard.h"
 
-size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {
+#include <math.h>
+
+/* The weight bytes of shard s, its routed experts' counted at expert_share
+ * of their whole (1: memory; the share a step touches: bytes read). */
+static double shard_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype,
+                                 double expert_share) {
     const rlQuant *q = &cfg->quant;
-    size_t es = rl_dtype_size(dtype), bytes = 0;
+    size_t es = rl_dtype_size(dtype), bytes = 0, experts = 0;
     int64_t hidden = cfg->hidden_size;
     /* Linear layers as the format stores them (each tensor its own scales);
      * norms and biases dense.  Layers differ where some are MoE. */
@@ -21,15 +26,36 @@ size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype
             int64_t r0, nr, c0, nc;
             rl_dim_cut(cfg, s, t[i].rows, &r0, &nr);
             rl_dim_cut(cfg, s, t[i].cols, &c0, &nc);
-            bytes += rl_quant_linear_bytes(q, nr, nc, rl_dim_size(cfg, t[i].cols), es) *
-                     (size_t)(t[i].per_expert ? cfg->num_experts : 1);
+            size_t b = rl_quant_linear_bytes(q, nr, nc, rl_dim_size(cfg, t[i].cols), es);
+            if (t[i].per_expert) experts += b * (size_t)cfg->num_experts;
+            else bytes += b;
         }
     }
     size_t table = (size_t)s->n_vocab * (size_t)hidden * es;
     int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;
     if (first) bytes += table;
     if (last) bytes += (size_t)hidden * es + (cfg->tie_word_embeddings && first ? 0 : table);
-    return bytes;
+    return (double)bytes + expert_share * (double)experts;
+}
+
+size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {
+    return (size_t)shard_weight_bytes(cfg, s, dtype, 1.0);
+}
+
+/* Each token picks k distinct experts of E; with routing spread evenly an
+ * expert escapes one token with probability 1 - k/E, so n tokens touch
+ * E (1 - (1 - k/E)^n) of them on average (8 of 128 at batch 1, 103 at 64,
+ * all of them at prefill). */
+double rl_moe_experts_touched(const rlModelConfig *cfg, double tokens) {
+    if (!cfg->num_experts) return 0;
+    double E = cfg->num_experts, k = cfg->num_experts_per_tok;
+    return E * (1 - pow(1 - k / E, tokens));
+}
+
+size_t rl_model_read_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype,
+                           double tokens) {
+    double share = cfg->num_experts ? rl_moe_experts_touched(cfg, tokens) / cfg->num_experts : 1;
+    return (size_t)shard_weight_bytes(cfg, s, dtype, share);
 }
 
 size_t rl_model_kv_bytes_per_token(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {

@@ -1,6 +1,8 @@
-/* qwen2_ref.h: a plain forward of the Qwen2 / Qwen3 / Llama families in
- * double precision, one token at a time, written from Hugging Face's
- * modeling_qwen2, modeling_qwen3, modeling_llama and modeling_rope_utils and
+/* qwen2_ref.h: a plain forward of the Qwen2 / Qwen3 / Llama families and
+ * the Qwen2-MoE / Qwen3-MoE mixtures of experts in double precision, one
+ * token at a time, written from Hugging Face's modeling_qwen2,
+ * modeling_qwen3, modeling_llama, modeling_qwen2_moe, modeling_qwen3_moe and
+ * modeling_rope_utils and
  * sharing no code with kernels/ (only the bf16/fp16 widening of half.h and
  * the switches of rlModelConfig: biases, q/k norms, rope scaling).  It is
  * the oracle for checkpoints that have no Hugging Face reference.json:
@@ -25,6 +27,9 @@ typedef struct refLayer {
     float *q, *q_bias, *k, *k_bias, *v, *v_bias, *o, *o_bias;
     float *q_norm, *k_norm;
     float *gate, *gate_bias, *up, *up_bias, *down, *down_bias;
+    /* An MoE layer: the router, each expert's MLP ([expert] of gate, up,
+     * down) and Qwen2-MoE's shared expert (gate, up, down above) and its gate. */
+    float *router, **e_gate, **e_up, **e_down, *shared_gate;
 } refLayer;
 
 typedef struct refModel {
@@ -33,7 +38,7 @@ typedef struct refModel {
     refLayer *layers;
     int max_len;
     double *k_cache, *v_cache;           /* [layer][position][kv_heads * head_dim] */
-    double *x, *h, *q, *k, *v, *att, *o, *gate, *up, *scores;
+    double *x, *h, *q, *k, *v, *att, *o, *gate, *up, *scores, *moe_out, *router_p;
     double *inv_freq, rope_scale;        /* [head_dim / 2], cos/sin factor */
 } refModel;
 
@@ -71,11 +76,14 @@ static inline void ref_free(refModel *m) {
                         y->v_bias, y->o, y->o_bias, y->q_norm, y->k_norm, y->gate,
                         y->gate_bias, y->up, y->up_bias, y->down, y->down_bias};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) free(all[i]);
+        for (int e = 0; y->e_gate && e < m->cfg.num_experts; e++)
+            free(y->e_gate[e]), free(y->e_up[e]), free(y->e_down[e]);
+        free(y->e_gate), free(y->e_up), free(y->e_down), free(y->router), free(y->shared_gate);
     }
     if (m->head != m->embed) free(m->head);
     free(m->embed), free(m->norm), free(m->layers);
     double *bufs[] = {m->k_cache, m->v_cache, m->x, m->h, m->q, m->k, m->v, m->att, m->o,
-                      m->gate, m->up, m->scores, m->inv_freq};
+                      m->gate, m->up, m->scores, m->inv_freq, m->moe_out, m->router_p};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
     memset(m, 0, sizeof(*m));
 }
@@ -126,6 +134,10 @@ static inline int ref_load(refModel *m, const rlModelConfig *cfg, rlTensorLookup
     size_t Q = (size_t)cfg->num_heads * (size_t)cfg->head_dim;
     size_t KV = (size_t)cfg->num_kv_heads * (size_t)cfg->head_dim;
     size_t V = (size_t)cfg->vocab_size, L = (size_t)cfg->num_layers;
+    size_t E = (size_t)cfg->num_experts, ME = (size_t)cfg->moe_intermediate_size;
+    size_t SE = (size_t)cfg->shared_expert_size;
+    size_t widest = I > ME ? I : ME;
+    widest = widest > SE ? widest : SE;
     m->layers = calloc(L, sizeof(refLayer));
     m->k_cache = calloc(L * (size_t)max_len * KV, sizeof(double));
     m->v_cache = calloc(L * (size_t)max_len * KV, sizeof(double));
@@ -133,10 +145,12 @@ static inline int ref_load(refModel *m, const rlModelConfig *cfg, rlTensorLookup
     m->q = calloc(Q, sizeof(double)), m->att = calloc(Q, sizeof(double));
     m->k = calloc(KV, sizeof(double)), m->v = calloc(KV, sizeof(double));
     m->o = calloc(H, sizeof(double)), m->scores = calloc((size_t)max_len, sizeof(double));
-    m->gate = calloc(I, sizeof(double)), m->up = calloc(I, sizeof(double));
+    m->gate = calloc(widest, sizeof(double)), m->up = calloc(widest, sizeof(double));
+    m->moe_out = calloc(H, sizeof(double)), m->router_p = calloc(E + 1, sizeof(double));
     m->inv_freq = calloc((size_t)cfg->head_dim / 2, sizeof(double));
     if (!m->layers || !m->k_cache || !m->v_cache || !m->x || !m->h || !m->q || !m->att ||
-        !m->k || !m->v || !m->o || !m->scores || !m->gate || !m->up || !m->inv_freq)
+        !m->k || !m->v || !m->o || !m->scores || !m->gate || !m->up || !m->inv_freq ||
+        !m->moe_out || !m->router_p)
         goto fail;
     ref_rope_table(cfg, m->inv_freq, &m->rope_scale);
     size_t D = (size_t)cfg->head_dim;
@@ -148,6 +162,8 @@ static inline int ref_load(refModel *m, const rlModelConfig *cfg, rlTensorLookup
     for (size_t l = 0; l < L; l++) {
         refLayer *y = &m->layers[l];
         int qkv_b = cfg->qkv_bias, o_b = cfg->o_bias, mlp_b = cfg->mlp_bias, qk = cfg->qk_norm;
+        int moe = rl_layer_is_moe(cfg, (int)l), dense = !moe, shared = moe && SE > 0;
+        size_t MI = moe ? SE : I;   /* the MLP of a dense layer, or the shared expert */
         struct { const char *name; size_t n; float **out; int present; } w[] = {
             {"input_layernorm.weight", H, &y->in_norm, 1},
             {"post_attention_layernorm.weight", H, &y->post_norm, 1},
@@ -161,18 +177,37 @@ static inline int ref_load(refModel *m, const rlModelConfig *cfg, rlTensorLookup
             {"self_attn.k_norm.weight", D, &y->k_norm, qk},
             {"self_attn.o_proj.weight", H * Q, &y->o, 1},
             {"self_attn.o_proj.bias", H, &y->o_bias, o_b},
-            {"mlp.gate_proj.weight", I * H, &y->gate, 1},
-            {"mlp.gate_proj.bias", I, &y->gate_bias, mlp_b},
-            {"mlp.up_proj.weight", I * H, &y->up, 1},
-            {"mlp.up_proj.bias", I, &y->up_bias, mlp_b},
-            {"mlp.down_proj.weight", H * I, &y->down, 1},
-            {"mlp.down_proj.bias", H, &y->down_bias, mlp_b},
+            {"mlp.gate_proj.weight", MI * H, &y->gate, dense},
+            {"mlp.gate_proj.bias", MI, &y->gate_bias, dense && mlp_b},
+            {"mlp.up_proj.weight", MI * H, &y->up, dense},
+            {"mlp.up_proj.bias", MI, &y->up_bias, dense && mlp_b},
+            {"mlp.down_proj.weight", H * MI, &y->down, dense},
+            {"mlp.down_proj.bias", H, &y->down_bias, dense && mlp_b},
+            {"mlp.shared_expert.gate_proj.weight", MI * H, &y->gate, shared},
+            {"mlp.shared_expert.up_proj.weight", MI * H, &y->up, shared},
+            {"mlp.shared_expert.down_proj.weight", H * MI, &y->down, shared},
+            {"mlp.shared_expert_gate.weight", H, &y->shared_gate, shared},
+            {"mlp.gate.weight", E * H, &y->router, moe},
         };
         for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
             if (!w[i].present) continue;
             char name[160];
             snprintf(name, sizeof(name), "model.layers.%zu.%s", l, w[i].name);
             if (ref_tensor(lookup, ctx, name, w[i].n, w[i].out, err)) goto fail;
+        }
+        if (!moe) continue;
+        y->e_gate = calloc(E, sizeof(float *)), y->e_up = calloc(E, sizeof(float *));
+        y->e_down = calloc(E, sizeof(float *));
+        if (!y->e_gate || !y->e_up || !y->e_down) goto fail;
+        for (size_t e = 0; e < E; e++) {
+            const char *part[] = {"gate_proj", "up_proj", "down_proj"};
+            float **dst[] = {&y->e_gate[e], &y->e_up[e], &y->e_down[e]};
+            for (int i = 0; i < 3; i++) {
+                char name[160];
+                snprintf(name, sizeof(name), "model.layers.%zu.mlp.experts.%zu.%s.weight", l, e,
+                         part[i]);
+                if (ref_tensor(lookup, ctx, name, ME * H, dst[i], err)) goto fail;
+            }
         }
     }
     return 0;
@@ -208,6 +243,56 @@ static inline void ref_rope(double *v, int d, int pos, const double *inv_freq, d
         v[i] = a * c - b * s;
         v[i + d / 2] = b * c + a * s;
     }
+}
+
+/* out[H] = down(silu(gate x) * up x) for an MLP n wide (biases may be NULL). */
+static inline void ref_mlp(refModel *m, const float *gate, const float *gate_bias,
+                           const float *up, const float *up_bias, const float *down,
+                           const float *down_bias, size_t n, const double *x, double *out) {
+    size_t H = (size_t)m->cfg.hidden_size;
+    ref_linear(gate, gate_bias, x, n, H, m->gate);
+    ref_linear(up, up_bias, x, n, H, m->up);
+    for (size_t i = 0; i < n; i++) m->gate[i] = m->gate[i] / (1 + exp(-m->gate[i])) * m->up[i];
+    ref_linear(down, down_bias, m->gate, H, n, out);
+}
+
+/* Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock on x: softmax of the
+ * router logits over every expert, the top k (ties to the lower id),
+ * renormalised when norm_topk_prob; their MLPs weighted and summed, plus
+ * sigmoid(shared_expert_gate x) times the shared expert. */
+static inline void ref_moe(refModel *m, const refLayer *y, const double *x, double *out) {
+    const rlModelConfig *c = &m->cfg;
+    size_t H = (size_t)c->hidden_size, E = (size_t)c->num_experts;
+    double *p = m->router_p, max = -INFINITY, sum = 0;
+    ref_linear(y->router, NULL, x, E, H, p);
+    for (size_t e = 0; e < E; e++) max = fmax(max, p[e]);
+    for (size_t e = 0; e < E; e++) sum += p[e] = exp(p[e] - max);
+    for (size_t e = 0; e < E; e++) p[e] /= sum;
+    int chosen[64], k = c->num_experts_per_tok;
+    double w[64], total = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (size_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (int i = 0; i < j; i++) taken |= chosen[i] == (int)e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = (int)e;
+        }
+        chosen[j] = best, w[j] = p[best], total += p[best];
+    }
+    for (size_t i = 0; i < H; i++) out[i] = 0;
+    for (int j = 0; j < k; j++) {
+        ref_mlp(m, y->e_gate[chosen[j]], NULL, y->e_up[chosen[j]], NULL, y->e_down[chosen[j]],
+                NULL, (size_t)c->moe_intermediate_size, x, m->moe_out);
+        double wj = c->norm_topk_prob ? w[j] / total : w[j];
+        for (size_t i = 0; i < H; i++) out[i] += wj * m->moe_out[i];
+    }
+    if (!y->shared_gate) return;
+    ref_mlp(m, y->gate, NULL, y->up, NULL, y->down, NULL, (size_t)c->shared_expert_size, x,
+            m->moe_out);
+    double g = 0;
+    for (size_t i = 0; i < H; i++) g += (double)y->shared_gate[i] * x[i];
+    g = 1 / (1 + exp(-g));
+    for (size_t i = 0; i < H; i++) out[i] += g * m->moe_out[i];
 }
 
 /* Token at position pos (every earlier position already stepped): writes
@@ -256,10 +341,11 @@ static inline void ref_step(refModel *m, int token, int pos, double *logits) {
         ref_linear(y->o, y->o_bias, m->att, H, Q, m->o);
         for (size_t i = 0; i < H; i++) m->x[i] += m->o[i];
         ref_rmsnorm(m->x, y->post_norm, H, c->rms_norm_eps, m->h);
-        ref_linear(y->gate, y->gate_bias, m->h, I, H, m->gate);
-        ref_linear(y->up, y->up_bias, m->h, I, H, m->up);
-        for (size_t i = 0; i < I; i++) m->gate[i] = m->gate[i] / (1 + exp(-m->gate[i])) * m->up[i];
-        ref_linear(y->down, y->down_bias, m->gate, H, I, m->o);
+        if (y->router)
+            ref_moe(m, y, m->h, m->o);
+        else
+            ref_mlp(m, y->gate, y->gate_bias, y->up, y->up_bias, y->down, y->down_bias, I, m->h,
+                    m->o);
         for (size_t i = 0; i < H; i++) m->x[i] += m->o[i];
     }
     ref_rmsnorm(m->x, m->norm, H, c->rms_norm_eps, m->h);

@@ -16,7 +16,9 @@
  * rope_theta, rope scaling (linear, YaRN with and without truncation, with
  * an mscale pair, llama3) over prompts longer than the original context,
  * rms_norm_eps, tied and untied LM heads, bf16 / fp16 / fp32 and one to four
- * files. */
+ * files, and mixtures of experts (Qwen2-MoE and Qwen3-MoE: 3, 5 and 8
+ * experts, top 1 to 3, renormalised or not, with and without the shared
+ * expert, dense layers among them) at TP 1, 2, 3 and 3 x 2. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -123,7 +125,13 @@ static void test_oracle_is_hf(void **state) {
     for (int i = 0; i < FIXTURE_N_MODELS; i++) anchor_fixture(fixture_models[i]);
 }
 
-typedef enum vFamily { V_QWEN2, V_QWEN3, V_LLAMA } vFamily;
+typedef enum vFamily { V_QWEN2, V_QWEN3, V_LLAMA, V_QWEN2_MOE, V_QWEN3_MOE } vFamily;
+
+/* A mixture of experts as its config writes it (experts 0: dense). */
+typedef struct vMoe {
+    int experts, top_k, inter, shared, norm_topk, sparse_step;
+    int dense_layer;                /* one layer listed in mlp_only_layers (-1: none) */
+} vMoe;
 
 /* Rope scaling as a config writes it (type NULL: none). */
 typedef struct vRope {
@@ -142,6 +150,7 @@ typedef struct variant {
     int attention_bias, mlp_bias;   /* Qwen3 / Llama keys */
     vRope rope;
     const char *layout;             /* also run on CPU ranks: "--tp 3" ... (NULL: not) */
+    vMoe moe;
 } variant;
 
 static const variant VARIANTS[] = {
@@ -175,6 +184,21 @@ static const variant VARIANTS[] = {
      .family = V_QWEN2,
      .rope = {.type = "yarn", .factor = 4, .original = 32, .mscale = 1, .mscale_all_dim = 0.5,
               .no_truncate = 1}},
+    /* Mixtures of experts: expert counts, top-k, renormalised or not, with and
+     * without Qwen2-MoE's shared expert, dense layers among the sparse ones
+     * (mlp_only_layers, decoder_sparse_step), expert widths TP 2 and 3 cut
+     * unevenly (48 in units of 16 over 2 ranks, 80 over 3). */
+    {"qwen3-moe-e5-top3-renorm-bf16", 128, 3, 4, 2, 32, 1, 192, 512, 0, 1e6, 1e-6, RL_BF16, 2,
+     .family = V_QWEN3_MOE, .layout = "--tp 2",
+     .moe = {5, 3, 48, 0, 1, 1, .dense_layer = 1}},
+    {"qwen2-moe-e3-top1-shared-fp32", 96, 2, 6, 2, 16, 0, 160, 512, 0, 1e4, 1e-6, RL_F32, 1,
+     .family = V_QWEN2_MOE, .layout = "--tp 3",
+     .moe = {3, 1, 80, 96, 0, 1, .dense_layer = -1}},
+    {"qwen2-moe-e8-top2-renorm-step2-fp16", 128, 4, 4, 4, 32, 0, 256, 512, 1, 1e6, 1e-6, RL_F16,
+     2, .family = V_QWEN2_MOE, .layout = "--tp 3 --pp 2",
+     .moe = {8, 2, 80, 64, 1, 2, .dense_layer = -1}},
+    {"qwen3-moe-e8-top2-fp32", 64, 2, 4, 4, 16, 1, 128, 512, 0, 1e6, 1e-6, RL_F32, 1,
+     .family = V_QWEN3_MOE, .moe = {8, 2, 32, 0, 0, 1, .dense_layer = 0}},
 };
 
 /* The config switches a family and its keys set, as worker/model/modelcfg.c
@@ -186,10 +210,20 @@ static void variant_config(const variant *v, rlModelConfig *cfg) {
                            .vocab_size = v->vocab, .max_position_embeddings = MAX_LEN,
                            .rope_theta = v->theta, .rms_norm_eps = v->eps,
                            .tie_word_embeddings = v->tied, .torch_dtype = v->dtype, .bos_id = -1};
-    cfg->qkv_bias = v->family == V_QWEN2 || v->attention_bias;
-    cfg->o_bias = v->family != V_QWEN2 && v->attention_bias;
+    int qwen2 = v->family == V_QWEN2 || v->family == V_QWEN2_MOE;
+    cfg->qkv_bias = qwen2 || v->attention_bias;
+    cfg->o_bias = !qwen2 && v->attention_bias;
     cfg->mlp_bias = v->family == V_LLAMA && v->mlp_bias;
-    cfg->qk_norm = v->family == V_QWEN3;
+    cfg->qk_norm = v->family == V_QWEN3 || v->family == V_QWEN3_MOE;
+    const vMoe *e = &v->moe;
+    if (e->experts) {
+        cfg->num_experts = e->experts, cfg->num_experts_per_tok = e->top_k;
+        cfg->moe_intermediate_size = e->inter, cfg->shared_expert_size = e->shared;
+        cfg->norm_topk_prob = e->norm_topk;
+        for (int l = 0; l < v->layers; l++)
+            if ((l + 1) % e->sparse_step == 0 && l != e->dense_layer)
+                cfg->moe_layers[l / 64] |= 1ull << (l % 64);
+    }
     const vRope *r = &v->rope;
     rlRopeScaling *s = &cfg->rope_scaling;
     if (!r->type) return;
@@ -245,6 +279,10 @@ static void make_weights(const variant *v, const rlModelConfig *c, WModel *m, ui
     double in_h = sqrt(3.0 / (double)H), in_q = sqrt(3.0 / (double)Q), in_i = sqrt(3.0 / (double)I);
     add_tensor(m, v, "model.embed_tokens.weight", v->vocab, H, 0, 0.2, &rng);
     for (int l = 0; l < v->layers; l++) {
+        int moe = rl_layer_is_moe(c, l), dense = !moe, shared = moe && c->shared_expert_size;
+        int64_t MI = moe ? c->shared_expert_size : I, E = c->num_experts;
+        int64_t EI = c->moe_intermediate_size;
+        double in_mi = sqrt(3.0 / (double)(MI ? MI : 1)), in_e = sqrt(3.0 / (double)(EI ? EI : 1));
         struct { const char *name; int64_t rows, cols; double base, amp; int present; } w[] = {
             {"input_layernorm.weight", H, 0, 1, 0.35, 1},
             {"self_attn.q_proj.weight", Q, H, 0, in_h, 1},
@@ -258,18 +296,34 @@ static void make_weights(const variant *v, const rlModelConfig *c, WModel *m, ui
             {"self_attn.o_proj.weight", H, Q, 0, in_q, 1},
             {"self_attn.o_proj.bias", H, 0, 0, 0.3, c->o_bias},
             {"post_attention_layernorm.weight", H, 0, 1, 0.35, 1},
-            {"mlp.gate_proj.weight", I, H, 0, in_h, 1},
-            {"mlp.gate_proj.bias", I, 0, 0, 0.3, c->mlp_bias},
-            {"mlp.up_proj.weight", I, H, 0, in_h, 1},
-            {"mlp.up_proj.bias", I, 0, 0, 0.3, c->mlp_bias},
-            {"mlp.down_proj.weight", H, I, 0, in_i, 1},
-            {"mlp.down_proj.bias", H, 0, 0, 0.3, c->mlp_bias},
+            {"mlp.gate_proj.weight", I, H, 0, in_h, dense},
+            {"mlp.gate_proj.bias", I, 0, 0, 0.3, dense && c->mlp_bias},
+            {"mlp.up_proj.weight", I, H, 0, in_h, dense},
+            {"mlp.up_proj.bias", I, 0, 0, 0.3, dense && c->mlp_bias},
+            {"mlp.down_proj.weight", H, I, 0, in_i, dense},
+            {"mlp.down_proj.bias", H, 0, 0, 0.3, dense && c->mlp_bias},
+            /* The router wide enough that the top k are seldom near a tie. */
+            {"mlp.gate.weight", E, H, 0, 4 * in_h, moe},
+            {"mlp.shared_expert.gate_proj.weight", MI, H, 0, in_h, shared},
+            {"mlp.shared_expert.up_proj.weight", MI, H, 0, in_h, shared},
+            {"mlp.shared_expert.down_proj.weight", H, MI, 0, in_mi, shared},
+            {"mlp.shared_expert_gate.weight", 1, H, 0, 2 * in_h, shared},
         };
         for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
             if (!w[i].present) continue;
             char name[128];
             snprintf(name, sizeof(name), "model.layers.%d.%s", l, w[i].name);
             add_tensor(m, v, name, w[i].rows, w[i].cols, w[i].base, w[i].amp, &rng);
+        }
+        for (int64_t e = 0; moe && e < E; e++) {
+            const char *part[] = {"gate_proj", "up_proj", "down_proj"};
+            for (int i = 0; i < 3; i++) {
+                char name[128];
+                snprintf(name, sizeof(name), "model.layers.%d.mlp.experts.%lld.%s.weight", l,
+                         (long long)e, part[i]);
+                add_tensor(m, v, name, i < 2 ? EI : H, i < 2 ? H : EI, 0, i < 2 ? in_h : in_e,
+                           &rng);
+            }
         }
     }
     add_tensor(m, v, "model.norm.weight", H, 0, 1, 0.35, &rng);
@@ -302,8 +356,9 @@ static void write_json(const char *dir, const char *file, json_t *root) {
 static void write_checkpoint(const char *dir, const variant *v, const WModel *m) {
     assert_int_equal(mkdir(dir, 0755), 0);
     const char *dtype = v->dtype == RL_BF16 ? "bfloat16" : v->dtype == RL_F16 ? "float16" : "float32";
-    static const char *const arch[] = {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM"};
-    static const char *const type[] = {"qwen2", "qwen3", "llama"};
+    static const char *const arch[] = {"Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM",
+                                       "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"};
+    static const char *const type[] = {"qwen2", "qwen3", "llama", "qwen2_moe", "qwen3_moe"};
     json_t *cfg = json_pack(
         "{s:[s], s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:b, s:s, s:i, s:i, s:b}",
         "architectures", arch[v->family], "model_type", type[v->family], "hidden_act", "silu",
@@ -313,8 +368,21 @@ static void write_checkpoint(const char *dir, const variant *v, const WModel *m)
         "tie_word_embeddings", v->tied, "torch_dtype", dtype, "bos_token_id", v->vocab - 2,
         "eos_token_id", v->vocab - 1, "use_sliding_window", 0);
     if (v->explicit_head_dim) json_object_set_new(cfg, "head_dim", json_integer(v->head_dim));
-    if (v->family != V_QWEN2)
+    if (v->family == V_QWEN3 || v->family == V_QWEN3_MOE || v->family == V_LLAMA)
         json_object_set_new(cfg, "attention_bias", json_boolean(v->attention_bias));
+    const vMoe *e = &v->moe;
+    if (e->experts) {
+        json_t *dense = json_array();
+        if (e->dense_layer >= 0) json_array_append_new(dense, json_integer(e->dense_layer));
+        json_t *keys = json_pack("{s:i, s:i, s:i, s:b, s:i, s:o}", "num_experts", e->experts,
+                                 "num_experts_per_tok", e->top_k, "moe_intermediate_size",
+                                 e->inter, "norm_topk_prob", e->norm_topk,
+                                 "decoder_sparse_step", e->sparse_step, "mlp_only_layers", dense);
+        json_object_update(cfg, keys);
+        json_decref(keys);
+        if (v->family == V_QWEN2_MOE)
+            json_object_set_new(cfg, "shared_expert_intermediate_size", json_integer(e->shared));
+    }
     if (v->family == V_LLAMA) json_object_set_new(cfg, "mlp_bias", json_boolean(v->mlp_bias));
     const vRope *r = &v->rope;
     if (r->type) {
@@ -481,7 +549,7 @@ static void run_variant(const variant *v, uint64_t seed) {
         check_results(v->name, v->layout, out, PROMPT_LENS, want, v->vocab, &w);
         runs++;
     }
-    printf("%-26s prompt logprobs within %.1e, top-5 within %.1e, %d of %d greedy steps "
+    printf("%-36s prompt logprobs within %.1e, top-5 within %.1e, %d of %d greedy steps "
            "compared%s%s\n", v->name, w.plp, w.top, w.steps, runs * N_PROMPTS * N_GEN,
            v->layout ? ", also at " : "", v->layout ? v->layout : "");
     /* Most steps must be decisive, or the greedy comparison proves little. */

@@ -399,13 +399,10 @@ static void plan_pick_latency(rlPlan *p) {
     if (pick < 0) return;
     const rlPlanLayout *l = &p->layouts[pick];
     const rlPlanRank *r = &l->ranks[l->tight];
-    size_t whole = rl_model_weight_bytes(&p->cfg, &(rlShard){.tp_size = 1, .pp_size = 1,
-                                                              .n_q_heads = p->cfg.num_heads,
-                                                              .n_kv_heads = p->cfg.num_kv_heads,
-                                                              .n_mlp = p->cfg.intermediate_size,
-                                                              .n_vocab = p->cfg.vocab_size,
-                                                              .n_layers = p->cfg.num_layers},
-                                         p->opt.dtype);
+    rlShard all;
+    rl_shard_whole(&p->cfg, &all);
+    size_t whole = rl_model_read_bytes(&p->cfg, &all, p->opt.dtype, 1);
+    size_t mine = rl_model_read_bytes(&p->cfg, &r->shard, p->opt.dtype, 1);
     char more[200] = "";
     if (uneven >= 0 && p->layouts[uneven].tp > l->tp && p->layouts[uneven].pp == 1)
         snprintf(more, sizeof(more), "; TP %d would be less even (imbalance %.2f)",
@@ -420,7 +417,7 @@ static void plan_pick_latency(rlPlan *p) {
         snprintf(p->latency_why, sizeof(p->latency_why),
                  "each GPU reads %.2f GiB of weights per token instead of %.2f GiB, imbalance "
                  "%.2f, at the price of %d collectives per step%s%s",
-                 gib(r->weights), gib(whole), l->imbalance, l->collectives,
+                 gib(mine), gib(whole), l->imbalance, l->collectives,
                  l->pp > 1 ? "; pipeline stages because no TP alone fits" : "", more);
 }
 

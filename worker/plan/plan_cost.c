@@ -5,7 +5,8 @@
  * derivation and the tables for six GPUs).
  *
  * One decode step of a stage with b running sequences costs
- *   weights read once + b sequences' KV (at HBM_EFFICIENCY of the memory's
+ *   weights read once (of a mixture of experts, the experts b tokens touch)
+ *   + b sequences' KV (at HBM_EFFICIENCY of the memory's
  *   bandwidth) + its collectives + the hand-off to the next stage,
  * and with p stages the engine keeps p steps of S/p sequences in flight, so
  * an instance gives S/p tokens per slowest-stage step.  Not modelled:
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "kernels/gpuinfo.h"
+#include "kernels/model.h"
 #include "worker/plan/plan.h"
 
 /* The measured share of copy bandwidth a decode step's GEMVs reach
@@ -104,7 +106,8 @@ static stageCost plan_stage(const rlModelConfig *cfg, const rlPlanOptions *o, co
     rlPlanLink link = RL_PLAN_LINK_NVLINK;
     for (int t = 0; t < tp; t++) {
         const rlPlanRank *r = &l->ranks[base + t];
-        if (r->weights > weights) weights = r->weights;
+        size_t read = rl_model_read_bytes(cfg, &r->shard, o->dtype, b);
+        if (read > weights) weights = read;
         size_t kv = r->kv_bytes_per_block / (size_t)o->block_size;
         if (kv > kv_token) kv_token = kv;
         double g = plan_gpu_bandwidth(o, r->gpu);

@@ -15,9 +15,8 @@ void plan_layout_name(const rlPlanLayout *l, char *buf, size_t n) {
 }
 
 static size_t plan_whole_weights(const rlPlan *p) {
-    rlShard all = {.tp_size = 1, .pp_size = 1, .n_q_heads = p->cfg.num_heads,
-                   .n_kv_heads = p->cfg.num_kv_heads, .n_mlp = p->cfg.intermediate_size,
-                   .n_vocab = p->cfg.vocab_size, .n_layers = p->cfg.num_layers};
+    rlShard all;
+    rl_shard_whole(&p->cfg, &all);
     return rl_model_weight_bytes(&p->cfg, &all, p->opt.dtype);
 }
 
