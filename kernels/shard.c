@@ -34,6 +34,21 @@ static int shard_mlp_unit(int width, int tp, int quantum) {
     return fallback;
 }
 
+/* An expert's columns go in the unit (a power of two from 128 down to 16,
+ * or quantum) that gives the largest rank the fewest columns, the wider on a
+ * tie: an expert is narrow (768 columns in Qwen3-30B-A3B), so a 128 unit
+ * would leave TP 4 at 256 / 128 / 256 / 128 where 64 gives 192 each, and an
+ * MoE layer's MLP is its experts, with nothing to even it out. */
+static int shard_expert_unit(int width, int tp, int quantum) {
+    int best = 0, best_max = 0;
+    for (int u = 128 > quantum ? 128 : quantum; u >= quantum && u >= 16; u /= 2) {
+        if (u % quantum || width % u) continue;
+        int units = width / u, most = (units + tp - 1) / tp * u;
+        if (!best || most < best_max) best = u, best_max = most;
+    }
+    return best ? best : shard_mlp_unit(width, tp, quantum);
+}
+
 /* A quantized layout cuts every layer on its format's units (kernels/quant.h):
  * o_proj's input and q/k/v's outputs at head boundaries, the MLP at its
  * unit.  Says which cut misses and what to do. */
@@ -117,7 +132,9 @@ int rl_shard_plan(const rlModelConfig *cfg, int tp, int pp, const int *partition
                     cfg->num_experts ? cfg->shared_expert_size : 0};
     int unit[3], units[3];
     for (int i = 0; i < 3; i++) {
-        unit[i] = width[i] ? shard_mlp_unit(width[i], tp, quantum) : 1;
+        unit[i] = !width[i] ? 1
+                  : i == 0  ? shard_mlp_unit(width[i], tp, quantum)
+                            : shard_expert_unit(width[i], tp, quantum);
         units[i] = width[i] / unit[i];
     }
     /* Query heads go in runs whose columns fill whole quantization units. */

@@ -44,8 +44,8 @@ size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype
 
 /* Each token picks k distinct experts of E; with routing spread evenly an
  * expert escapes one token with probability 1 - k/E, so n tokens touch
- * E (1 - (1 - k/E)^n) of them on average (8 of 128 at batch 1, 103 at 64,
- * all of them at prefill). */
+ * E (1 - (1 - k/E)^n) of them on average (Qwen3-30B-A3B: 8 of 128 at batch 1,
+ * 126 at 64, all of them at prefill). */
 double rl_moe_experts_touched(const rlModelConfig *cfg, double tokens) {
     if (!cfg->num_experts) return 0;
     double E = cfg->num_experts, k = cfg->num_experts_per_tok;

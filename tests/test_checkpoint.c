@@ -277,12 +277,15 @@ static void test_read_config_file(void **state) {
         assert_int_equal(cfg.qk_norm, qwen3);
         assert_int_equal(cfg.qkv_bias, !qwen3);
         assert_int_equal(cfg.o_bias + cfg.mlp_bias, 0);
+        assert_int_equal(cfg.num_experts, !strcmp(de->d_name, "qwen3-30b-a3b.json")    ? 128
+                                          : !strcmp(de->d_name, "qwen2-57b-a14b.json") ? 64
+                                                                                       : 0);
         /* AutoAWQ exports in fp16 */
         assert_int_equal(cfg.torch_dtype, cfg.quant.method ? RL_F16 : RL_BF16);
         n++;
     }
     closedir(d);
-    assert_int_equal(n, 11);
+    assert_int_equal(n, 13);
 
     if (checkpoint_read_config(fixture(GQA3), &cfg, &err)) fail_msg("%s", err.msg);
     assert_int_equal(cfg.num_heads, 6);
@@ -323,12 +326,53 @@ static void test_config_not_qwen2(void **state) {
                "{\"model_type\": \"gemma2\", \"architectures\": [\"Gemma2ForCausalLM\"]}");
     expect_open_error(dir, "model_type \"gemma2\" (Gemma2ForCausalLM) is not supported: "
                            "redlm runs Qwen2ForCausalLM");
-    /* Mixture of experts (issue of its own): refused by name, not misread as dense. */
-    dir = copy_model(HD128, "qwen3-moe");
-    write_text(dir, "config.json",
-               "{\"model_type\": \"qwen3_moe\", \"architectures\": [\"Qwen3MoeForCausalLM\"]}");
-    expect_open_error(dir, "(Qwen3MoeForCausalLM) is not supported");
-    expect_open_error(dir, "mixture-of-experts models are not supported yet");
+}
+
+/* The mixtures of experts: their keys read as transformers reads them, bad
+ * ones refused naming the key, and the per-expert tensors checked like any
+ * other (a wrong expert width names the tensor). */
+static void test_config_moe(void **state) {
+    (void)state;
+    rlModelConfig cfg;
+    rlCheckpoint *ck = open_ok(fixture("qwen2-moe-tiny"), &cfg);
+    checkpoint_close(ck);
+    assert_int_equal(cfg.num_experts, 4);
+    assert_int_equal(cfg.num_experts_per_tok, 2);
+    assert_int_equal(cfg.moe_intermediate_size, 96);
+    assert_int_equal(cfg.shared_expert_size, 256);
+    assert_int_equal(cfg.norm_topk_prob, 0);
+    assert_int_equal(cfg.qkv_bias, 1);
+    assert_true(rl_layer_is_moe(&cfg, 0) && rl_layer_is_moe(&cfg, 1));
+    ck = open_ok(fixture("qwen3-moe-tiny"), &cfg);
+    checkpoint_close(ck);
+    assert_int_equal(cfg.num_experts, 8);
+    assert_int_equal(cfg.norm_topk_prob, 1);
+    assert_int_equal(cfg.shared_expert_size, 0);
+    assert_int_equal(cfg.qk_norm, 1);
+
+    const struct { const char *name, *key; json_t *value; const char *phrase; } bad[] = {
+        {"moe-topk", "num_experts_per_tok", json_integer(9),
+         "num_experts_per_tok (9) is more than num_experts (8)"},
+        {"moe-dense-list", "mlp_only_layers", json_string("0"),
+         "\"mlp_only_layers\" must be a list of layer numbers"},
+        {"moe-dense-neg", "mlp_only_layers", json_pack("[i]", -1),
+         "mlp_only_layers[0] must be a layer number"},
+        {"moe-step", "decoder_sparse_step", json_integer(0),
+         "\"decoder_sparse_step\" must be an integer"},
+        {"moe-width", "moe_intermediate_size", json_integer(64),
+         "model.layers.0.mlp.experts.0.gate_proj.weight"},
+        {"moe-experts", "num_experts", json_integer(9),
+         "\"model.layers.0.mlp.gate.weight\" in"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *dir = copy_model("qwen3-moe-tiny", bad[i].name);
+        edit_json(dir, "config.json", bad[i].key, bad[i].value);
+        expect_open_error(dir, bad[i].phrase);
+    }
+    /* A layer listed in mlp_only_layers is dense: it wants mlp.gate_proj. */
+    const char *dir = copy_model("qwen3-moe-tiny", "moe-dense");
+    edit_json(dir, "config.json", "mlp_only_layers", json_pack("[i]", 1));
+    expect_open_error(dir, "model.layers.1.mlp.gate_proj.weight");
 }
 
 /* The families' configs and rope scalings, read as Hugging Face reads them. */
@@ -898,7 +942,7 @@ static void test_config_values(void **state) {
                         "architecture Qwen2ForSequenceClassification is not supported");
     expect_config_error("no-type", "model_type", NULL, "has no \"model_type\" string");
     expect_config_error("moe", "model_type", json_string("qwen2_moe"),
-                        "model_type \"qwen2_moe\" (Qwen2ForCausalLM) is not supported");
+                        "architecture Qwen2ForCausalLM does not go with model_type \"qwen2_moe\"");
     expect_config_error("arch-family", "model_type", json_string("qwen3"),
                         "architecture Qwen2ForCausalLM does not go with model_type \"qwen3\"");
 }
@@ -1017,6 +1061,7 @@ int main(void) {
         cmocka_unit_test(test_config_invalid_json),
         cmocka_unit_test(test_config_not_qwen2),
         cmocka_unit_test(test_config_families),
+        cmocka_unit_test(test_config_moe),
         cmocka_unit_test(test_shard_missing),
         cmocka_unit_test(test_truncated),
         cmocka_unit_test(test_one_file_vs_sharded),

@@ -12,7 +12,9 @@
  * too) on every TP rank of their stage, a KV head's rows on every TP rank
  * whose query heads read it, and a tied embedding also on the last stage
  * when it is not the first.  A bias after a row-parallel product (o_proj,
- * down_proj) is held by TP rank 0 alone.
+ * down_proj) is held by TP rank 0 alone.  In a mixture of experts, every
+ * routed expert and the shared expert are cut by columns as the MLP is, and
+ * the router and the shared expert's gate are on every TP rank.
  *
  * Layouts TP 1..8 x PP 1..4 (as far as the layers allow), for every fixture
  * model at its real shape (and llama-tiny with every bias switched on) and for every config in fixtures/configs with
@@ -40,7 +42,9 @@
 #define EXACT_LIMIT (1 << 24)   /* integers up to here are exact in fp32 */
 
 typedef enum tKind {
-    K_EMBED, K_LM_HEAD, K_NORM, K_LN, K_Q, K_KV, K_O, K_GATE_UP, K_DOWN, K_ONCE
+    K_EMBED, K_LM_HEAD, K_NORM, K_LN, K_Q, K_KV, K_O, K_GATE_UP, K_DOWN, K_ONCE,
+    K_REPLICA,                  /* the router and the shared expert's gate: every TP rank */
+    K_EXPERT_GATE_UP, K_EXPERT_DOWN, K_SHARED_GATE_UP, K_SHARED_DOWN
 } tKind;
 
 typedef struct tTensor {
@@ -76,6 +80,13 @@ static tKind kind_of(const char *name) {
         {"up_proj.weight", K_GATE_UP}, {"down_proj.weight", K_DOWN},
     };
     size_t n = strlen(name);
+    /* A mixture of experts' MLP: the experts and the shared expert are cut
+     * like the dense MLP, each over its own columns. */
+    int down = strstr(name, "down_proj.weight") != NULL;
+    if (strstr(name, ".mlp.experts.")) return down ? K_EXPERT_DOWN : K_EXPERT_GATE_UP;
+    if (strstr(name, ".mlp.shared_expert.")) return down ? K_SHARED_DOWN : K_SHARED_GATE_UP;
+    if (strstr(name, ".mlp.gate.weight") || strstr(name, ".mlp.shared_expert_gate.weight"))
+        return K_REPLICA;
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
         size_t m = strlen(kinds[i].suffix);
         if (n >= m && !strcmp(name + n - m, kinds[i].suffix)) return kinds[i].kind;
@@ -165,6 +176,11 @@ static int rank_holds(const rlModelConfig *c, const rlShard *s, const tTensor *x
     case K_GATE_UP: return in_range(row, s->mlp0, s->n_mlp);
     case K_DOWN: return in_range(col, s->mlp0, s->n_mlp);
     case K_ONCE: return s->tp_rank == 0;
+    case K_REPLICA: return 1;
+    case K_EXPERT_GATE_UP: return in_range(row, s->moe0, s->n_moe);
+    case K_EXPERT_DOWN: return in_range(col, s->moe0, s->n_moe);
+    case K_SHARED_GATE_UP: return in_range(row, s->shared0, s->n_shared);
+    case K_SHARED_DOWN: return in_range(col, s->shared0, s->n_shared);
     default: return 0;
     }
 }
@@ -176,7 +192,8 @@ static int design_count(const rlModelConfig *c, const rlShard *plan, int tp, int
     switch (x->kind) {
     case K_EMBED: return c->tie_word_embeddings && pp > 1 ? 2 : 1;
     case K_NORM:
-    case K_LN: return tp;
+    case K_LN:
+    case K_REPLICA: return tp;
     case K_KV: {
         int stage = 0;
         while (!in_range(x->layer, plan[stage * tp].layer0, plan[stage * tp].n_layers)) stage++;
@@ -249,6 +266,14 @@ static void take_rank(tModel *t, rlCommSet *set, const rlShard *s, int i, int32_
     }
     for (int l = 0; l < s->n_layers; l++) {
         const rlLayer *w = &m.layers[l];
+        int moe = rl_layer_is_moe(c, s->layer0 + l);
+        size_t E = moe ? (size_t)c->num_experts : 0, ne = (size_t)s->n_moe;
+        nm = moe ? (size_t)s->n_shared : (size_t)s->n_mlp;
+        held += take_buffer(t, be, w->router, E * D, s, stamp, "router");
+        held += take_buffer(t, be, w->wgu_e, E * 2 * ne * D, s, stamp, "wgu_e");
+        held += take_buffer(t, be, w->wdown_e, E * D * ne, s, stamp, "wdown_e");
+        if (moe && c->shared_expert_size)
+            held += take_buffer(t, be, w->wsgate, D, s, stamp, "wsgate");
         held += take_buffer(t, be, w->ln1, D, s, stamp, "ln1");
         held += take_buffer(t, be, w->ln2, D, s, stamp, "ln2");
         held += take_buffer(t, be, w->wqkv, (nq + 2 * nkv) * D, s, stamp, "wqkv");
@@ -261,14 +286,16 @@ static void take_rank(tModel *t, rlCommSet *set, const rlShard *s, int i, int32_
             {w->q_norm, c->qk_norm, hd, "q_norm"},
             {w->k_norm, c->qk_norm, hd, "k_norm"},
             {w->bo, c->o_bias && rank0, D, "bo"},
-            {w->bgu, c->mlp_bias, 2 * nm, "bgu"},
-            {w->bdown, c->mlp_bias && rank0, D, "bdown"},
+            {w->bgu, c->mlp_bias && !moe, 2 * nm, "bgu"},
+            {w->bdown, c->mlp_bias && !moe && rank0, D, "bdown"},
+            {w->router, moe, 0, "router"},
         };
         for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++) {
             if (!opt[i].on != !opt[i].buf)
                 fail_msg("%s rank tp%d.pp%d: %s is %s", t->what, s->tp_rank, s->pp_rank,
                          opt[i].name, opt[i].buf ? "held but the config has none" : "missing");
-            if (opt[i].buf) held += take_buffer(t, be, opt[i].buf, opt[i].n, s, stamp, opt[i].name);
+            if (opt[i].buf && opt[i].n)
+                held += take_buffer(t, be, opt[i].buf, opt[i].n, s, stamp, opt[i].name);
         }
     }
     /* What the start-up print and the memory plan report is what is held. */
@@ -344,6 +371,9 @@ static void each_config(const char *name, rlModelConfig *c, void *ctx) {
     /* Dense placement only: a quantized config's shards (cut on its groups,
      * which a hidden size of 8 cannot hold) are test_quant's and test_ranks'. */
     c->quant.method = RL_QUANT_NONE;
+    /* Every expert is cut alike: 16 of them show the rule, and keep the
+     * model under 2^24 elements. */
+    if (c->num_experts > 16) c->num_experts = 16;
     check_model(name, c);
 }
 

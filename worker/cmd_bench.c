@@ -227,6 +227,19 @@ static rlModelConfig bench_held(const rlModelConfig *cfg) {
     return held;
 }
 
+/* The weight bytes a decode step of `batch` sequences reads: every weight
+ * but the embedding table (one row of it), unless that table is also the LM
+ * head; of a mixture of experts only the experts the batch's tokens touch
+ * (rl_model_read_bytes), so the batch-1 floor is attention + the chosen
+ * experts + the shared expert + the router + the LM head. */
+static size_t bench_step_bytes(const rlModelConfig *held, const rlShard *s, rlDtype wd,
+                               int batch) {
+    size_t bytes = rl_model_read_bytes(held, s, wd, batch);
+    if (!held->tie_word_embeddings && s->pp_rank == 0)
+        bytes -= (size_t)held->vocab_size * held->hidden_size * rl_dtype_size(wd);
+    return bytes;
+}
+
 static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t step_bytes,
                         const benchRow *rows, int n) {
     /* the file name, or the directory's for a model dir or its config.json */
@@ -264,6 +277,17 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
            m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype),
            m->cfg.quant.method ? ", dequantized from " : "", m->cfg.quant.method ? quant : "",
            m->cfg.quant.method ? " at load" : "", wb / 1e9, step_bytes / 1e9);
+    if (m->cfg.num_experts) {
+        /* The batch-1 floor's parts: the chosen experts, the LM head, the rest. */
+        size_t none = rl_model_read_bytes(&held, &m->shard, m->be->weight_dtype, 0);
+        size_t chosen = rl_model_read_bytes(&held, &m->shard, m->be->weight_dtype, 1) - none;
+        size_t head = (size_t)m->cfg.vocab_size * m->cfg.hidden_size *
+                      rl_dtype_size(m->be->weight_dtype);
+        printf("batch-1 floor: the %d chosen experts of %d per layer %.3f GB + LM head %.3f GB + "
+               "attention, router, shared expert and norms %.3f GB = %.3f GB a step\n",
+               m->cfg.num_experts_per_tok, m->cfg.num_experts, chosen / 1e9, head / 1e9,
+               (step_bytes - chosen - head) / 1e9, step_bytes / 1e9);
+    }
     printf("memory bandwidth (copy, bytes read + written): %.1f GB/s, median of %d\n", bw / 1e9,
            BENCH_COPY_REPS);
     printf("prompt %d tokens, %d generated\n\n", o->prompt_len, o->gen);
@@ -331,12 +355,8 @@ int cmd_bench(int argc, char **argv) {
     }
     double bw;
     if (bench_bandwidth(be, (size_t)o.copy_mib << 20, &bw, &err) != 0) goto fail;
-    /* A decode step reads every weight but the embedding table (one row of
-     * it), unless that table is also the LM head, plus the KV cache. */
     rlModelConfig held = bench_held(&cfg);
-    size_t step_bytes = rl_model_weight_bytes(&held, &shard, be->weight_dtype);
-    if (!cfg.tie_word_embeddings)
-        step_bytes -= (size_t)cfg.vocab_size * cfg.hidden_size * rl_dtype_size(be->weight_dtype);
+    size_t step_bytes = bench_step_bytes(&held, &shard, be->weight_dtype, 1);
     size_t kv_token = rl_model_kv_bytes_per_token(&cfg, &shard, be->act_dtype);
     for (int i = 0; i < o.n_batches; i++) {
         /* A short untimed pass first: plans each GEMM shape, sizes buffers
@@ -348,7 +368,8 @@ int cmd_bench(int argc, char **argv) {
             goto fail;
         /* mean context over the decode steps, every sequence's cache read once */
         double ctx = o.prompt_len + o.gen / 2.0;
-        rows[i].floor_s = (step_bytes + o.batches[i] * ctx * kv_token) / bw;
+        size_t weights = bench_step_bytes(&held, &shard, be->weight_dtype, o.batches[i]);
+        rows[i].floor_s = (weights + o.batches[i] * ctx * kv_token) / bw;
     }
     bench_print(&o, &m, bw, step_bytes, rows, o.n_batches);
     rl_model_free(&m);

@@ -124,6 +124,18 @@ void plan_print(FILE *f, const rlPlan *p) {
     fprintf(f, "        %s: %.2f GiB of weights, %.1f KiB of KV cache per token (%s)\n",
             plan_weight_format(p, fmt, sizeof(fmt)), gib(plan_whole_weights(p)),
             plan_whole_kv(p) / 1024.0, rl_dtype_name(o->dtype));
+    if (c->num_experts) {
+        /* Memory holds every expert; a step reads the ones its tokens chose. */
+        rlShard all;
+        rl_shard_whole(c, &all);
+        size_t whole = plan_whole_weights(p);
+        fprintf(f, "        experts: %.2f GiB of those, cut by columns over TP ranks (every "
+                   "rank holds a slice of all %d); a decode step reads %.2f GiB at batch 1, "
+                   "%.2f GiB at 64\n",
+                gib(whole - rl_model_read_bytes(c, &all, o->dtype, 0)), c->num_experts,
+                gib(rl_model_read_bytes(c, &all, o->dtype, 1)),
+                gib(rl_model_read_bytes(c, &all, o->dtype, 64)));
+    }
     plan_print_gpus(f, p);
     fprintf(f, "engine: --max-model-len %d, --max-num-seqs %d, --max-num-batched-tokens %d, "
                "--block-size %d\n\n",
