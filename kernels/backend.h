@@ -101,9 +101,10 @@ typedef struct rlBackendOps {
     void (*moe_experts)(rlBackend *be, void *out, const void *x, const void *wgu,
                         const void *wdown, const int *ids, const float *weights, int rows,
                         int dim, int m, int n_experts, int k, int accumulate);
-    /* out[t] *= sigmoid(gate[t]) over dim entries (gate fp32): Qwen2-MoE's
-     * shared expert gate. */
-    void (*sigmoid_scale)(rlBackend *be, void *out, const float *gate, int rows, int dim);
+    /* out[t] *= sigmoid(x[t] . w) over dim entries (w: dim weights, the dot
+     * in fp32): Qwen2-MoE's shared expert gate. */
+    void (*shared_gate)(rlBackend *be, void *out, const void *x, const void *w, int rows,
+                        int dim);
     /* out[r] = in[rows[r].token] for the batch's logit rows */
     void (*gather_rows)(rlBackend *be, void *out, const void *in, int dim);
     /* a += b over n elements (act dtype) */

@@ -85,8 +85,7 @@ static void model_moe(rlModel *m, const rlLayer *w, int T) {
     op->moe_route(be, m->moe_ids, m->moe_weights, m->moe_logits, T, E, K, c->norm_topk_prob);
     if (w->wgu) {
         model_mlp(m, w, T, m->shard.n_shared);
-        op->matmul_f32(be, m->sgate, m->x, w->wsgate, T, 1, D);
-        op->sigmoid_scale(be, m->delta, m->sgate, T, D);
+        op->shared_gate(be, m->delta, m->x, w->wsgate, T, D);
     }
     op->moe_experts(be, m->delta, m->x, w->wgu_e, w->wdown_e, m->moe_ids, m->moe_weights, T, D,
                     m->shard.n_moe, E, K, w->wgu != NULL);

@@ -120,8 +120,8 @@ typedef struct rlModel {
     void *x, *resid, *qkv, *att, *gu, *mlp, *rows_x;
     /* MoE layers (NULL in a dense model): router logits (max_tokens,
      * num_experts), each token's chosen experts and their weights
-     * (max_tokens, top-k), the shared expert's gate logit (max_tokens) */
-    float *moe_logits, *moe_weights, *sgate;
+     * (max_tokens, top-k) */
+    float *moe_logits, *moe_weights;
     int *moe_ids;
     void *delta;         /* (max_tokens, hidden) o_proj / down_proj output before the residual add */
     float *logits, *logits_full;

@@ -191,7 +191,7 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
                         "and %d logit rows per step", cfg->head_dim, max_tokens, max_rows);
     if (rl_model_check_backend(cfg, be->ops->name, err)) return -1;
     if (cfg->num_experts &&
-        (!be->ops->moe_route || !be->ops->moe_experts || !be->ops->sigmoid_scale))
+        (!be->ops->moe_route || !be->ops->moe_experts || !be->ops->shared_gate))
         return rl_error(err, RL_EUSAGE, "the %s backend has no mixture-of-experts kernels in "
                         "this version: run %s with --backend cpu", be->ops->name,
                         cfg->architecture);
@@ -240,8 +240,7 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
         goto fail;
     if (E && (!(m->moe_logits = model_act(m, T * E, RL_F32, err)) ||
               !(m->moe_weights = model_act(m, T * K, RL_F32, err)) ||
-              !(m->moe_ids = model_act(m, T * K, RL_I32, err)) ||
-              !(m->sgate = model_act(m, T, RL_F32, err))))
+              !(m->moe_ids = model_act(m, T * K, RL_I32, err))))
         goto fail;
     if (last) {
         if (!(m->rows_x = model_act(m, R * D, act, err)) ||
@@ -304,7 +303,7 @@ void rl_model_free(rlModel *m) {
     if (m->logits_full != m->logits) model_release(be, m->logits_full);
     void *ps[] = {m->embed, m->norm, m->x, m->resid, m->delta, m->qkv, m->att, m->gu,
                   m->mlp, m->rows_x, m->logits, m->logits_gather, m->moe_logits,
-                  m->moe_weights, m->moe_ids, m->sgate};
+                  m->moe_weights, m->moe_ids};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) model_release(be, ps[i]);
     free(m->tp_vocab0);
     free(m->tp_n_vocab);

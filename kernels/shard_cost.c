@@ -136,8 +136,8 @@ size_t rl_model_activation_bytes(const rlModelConfig *cfg, const rlShard *s, rlD
                       + nq * hd                /* att */
                       + 3 * mlp);              /* gu, mlp */
     size_t bytes = act * rl_dtype_size(act_dtype);
-    if (cfg->num_experts)   /* router logits, chosen experts' weights and ids, shared gate */
-        bytes += T * ((size_t)cfg->num_experts + 2 * (size_t)cfg->num_experts_per_tok + 1) * 4;
+    if (cfg->num_experts)   /* router logits, the chosen experts' weights and ids */
+        bytes += T * ((size_t)cfg->num_experts + 2 * (size_t)cfg->num_experts_per_tok) * 4;
     if (s->pp_rank == s->pp_size - 1) {
         bytes += R * D * rl_dtype_size(act_dtype); /* rows_x */
         if (s->tp_size == 1) {

@@ -577,6 +577,99 @@ static void test_sample_penalties(void **state) {
     free(adjs);
 }
 
+/* Mixture of experts: routing (ids equal to the float64 reference's, weights
+ * close), the experts on both paths (a few pairs: GEMV; many: the grouped
+ * GEMMs) accumulating onto out, and the shared expert's gate. */
+static void moe_case(rlBackend *be, int rows, int k, int renorm) {
+    const int E = 6, D = 64, M = 48;
+    rlError err;
+    size_t nl = (size_t)rows * E, np = (size_t)rows * k;
+    float *logits = malloc(nl * sizeof(float));
+    for (size_t i = 0; i < nl; i++) logits[i] = srand_f(2);
+    float *x = rand_vec((size_t)rows * D, 1, be->act_dtype);
+    float *wgu = rand_vec((size_t)E * 2 * M * D, 0.2f, be->act_dtype);
+    float *wdn = rand_vec((size_t)E * D * M, 0.2f, be->act_dtype);
+    float *out0 = rand_vec((size_t)rows * D, 1, be->act_dtype);
+    float *d_logits = be->ops->alloc(be, nl * 4, &err);
+    int *d_ids = be->ops->alloc(be, np * 4, &err);
+    float *d_w = be->ops->alloc(be, np * 4, &err);
+    assert_int_equal(be->ops->upload(be, d_logits, RL_F32, logits, RL_F32, nl, &err), 0);
+    void *d_x = to_dev(be, x, (size_t)rows * D), *d_gu = to_dev(be, wgu, (size_t)E * 2 * M * D);
+    void *d_dn = to_dev(be, wdn, (size_t)E * D * M), *d_out = to_dev(be, out0, (size_t)rows * D);
+    be->ops->moe_route(be, d_ids, d_w, d_logits, rows, E, k, renorm);
+    be->ops->moe_experts(be, d_out, d_x, d_gu, d_dn, d_ids, d_w, rows, D, M, E, k, 1);
+    int *ids = malloc(np * 4);
+    float *w = malloc(np * 4);
+    assert_int_equal(be->ops->sync(be, &err), 0);
+    assert_int_equal(be->ops->download(be, ids, d_ids, np * 4, &err), 0);
+    assert_int_equal(be->ops->download(be, w, d_w, np * 4, &err), 0);
+    float *out = from_dev(be, d_out, (size_t)rows * D);
+    double *ref = malloc((size_t)rows * D * sizeof(double)), h[48];
+    for (int t = 0; t < rows; t++) {
+        const float *l = logits + (size_t)t * E;
+        double p[6], sum = 0, chosen = 0;
+        for (int e = 0; e < E; e++) sum += p[e] = exp(l[e]);
+        int pick[6], taken = 0;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (!(taken >> e & 1) && (best < 0 || p[e] > p[best])) best = e;
+            taken |= 1 << best, pick[j] = best, chosen += p[best] / sum;
+        }
+        for (int i = 0; i < D; i++) ref[(size_t)t * D + i] = out0[(size_t)t * D + i];
+        for (int j = 0; j < k; j++) {
+            int e = pick[j];
+            double pw = p[e] / sum / (renorm ? chosen : 1);
+            if (ids[t * k + j] != e)
+                fail_msg("moe_route (%s) token %d choice %d: expert %d, reference %d",
+                         rl_dtype_name(be->act_dtype), t, j, ids[t * k + j], e);
+            if (fabs(w[t * k + j] - pw) > 1e-5)
+                fail_msg("moe_route: weight %g, reference %g", w[t * k + j], pw);
+            for (int c = 0; c < M; c++) {
+                double g = 0, u = 0;
+                for (int i = 0; i < D; i++) {
+                    g += (double)wgu[((size_t)e * 2 * M + c) * D + i] * x[(size_t)t * D + i];
+                    u += (double)wgu[((size_t)e * 2 * M + M + c) * D + i] * x[(size_t)t * D + i];
+                }
+                h[c] = g / (1 + exp(-g)) * u;
+            }
+            for (int i = 0; i < D; i++) {
+                double y = 0;
+                for (int c = 0; c < M; c++) y += (double)wdn[((size_t)e * D + i) * M + c] * h[c];
+                ref[(size_t)t * D + i] += pw * y;
+            }
+        }
+    }
+    char what[64];
+    snprintf(what, sizeof(what), "moe %d tokens top %d%s", rows, k, renorm ? " renorm" : "");
+    check_close(be, what, out, ref, (size_t)rows * D);
+    /* The shared expert's gate: out *= sigmoid(x . w). */
+    float *gw = rand_vec(D, 0.3f, be->act_dtype);
+    void *d_gw = to_dev(be, gw, D);
+    be->ops->shared_gate(be, d_out, d_x, d_gw, rows, D);
+    float *gated = from_dev(be, d_out, (size_t)rows * D);
+    for (int t = 0; t < rows; t++) {
+        double s = 0;
+        for (int i = 0; i < D; i++) s += (double)x[(size_t)t * D + i] * gw[i];
+        for (int i = 0; i < D; i++) ref[(size_t)t * D + i] = out[(size_t)t * D + i] / (1 + exp(-s));
+    }
+    check_close(be, "shared_gate", gated, ref, (size_t)rows * D);
+    void *bufs[] = {d_logits, d_ids, d_w, d_x, d_gu, d_dn, d_out, d_gw};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) be->ops->free(be, bufs[i]);
+    free(logits), free(x), free(wgu), free(wdn), free(out0), free(ids), free(w), free(out);
+    free(ref), free(gw), free(gated);
+}
+
+static void test_moe(void **state) {
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        moe_case(backends[d], 3, 2, 1);     /* 6 pairs: GEMV */
+        moe_case(backends[d], 1, 3, 0);
+        moe_case(backends[d], 40, 2, 0);    /* 80 pairs: permutation + grouped GEMMs */
+        moe_case(backends[d], 97, 3, 1);
+    }
+}
+
 static void test_errors(void **state) {
     (void)state;
     rlError err;
@@ -623,7 +716,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),     cmocka_unit_test(test_norms),
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_attention),
         cmocka_unit_test(test_sample),     cmocka_unit_test(test_sample_penalties),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_moe),        cmocka_unit_test(test_errors),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     backends[0]->ops->destroy(backends[0]);

@@ -57,6 +57,7 @@ void cpu_moe_route(rlBackend *be, int *ids, float *weights, const float *logits,
 void cpu_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
                      const void *wdown, const int *ids, const float *weights, int rows, int dim,
                      int m, int n_experts, int k, int accumulate);
-void cpu_sigmoid_scale(rlBackend *be, void *out, const float *gate, int rows, int dim);
+void cpu_shared_gate(rlBackend *be, void *out, const void *x, const void *w, int rows,
+                     int dim);
 
 #endif

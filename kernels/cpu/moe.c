@@ -42,11 +42,15 @@ void cpu_moe_route(rlBackend *be, int *ids, float *weights, const float *logits,
     }
 }
 
-void cpu_sigmoid_scale(rlBackend *be, void *out, const float *gate, int rows, int dim) {
+void cpu_shared_gate(rlBackend *be, void *out, const void *x, const void *w, int rows,
+                     int dim) {
     (void)be;
     float *o = out;
+    const float *xs = x, *ws = w;
     for (int t = 0; t < rows; t++) {
-        float g = 1.0f / (1.0f + expf(-gate[t]));
+        float s = 0;
+        for (int i = 0; i < dim; i++) s += xs[(size_t)t * dim + i] * ws[i];
+        float g = 1.0f / (1.0f + expf(-s));
         for (int i = 0; i < dim; i++) o[(size_t)t * dim + i] *= g;
     }
 }

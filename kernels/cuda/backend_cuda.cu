@@ -62,6 +62,10 @@ int cuda_scratch(rlCuda *c, size_t bytes, const char *op) {
     return cuda_grow(c, &c->scratch, &c->scratch_cap, bytes, 0, op);
 }
 
+int cuda_moe_ws(rlCuda *c, size_t bytes, const char *op) {
+    return cuda_grow(c, &c->moe_ws, &c->moe_ws_cap, bytes, 0, op);
+}
+
 int cuda_att_counters(rlCuda *c, int n, const char *op) {
     return cuda_grow(c, (void **)&c->att_count, &c->att_count_cap, (size_t)n * sizeof(int), 1, op);
 }
@@ -315,6 +319,7 @@ static void cuda_destroy(rlBackend *be) {
     cudaFree(c->stage_dev);
     cudaFreeHost(c->stage_host);
     cudaFree(c->scratch);
+    cudaFree(c->moe_ws);
     cudaFree(c->att_count);
     cudaFree(c->d_results);
     cudaFreeHost(c->h_results);
@@ -344,9 +349,9 @@ static const rlBackendOps cuda_ops = {
     .rope_kv_store = cuda_rope_kv_store,
     .attention = cuda_attention,
     .swiglu = cuda_swiglu,
-    .moe_route = NULL,
-    .moe_experts = NULL,
-    .sigmoid_scale = NULL,
+    .moe_route = cuda_moe_route,
+    .moe_experts = cuda_moe_experts,
+    .shared_gate = cuda_shared_gate,
     .gather_rows = cuda_gather_rows,
     .add = cuda_add,
     .copy2d = cuda_copy2d,

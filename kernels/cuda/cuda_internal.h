@@ -85,6 +85,9 @@ typedef struct rlCuda {
     /* Scratch: attention's split partials and sampling's per-row workspace. */
     void *scratch;
     size_t scratch_cap;
+    /* moe.cu: the experts' permutation, activations and outputs. */
+    void *moe_ws;
+    size_t moe_ws_cap;
     /* Decode attention's per-(sequence, KV head) count of finished splits:
      * zero between launches (the last split resets it). */
     int *att_count;
@@ -118,6 +121,8 @@ void cuda_fail(rlCuda *c, rlErrorCode code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Make sure scratch holds at least bytes; 0 on success (failure recorded). */
 int cuda_scratch(rlCuda *c, size_t bytes, const char *op);
+/* Make sure moe_ws holds at least bytes; 0 on success (failure recorded). */
+int cuda_moe_ws(rlCuda *c, size_t bytes, const char *op);
 /* Make sure att_count holds at least n zeroed counters; 0 on success. */
 int cuda_att_counters(rlCuda *c, int n, const char *op);
 
@@ -165,6 +170,15 @@ void cuda_matmul(rlBackend *be, void *out, const void *in, const void *w, const 
                  int rows, int n, int k);
 void cuda_matmul_f32(rlBackend *be, float *out, const void *in, const void *w, int rows, int n,
                      int k);
+
+/* moe.cu */
+void cuda_moe_route(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
+                    int n_experts, int k, int renorm);
+void cuda_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
+                      const void *wdown, const int *ids, const float *weights, int rows, int dim,
+                      int m, int n_experts, int k, int accumulate);
+void cuda_shared_gate(rlBackend *be, void *out, const void *x, const void *w, int rows,
+                      int dim);
 
 /* attention.cu */
 int cuda_attention_init(rlCuda *c, rlError *err);

@@ -1,0 +1,359 @@
+/* moe.cu: mixture-of-experts routing and the experts over their tokens.
+ *
+ * Routing is one kernel per step: a warp per token takes the softmax of the
+ * router's fp32 logits, the top k (ties to the lower expert id, as the CPU
+ * backend), renormalised when asked; ids and weights stay on the device.
+ *
+ * The experts run in one of two shapes, neither reading the routing on the
+ * host, so decode steps stay inside CUDA graphs:
+ *  - a few (token, expert) pairs (decode at small batch): GEMV kernels over
+ *    the pairs, each warp one output column, reading only the chosen
+ *    experts' rows (batch 1 reads the 8 chosen experts of 128 and nothing
+ *    else); the down projection sums each token's k experts, weighted, in
+ *    the same warp, so there is no scatter and no atomics.
+ *  - more pairs: a permutation of the pairs by expert made on the device
+ *    (one block: counts, offsets, a list of 64-row tiles of each expert's
+ *    pairs), then two grouped GEMMs on tensor cores (mma.sync) over that
+ *    tile list, one launch each for every expert: gate/up with SwiGLU in the
+ *    epilogue, then down; then each token's k rows weighted and summed back
+ *    in a fixed order.  The grid is sized for the most tiles the pairs can
+ *    make, so no host sync is needed; spare blocks return at once.
+ * Within an expert the pairs' order is whatever the atomics give, which
+ * changes nothing: every output row of a GEMM depends on its own input row
+ * alone, and the sum back to the token runs over j = 0..k-1. */
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_mma.cuh"
+#include "kernels/cuda/cuda_reduce.cuh"
+#include "kernels/cuda/cuda_types.cuh"
+
+#include <limits.h>
+
+#define MOE_GEMV_PAIRS 32   /* up to this many (token, expert) pairs: the GEMV kernels */
+#define MOE_BM 64           /* pairs per tile of the grouped GEMMs */
+#define MOE_BN 64           /* weight rows per tile (gate/up: 32 gate + 32 up) */
+#define MOE_BK 32
+#define MOE_LD (MOE_BK + 8) /* padded shared-memory row: ldmatrix rows in distinct banks */
+#define MOE_MAX_EXPERTS 1024
+
+/* ---- routing ---- */
+
+__global__ void moe_route_kernel(int *ids, float *weights, const float *logits, int rows, int E,
+                                 int k, int renorm) {
+    int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (t >= rows) return;
+    const float *l = logits + (size_t)t * E;
+    float mx = -INFINITY, sum = 0, chosen = 0;
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
+    for (int e = lane; e < E; e += 32) sum += expf(l[e] - mx);
+    sum = warp_sum(sum);
+    unsigned taken = 0;     /* bit s: this lane's expert lane + 32 s is chosen */
+    for (int j = 0; j < k; j++) {
+        float best = -INFINITY;
+        int bi = INT_MAX;
+        for (int e = lane, s = 0; e < E; e += 32, s++)
+            if (!(taken >> s & 1u) && (bi == INT_MAX || l[e] > best)) best = l[e], bi = e;
+        for (int o = 16; o; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi != INT_MAX && (bi == INT_MAX || ob > best || (ob == best && oi < bi)))
+                best = ob, bi = oi;
+        }
+        if (bi == INT_MAX) bi = 0;   /* fewer than k experts: cannot happen (k <= E) */
+        if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+        float w = expf(best - mx) / sum;
+        chosen += w;
+        if (lane == 0) ids[t * k + j] = bi, weights[t * k + j] = w;
+    }
+    if (renorm && lane == 0)
+        for (int j = 0; j < k; j++) weights[t * k + j] /= chosen;
+}
+
+void cuda_moe_route(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
+                    int n_experts, int k, int renorm) {
+    rlCuda *c = cuda_of(be);
+    if (!rows) return;
+    if (n_experts > MOE_MAX_EXPERTS || k > 32) {
+        cuda_fail(c, RL_EMODEL, "moe_route: %d experts, top %d; the CUDA kernels route among "
+                  "at most %d experts, top 32 at most", n_experts, k, MOE_MAX_EXPERTS);
+        return;
+    }
+    PROF(c, "moe_route");
+    moe_route_kernel<<<(rows + 7) / 8, 256, 0, c->stream>>>(ids, weights, logits, rows,
+                                                            n_experts, k, renorm);
+    cuda_launched(c, "moe_route");
+}
+
+/* ---- the shared expert's gate ---- */
+
+/* A block per token: the gate's dot product, then the row scaled. */
+template <typename T>
+__global__ void shared_gate_kernel(T *out, const T *x, const T *w, int dim) {
+    __shared__ float red[32];
+    const T *xr = x + (size_t)blockIdx.x * dim;
+    float s = 0;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) s += ld(xr + i) * ld(w + i);
+    float g = 1.0f / (1.0f + expf(-block_sum(s, red)));
+    T *o = out + (size_t)blockIdx.x * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) st(o + i, ld(o + i) * g);
+}
+
+void cuda_shared_gate(rlBackend *be, void *out, const void *x, const void *w, int rows,
+                      int dim) {
+    rlCuda *c = cuda_of(be);
+    if (!rows) return;
+    PROF(c, "shared_gate");
+    RL_DISPATCH(be->act_dtype, T, shared_gate_kernel<T><<<rows, 256, 0, c->stream>>>(
+                                      (T *)out, (const T *)x, (const T *)w, dim));
+    cuda_launched(c, "shared_gate");
+}
+
+/* ---- few pairs: GEMV over (token, chosen expert) ---- */
+
+/* 8 consecutive 16-bit elements as floats (one 16-byte load). */
+template <typename T> static __device__ __forceinline__ void load8(const T *p, float *v) {
+    uint4 u = *(const uint4 *)p;
+    const T *h = (const T *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = ld(h + i);
+}
+
+/* A lane's share of the dot product of two n-vectors (n % 8 == 0). */
+template <typename T>
+static __device__ __forceinline__ float lane_dot(const T *a, const T *b, int n, int lane) {
+    float s = 0, x[8], y[8];
+    for (int i = lane * 8; i < n; i += 256) {
+        load8(a + i, x);
+        load8(b + i, y);
+#pragma unroll
+        for (int q = 0; q < 8; q++) s += x[q] * y[q];
+    }
+    return s;
+}
+
+/* h[p, j] = silu(gate_e[j] . x_t) * (up_e[j] . x_t), pair p = (t, e = ids[p]);
+ * a warp per column j. */
+template <typename T>
+__global__ void moe_gu_gemv_kernel(T *h, const T *x, const T *wgu, const int *ids, int k,
+                                   int dim, int m) {
+    int p = blockIdx.y, j = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (j >= m) return;
+    const T *xr = x + (size_t)(p / k) * dim;
+    const T *g = wgu + ((size_t)ids[p] * 2 * m + j) * dim, *u = g + (size_t)m * dim;
+    float sg = warp_sum(lane_dot(g, xr, dim, lane)), su = warp_sum(lane_dot(u, xr, dim, lane));
+    if (lane == 0) st(h + (size_t)p * m + j, sg / (1.0f + expf(-sg)) * su);
+}
+
+/* out[t, i] (+)= sum_j w[t, j] (down_e[i] . h[t k + j]); a warp per output i. */
+template <typename T>
+__global__ void moe_down_gemv_kernel(T *out, const T *h, const T *wdown, const int *ids,
+                                     const float *wts, int k, int dim, int m, int accumulate) {
+    int t = blockIdx.y, i = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (i >= dim) return;
+    float acc = 0;
+    for (int j = 0; j < k; j++) {
+        int p = t * k + j;
+        acc += wts[p] * lane_dot(wdown + ((size_t)ids[p] * dim + i) * m, h + (size_t)p * m, m,
+                                 lane);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) {
+        T *o = out + (size_t)t * dim + i;
+        st(o, (accumulate ? ld(o) : 0.0f) + acc);
+    }
+}
+
+/* ---- many pairs: permutation by expert, grouped GEMMs ---- */
+
+/* One block: count the pairs of each expert, lay the experts' runs out one
+ * after another (offsets), list every run's 64-row tiles, and place each
+ * pair in its expert's run: perm[slot] = pair, pos[pair] = slot. */
+__global__ void moe_sort_kernel(int4 *tiles, int *n_tiles, int *perm, int *pos, const int *ids,
+                                int pairs, int E) {
+    __shared__ int count[MOE_MAX_EXPERTS], cursor[MOE_MAX_EXPERTS];
+    for (int e = threadIdx.x; e < E; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&count[ids[p]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int off = 0, n = 0;
+        for (int e = 0; e < E; e++) {
+            cursor[e] = off;
+            for (int r = 0; r < count[e]; r += MOE_BM)
+                tiles[n++] = make_int4(e, off + r, min(MOE_BM, count[e] - r), 0);
+            off += count[e];
+        }
+        *n_tiles = n;
+    }
+    __syncthreads();
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        int slot = atomicAdd(&cursor[ids[p]], 1);
+        perm[slot] = p;
+        pos[p] = slot;
+    }
+}
+
+/* One 64 x 64 tile of a grouped GEMM, C = A . B^T with K-contiguous A rows
+ * and B rows (the weights' own layout), on tensor cores.  GATE_UP: A rows
+ * are the tokens' x (gathered through perm), B rows 32 gate then 32 up rows
+ * of the tile's expert, and the epilogue writes silu(gate) * up to h.
+ * Else (down): A rows are h in run order, B rows down_proj rows, C goes to y. */
+template <typename T, bool GATE_UP>
+__global__ void __launch_bounds__(128)
+moe_gemm_kernel(T *out, const T *a, const T *w, const int4 *tiles, const int *n_tiles,
+                const int *perm, int k_top, int K, int N, int m) {
+    __shared__ __align__(16) T As[MOE_BM * MOE_LD];
+    __shared__ __align__(16) T Bs[MOE_BN * MOE_LD];
+    __shared__ float Cs[MOE_BM][MOE_BN + 4];
+    if ((int)blockIdx.y >= *n_tiles) return;
+    int4 tile = tiles[blockIdx.y];
+    int e = tile.x, row0 = tile.y, nrows = tile.z;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
+    int col0 = blockIdx.x * (GATE_UP ? MOE_BN / 2 : MOE_BN);
+    const T *we = w + (size_t)e * (GATE_UP ? 2 * (size_t)m : (size_t)N) * K;
+
+    /* This thread's two 8-element chunks of each tile: row c / 4, column 8 (c % 4). */
+    const T *arow[2], *brow[2];
+    int chunk_row[2], chunk_k[2];
+    for (int i = 0; i < 2; i++) {
+        int ch = tid + i * 128, r = ch >> 2;
+        chunk_row[i] = r, chunk_k[i] = (ch & 3) * 8;
+        arow[i] = NULL;
+        if (r < nrows)
+            arow[i] = GATE_UP ? a + (size_t)(perm[row0 + r] / k_top) * K
+                              : a + (size_t)(row0 + r) * K;
+        int br;
+        bool ok;
+        if (GATE_UP) {
+            int j = col0 + (r & 31);
+            ok = j < m, br = r < 32 ? j : m + j;
+        } else {
+            br = col0 + r, ok = br < N;
+        }
+        brow[i] = ok ? we + (size_t)br * K : NULL;
+    }
+
+    float acc[2][4][4] = {};
+    for (int k0 = 0; k0 < K; k0 += MOE_BK) {
+        for (int i = 0; i < 2; i++) {
+            int kk = k0 + chunk_k[i];
+            uint4 av = make_uint4(0, 0, 0, 0), bv = make_uint4(0, 0, 0, 0);
+            if (arow[i] && kk < K) av = *(const uint4 *)(arow[i] + kk);
+            if (brow[i] && kk < K) bv = *(const uint4 *)(brow[i] + kk);
+            *(uint4 *)&As[chunk_row[i] * MOE_LD + chunk_k[i]] = av;
+            *(uint4 *)&Bs[chunk_row[i] * MOE_LD + chunk_k[i]] = bv;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int ks = 0; ks < MOE_BK; ks += 16) {
+            uint32_t af[2][4], bfr[2][4];
+            for (int mi = 0; mi < 2; mi++)
+                ldsm_x4(af[mi], &As[(wm * 32 + mi * 16 + (lane & 15)) * MOE_LD + ks +
+                                    (lane >> 4) * 8]);
+            for (int nj = 0; nj < 2; nj++)
+                ldsm_x4(bfr[nj], &Bs[(wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) *
+                                         MOE_LD + ks + ((lane >> 3) & 1) * 8]);
+            for (int mi = 0; mi < 2; mi++)
+                for (int ni = 0; ni < 4; ni++)
+                    mma16816(acc[mi][ni], af[mi], bfr[ni >> 1][(ni & 1) * 2],
+                             bfr[ni >> 1][(ni & 1) * 2 + 1], T());
+        }
+        __syncthreads();
+    }
+    int g = lane >> 2, q = lane & 3;
+    for (int mi = 0; mi < 2; mi++)
+        for (int ni = 0; ni < 4; ni++) {
+            int r = wm * 32 + mi * 16 + g, cc = wn * 32 + ni * 8 + 2 * q;
+            Cs[r][cc] = acc[mi][ni][0], Cs[r][cc + 1] = acc[mi][ni][1];
+            Cs[r + 8][cc] = acc[mi][ni][2], Cs[r + 8][cc + 1] = acc[mi][ni][3];
+        }
+    __syncthreads();
+    if (GATE_UP) {
+        for (int i = tid; i < MOE_BM * 32; i += 128) {
+            int r = i >> 5, cc = i & 31;
+            if (r >= nrows || col0 + cc >= m) continue;
+            float gv = Cs[r][cc], uv = Cs[r][32 + cc];
+            st(out + (size_t)(row0 + r) * m + col0 + cc, gv / (1.0f + expf(-gv)) * uv);
+        }
+    } else {
+        for (int i = tid; i < MOE_BM * MOE_BN; i += 128) {
+            int r = i >> 6, cc = i & 63;
+            if (r >= nrows || col0 + cc >= N) continue;
+            st(out + (size_t)(row0 + r) * N + col0 + cc, Cs[r][cc]);
+        }
+    }
+}
+
+/* out[t] (+)= sum_j w[t, j] y[pos[t k + j]], j in order. */
+template <typename T>
+__global__ void moe_combine_kernel(T *out, const T *y, const int *pos, const float *wts, int k,
+                                   int dim, int accumulate) {
+    int t = blockIdx.x;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float s = 0;
+        for (int j = 0; j < k; j++)
+            s += wts[t * k + j] * ld(y + (size_t)pos[t * k + j] * dim + i);
+        T *o = out + (size_t)t * dim + i;
+        st(o, (accumulate ? ld(o) : 0.0f) + s);
+    }
+}
+
+template <typename T>
+static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown, const int *ids,
+                    const float *wts, int rows, int dim, int m, int E, int k, int accumulate) {
+    size_t pairs = (size_t)rows * k, es = sizeof(T);
+    if (pairs <= MOE_GEMV_PAIRS) {
+        if (cuda_moe_ws(c, pairs * m * es, "moe_experts")) return;
+        T *h = (T *)c->moe_ws;
+        PROF(c, "moe_gemv");
+        moe_gu_gemv_kernel<T><<<dim3((m + 7) / 8, (unsigned)pairs), 256, 0, c->stream>>>(
+            h, x, wgu, ids, k, dim, m);
+        moe_down_gemv_kernel<T><<<dim3((dim + 7) / 8, rows), 256, 0, c->stream>>>(
+            out, h, wdown, ids, wts, k, dim, m, accumulate);
+        cuda_launched(c, "moe_experts (GEMV)");
+        return;
+    }
+    /* Workspace: tiles, their count, perm, pos, then h and y 256-byte aligned. */
+    size_t max_tiles = (pairs + MOE_BM - 1) / MOE_BM + (size_t)E;
+    size_t ints = (max_tiles * 16 + 16 + 2 * pairs * 4 + 255) / 256 * 256;
+    size_t hb = (pairs * m * es + 255) / 256 * 256;
+    if (cuda_moe_ws(c, ints + hb + pairs * dim * es, "moe_experts")) return;
+    char *ws = (char *)c->moe_ws;
+    int4 *tiles = (int4 *)ws;
+    int *n_tiles = (int *)(ws + max_tiles * 16), *perm = n_tiles + 4, *pos = perm + pairs;
+    T *h = (T *)(ws + ints), *y = (T *)(ws + ints + hb);
+    PROF(c, "moe_grouped");
+    moe_sort_kernel<<<1, 1024, 0, c->stream>>>(tiles, n_tiles, perm, pos, ids, (int)pairs, E);
+    moe_gemm_kernel<T, true><<<dim3((m + 31) / 32, (unsigned)max_tiles), 128, 0, c->stream>>>(
+        h, x, wgu, tiles, n_tiles, perm, k, dim, 2 * m, m);
+    moe_gemm_kernel<T, false><<<dim3((dim + 63) / 64, (unsigned)max_tiles), 128, 0,
+                                c->stream>>>(y, h, wdown, tiles, n_tiles, perm, k, m, dim, m);
+    moe_combine_kernel<T><<<rows, 256, 0, c->stream>>>(out, y, pos, wts, k, dim, accumulate);
+    cuda_launched(c, "moe_experts (grouped GEMM)");
+}
+
+void cuda_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
+                      const void *wdown, const int *ids, const float *weights, int rows, int dim,
+                      int m, int n_experts, int k, int accumulate) {
+    rlCuda *c = cuda_of(be);
+    if (!rows) return;
+    if (m == 0) {   /* no expert columns on this rank: it adds nothing */
+        if (!accumulate)
+            cuda_check(c, cudaMemsetAsync(out, 0, (size_t)rows * dim * rl_dtype_size(be->act_dtype),
+                                          c->stream), "moe_experts");
+        return;
+    }
+    if (be->act_dtype == RL_F32 || dim % 8 || m % 8 || n_experts > MOE_MAX_EXPERTS) {
+        cuda_fail(c, RL_EMODEL, "moe_experts: the CUDA expert kernels need bf16 or fp16, a "
+                  "hidden size and an expert width (this rank's %d columns) that are multiples "
+                  "of 8 and at most %d experts; run this model with --backend cpu", m,
+                  MOE_MAX_EXPERTS);
+        return;
+    }
+    if (be->act_dtype == RL_F16)
+        moe_run(c, (f16 *)out, (const f16 *)x, (const f16 *)wgu, (const f16 *)wdown, ids,
+                weights, rows, dim, m, n_experts, k, accumulate);
+    else
+        moe_run(c, (bf16 *)out, (const bf16 *)x, (const bf16 *)wgu, (const bf16 *)wdown, ids,
+                weights, rows, dim, m, n_experts, k, accumulate);
+}
