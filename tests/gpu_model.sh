@@ -3,8 +3,9 @@
 # reference (tests/test_forward.c's checks with 16-bit tolerances: prompt
 # logprobs within 0.05, greedy identical up to the first margin under 0.1,
 # batched and chunked runs equal to the prompt run alone), in bf16 and fp16,
-# for every dense fixture model (tests/fixture_paths.h: Qwen2, Qwen3, YaRN,
-# Llama 3; the quantized ones run on the CPU backend only).
+# for every fixture model (tests/fixture_paths.h: Qwen2, Qwen3, YaRN,
+# Llama 3, and the mixtures of experts within 0.5, whose routing follows the
+# 16-bit rounding near a tie; the quantized ones run on the CPU backend only).
 set -eu
 source "$(dirname "$0")/skip_without_gpu.sh"
 RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 "$BUILD/tests/test_forward"
@@ -25,10 +26,14 @@ for p in json.load(open(sys.argv[1]))["prompts"]:
     print(json.dumps({"id": p["name"], "prompt_ids": p["ids"], "max_tokens": 24,
                       "temperature": 0, "prompt_logprobs": 0, "ignore_eos": True}))
 PY
+    # A mixture of experts routes by the 16-bit hidden state: near a tie the
+    # other expert wins (test_forward.c's model_setup), so 0.5, not 0.05.
+    tol=0.05
+    grep -q '"num_experts"' "$cfg" && tol=0.5
     for dtype in bf16 auto; do
         "$REDLM" generate --backend cuda --dtype $dtype --model "$dir" --input "$tmp/in.jsonl" \
             --output "$tmp/out.jsonl" 2> "$tmp/err" || { cat "$tmp/err"; exit 1; }
-        python3 - "$ref" "$tmp/out.jsonl" "$model --dtype $dtype" <<'PY'
+        python3 - "$ref" "$tmp/out.jsonl" "$model --dtype $dtype" "$tol" <<'PY'
 import json, sys
 ref = json.load(open(sys.argv[1]))["prompts"]
 got = {r["id"]: r for r in map(json.loads, open(sys.argv[2])) if r.get("event") == "done"}
@@ -37,10 +42,11 @@ for p in ref:
     g = got.get(p["name"])
     if g is None:
         print("FAIL:", sys.argv[3], p["name"], "has no result"); bad = 1; continue
-    n = next((i for i, m in enumerate(p["greedy_margin"][:24]) if m < 0.1), 24)
+    tol = float(sys.argv[4])
+    n = next((i for i, m in enumerate(p["greedy_margin"][:24]) if m < max(0.1, tol)), 24)
     d = max([abs(g["prompt_logprobs"][i + 1]["logprob"] - lp)
              for i, lp in enumerate(p["prompt_logprobs"])] or [0])
-    if g["token_ids"][:n] != p["greedy"][:n] or d > 0.05:
+    if g["token_ids"][:n] != p["greedy"][:n] or d > tol:
         print("FAIL:", sys.argv[3], p["name"], "greedy", g["token_ids"][:n], "want",
               p["greedy"][:n], "prompt logprob diff %.4f" % d); bad = 1
     else:

@@ -579,9 +579,10 @@ static void test_sample_penalties(void **state) {
 
 /* Mixture of experts: routing (ids equal to the float64 reference's, weights
  * close), the experts on both paths (a few pairs: GEMV; many: the grouped
- * GEMMs) accumulating onto out, and the shared expert's gate. */
+ * GEMMs, with experts of one and of several 64-row tiles) accumulating onto
+ * out, and the shared expert's gate. */
 static void moe_case(rlBackend *be, int rows, int k, int renorm) {
-    const int E = 6, D = 64, M = 48;
+    const int E = 6, D = 320, M = 48;
     rlError err;
     size_t nl = (size_t)rows * E, np = (size_t)rows * k;
     float *logits = malloc(nl * sizeof(float));
@@ -667,6 +668,7 @@ static void test_moe(void **state) {
         moe_case(backends[d], 1, 3, 0);
         moe_case(backends[d], 40, 2, 0);    /* 80 pairs: permutation + grouped GEMMs */
         moe_case(backends[d], 97, 3, 1);
+        moe_case(backends[d], 200, 2, 1);   /* experts of more than one 64-row tile */
     }
 }
 

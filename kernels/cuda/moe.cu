@@ -110,51 +110,58 @@ void cuda_shared_gate(rlBackend *be, void *out, const void *x, const void *w, in
 
 /* ---- few pairs: GEMV over (token, chosen expert) ---- */
 
-/* 8 consecutive 16-bit elements as floats (one 16-byte load). */
-template <typename T> static __device__ __forceinline__ void load8(const T *p, float *v) {
-    uint4 u = *(const uint4 *)p;
-    const T *h = (const T *)&u;
+/* s += a . b over 8 elements held in two 16-byte words. */
+template <typename T> static __device__ __forceinline__ float dot8(uint4 a, uint4 b, float s) {
+    const T *x = (const T *)&a, *y = (const T *)&b;
 #pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = ld(h + i);
-}
-
-/* A lane's share of the dot product of two n-vectors (n % 8 == 0). */
-template <typename T>
-static __device__ __forceinline__ float lane_dot(const T *a, const T *b, int n, int lane) {
-    float s = 0, x[8], y[8];
-    for (int i = lane * 8; i < n; i += 256) {
-        load8(a + i, x);
-        load8(b + i, y);
-#pragma unroll
-        for (int q = 0; q < 8; q++) s += x[q] * y[q];
-    }
+    for (int q = 0; q < 8; q++) s += ld(x + q) * ld(y + q);
     return s;
 }
 
 /* h[p, j] = silu(gate_e[j] . x_t) * (up_e[j] . x_t), pair p = (t, e = ids[p]);
- * a warp per column j. */
+ * a warp per column j, its loads unrolled so a lane keeps several 16-byte
+ * reads of each row in flight (a decode step is bound by them). */
 template <typename T>
-__global__ void moe_gu_gemv_kernel(T *h, const T *x, const T *wgu, const int *ids, int k,
-                                   int dim, int m) {
+__global__ void moe_gu_gemv_kernel(T *h, const T *__restrict__ x, const T *__restrict__ wgu,
+                                   const int *ids, int k, int dim, int m) {
     int p = blockIdx.y, j = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (j >= m) return;
-    const T *xr = x + (size_t)(p / k) * dim;
-    const T *g = wgu + ((size_t)ids[p] * 2 * m + j) * dim, *u = g + (size_t)m * dim;
-    float sg = warp_sum(lane_dot(g, xr, dim, lane)), su = warp_sum(lane_dot(u, xr, dim, lane));
+    const uint4 *xr = (const uint4 *)(x + (size_t)(p / k) * dim);
+    const uint4 *g = (const uint4 *)(wgu + ((size_t)ids[p] * 2 * m + j) * dim);
+    const uint4 *u = (const uint4 *)((const T *)g + (size_t)m * dim);
+    float sg = 0, su = 0;
+#pragma unroll 4
+    for (int i = lane; i < dim / 8; i += 32) {
+        uint4 xv = __ldg(xr + i), gv = __ldcs(g + i), uv = __ldcs(u + i);
+        sg = dot8<T>(gv, xv, sg);
+        su = dot8<T>(uv, xv, su);
+    }
+    sg = warp_sum(sg), su = warp_sum(su);
     if (lane == 0) st(h + (size_t)p * m + j, sg / (1.0f + expf(-sg)) * su);
 }
 
-/* out[t, i] (+)= sum_j w[t, j] (down_e[i] . h[t k + j]); a warp per output i. */
+/* out[t, i] (+)= sum_j w[t, j] (down_e[i] . h[t k + j]); a warp per output
+ * i, its lanes over every (expert, 8-column chunk) of the token at once, so
+ * the k experts' rows are read in parallel rather than one after another. */
 template <typename T>
-__global__ void moe_down_gemv_kernel(T *out, const T *h, const T *wdown, const int *ids,
+__global__ void moe_down_gemv_kernel(T *out, const T *__restrict__ h,
+                                     const T *__restrict__ wdown, const int *ids,
                                      const float *wts, int k, int dim, int m, int accumulate) {
+    __shared__ int e_of[32];
+    __shared__ float w_of[32];
     int t = blockIdx.y, i = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (threadIdx.x < k) e_of[threadIdx.x] = ids[t * k + threadIdx.x],
+                         w_of[threadIdx.x] = wts[t * k + threadIdx.x];
+    __syncthreads();
     if (i >= dim) return;
+    int chunks = m / 8;
+    const uint4 *hv = (const uint4 *)(h + (size_t)t * k * m);
     float acc = 0;
-    for (int j = 0; j < k; j++) {
-        int p = t * k + j;
-        acc += wts[p] * lane_dot(wdown + ((size_t)ids[p] * dim + i) * m, h + (size_t)p * m, m,
-                                 lane);
+#pragma unroll 4
+    for (int c = lane; c < k * chunks; c += 32) {
+        int j = c / chunks, q = c - j * chunks;
+        const uint4 *wr = (const uint4 *)(wdown + ((size_t)e_of[j] * dim + i) * m);
+        acc += w_of[j] * dot8<T>(__ldcs(wr + q), __ldg(hv + c), 0.0f);
     }
     acc = warp_sum(acc);
     if (lane == 0) {
@@ -343,10 +350,10 @@ void cuda_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
                                           c->stream), "moe_experts");
         return;
     }
-    if (be->act_dtype == RL_F32 || dim % 8 || m % 8 || n_experts > MOE_MAX_EXPERTS) {
+    if (be->act_dtype == RL_F32 || dim % 8 || m % 8 || n_experts > MOE_MAX_EXPERTS || k > 32) {
         cuda_fail(c, RL_EMODEL, "moe_experts: the CUDA expert kernels need bf16 or fp16, a "
                   "hidden size and an expert width (this rank's %d columns) that are multiples "
-                  "of 8 and at most %d experts; run this model with --backend cpu", m,
+                  "of 8, at most %d experts and top 32; run this model with --backend cpu", m,
                   MOE_MAX_EXPERTS);
         return;
     }
