@@ -197,6 +197,36 @@ static void each_config(const char *name, rlModelConfig *cfg, void *ctx) {
     check_machine(cfg, name, 1, 141 * GiB);
 }
 
+/* Qwen3-30B-A3B, the issue's two machines.  Six 24 GiB cards: every expert
+ * cut by columns, 768 / 6 = 128 on each rank.  TP 6, rank 0 by hand: 5 query
+ * heads (32 cut 0,5,10,16,21,26,32) reading 1 KV head; per layer norms
+ * 2*2048 + q/k norms 2*128, wqkv (5 + 2) * 128 * 2048 = 1835008, wo 2048 *
+ * 640 = 1310720, router 128 * 2048 = 262144, experts 128 * 3 * 128 * 2048 =
+ * 100663296: 104075520 x 48 layers; vocabulary rows 151936 / 6 -> 25322, the
+ * embedding and the (untied) LM head 2 * 25322 * 2048 = 103718912, final
+ * norm 2048: 5099345920 parameters x 2 bytes = 10198691840.  One card alone
+ * cannot hold the 61 GB; one 80 GiB card holds it at TP 1. */
+static void test_moe_30b(void **state) {
+    (void)state;
+    rlModelConfig cfg;
+    fixture_config("configs/qwen3-30b-a3b.json", &cfg);
+    rlPlanOptions o;
+    plan_options_init(&o, 6, 24 * GiB);
+    rlPlan p;
+    rlError err = {0};
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    assert_false(find_layout(&p, 6, 1, 1)->fits);
+    const rlPlanLayout *l = find_layout(&p, 1, 6, 1);
+    assert_true(l->fits);
+    for (int r = 0; r < 6; r++) assert_int_equal(l->ranks[r].shard.n_moe, 128);
+    assert_int_equal(l->ranks[0].shard.n_q_heads, 5);
+    assert_int_equal(l->ranks[0].weights, 10198691840ULL);
+    plan_options_init(&o, 1, 80 * GiB);
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    assert_true(find_layout(&p, 1, 1, 1)->fits);
+    assert_int_equal(find_layout(&p, 1, 1, 1)->ranks[0].shard.n_moe, 768);
+}
+
 static void test_every_config(void **state) {
     (void)state;
     fixture_each_config(each_config, NULL);
@@ -376,6 +406,7 @@ int main(void) {
         cmocka_unit_test(test_hand_05b_one_gpu),
         cmocka_unit_test(test_hand_7b_two_tp3),
         cmocka_unit_test(test_every_config),
+        cmocka_unit_test(test_moe_30b),
         cmocka_unit_test(test_known_answers),
         cmocka_unit_test(test_one_layout),
     };
