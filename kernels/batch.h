@@ -15,14 +15,27 @@
 #define RL_MAX_TOP 20
 
 /* One token of a row whose logit moves before sampling: the request's
- * logit_bias, a ban (bad words, min_tokens), and the counts the penalties
- * read.  A row lists each id at most once; ids not listed keep their logit. */
+ * logit_bias or a ban (bad words, min_tokens).  A row lists each id at most
+ * once; ids not listed keep their logit. */
 typedef struct rlLogitAdj {
     int32_t id;
-    int32_t count;        /* times generated so far (frequency, presence, repetition) */
-    int32_t in_prompt;    /* 1: in the prompt (repetition) */
     float bias;           /* added first; -INFINITY bans the token */
 } rlLogitAdj;
+
+/* The penalties' counts live with the backend that samples, one table per
+ * sequence (numbered from 1): for every token id, the times it was
+ * generated and whether it is in the prompt, packed as RL_PEN(count,
+ * in_prompt).  The sampler adds the token it draws to its row's table, so a
+ * running sequence sends nothing per step; a row with pen_fill = 1 first
+ * starts its table over from rlBatch.pen_fills (a new sequence: its prompt,
+ * and what it generated if anything). */
+#define RL_MAX_PEN 65536
+#define RL_PEN(count, in_prompt) ((uint32_t)(count) << 1 | (uint32_t)((in_prompt) != 0))
+typedef struct rlPenFill {
+    int32_t id;
+    int32_t count;        /* times generated */
+    int32_t in_prompt;    /* 1: in the prompt (repetition) */
+} rlPenFill;
 
 /* What to do with one row of logits (the output at one token of the batch). */
 typedef struct rlRowSpec {
@@ -38,6 +51,9 @@ typedef struct rlRowSpec {
     uint32_t sample_index;/* ... with the sample (n > 1) index ... */
     uint32_t step;        /* ... and the generated-token index */
     int32_t adj0, n_adj;  /* this row's entries of rlBatch.adjs (n_adj 0: none) */
+    int32_t pen;          /* its sequence's penalty table (rlPenFill), from 1; 0: none */
+    int32_t pen_fill;     /* 1: the table starts over from rlBatch.pen_fills[fill0, fill0 + n_fill) */
+    int32_t fill0, n_fill;
     float repetition;     /* > 0; 1 = off: prompt and generated tokens */
     float frequency;      /* per generated occurrence */
     float presence;       /* once for a generated token */
@@ -69,6 +85,8 @@ typedef struct rlBatch {
     const rlRowSpec *rows;        /* [n_rows] */
     int32_t n_adjs;
     const rlLogitAdj *adjs;       /* [n_adjs], the rows' logit adjustments */
+    int32_t n_pen_fills;
+    const rlPenFill *pen_fills;   /* [n_pen_fills], counts the rows' tables start from */
 } rlBatch;
 
 /* 0 when every index of b stays inside a KV cache of n_blocks blocks of

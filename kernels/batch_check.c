@@ -46,6 +46,14 @@ int rl_batch_check(const rlBatch *b, int n_blocks, int block_size, rlError *err)
             return rl_error(err, RL_EINPUT, "invalid step: logit row %d's adjustments %d..%d "
                             "are outside the step's %d", r, row->adj0, row->adj0 + row->n_adj,
                             b->n_adjs);
+        if (row->pen < 0 || row->pen > RL_MAX_PEN ||
+            (row->pen_fill && (row->pen == 0 || row->n_fill < 0 || row->fill0 < 0 ||
+                               (row->n_fill > 0 && !b->pen_fills) ||
+                               row->fill0 > b->n_pen_fills - row->n_fill)))
+            return rl_error(err, RL_EINPUT, "invalid step: logit row %d's penalty table %d (filled "
+                            "from %d..%d of the step's %d counts) is not one of 1..%d", r,
+                            row->pen, row->fill0, row->fill0 + row->n_fill, b->n_pen_fills,
+                            RL_MAX_PEN);
     }
     return 0;
 }

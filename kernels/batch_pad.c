@@ -45,7 +45,8 @@ int rl_batch_pad(rlBatchPad *pad, const rlBatch *b, int p, rlBatch *out) {
     *out = (rlBatch){.n_seqs = p, .n_tokens = p, .tokens = tokens, .positions = positions,
                      .slots = slots, .seq_start = seq_start, .seq_len = seq_len,
                      .block_tables = tables, .max_blocks = mb, .n_rows = p, .rows = pad->rows,
-                     .n_adjs = b->n_adjs, .adjs = b->adjs};
+                     .n_adjs = b->n_adjs, .adjs = b->adjs,
+                     .n_pen_fills = b->n_pen_fills, .pen_fills = b->pen_fills};
     return 0;
 }
 

@@ -114,11 +114,13 @@ static void check_close(rlBackend *be, const char *what, const float *out, const
 /* A one-sequence batch of n <= 16 tokens (positions 0..n-1, KV block 0) for
  * row-wise ops; the backend needs a KV cache of 16-token blocks. */
 static void begin_rows_adj(rlBackend *be, int n, const int32_t *tokens, int n_rows,
-                           const rlRowSpec *rows, int n_adjs, const rlLogitAdj *adjs) {
+                           const rlRowSpec *rows, int n_adjs, const rlLogitAdj *adjs,
+                           int n_fills, const rlPenFill *fills) {
     int32_t *pos = calloc(n, 4), *slots = calloc(n, 4), start[2] = {0, n}, len[1] = {n};
     int32_t tab[1] = {0};
     for (int i = 0; i < n; i++) pos[i] = i, slots[i] = i;
-    rlBatch b = {1, n, tokens, pos, slots, start, len, tab, 1, n_rows, rows, n_adjs, adjs};
+    rlBatch b = {1, n, tokens, pos, slots, start, len, tab, 1, n_rows, rows, n_adjs, adjs,
+                 n_fills, fills};
     rlError err;
     assert_int_equal(be->ops->begin_step(be, &b, &err), 0);
     free(pos);
@@ -127,7 +129,7 @@ static void begin_rows_adj(rlBackend *be, int n, const int32_t *tokens, int n_ro
 
 static void begin_rows(rlBackend *be, int n, const int32_t *tokens, int n_rows,
                        const rlRowSpec *rows) {
-    begin_rows_adj(be, n, tokens, n_rows, rows, 0, NULL);
+    begin_rows_adj(be, n, tokens, n_rows, rows, 0, NULL, 0, NULL);
 }
 
 static void test_matmul(void **state) {
@@ -406,7 +408,7 @@ static void run_attention_case(rlBackend *be, const AttCase *ac, int decode) {
         for (int s = 0; s < n_seqs; s++)
             for (int i = start[s]; i < start[s + 1]; i++)
                 memcpy(in + (size_t)i * W, all + (size_t)(base[s] + pos[i]) * W, W * sizeof *in);
-        rlBatch b = {n_seqs, n, tokens, pos, slots, start, len, btab, max_blocks, 0, NULL, 0, NULL};
+        rlBatch b = {n_seqs, n, tokens, pos, slots, start, len, btab, max_blocks, 0, NULL, 0, NULL, 0, NULL};
         assert_int_equal(be->ops->begin_step(be, &b, &err), 0);
         void *dqkv = to_dev(be, in, (size_t)n * W);
         be->ops->rope_kv_store(be, dqkv, decode ? dqn : NULL, decode ? dkn : NULL, 1e-6f, layer,
@@ -479,9 +481,12 @@ static void test_attention(void **state) {
 /* ---- sampling: equal to the CPU backend's sampler on the same logits ---- */
 
 /* The rows below on the GPU and on the CPU backend, with adjs (NULL:
- * none) as the step's logit adjustments: identical tokens, logprobs and
- * alternatives. */
-static void sample_case(rlRowSpec *rows, int n_adjs, const rlLogitAdj *adjs) {
+ * none) as the step's logit adjustments and fills as the counts their
+ * penalty tables start from, for `steps` steps over the same logits (the
+ * tables filled at the first, counting every drawn token after): identical
+ * tokens, logprobs and alternatives at every step. */
+static void sample_case(const rlRowSpec *rows0, int n_adjs, const rlLogitAdj *adjs, int n_fills,
+                        const rlPenFill *fills, int steps) {
     rlBackend *be = backends[0];
     const int V = 151936, n_rows = 8;
     float *logits = malloc((size_t)V * n_rows * sizeof *logits);
@@ -499,29 +504,47 @@ static void sample_case(rlRowSpec *rows, int n_adjs, const rlLogitAdj *adjs) {
     assert_non_null(cpu);
     assert_int_equal(cpu->ops->kv_init(cpu, 1, 1, 16, 1, 64, &err), 0);
     assert_int_equal(be->ops->kv_init(be, 1, 1, 16, 1, 64, &err), 0);
-    rlRowResult got[8], want[8];
+    rlRowResult *got = calloc((size_t)steps * n_rows, sizeof *got);
+    rlRowResult *want = calloc((size_t)steps * n_rows, sizeof *want);
+    int moved = 0;
     for (int k = 0; k < 2; k++) {
         rlBackend *b = k ? cpu : be;
-        begin_rows_adj(b, n_rows, tok, n_rows, rows, n_adjs, adjs);
         float *dl = b->ops->alloc(b, (size_t)V * n_rows * 4, &err);
         assert_non_null(dl);
         assert_int_equal(b->ops->upload(b, dl, RL_F32, logits, RL_F32, (size_t)V * n_rows, &err), 0);
-        assert_int_equal(b->ops->sample(b, dl, V, k ? want : got, &err), 0);
+        for (int st = 0; st < steps; st++) {
+            rlRowSpec rows[8];
+            memcpy(rows, rows0, sizeof rows);
+            for (int r = 0; r < n_rows; r++) {
+                rows[r].step += (uint32_t)st;
+                if (st > 0) rows[r].pen_fill = 0;
+            }
+            begin_rows_adj(b, n_rows, tok, n_rows, rows, n_adjs, adjs, n_fills, fills);
+            rlRowResult *res = (k ? want : got) + (size_t)st * n_rows;
+            assert_int_equal(b->ops->sample(b, dl, V, res, &err), 0);
+        }
         b->ops->free(b, dl);
     }
-    for (int r = 0; r < n_rows; r++) {
-        printf("  sample row %d%s: token %d (cpu %d) logprob %.5f (cpu %.5f)\n", r,
-               adjs ? " (adjusted)" : "", got[r].token, want[r].token, got[r].token_logprob,
-               want[r].token_logprob);
-        assert_int_equal(got[r].token, want[r].token);
-        assert_true(fabsf(got[r].token_logprob - want[r].token_logprob) < 1e-4f);
-        assert_true(fabsf(got[r].target_logprob - want[r].target_logprob) < 1e-4f);
-        assert_int_equal(got[r].n_top, want[r].n_top);
-        for (int a = 0; a < want[r].n_top; a++) {
-            assert_int_equal(got[r].top_ids[a], want[r].top_ids[a]);
-            assert_true(fabsf(got[r].top_logprobs[a] - want[r].top_logprobs[a]) < 1e-4f);
+    for (int st = 0; st < steps; st++)
+        for (int r = 0; r < n_rows; r++) {
+            const rlRowResult *g = &got[st * n_rows + r], *w = &want[st * n_rows + r];
+            if (steps == 1 || st == steps - 1 || g->token != w->token)
+                printf("  sample row %d%s, step %d: token %d (cpu %d) logprob %.5f (cpu %.5f)\n",
+                       r, adjs || fills ? " (adjusted)" : "", st, g->token, w->token,
+                       g->token_logprob, w->token_logprob);
+            moved += st > 0 && w->token != want[r].token;
+            assert_int_equal(g->token, w->token);
+            assert_true(fabsf(g->token_logprob - w->token_logprob) < 1e-4f);
+            assert_true(fabsf(g->target_logprob - w->target_logprob) < 1e-4f);
+            assert_int_equal(g->n_top, w->n_top);
+            for (int a = 0; a < w->n_top; a++) {
+                assert_int_equal(g->top_ids[a], w->top_ids[a]);
+                assert_true(fabsf(g->top_logprobs[a] - w->top_logprobs[a]) < 1e-4f);
+            }
         }
-    }
+    if (steps > 1) printf("  %d later draws differ from the first step's token\n", moved);
+    free(got);
+    free(want);
     cpu->ops->destroy(cpu);
     free(logits);
 }
@@ -543,38 +566,48 @@ static rlRowSpec sample_rows[8] = {
 
 static void test_sample(void **state) {
     (void)state;
-    sample_case(sample_rows, 0, NULL);
+    sample_case(sample_rows, 0, NULL, 0, NULL, 1);
 }
 
-/* Penalties, logit_bias and bans on the sampling rows: 600 entries a row
- * (the ids spread over the vocabulary and packed where the largest of
- * srand_f's values fall: every id below 2000), counts, prompt flags,
- * biases of both signs and -inf.  The GPU applies them in its own kernel;
- * the tokens must be the CPU's exactly. */
+/* Penalties, logit_bias and bans on the sampling rows, over 12 steps:
+ * each row's penalty table filled at the first step with 600 counts (the
+ * ids spread over the vocabulary and packed where the largest of srand_f's
+ * values fall: every id below 2000), prompt flags, and then counting what
+ * each backend draws; 60 entries a row of biases of both signs and -inf.
+ * The GPU applies them in its own kernels; the tokens must be the CPU's
+ * exactly, at every step. */
 static void test_sample_penalties(void **state) {
     (void)state;
-    enum { PER_ROW = 600 };
+    enum { PER_ROW = 600, STEPS = 12 };
     rlRowSpec rows[8];
     rlLogitAdj *adjs = calloc(8 * PER_ROW, sizeof *adjs);
+    rlPenFill *fills = calloc(8 * PER_ROW, sizeof *fills);
     const float reps[8] = {1.3f, 1, 0.8f, 1.1f, 2, 1.05f, 1, 1.5f};
-    int n = 0;
+    int n = 0, nf = 0;
     for (int r = 0; r < 8; r++) {
         rows[r] = sample_rows[r];
         if (!rows[r].sample) continue;
-        rows[r].adj0 = n, rows[r].n_adj = PER_ROW;
+        rows[r].adj0 = n, rows[r].fill0 = nf;
+        rows[r].pen = r + 1, rows[r].pen_fill = 1;
         rows[r].repetition = reps[r];
-        rows[r].frequency = 0.25f * (float)(r % 3);
+        rows[r].frequency = 0.25f * (float)(r % 3) + 0.5f;
         rows[r].presence = r & 1 ? 1.5f : -0.5f;
         for (int i = 0; i < PER_ROW; i++) {
-            rlLogitAdj *a = &adjs[n++];
-            a->id = i < 400 ? i * 5 + r % 5 : 2000 + (i - 400) * 700;
-            a->count = i % 4 == 0 ? 0 : i % 7;
-            a->in_prompt = i % 3 == 0;
-            a->bias = i % 50 == 7 ? -INFINITY : i % 11 == 0 ? 3.5f : i % 13 == 0 ? -20.0f : 0;
+            int id = i < 400 ? i * 5 + r % 5 : 2000 + (i - 400) * 700;
+            fills[nf++] = (rlPenFill){.id = id, .count = i % 4 == 0 ? 0 : i % 7,
+                                      .in_prompt = i % 3 == 0};
+            float bias = i % 50 == 7 ? -INFINITY : i % 11 == 0 ? 3.5f : i % 13 == 0 ? -20.0f : 0;
+            if (bias != 0) adjs[n++] = (rlLogitAdj){.id = id, .bias = bias};
         }
+        rows[r].n_adj = n - rows[r].adj0;
+        rows[r].n_fill = nf - rows[r].fill0;
     }
-    sample_case(rows, n, adjs);
+    sample_case(rows, n, adjs, nf, fills, STEPS);
+    /* Tables alone (no entries), started over: the same rows again. */
+    for (int r = 0; r < 8; r++) rows[r].n_adj = 0;
+    sample_case(rows, n, adjs, nf, fills, STEPS);
     free(adjs);
+    free(fills);
 }
 
 /* Mixture of experts: routing (ids equal to the float64 reference's, weights

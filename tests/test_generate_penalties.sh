@@ -8,7 +8,12 @@
 #   - presence_penalty below the bias's margin: no change;
 #   - bad_words: the greedy first word never appears;
 #   - min_tokens with that token as a stop id: no stop before min_tokens;
-#   - model, logit_bias and penalties refused with the field named.
+#   - model, logit_bias and penalties refused with the field named;
+#   - the penalties' counts, which live in the sampler's tables, give the
+#     same tokens however the requests are scheduled: all at once, one at a
+#     time, preempted over and over in a tiny KV pool (with and without
+#     prefix caching), over two pipeline stages with steps in flight and
+#     over two tensor-parallel ranks (each sampling with its own tables).
 set -euo pipefail
 : "${REDLM:?}" "${FIXTURES:?}"
 tmp=$(mktemp -d)
@@ -55,4 +60,37 @@ field vocab .error.message | grep -q "logit_bias names token 4096, outside the m
     fail "vocab: $(field vocab .error.message)"
 field range .error.message | grep -q "'presence_penalty' must be a number in \[-2, 2\]" ||
     fail "range: $(field range .error.message)"
+
+# Requests sharing a prompt prefix (cached), greedy and seeded (top_k: a
+# recomputed KV's last bits must not reorder the long tail), with penalties
+# strong enough to steer every step.
+for i in $(seq 1 16); do
+    pen='"repetition_penalty":1.3,"frequency_penalty":0.6,"presence_penalty":0.4'
+    [ $((i % 3)) = 0 ] && pen='"frequency_penalty":1.5,"logit_bias":{"7":3}'
+    echo "{\"id\":\"p$i\",\"prompt_ids\":[5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,$i,$((i * 7 % 2000)),3],\"max_tokens\":40,\"temperature\":$((i % 2)),\"top_k\":20,\"seed\":$i,\"ignore_eos\":true,$pen}"
+done > "$tmp/pen.jsonl"
+echo '{"id":"n3","prompt_ids":[5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21],"max_tokens":40,"temperature":0.9,"top_k":50,"seed":7,"n":3,"ignore_eos":true,"repetition_penalty":1.5,"presence_penalty":0.8}' >> "$tmp/pen.jsonl"
+pen_run() {   # name, input, options...
+    local name=$1 input=$2; shift 2
+    "$REDLM" generate --model "$dir" --threads 2 --input "$input" --output "$tmp/$name.out" \
+        --stats "$@" 2> "$tmp/$name.err" || { cat "$tmp/$name.err"; fail "$name: exit status"; }
+    jq -c '[.id, .index, .token_ids]' "$tmp/$name.out" > "$tmp/$name.tok"
+}
+pen_run batch "$tmp/pen.jsonl"
+[ "$(jq -s 'map(.token_ids) | unique | length' "$tmp/batch.out")" -ge 17 ] || fail "penalised outputs alike"
+grep -v '"id":"n3"' "$tmp/pen.jsonl" > "$tmp/pen1.jsonl"
+grep -v '^\["n3",' "$tmp/batch.tok" > "$tmp/batch1.tok"
+pen_run oneseq "$tmp/pen1.jsonl" --max-num-seqs 1
+cmp -s "$tmp/oneseq.tok" "$tmp/batch1.tok" || fail "penalties: one at a time differs from the batch"
+for run in "tiny --kv-cache-memory 600KiB" "tiny-nocache --kv-cache-memory 600KiB --no-prefix-caching" \
+           "pp2 --pp 2" "tp2 --tp 2"; do
+    set -- $run
+    name=$1; shift
+    pen_run "$name" "$tmp/pen.jsonl" "$@"
+    cmp -s "$tmp/$name.tok" "$tmp/batch.tok" || fail "penalties: $name differs from the batch"
+done
+preempt=$(sed -n 's/.*preemptions=\([0-9]*\).*/\1/p' "$tmp/tiny.err")
+[ "${preempt:-0}" -ge 5 ] || fail "penalties: expected preemptions in the tiny pool, got ${preempt:-none}"
+echo "penalised requests: the same tokens at once, one at a time, through $preempt preemptions" \
+     "and over 2 pipeline stages or 2 tensor ranks"
 echo "penalties, logit_bias, bad_words, min_tokens and model behave as vLLM defines them"

@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/sample.h"
 #include "kernels/rng.h"
@@ -22,7 +23,7 @@ static rlRowSpec spec(float temperature) {
 static int draw(const float *l, int v, rlRowSpec sp) {
     int scratch[16];
     rlRowResult r;
-    assert_int_equal(rl_sample_row(l, v, &sp, NULL, &r, scratch), 0);
+    assert_int_equal(rl_sample_row(l, v, &sp, NULL, NULL, &r, scratch), 0);
     return r.token;
 }
 
@@ -33,7 +34,7 @@ static void test_logprobs(void **state) {
     sp.n_top = 3;
     sp.target = 0;
     rlRowResult r;
-    assert_int_equal(rl_sample_row(l, 4, &sp, NULL, &r, NULL), 0);
+    assert_int_equal(rl_sample_row(l, 4, &sp, NULL, NULL, &r, NULL), 0);
     double lse = log(exp(1) + 2 * exp(3) + exp(2));
     assert_true(fabs(r.target_logprob - (1 - lse)) < 1e-6);
     assert_int_equal(r.n_top, 3);
@@ -45,7 +46,7 @@ static void test_logprobs(void **state) {
     assert_true(fabs(r.token_logprob - (3 - lse)) < 1e-6);
 
     sp.sample = 0;
-    assert_int_equal(rl_sample_row(l, 4, &sp, NULL, &r, NULL), 0);
+    assert_int_equal(rl_sample_row(l, 4, &sp, NULL, NULL, &r, NULL), 0);
     assert_int_equal(r.token, -1);
 }
 
@@ -173,7 +174,7 @@ static void test_large_vocab(void **state) {
                             sp.seed = 99, sp.step = step;
                             const float *l = d ? flat : peaked;
                             rlRowResult r;
-                            assert_int_equal(rl_sample_row(l, V, &sp, NULL, &r, scratch), 0);
+                            assert_int_equal(rl_sample_row(l, V, &sp, NULL, NULL, &r, scratch), 0);
                             assert_int_equal(r.token, oracle(l, V, &sp));
                         }
 }
@@ -182,21 +183,21 @@ static void test_check(void **state) {
     (void)state;
     rlError err = {0};
     rlRowSpec sp = spec(1);
-    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), 0);
+    assert_int_equal(rl_sample_check(&sp, NULL, NULL, 10, &err), 0);
     sp.top_p = 0;
-    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, NULL, 10, &err), -1);
     sp = spec(1), sp.min_p = 1;
-    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, NULL, 10, &err), -1);
     sp = spec(-1);
-    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, NULL, 10, &err), -1);
     sp = spec(NAN);
-    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, NULL, 10, &err), -1);
     sp = spec(1), sp.n_top = RL_MAX_TOP + 1;
-    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, NULL, 10, &err), -1);
     sp = spec(1), sp.target = 10;
-    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, NULL, 10, &err), -1);
     sp = spec(1), sp.top_k = -1;
-    assert_int_equal(rl_sample_check(&sp, NULL, 10, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, NULL, NULL, 10, &err), -1);
 }
 
 
@@ -208,16 +209,21 @@ static void test_check(void **state) {
  * reference row picks; logprobs stay those of the raw row. */
 enum { PV = 64 };
 
-static double ref_adjusted(const float *l, int id, const rlRowSpec *sp, const rlLogitAdj *adj,
-                           int n_adj) {
+/* A token the reference adjusts: its bias and counts. */
+typedef struct refTok {
+    int id, count, in_prompt;
+    float bias;
+} refTok;
+
+static double ref_adjusted(const float *l, int id, const rlRowSpec *sp, const refTok *t, int n) {
     double x = l[id];
-    for (int i = 0; i < n_adj; i++) {
-        if (adj[i].id != id) continue;
-        x = adj[i].bias == -INFINITY ? -INFINITY : x + adj[i].bias;
-        if (adj[i].in_prompt || adj[i].count > 0)
+    for (int i = 0; i < n; i++) {
+        if (t[i].id != id) continue;
+        x = t[i].bias == -INFINITY ? -INFINITY : x + t[i].bias;
+        if (t[i].in_prompt || t[i].count > 0)
             x = x > 0 ? x / sp->repetition : x * sp->repetition;
-        x -= (double)sp->frequency * adj[i].count;
-        if (adj[i].count > 0) x -= sp->presence;
+        x -= (double)sp->frequency * t[i].count;
+        if (t[i].count > 0) x -= sp->presence;
     }
     return x;
 }
@@ -225,20 +231,19 @@ static double ref_adjusted(const float *l, int id, const rlRowSpec *sp, const rl
 /* The reference draw: first token (by adjusted value descending, ids
  * ascending) whose cumulative mass exceeds u times the total; *margin is
  * how close u * total came to a boundary (float rounding may differ there). */
-static int ref_draw(const float *l, const rlRowSpec *sp, const rlLogitAdj *adj, int n_adj,
-                    double *margin) {
+static int ref_draw(const float *l, const rlRowSpec *sp, const refTok *t, int n, double *margin) {
     double y[PV], mx = -INFINITY;
     int order[PV];
     for (int i = 0; i < PV; i++) {
-        y[i] = ref_adjusted(l, i, sp, adj, n_adj);
+        y[i] = ref_adjusted(l, i, sp, t, n);
         if (y[i] > mx) mx = y[i];
         order[i] = i;
     }
     for (int i = 1; i < PV; i++)   /* insertion sort: y desc, id asc */
         for (int j = i; j > 0 && y[order[j]] > y[order[j - 1]]; j--) {
-            int t = order[j];
+            int tmp = order[j];
             order[j] = order[j - 1];
-            order[j - 1] = t;
+            order[j - 1] = tmp;
         }
     if (sp->temperature == 0) {
         *margin = y[order[0]] - y[order[1]];
@@ -259,6 +264,18 @@ static int ref_draw(const float *l, const rlRowSpec *sp, const rlLogitAdj *adj, 
     return order[PV - 1];
 }
 
+/* The row's entries (biases) and penalty table (counts) from the
+ * reference's tokens. */
+static int ref_split(const refTok *t, int n, rlLogitAdj *adj, uint32_t *pen) {
+    int n_adj = 0;
+    memset(pen, 0, PV * sizeof *pen);
+    for (int i = 0; i < n; i++) {
+        pen[t[i].id] = RL_PEN(t[i].count, t[i].in_prompt);
+        if (t[i].bias != 0) adj[n_adj++] = (rlLogitAdj){.id = t[i].id, .bias = t[i].bias};
+    }
+    return n_adj;
+}
+
 static void test_penalties(void **state) {
     (void)state;
     float l[PV];
@@ -272,7 +289,7 @@ static void test_penalties(void **state) {
     l[12] = -0.5f;   /* negative, in the prompt */
     l[20] = 5.9f;    /* banned */
     l[30] = 1.0f;    /* biased up */
-    const rlLogitAdj adj[] = {
+    const refTok toks[] = {
         {.id = 5, .count = 1, .in_prompt = 1},
         {.id = 9, .count = 3},
         {.id = 12, .in_prompt = 1},
@@ -280,7 +297,9 @@ static void test_penalties(void **state) {
         {.id = 30, .bias = 4.75f},
         {.id = 40, .count = 2, .bias = -1.5f},
     };
-    const int n_adj = sizeof(adj) / sizeof(*adj);
+    const int n_toks = sizeof(toks) / sizeof(*toks);
+    rlLogitAdj adj[PV];
+    uint32_t pen[PV];
     const float reps[] = {1.0f, 1.3f, 0.7f, 2.0f}, freqs[] = {0, 0.5f, -1.0f, 2.0f},
                 pres[] = {0, 1.5f, -2.0f}, temps[] = {0, 0.6f, 1.0f, 1.7f};
     unsigned char scratch[PV * (sizeof(int) + sizeof(float))];
@@ -292,11 +311,16 @@ static void test_penalties(void **state) {
                     for (uint64_t seed = 0; seed < (temps[t] > 0 ? 40 : 1); seed++) {
                         rlRowSpec sp = spec(temps[t]);
                         sp.repetition = reps[a], sp.frequency = freqs[b], sp.presence = pres[c];
-                        sp.n_adj = n_adj, sp.seed = seed, sp.step = 3;
+                        sp.n_adj = ref_split(toks, n_toks, adj, pen);
+                        sp.pen = 1, sp.seed = seed, sp.step = 3;
                         rlRowResult r;
-                        assert_int_equal(rl_sample_row(l, PV, &sp, adj, &r, scratch), 0);
+                        assert_int_equal(rl_sample_row(l, PV, &sp, adj, pen, &r, scratch), 0);
+                        /* the drawn token is counted in the table */
+                        uint32_t before[PV];
+                        ref_split(toks, n_toks, adj, before);
+                        assert_int_equal(pen[r.token], before[r.token] + RL_PEN(1, 0));
                         double margin;
-                        int want = ref_draw(l, &sp, adj, n_adj, &margin);
+                        int want = ref_draw(l, &sp, toks, n_toks, &margin);
                         if (margin < 1e-6) continue;   /* too close to call in float */
                         if (r.token != want)
                             fail_msg("rep %g freq %g pres %g T %g seed %llu: token %d, reference %d",
@@ -315,21 +339,56 @@ static void test_penalties(void **state) {
     assert_true(checked > 1500);
     assert_true(changed > 10);
 
+    /* Counts over several steps: greedy with a frequency penalty, the table
+     * counting each drawn token, against the reference fed the same counts. */
+    refTok seen[PV];
+    int n_seen = 0;
+    memset(pen, 0, sizeof pen);
+    rlRowSpec sp = spec(0);
+    sp.repetition = 1.2f, sp.frequency = 0.4f, sp.presence = 0.3f, sp.pen = 1;
+    for (int step = 0; step < 40; step++) {
+        rlRowResult r;
+        assert_int_equal(rl_sample_row(l, PV, &sp, NULL, pen, &r, scratch), 0);
+        double margin;
+        int want = ref_draw(l, &sp, seen, n_seen, &margin);
+        assert_int_equal(r.token, want);
+        int k = 0;
+        while (k < n_seen && seen[k].id != want) k++;
+        if (k == n_seen) seen[n_seen++] = (refTok){.id = want};
+        seen[k].count++;
+    }
+    print_message("penalties over 40 steps: %d distinct tokens drawn\n", n_seen);
+    assert_true(n_seen > 3);
+
+    /* A table started over from fills. */
+    rlPenFill fills[] = {{.id = 3, .count = 2}, {.id = 7, .in_prompt = 1}};
+    sp.pen_fill = 1, sp.fill0 = 0, sp.n_fill = 2;
+    rl_sample_fill(pen, PV, &sp, fills);
+    assert_int_equal(pen[3], RL_PEN(2, 0));
+    assert_int_equal(pen[7], RL_PEN(0, 1));
+    assert_int_equal(pen[5], 0);
+
     /* Everything banned: the raw row decides. */
     rlLogitAdj ban[PV];
     for (int i = 0; i < PV; i++) ban[i] = (rlLogitAdj){.id = i, .bias = -INFINITY};
-    rlRowSpec sp = spec(0);
+    sp = spec(0);
     sp.repetition = 1, sp.n_adj = PV;
     rlRowResult r;
-    assert_int_equal(rl_sample_row(l, PV, &sp, ban, &r, scratch), 0);
+    assert_int_equal(rl_sample_row(l, PV, &sp, ban, NULL, &r, scratch), 0);
     assert_int_equal(r.token, 5);
 
     rlError err = {0};
     sp.repetition = 0;
-    assert_int_equal(rl_sample_check(&sp, ban, PV, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, ban, NULL, PV, &err), -1);
     sp.repetition = 1;
     ban[3].id = PV;
-    assert_int_equal(rl_sample_check(&sp, ban, PV, &err), -1);
+    assert_int_equal(rl_sample_check(&sp, ban, NULL, PV, &err), -1);
+    ban[3].id = 3;
+    sp.pen = 1, sp.pen_fill = 1, sp.fill0 = 0, sp.n_fill = 2;
+    assert_int_equal(rl_sample_check(&sp, ban, fills, PV, &err), 0);
+    fills[1].id = PV;
+    assert_int_equal(rl_sample_check(&sp, ban, fills, PV, &err), -1);
+    print_message("bad fill: %s\n", err.msg);
 }
 
 int main(void) {

@@ -254,6 +254,7 @@ static void cpu_destroy(rlBackend *be) {
     free(c->rope_cos);
     free(c->rope_sin);
     free(c->moe_scratch);
+    free(c->pen);
     free(c);
 }
 

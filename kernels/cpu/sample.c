@@ -6,8 +6,9 @@
  * function of the row's (seed, sample_index, step), so the same request gives
  * the same tokens in any batch and on any backend that follows these rules:
  *
- *   first the row's adjustments (logit_bias, bans, penalties; see
- *   rl_sample_adjust), then on the adjusted logits:
+ *   first the row's adjustments (logit_bias, bans, penalties from the
+ *   row's table of counts; see rl_sample_adjust), then on the adjusted
+ *   logits:
  *   temperature 0: greedy, ties to the lowest id;
  *   else p_i proportional to exp((l_i - max l) / T), candidates sorted by
  *   p descending (ties: lower id first); keep the first top_k (0 = all);
@@ -29,7 +30,8 @@
 #include "kernels/rng.h"
 #include "kernels/cpu/cpu.h"
 
-int rl_sample_check(const rlRowSpec *spec, const rlLogitAdj *adjs, int vocab, rlError *err) {
+int rl_sample_check(const rlRowSpec *spec, const rlLogitAdj *adjs, const rlPenFill *fills,
+                    int vocab, rlError *err) {
     if (spec->n_top < 0 || spec->n_top > RL_MAX_TOP)
         return rl_error(err, RL_EINPUT, "logprobs asks for %d alternatives; the most is %d",
                         spec->n_top, RL_MAX_TOP);
@@ -46,7 +48,7 @@ int rl_sample_check(const rlRowSpec *spec, const rlLogitAdj *adjs, int vocab, rl
         return rl_error(err, RL_EINPUT, "min_p %g must be in [0, 1)", spec->min_p);
     if (spec->top_k < 0)
         return rl_error(err, RL_EINPUT, "top_k %d must be >= 0 (0 = off)", spec->top_k);
-    if (spec->n_adj <= 0) return 0;
+    if (spec->n_adj <= 0 && spec->pen <= 0) return 0;
     if (!(spec->repetition > 0) || !isfinite(spec->repetition) || !isfinite(spec->frequency) ||
         !isfinite(spec->presence))
         return rl_error(err, RL_EINPUT, "repetition penalty %g must be finite and > 0, frequency "
@@ -54,33 +56,58 @@ int rl_sample_check(const rlRowSpec *spec, const rlLogitAdj *adjs, int vocab, rl
                         spec->frequency, spec->presence);
     for (int i = 0; i < spec->n_adj; i++) {
         const rlLogitAdj *a = &adjs[spec->adj0 + i];
-        if (a->id < 0 || a->id >= vocab || a->count < 0 || isnan(a->bias) || a->bias == INFINITY)
-            return rl_error(err, RL_EINPUT, "logit adjustment %d (token %d, count %d, bias %g) is "
-                            "outside the vocabulary (0..%d) or not a count and a bias", i, a->id,
-                            a->count, a->bias, vocab - 1);
+        if (a->id < 0 || a->id >= vocab || isnan(a->bias) || a->bias == INFINITY)
+            return rl_error(err, RL_EINPUT, "logit adjustment %d (token %d, bias %g) is outside "
+                            "the vocabulary (0..%d) or not a bias", i, a->id, a->bias, vocab - 1);
+    }
+    for (int i = 0; spec->pen_fill && i < spec->n_fill; i++) {
+        const rlPenFill *f = &fills[spec->fill0 + i];
+        if (f->id < 0 || f->id >= vocab || f->count < 0 || f->count > INT32_MAX / 2)
+            return rl_error(err, RL_EINPUT, "penalty count %d (token %d, count %d) is outside "
+                            "the vocabulary (0..%d) or not a count", i, f->id, f->count,
+                            vocab - 1);
     }
     return 0;
 }
 
-/* In float, in this order, as vLLM's sampler (bias, then penalties); the
+void rl_sample_fill(uint32_t *pen, int vocab, const rlRowSpec *sp, const rlPenFill *fills) {
+    memset(pen, 0, (size_t)vocab * sizeof *pen);
+    for (int i = 0; i < sp->n_fill; i++) {
+        const rlPenFill *f = &fills[sp->fill0 + i];
+        pen[f->id] = RL_PEN(f->count, f->in_prompt);
+    }
+}
+
+/* One token's logit x after bias and the penalties of its RL_PEN value p:
+ * in float, in this order, as vLLM's sampler (bias, then penalties); the
  * CUDA sampler does the same operations with the same roundings. */
-void rl_sample_adjust(float *l, const rlRowSpec *sp, const rlLogitAdj *adjs) {
+static float sample_adjust_one(float x, float bias, uint32_t p, const rlRowSpec *sp) {
+    int32_t count = (int32_t)(p >> 1);
+    x = x + bias;
+    if (sp->repetition != 1.0f && p)
+        x = x > 0 ? x / sp->repetition : x * sp->repetition;
+    float f = sp->frequency * (float)count;
+    x = x - f;
+    if (count > 0) x = x - sp->presence;
+    return x;
+}
+
+/* Tokens in no entry and never seen keep their logit; a listed one is
+ * adjusted from its raw logit with its bias and its counts. */
+void rl_sample_adjust(float *adj, const float *raw, int vocab, const rlRowSpec *sp,
+                      const rlLogitAdj *adjs, const uint32_t *pen) {
+    for (int i = 0; pen && i < vocab; i++)
+        if (pen[i]) adj[i] = sample_adjust_one(raw[i], 0.0f, pen[i], sp);
     for (int i = 0; i < sp->n_adj; i++) {
         const rlLogitAdj *a = &adjs[sp->adj0 + i];
-        float x = l[a->id] + a->bias;
-        if (sp->repetition != 1.0f && (a->in_prompt || a->count > 0))
-            x = x > 0 ? x / sp->repetition : x * sp->repetition;
-        float f = sp->frequency * (float)a->count;
-        x = x - f;
-        if (a->count > 0) x = x - sp->presence;
-        l[a->id] = x;
+        adj[a->id] = sample_adjust_one(raw[a->id], a->bias, pen ? pen[a->id] : 0, sp);
     }
 }
 
 size_t rl_sample_scratch(const rlRowSpec *sp, int vocab) {
     if (!sp->sample) return 0;
     size_t n = sp->temperature > 0 ? (size_t)vocab * sizeof(int) : 0;
-    return n + (sp->n_adj > 0 ? (size_t)vocab * sizeof(float) : 0);
+    return n + (sp->n_adj > 0 || sp->pen > 0 ? (size_t)vocab * sizeof(float) : 0);
 }
 
 /* Does (la, a) rank before (lb, b)?  Higher logit first, then lower id. */
@@ -213,7 +240,7 @@ static int sample_argmax(const float *l, int vocab) {
 }
 
 int rl_sample_row(const float *l, int vocab, const rlRowSpec *sp, const rlLogitAdj *adjs,
-                  rlRowResult *out, void *scratch) {
+                  uint32_t *pen, rlRowResult *out, void *scratch) {
     float max = l[0];
     for (int i = 1; i < vocab; i++)
         if (l[i] > max) max = l[i];
@@ -238,11 +265,11 @@ int rl_sample_row(const float *l, int vocab, const rlRowSpec *sp, const rlLogitA
     const float *la = l;   /* the logits sampled from */
     float amax = max;
     int *ids = scratch;
-    if (sp->n_adj > 0) {
+    if (sp->n_adj > 0 || pen) {
         float *adj = (float *)scratch;
         ids = (int *)(adj + vocab);
         memcpy(adj, l, (size_t)vocab * sizeof(float));
-        rl_sample_adjust(adj, sp, adjs);
+        rl_sample_adjust(adj, l, vocab, sp, adjs, pen);
         amax = adj[sample_argmax(adj, vocab)];
         if (amax != -INFINITY) la = adj;   /* everything banned: the raw row */
         else amax = max;
@@ -250,6 +277,7 @@ int rl_sample_row(const float *l, int vocab, const rlRowSpec *sp, const rlLogitA
     if (sp->temperature == 0) out->token = la == l ? top[0] : sample_argmax(la, vocab);
     else out->token = sample_draw(la, vocab, amax, sp, ids);
     out->token_logprob = (float)(l[out->token] - lse);
+    if (pen) pen[out->token] += RL_PEN(1, 0);
     return 0;
 }
 
@@ -258,6 +286,7 @@ typedef struct sampleJob {
     int vocab;
     const rlRowSpec *rows;
     const rlLogitAdj *adjs;
+    uint32_t *pen;
     rlRowResult *out;
     atomic_int failed;
 } sampleJob;
@@ -271,17 +300,42 @@ static void sample_item(void *ctx, int r) {
         atomic_store(&j->failed, 1);
         return;
     }
-    rl_sample_row(j->logits + (size_t)r * j->vocab, j->vocab, sp, j->adjs, &j->out[r], scratch);
+    uint32_t *pen = sp->sample && sp->pen > 0 ? j->pen + (size_t)(sp->pen - 1) * j->vocab : NULL;
+    rl_sample_row(j->logits + (size_t)r * j->vocab, j->vocab, sp, j->adjs, pen, &j->out[r],
+                  scratch);
     free(scratch);
+}
+
+/* Room for penalty tables 1..n of vocab ids, those there kept. */
+static int cpu_pen_grow(cpuBackend *c, int n, int vocab, rlError *err) {
+    if (vocab != c->pen_vocab) c->pen_n = 0;    /* tables of another vocabulary: none kept */
+    if (n <= c->pen_n) return 0;
+    int cap = n > 2 * c->pen_n ? n : 2 * c->pen_n;
+    uint32_t *p = realloc(c->pen, (size_t)cap * vocab * sizeof *p);
+    if (!p) return rl_error(err, RL_EMEMORY, "out of host memory for %d penalty tables", cap);
+    memset(p + (size_t)c->pen_n * vocab, 0, (size_t)(cap - c->pen_n) * vocab * sizeof *p);
+    c->pen = p, c->pen_n = cap, c->pen_vocab = vocab;
+    return 0;
 }
 
 int cpu_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err) {
     cpuBackend *c = be->impl;
     const rlBatch *b = c->b;
-    for (int r = 0; r < b->n_rows; r++)
-        if (rl_sample_check(&b->rows[r], b->adjs, vocab, err) != 0)
+    int max_pen = 0;
+    for (int r = 0; r < b->n_rows; r++) {
+        const rlRowSpec *sp = &b->rows[r];
+        if (rl_sample_check(sp, b->adjs, b->pen_fills, vocab, err) != 0)
             return rl_error_wrap(err, "logit row %d", r);
-    sampleJob j = {.logits = logits, .vocab = vocab, .rows = b->rows, .adjs = b->adjs, .out = out};
+        if (sp->sample && sp->pen > max_pen) max_pen = sp->pen;
+    }
+    if (cpu_pen_grow(c, max_pen, vocab, err)) return -1;
+    for (int r = 0; r < b->n_rows; r++) {
+        const rlRowSpec *sp = &b->rows[r];
+        if (sp->sample && sp->pen > 0 && sp->pen_fill)
+            rl_sample_fill(c->pen + (size_t)(sp->pen - 1) * vocab, vocab, sp, b->pen_fills);
+    }
+    sampleJob j = {.logits = logits, .vocab = vocab, .rows = b->rows, .adjs = b->adjs,
+                   .pen = c->pen, .out = out};
     atomic_init(&j.failed, 0);
     cpu_pool_run(c->pool, b->n_rows, sample_item, &j);
     if (atomic_load(&j.failed))

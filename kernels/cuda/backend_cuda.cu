@@ -226,18 +226,18 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     int pitch = b->max_blocks;
     if (c->graph_shape)
         for (pitch = 16; pitch < b->max_blocks; pitch *= 2) {}
-    /* The logit adjustments come last, so the offsets a captured graph
-     * reads do not move with their count. */
-    int n_adjs = b->adjs ? b->n_adjs : 0;
-    size_t sz[8] = {
+    /* The logit adjustments and penalty counts come last, so the offsets a
+     * captured graph reads do not move with their count. */
+    int n_adjs = b->adjs ? b->n_adjs : 0, n_fills = b->pen_fills ? b->n_pen_fills : 0;
+    size_t sz[9] = {
         (size_t)b->n_tokens * 4, (size_t)b->n_tokens * 4, (size_t)b->n_tokens * 4,
         (size_t)(b->n_seqs + 1) * 4, (size_t)b->n_seqs * 4,
         (size_t)b->n_seqs * pitch * 4, (size_t)b->n_rows * sizeof(rlRowSpec),
-        (size_t)n_adjs * sizeof(rlLogitAdj)};
-    const void *src[8] = {b->tokens, b->positions, b->slots, b->seq_start, b->seq_len,
-                          b->block_tables, b->rows, b->adjs};
-    size_t off[8], total = 0;
-    for (int i = 0; i < 8; i++) {
+        (size_t)n_adjs * sizeof(rlLogitAdj), (size_t)n_fills * sizeof(rlPenFill)};
+    const void *src[9] = {b->tokens, b->positions, b->slots, b->seq_start, b->seq_len,
+                          b->block_tables, b->rows, b->adjs, b->pen_fills};
+    size_t off[9], total = 0;
+    for (int i = 0; i < 9; i++) {
         off[i] = total;
         total += align16(sz[i]);
     }
@@ -254,7 +254,7 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
             return cuda_take_error(c, err);
         c->stage_cap = cap;
     }
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         if (sz[i] && (i != 5 || pitch == b->max_blocks))
             memcpy(c->stage_host + off[i], src[i], sz[i]);
     if (pitch != b->max_blocks) {
@@ -275,6 +275,16 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     c->d_rows = (rlRowSpec *)(c->stage_dev + off[6]);
     c->d_adjs = (rlLogitAdj *)(c->stage_dev + off[7]);
     c->n_adjs = n_adjs;
+    c->d_pen_fills = (rlPenFill *)(c->stage_dev + off[8]);
+    c->pen_max = c->pen_fill = c->adj_rows = c->adj_copy_rows = 0;
+    for (int r = 0; r < b->n_rows; r++) {
+        const rlRowSpec *sp = &b->rows[r];
+        if (!sp->sample || (sp->n_adj <= 0 && sp->pen <= 0)) continue;
+        c->adj_rows++;
+        c->adj_copy_rows += sp->temperature > 0;
+        c->pen_fill |= sp->pen > 0 && sp->pen_fill;
+        if (sp->pen > c->pen_max) c->pen_max = sp->pen;
+    }
     c->n_seqs = b->n_seqs;
     c->n_tokens = b->n_tokens;
     c->n_rows = b->n_rows;
@@ -324,6 +334,7 @@ static void cuda_destroy(rlBackend *be) {
     cudaFree(c->d_results);
     cudaFreeHost(c->h_results);
     cudaFree(c->stats);
+    cudaFree(c->pen);
     cudaStreamDestroy(c->stream);
     free(c);
 }

@@ -81,6 +81,14 @@ typedef struct rlCuda {
     rlRowSpec *d_rows;
     rlLogitAdj *d_adjs;  /* the rows' logit adjustments (n_adjs of them) */
     int n_adjs;
+    rlPenFill *d_pen_fills;  /* counts penalty tables start over from */
+    /* What the step's sampling rows need (begin_step): the highest penalty
+     * table, a table to fill, rows drawn from adjusted logits (adjusted
+     * maxima), and of those the non-greedy ones (an adjusted copy). */
+    int pen_max, pen_fill, adj_rows, adj_copy_rows;
+    /* Penalty tables 1..pen_n: [vocab] RL_PEN values each (sample.cu). */
+    uint32_t *pen;
+    int pen_n, pen_vocab;
 
     /* Scratch: attention's split partials and sampling's per-row workspace. */
     void *scratch;

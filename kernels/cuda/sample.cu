@@ -21,13 +21,17 @@
  * rows that want at most one alternative are then done: the argmax is the
  * token.
  *
- * Rows with logit adjustments (logit_bias, bans, penalties: the step's
- * rlLogitAdj entries, staged with the batch, so nothing goes back to the
- * host) get a copy of their logits with the entries applied, by the same
- * float operations in the same order as kernels/cpu/sample.c (the _rn
- * intrinsics keep nvcc from fusing them), and their own maximum pass;
- * logprobs and alternatives still come from the raw row, the token from
- * the adjusted one. */
+ * Rows with logit adjustments (logit_bias and bans: the step's sparse
+ * rlLogitAdj entries; penalties: the counts of the sequence's table, which
+ * lives here and which the sampler adds each drawn token to, so a running
+ * sequence sends nothing per step and nothing goes back to the host) are
+ * adjusted by the same float operations in the same order as
+ * kernels/cpu/sample.c (the _rn intrinsics keep nvcc from fusing them).
+ * The row-stats pass computes the adjusted maximum beside the raw one from
+ * the same read, so a greedy row costs one pass whatever it adjusts; only
+ * a drawn (non-greedy) adjusted row gets an adjusted copy, which its draw
+ * walks many times.  Logprobs and alternatives still come from the raw
+ * row, the token from the adjusted one. */
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
@@ -42,11 +46,14 @@ extern "C" {
 #define STATS_MAX_CHUNKS 64
 
 /* One chunk of one row: its largest logit (lowest id among ties) and
- * sum exp(l - max) in double. */
+ * sum exp(l - max) in double; for a row drawn from adjusted logits, also
+ * the largest adjusted logit and its id. */
 struct RowStats {
     double sum;
     float max;
     int arg;
+    float amax;
+    int aarg;
 };
 
 /* (v, i) beats (w, j): larger value, ties to the lower id. */
@@ -54,69 +61,139 @@ static __device__ __forceinline__ bool arg_better(float v, int i, float w, int j
     return v > w || (v == w && (unsigned)i < (unsigned)j);
 }
 
-/* adjusted: the rows' adjusted copies, whose rows without adjustments are
- * skipped (their raw stats serve); NULL: the raw logits. */
+/* The block's best (*v, *i), in every thread; sv / si: 32 slots of shared memory. */
+static __device__ void block_argmax(float *v, int *i, float *sv, int *si) {
+    for (int o = 16; o; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, *v, o);
+        int j = __shfl_xor_sync(0xffffffffu, *i, o);
+        if (arg_better(w, j, *v, *i)) *v = w, *i = j;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();   /* a previous call's readers are done with sv / si */
+    if (lane == 0) sv[warp] = *v, si[warp] = *i;
+    __syncthreads();
+    *v = -INFINITY, *i = -1;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
+        if (arg_better(sv[w], si[w], *v, *i)) *v = sv[w], *i = si[w];
+}
+
+/* One token's logit after its bias and the penalties of its RL_PEN value
+ * p: kernels/cpu/sample.c's sample_adjust_one, operation for operation. */
+static __device__ __forceinline__ float adjust_one(float x, float bias, uint32_t p,
+                                                   const rlRowSpec &sp) {
+    const int count = (int)(p >> 1);
+    x = __fadd_rn(x, bias);
+    if (sp.repetition != 1.0f && p)
+        x = x > 0.0f ? __fdiv_rn(x, sp.repetition) : __fmul_rn(x, sp.repetition);
+    x = __fsub_rn(x, __fmul_rn(sp.frequency, (float)count));
+    if (count > 0) x = __fsub_rn(x, sp.presence);
+    return x;
+}
+
+/* A row drawn from adjusted logits: it samples, with entries or a table. */
+static __device__ __forceinline__ bool row_adjusted(const rlRowSpec &sp) {
+    return sp.sample && (sp.n_adj > 0 || sp.pen > 0);
+}
+
+/* The row's penalty table, or NULL. */
+static __device__ __forceinline__ const uint32_t *row_pen(const uint32_t *pen,
+                                                          const rlRowSpec &sp, int V) {
+    return row_adjusted(sp) && sp.pen > 0 ? pen + (size_t)(sp.pen - 1) * V : NULL;
+}
+
+/* Adjusted rows read their adjusted logits on the fly: a token with no
+ * entry is adjusted by its table's counts (if any) as it is read, the
+ * chunk's listed ones (a bitmap in dynamic shared memory, one bit per id
+ * of the chunk) from their entries after; so the raw and the adjusted
+ * maxima come from one read of the row, and no adjusted copy is made. */
 __global__ void __launch_bounds__(STATS_THREADS)
-row_stats_kernel(const float *logits, const float *adjusted, const rlRowSpec *rows, int V,
-                 int chunk, RowStats *stats) {
+row_stats_kernel(const float *logits, const rlRowSpec *rows, const rlLogitAdj *adjs,
+                 const uint32_t *pen, int V, int chunk, RowStats *stats) {
+    extern __shared__ unsigned listed[];
     __shared__ float sv[32];
     __shared__ int si[32];
     __shared__ double sd[32];
     const int row = blockIdx.y, b = blockIdx.x * chunk, e = min(V, b + chunk);
-    if (adjusted) {
-        if (rows[row].n_adj <= 0) return;
-        logits = adjusted;
+    const rlRowSpec sp = rows[row];
+    const bool adj = row_adjusted(sp), lst = adj && sp.n_adj > 0;
+    const uint32_t *pt = row_pen(pen, sp, V);
+    if (lst) {
+        for (int w = threadIdx.x; w < (e - b + 31) / 32; w += blockDim.x) listed[w] = 0;
+        __syncthreads();
+        for (int j = threadIdx.x; j < sp.n_adj; j += blockDim.x) {
+            int id = adjs[sp.adj0 + j].id;
+            if (id >= b && id < e) atomicOr(&listed[(id - b) >> 5], 1u << ((id - b) & 31));
+        }
+        __syncthreads();
     }
     const float *l = logits + (size_t)row * V;
-    float best = -INFINITY;
-    int arg = -1;
-    for (int i = b + threadIdx.x; i < e; i += blockDim.x)
-        if (arg_better(l[i], i, best, arg)) best = l[i], arg = i;
-    for (int o = 16; o; o >>= 1) {
-        float w = __shfl_xor_sync(0xffffffffu, best, o);
-        int j = __shfl_xor_sync(0xffffffffu, arg, o);
-        if (arg_better(w, j, best, arg)) best = w, arg = j;
+    float best = -INFINITY, abest = -INFINITY;
+    int arg = -1, aarg = -1;
+    for (int i = b + threadIdx.x; i < e; i += blockDim.x) {
+        float x = l[i];
+        if (arg_better(x, i, best, arg)) best = x, arg = i;
+        if (!adj || (lst && (listed[(i - b) >> 5] >> ((i - b) & 31) & 1u))) continue;
+        if (pt) {
+            uint32_t p = pt[i];
+            if (p) x = adjust_one(x, 0.0f, p, sp);
+        }
+        if (arg_better(x, i, abest, aarg)) abest = x, aarg = i;
     }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) sv[warp] = best, si[warp] = arg;
-    __syncthreads();
-    best = -INFINITY, arg = -1;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
-        if (arg_better(sv[w], si[w], best, arg)) best = sv[w], arg = si[w];
+    for (int j = threadIdx.x; lst && j < sp.n_adj; j += blockDim.x) {
+        const rlLogitAdj a = adjs[sp.adj0 + j];
+        if (a.id < b || a.id >= e) continue;
+        float x = adjust_one(l[a.id], a.bias, pt ? pt[a.id] : 0u, sp);
+        if (arg_better(x, a.id, abest, aarg)) abest = x, aarg = a.id;
+    }
+    block_argmax(&best, &arg, sv, si);
+    if (adj) block_argmax(&abest, &aarg, sv, si);   /* adj is the same in the whole block */
     double s = 0;
     if (best != -INFINITY)
         for (int i = b + threadIdx.x; i < e; i += blockDim.x) s += exp((double)l[i] - best);
     s = block_sum(s, sd);
-    if (threadIdx.x == 0) stats[(size_t)row * gridDim.x + blockIdx.x] = RowStats{s, best, arg};
+    if (threadIdx.x == 0)
+        stats[(size_t)row * gridDim.x + blockIdx.x] = RowStats{s, best, arg, abest, aarg};
 }
 
-/* One listed token's logit after its adjustment: kernels/cpu/sample.c's
- * rl_sample_adjust, operation for operation. */
-static __device__ __forceinline__ float adjust_one(float x, const rlLogitAdj &a,
-                                                   const rlRowSpec &sp) {
-    x = __fadd_rn(x, a.bias);
-    if (sp.repetition != 1.0f && (a.in_prompt || a.count > 0))
-        x = x > 0.0f ? __fdiv_rn(x, sp.repetition) : __fmul_rn(x, sp.repetition);
-    x = __fsub_rn(x, __fmul_rn(sp.frequency, (float)a.count));
-    if (a.count > 0) x = __fsub_rn(x, sp.presence);
-    return x;
+/* A row whose penalty table starts over (a new sequence): cleared, then
+ * its counts set.  One block per row. */
+__global__ void __launch_bounds__(STATS_THREADS)
+pen_fill_kernel(const rlRowSpec *rows, const rlPenFill *fills, uint32_t *pen, int V) {
+    const rlRowSpec sp = rows[blockIdx.x];
+    if (!row_adjusted(sp) || sp.pen <= 0 || !sp.pen_fill) return;
+    uint32_t *pt = pen + (size_t)(sp.pen - 1) * V;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) pt[i] = 0;
+    __syncthreads();
+    for (int j = threadIdx.x; j < sp.n_fill; j += blockDim.x) {
+        const rlPenFill f = fills[sp.fill0 + j];
+        pt[f.id] = RL_PEN(f.count, f.in_prompt);
+    }
 }
 
-/* Each block copies one chunk of a row with adjustments and applies the
- * entries that fall in it (each id is listed once per row). */
+/* Non-greedy adjusted rows are walked many times by the draw: each block
+ * writes one chunk of such a row's adjusted copy (rl_sample_adjust's
+ * rule: the table's counts, then the entries from the raw logits). */
 __global__ void __launch_bounds__(STATS_THREADS)
 adjust_kernel(const float *logits, int V, int chunk, const rlRowSpec *rows,
-              const rlLogitAdj *adjs, float *adjusted) {
+              const rlLogitAdj *adjs, const uint32_t *pen, float *adjusted) {
     const int row = blockIdx.y, b = blockIdx.x * chunk, e = min(V, b + chunk);
     const rlRowSpec sp = rows[row];
-    if (sp.n_adj <= 0) return;
+    if (!row_adjusted(sp) || sp.temperature <= 0.0f) return;
+    const uint32_t *pt = row_pen(pen, sp, V);
     const float *l = logits + (size_t)row * V;
     float *out = adjusted + (size_t)row * V;
-    for (int i = b + threadIdx.x; i < e; i += blockDim.x) out[i] = l[i];
+    for (int i = b + threadIdx.x; i < e; i += blockDim.x) {
+        float x = l[i];
+        if (pt) {
+            uint32_t p = pt[i];
+            if (p) x = adjust_one(x, 0.0f, p, sp);
+        }
+        out[i] = x;
+    }
     __syncthreads();
     for (int j = threadIdx.x; j < sp.n_adj; j += blockDim.x) {
         const rlLogitAdj a = adjs[sp.adj0 + j];
-        if (a.id >= b && a.id < e) out[a.id] = adjust_one(l[a.id], a, sp);
+        if (a.id >= b && a.id < e) out[a.id] = adjust_one(l[a.id], a.bias, pt ? pt[a.id] : 0u, sp);
     }
 }
 
@@ -300,13 +377,16 @@ static __device__ int find_mass(const float *l, const double *q, int V, Kept kep
     return nth_equal(l, q, V, kept, prefix, r, sh);
 }
 
-/* The best (value, id) of a row's chunks and, when sum, the exp sum
- * relative to it. */
-static __device__ void row_combine(const RowStats *rs, int n_chunks, float *mx, int *arg,
-                                   double *sum) {
+/* The best (value, id) of a row's chunks (the adjusted ones when adj) and,
+ * when sum, the exp sum relative to it. */
+static __device__ void row_combine(const RowStats *rs, int n_chunks, bool adj, float *mx,
+                                   int *arg, double *sum) {
     *mx = -INFINITY, *arg = -1;
-    for (int z = 0; z < n_chunks; z++)
-        if (arg_better(rs[z].max, rs[z].arg, *mx, *arg)) *mx = rs[z].max, *arg = rs[z].arg;
+    for (int z = 0; z < n_chunks; z++) {
+        float v = adj ? rs[z].amax : rs[z].max;
+        int i = adj ? rs[z].aarg : rs[z].arg;
+        if (arg_better(v, i, *mx, *arg)) *mx = v, *arg = i;
+    }
     if (!sum) return;
     double se = 0;
     for (int z = 0; z < n_chunks; z++)
@@ -316,7 +396,7 @@ static __device__ void row_combine(const RowStats *rs, int n_chunks, float *mx, 
 
 __global__ void __launch_bounds__(SAMPLE_THREADS)
 sample_kernel(const float *logits, const float *adjusted, int V, const rlRowSpec *rows,
-              const RowStats *stats, const RowStats *astats, int n_chunks, double *qbuf,
+              const RowStats *stats, int n_chunks, double *qbuf, uint32_t *pen,
               rlRowResult *results) {
     __shared__ SampleShm sh;
     const int row = blockIdx.x;
@@ -327,23 +407,28 @@ sample_kernel(const float *logits, const float *adjusted, int V, const rlRowSpec
     memset(&res, 0, sizeof res);
     res.token = -1;
 
+    const RowStats *rs = stats + (size_t)row * n_chunks;
     float mx;
     int arg;
     double se;
-    row_combine(stats + (size_t)row * n_chunks, n_chunks, &mx, &arg, &se);
+    row_combine(rs, n_chunks, false, &mx, &arg, &se);
     const double log_z = mx + log(se);
     if (spec.target >= 0 && spec.target < V) res.target_logprob = (float)(l[spec.target] - log_z);
 
-    /* The logits the token is drawn from: the adjusted row, unless every
-     * token is banned (then the raw row, as on the CPU). */
+    /* The logits the token is drawn from: the adjusted ones, unless every
+     * token is banned (then the raw row, as on the CPU); a greedy row needs
+     * only their argmax, a drawn one their copy. */
     const float *la = l;
     float amx = mx;
     int aarg = arg;
-    if (adjusted && spec.n_adj > 0) {
+    if (row_adjusted(spec)) {
         float m;
         int a;
-        row_combine(astats + (size_t)row * n_chunks, n_chunks, &m, &a, NULL);
-        if (m != -INFINITY) la = adjusted + (size_t)row * V, amx = m, aarg = a;
+        row_combine(rs, n_chunks, true, &m, &a, NULL);
+        if (m != -INFINITY) {
+            amx = m, aarg = a;
+            if (spec.temperature > 0.0f) la = adjusted + (size_t)row * V;
+        }
     }
 
     const Kept all = {0u, 0x7fffffff, 0.0};
@@ -413,8 +498,35 @@ sample_kernel(const float *logits, const float *adjusted, int V, const rlRowSpec
         res.token = find_mass(la, q, V, kept, u * z, true, amx, inv_t, &sh);
     }
     if (res.token >= 0) res.token_logprob = (float)(l[res.token] - log_z);
-    if (threadIdx.x == 0) results[row] = res;
+    if (threadIdx.x == 0) {
+        results[row] = res;
+        if (row_adjusted(spec) && spec.pen > 0 && res.token >= 0)
+            pen[(size_t)(spec.pen - 1) * V + res.token] += RL_PEN(1, 0);
+    }
 }
+
+/* Room for penalty tables 1..n of V ids, those there kept. */
+static int pen_grow(rlCuda *c, int n, int V) {
+    if (V != c->pen_vocab) c->pen_n = 0;    /* tables of another vocabulary: none kept */
+    if (n <= c->pen_n) return 0;
+    int cap = n > 2 * c->pen_n ? n : 2 * c->pen_n;
+    size_t row = (size_t)V * sizeof(uint32_t);
+    uint32_t *p = NULL;
+    if (cuda_check(c, cudaMalloc((void **)&p, cap * row), "sample: penalty tables")) return -1;
+    if (c->pen_n)
+        cuda_check(c, cudaMemcpyAsync(p, c->pen, c->pen_n * row, cudaMemcpyDeviceToDevice,
+                                      c->stream), "sample: penalty tables");
+    cuda_check(c, cudaMemsetAsync((char *)p + c->pen_n * row, 0, (cap - c->pen_n) * row,
+                                  c->stream), "sample: penalty tables");
+    cuda_check(c, cudaStreamSynchronize(c->stream), "sample: penalty tables");
+    cudaFree(c->pen);
+    c->pen = p, c->pen_n = cap, c->pen_vocab = V;
+    return c->err.code != RL_OK;
+}
+
+/* The most ids one stats block covers: its bitmap of listed ids stays
+ * within 32 KiB of shared memory. */
+#define STATS_MAX_CHUNK (32768 * 8)
 
 int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err) {
     rlCuda *c = cuda_of(be);
@@ -423,15 +535,16 @@ int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out,
     /* Enough blocks over all rows to fill the GPU twice. */
     int chunks = n > 0 ? (2 * c->sm_count + n - 1) / n : 1;
     if (chunks > STATS_MAX_CHUNKS) chunks = STATS_MAX_CHUNKS;
-    if (chunks < 1) chunks = 1;
+    if (chunks < (vocab + STATS_MAX_CHUNK - 1) / STATS_MAX_CHUNK)
+        chunks = (vocab + STATS_MAX_CHUNK - 1) / STATS_MAX_CHUNK;
     int chunk = (vocab + chunks - 1) / chunks;
     chunks = (vocab + chunk - 1) / chunk;
-    /* Rows with logit adjustments: a second set of stats, and their
-     * adjusted copies after the q buffer in scratch. */
-    const bool adj = c->n_adjs > 0;
-    size_t one_stats = (size_t)n * chunks * sizeof(RowStats);
-    size_t stats_bytes = one_stats * (adj ? 2 : 1);
+    size_t listed_bytes = c->n_adjs > 0 ? (size_t)(chunk + 31) / 32 * 4 : 0;
+    /* Non-greedy rows with adjustments: their adjusted copies after the q
+     * buffer in scratch. */
+    size_t stats_bytes = (size_t)n * chunks * sizeof(RowStats);
     size_t q_bytes = (size_t)n * vocab * sizeof(double);
+    size_t copy_bytes = c->adj_copy_rows ? (size_t)n * vocab * sizeof(float) : 0;
     if (n > c->results_cap) {
         cuda_check(c, cudaStreamSynchronize(c->stream), "sample");
         cudaFree(c->d_results);
@@ -452,29 +565,30 @@ int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out,
         if (!cuda_check(c, cudaMalloc(&c->stats, stats_bytes * 2), "sample"))
             c->stats_cap = stats_bytes * 2;
     }
-    if (n > 0 && c->stats &&
-        !cuda_scratch(c, q_bytes + (adj ? (size_t)n * vocab * sizeof(float) : 0), "sample")) {
-        RowStats *stats = (RowStats *)c->stats, *astats = NULL;
-        float *adjusted = NULL;
-        PROF(c, "sample: row stats");
-        row_stats_kernel<<<dim3(chunks, n), STATS_THREADS, 0, c->stream>>>(
-            logits, NULL, c->d_rows, vocab, chunk, stats);
-        cuda_launched(c, "sample");
-        if (adj) {
-            PROF(c, "sample: logit adjustments");
-            adjusted = (float *)((char *)c->scratch + q_bytes);
-            astats = (RowStats *)((char *)c->stats + one_stats);
-            adjust_kernel<<<dim3(chunks, n), STATS_THREADS, 0, c->stream>>>(
-                logits, vocab, chunk, c->d_rows, c->d_adjs, adjusted);
+    if (n > 0 && c->pen_max > 0 && pen_grow(c, c->pen_max, vocab)) goto done;
+    if (n > 0 && c->stats && !cuda_scratch(c, q_bytes + copy_bytes, "sample")) {
+        RowStats *stats = (RowStats *)c->stats;
+        float *adjusted = copy_bytes ? (float *)((char *)c->scratch + q_bytes) : NULL;
+        if (c->pen_fill) {
+            PROF(c, "sample: penalty tables");
+            pen_fill_kernel<<<n, STATS_THREADS, 0, c->stream>>>(c->d_rows, c->d_pen_fills, c->pen,
+                                                               vocab);
             cuda_launched(c, "sample");
-            row_stats_kernel<<<dim3(chunks, n), STATS_THREADS, 0, c->stream>>>(
-                logits, adjusted, c->d_rows, vocab, chunk, astats);
+        }
+        PROF(c, "sample: row stats");
+        row_stats_kernel<<<dim3(chunks, n), STATS_THREADS, listed_bytes, c->stream>>>(
+            logits, c->d_rows, c->d_adjs, c->pen, vocab, chunk, stats);
+        cuda_launched(c, "sample");
+        if (adjusted) {
+            PROF(c, "sample: adjusted copies");
+            adjust_kernel<<<dim3(chunks, n), STATS_THREADS, 0, c->stream>>>(
+                logits, vocab, chunk, c->d_rows, c->d_adjs, c->pen, adjusted);
             cuda_launched(c, "sample");
         }
         PROF(c, "sample");
         sample_kernel<<<n, SAMPLE_THREADS, 0, c->stream>>>(logits, adjusted, vocab, c->d_rows,
-                                                           stats, astats, chunks,
-                                                           (double *)c->scratch, c->d_results);
+                                                           stats, chunks, (double *)c->scratch,
+                                                           c->pen, c->d_results);
         cuda_launched(c, "sample");
         cuda_check(c, cudaMemcpyAsync(c->h_results, c->d_results, n * sizeof(rlRowResult),
                                       cudaMemcpyDeviceToHost, c->stream), "sample");

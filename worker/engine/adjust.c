@@ -10,12 +10,14 @@
  *     that many tokens are generated;
  *   - repetition_penalty over prompt and generated tokens,
  *     frequency_penalty and presence_penalty over generated tokens: the
- *     counts travel with the row, the samplers apply them.
+ *     counts live in a penalty table of the backend that samples, which
+ *     adds every token it draws (kernels/batch.h).
  *
- * Each sample keeps its tokens' counts in an array sorted by id (prompt
- * tokens too when repetition_penalty is on), so a row's entries are a copy
- * of it plus the biases and bans merged in, each id once; the samplers
- * need nothing else and no per-sequence state on the device. */
+ * Each sample keeps its tokens' counts here too, in an array sorted by id
+ * (prompt tokens too when repetition_penalty is on): they fill its table at
+ * its first sampling row, once; after that its rows carry only the biases
+ * and bans, each id once, so a step at batch 64 stages a few entries a row
+ * instead of every prompt token's count. */
 #include "worker/engine/adjust.h"
 
 #include <math.h>
@@ -23,7 +25,7 @@
 #include <string.h>
 
 typedef struct adjSeen {
-    rlLogitAdj *v;      /* sorted by id; bias 0 */
+    rlPenFill *v;       /* sorted by id */
     int n, cap;
 } adjSeen;
 
@@ -36,7 +38,30 @@ struct rlAdjust {
     int32_t *stop_ids;  /* banned before min_tokens */
     int n_stop_ids;
     adjSeen *seen;      /* [r->n] */
+    rlPenTables *tables;
+    int *table;         /* [r->n]: each sample's penalty table, 0 until its first row */
 };
+
+void adjust_tables_free(rlPenTables *t) {
+    free(t->taken);
+    memset(t, 0, sizeof *t);
+}
+
+/* The lowest free table, or -1 when out of memory. */
+static int tables_take(rlPenTables *t) {
+    int i = 0;
+    while (i < t->cap && t->taken[i]) i++;
+    if (i == t->cap) {
+        if (t->cap >= RL_MAX_PEN) return -1;
+        int cap = t->cap ? t->cap * 2 : 64;
+        unsigned char *v = realloc(t->taken, (size_t)cap);
+        if (!v) return -1;
+        memset(v + t->cap, 0, (size_t)(cap - t->cap));
+        t->taken = v, t->cap = cap;
+    }
+    t->taken[i] = 1;
+    return i + 1;
+}
 
 void adjust_free(rlAdjust *a) {
     if (!a) return;
@@ -46,12 +71,15 @@ void adjust_free(rlAdjust *a) {
     free(a->stop_ids);
     for (int i = 0; a->seen && i < a->r->n; i++) free(a->seen[i].v);
     free(a->seen);
+    for (int i = 0; a->table && i < a->r->n; i++)
+        if (a->table[i]) a->tables->taken[a->table[i] - 1] = 0;
+    free(a->table);
     free(a);
 }
 
 /* The index of id in v[0..n) sorted by id, or where it would go (negative:
  * -(slot) - 1). */
-static int adj_find(const rlLogitAdj *v, int n, int32_t id) {
+static int adj_find(const rlPenFill *v, int n, int32_t id) {
     int lo = 0, hi = n;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
@@ -71,12 +99,12 @@ static int seen_add(adjSeen *s, int32_t id, int in_prompt) {
     at = -at - 1;
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 64;
-        rlLogitAdj *v = realloc(s->v, (size_t)cap * sizeof(*v));
+        rlPenFill *v = realloc(s->v, (size_t)cap * sizeof(*v));
         if (!v) return -1;
         s->v = v, s->cap = cap;
     }
     memmove(s->v + at + 1, s->v + at, (size_t)(s->n - at) * sizeof(*s->v));
-    s->v[at] = (rlLogitAdj){.id = id, .count = in_prompt ? 0 : 1, .in_prompt = in_prompt};
+    s->v[at] = (rlPenFill){.id = id, .count = in_prompt ? 0 : 1, .in_prompt = in_prompt};
     s->n++;
     return 0;
 }
@@ -127,7 +155,7 @@ static int adj_bad_words(rlAdjust *a, const rlTokenizer *tok, int vocab, rlError
 }
 
 int adjust_open(const rlRequest *r, const rlTokenizer *tok, int vocab, const int *eos, int n_eos,
-                rlAdjust **out, rlError *err) {
+                rlPenTables *tables, rlAdjust **out, rlError *err) {
     *out = NULL;
     int penalties = r->repetition_penalty != 1.0f || r->frequency_penalty != 0.0f ||
                     r->presence_penalty != 0.0f;
@@ -142,6 +170,7 @@ int adjust_open(const rlRequest *r, const rlTokenizer *tok, int vocab, const int
     if (!a) return rl_error(err, RL_EINTERNAL, "out of memory");
     a->r = r;
     a->penalties = penalties;
+    a->tables = tables;
     int bad = 0;
     if (r->n_bad_words) bad = adj_bad_words(a, tok, vocab, err);
     if (!bad && r->min_tokens > 0) {
@@ -153,7 +182,8 @@ int adjust_open(const rlRequest *r, const rlTokenizer *tok, int vocab, const int
             a->stop_ids[a->n_stop_ids++] = r->stop_token_ids[i];
     }
     if (!bad && penalties) {
-        if (!(a->seen = calloc((size_t)r->n, sizeof(*a->seen))))
+        if (!(a->seen = calloc((size_t)r->n, sizeof(*a->seen))) ||
+            !(a->table = calloc((size_t)r->n, sizeof(*a->table))))
             bad = rl_error(err, RL_EINTERNAL, "out of memory");
         for (int s = 0; !bad && s < r->n; s++)
             for (int i = 0; !bad && r->repetition_penalty != 1.0f && i < r->n_prompt_ids; i++)
@@ -183,15 +213,9 @@ static int buf_push(rlAdjBuf *b, rlLogitAdj x) {
     return 0;
 }
 
-/* Set id's bias in the row's entries from `from` on (sorted up to
- * sorted_end, appended after), or append it. */
-static int row_bias(rlAdjBuf *b, int from, int sorted_end, int32_t id, float bias) {
-    int at = adj_find(b->v + from, sorted_end - from, id);
-    if (at >= 0) {
-        b->v[from + at].bias = bias;
-        return 0;
-    }
-    for (int i = sorted_end; i < b->n; i++)
+/* Set id's bias in the row's entries from `from` on, or append it. */
+static int row_bias(rlAdjBuf *b, int from, int32_t id, float bias) {
+    for (int i = from; i < b->n; i++)
         if (b->v[i].id == id) {
             b->v[i].bias = bias;
             return 0;
@@ -199,7 +223,32 @@ static int row_bias(rlAdjBuf *b, int from, int sorted_end, int32_t id, float bia
     return buf_push(b, (rlLogitAdj){.id = id, .bias = bias});
 }
 
-int adjust_row(const rlAdjust *a, int sample, const int32_t *gen, int n_gen, rlRowSpec *spec,
+/* Sample `sample`'s penalty table: taken at its first row and filled from
+ * what it has seen so far. */
+static int row_table(rlAdjust *a, int sample, rlRowSpec *spec, rlAdjBuf *b) {
+    if (!a->table[sample]) {
+        const adjSeen *s = &a->seen[sample];
+        if (b->n_fills + s->n > b->fills_cap) {
+            int cap = b->fills_cap ? b->fills_cap : 1024;
+            while (cap < b->n_fills + s->n) cap *= 2;
+            rlPenFill *v = realloc(b->fills, (size_t)cap * sizeof(*v));
+            if (!v) return -1;
+            b->fills = v, b->fills_cap = cap;
+        }
+        int t = tables_take(a->tables);
+        if (t < 0) return -1;
+        a->table[sample] = t;
+        spec->pen_fill = 1;
+        spec->fill0 = b->n_fills;
+        spec->n_fill = s->n;
+        memcpy(b->fills + b->n_fills, s->v, (size_t)s->n * sizeof(*s->v));
+        b->n_fills += s->n;
+    }
+    spec->pen = a->table[sample];
+    return 0;
+}
+
+int adjust_row(rlAdjust *a, int sample, const int32_t *gen, int n_gen, rlRowSpec *spec,
                rlAdjBuf *buf) {
     spec->adj0 = buf->n;
     spec->n_adj = 0;
@@ -209,24 +258,19 @@ int adjust_row(const rlAdjust *a, int sample, const int32_t *gen, int n_gen, rlR
     spec->repetition = r->repetition_penalty;
     spec->frequency = r->frequency_penalty;
     spec->presence = r->presence_penalty;
+    if (a->penalties && row_table(a, sample, spec, buf)) return -1;
     int from = buf->n;
-    if (a->penalties) {
-        const adjSeen *s = &a->seen[sample];
-        for (int i = 0; i < s->n; i++)
-            if (buf_push(buf, s->v[i])) return -1;
-    }
-    int sorted_end = buf->n;
     for (int i = 0; i < r->n_logit_bias; i++)
-        if (row_bias(buf, from, sorted_end, r->logit_bias[i].id, r->logit_bias[i].bias)) return -1;
+        if (row_bias(buf, from, r->logit_bias[i].id, r->logit_bias[i].bias)) return -1;
     if (n_gen < r->min_tokens)
         for (int i = 0; i < a->n_stop_ids; i++)
-            if (row_bias(buf, from, sorted_end, a->stop_ids[i], -INFINITY)) return -1;
+            if (row_bias(buf, from, a->stop_ids[i], -INFINITY)) return -1;
     for (int w = 0; w < a->n_bad; w++) {
         int len = a->bad_len[w];
         if (len - 1 > n_gen || memcmp(gen + n_gen - (len - 1), a->bad[w],
                                       (size_t)(len - 1) * sizeof(int32_t)))
             continue;
-        if (row_bias(buf, from, sorted_end, a->bad[w][len - 1], -INFINITY)) return -1;
+        if (row_bias(buf, from, a->bad[w][len - 1], -INFINITY)) return -1;
     }
     spec->n_adj = buf->n - from;
     return 0;

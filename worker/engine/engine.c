@@ -98,6 +98,7 @@ struct rlEngine {
     char defaults_line[160];    /* engine_sampling_defaults */
     rlTokenizer *tok;
     rlChat *chat;               /* with tok: the model's chat template */
+    rlPenTables pen_tables;     /* the backends' penalty tables (adjust.h) */
     rlRanks *ranks;
     rlSched *sched;
     int n_blocks;
@@ -454,8 +455,8 @@ static int ereq_check(rlEngine *e, engReq *q) {
 static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
     rlRequest *r = q->req;
     rlError aerr = {0};
-    if (adjust_open(r, e->tok, e->cfg.vocab_size, e->cfg.eos_ids, e->cfg.n_eos, &q->adjust,
-                    &aerr)) {
+    if (adjust_open(r, e->tok, e->cfg.vocab_size, e->cfg.eos_ids, e->cfg.n_eos, &e->pen_tables,
+                    &q->adjust, &aerr)) {
         if (aerr.code != RL_EINPUT) return rl_error(err, aerr.code, "%s", aerr.msg);
         return ereq_refuse(q, "invalid_request", "%s", aerr.msg);
     }
@@ -655,7 +656,7 @@ static int sample_push(rlEngine *e, engReq *q, int i, const rlRowResult *res, rl
 /* ---- the step ---- */
 
 static int row_spec(const rlSchedRow *row, rlRowSpec *spec, rlAdjBuf *adj) {
-    const engReq *q = row->req->user;
+    engReq *q = row->req->user;
     const rlRequest *r = q->req;
     memset(spec, 0, sizeof(*spec));
     spec->token = row->token;
@@ -726,7 +727,7 @@ static int engine_submit(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
         int end = p->seq_len[i] < q->req->n_prompt_ids ? p->seq_len[i] : q->req->n_prompt_ids;
         if (end > start) e->prompt_tokens += (uint64_t)(end - start);
     }
-    f->adj.n = 0;
+    f->adj.n = f->adj.n_fills = 0;
     for (int i = 0; i < p->n_rows; i++)
         if (row_spec(&p->rows[i], &f->specs[i], &f->adj))
             return rl_error(err, RL_EINTERNAL, "out of memory building logit adjustments");
@@ -734,7 +735,8 @@ static int engine_submit(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
                  .positions = p->positions, .slots = p->slots, .seq_start = p->seq_start,
                  .seq_len = p->seq_len, .block_tables = p->block_tables,
                  .max_blocks = p->max_blocks, .n_rows = p->n_rows, .rows = f->specs,
-                 .n_adjs = f->adj.n, .adjs = f->adj.v};
+                 .n_adjs = f->adj.n, .adjs = f->adj.v, .n_pen_fills = f->adj.n_fills,
+                 .pen_fills = f->adj.fills};
     double t0 = now_ms();
     if (ranks_submit(e->ranks, &b, f->results, &f->ticket, err)) return -1;
     e->model_ms += now_ms() - t0;
@@ -835,8 +837,10 @@ void engine_close(rlEngine *e) {
         free(e->flights[i].specs);
         free(e->flights[i].results);
         free(e->flights[i].adj.v);
+        free(e->flights[i].adj.fills);
     }
     free(e->flights);
+    adjust_tables_free(&e->pen_tables);
     if (e->tok) tokenizer_free(e->tok);
     chat_free(e->chat);
     if (e->ckpt) checkpoint_close(e->ckpt);

@@ -434,6 +434,8 @@ static int ranks_item_make(ranksItem *it, const rlBatch *b, rlRowResult *out, in
         .rows = it->rows,
         .n_adjs = b->n_adjs,
         .adjs = b->adjs,
+        .n_pen_fills = b->n_pen_fills,
+        .pen_fills = b->pen_fills,
     };
     it->out = out;
     it->remaining = remaining;
