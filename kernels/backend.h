@@ -105,8 +105,8 @@ typedef struct rlBackendOps {
      * in fp32): Qwen2-MoE's shared expert gate. */
     void (*shared_gate)(rlBackend *be, void *out, const void *x, const void *w, int rows,
                         int dim);
-    /* out[r] = in[rows[r].token] for the batch's logit rows */
-    void (*gather_rows)(rlBackend *be, void *out, const void *in, int dim);
+    /* out[r] = in[rows[row0 + r].token] for n of the batch's logit rows */
+    void (*gather_rows)(rlBackend *be, void *out, const void *in, int dim, int row0, int n);
     /* a += b over n elements (act dtype) */
     void (*add)(rlBackend *be, void *a, const void *b, size_t n);
     /* rows rows of width bytes, from src (rows src_pitch bytes apart) to dst
@@ -115,9 +115,12 @@ typedef struct rlBackendOps {
     void (*copy2d)(rlBackend *be, void *dst, size_t dst_pitch, const void *src,
                    size_t src_pitch, size_t width, int rows);
 
-    /* Turn logits[n_rows, vocab] (fp32, device) into results on the host:
-     * log-softmax, target logprob, top alternatives, sampling (rng.h). */
-    int (*sample)(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err);
+    /* Turn logits[n, vocab] (fp32, device) of the batch's rows row0 ..
+     * row0 + n - 1 into results on the host: log-softmax, target logprob,
+     * top alternatives, sampling (rng.h).  A step's rows may come in
+     * several calls, in order, each row once. */
+    int (*sample)(rlBackend *be, const float *logits, int vocab, int row0, int n,
+                  rlRowResult *out, rlError *err);
 
     /* Wait for queued work; report the first failure since the last sync. */
     int (*sync)(rlBackend *be, rlError *err);

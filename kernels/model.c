@@ -136,14 +136,14 @@ static int model_layers(rlModel *m, const rlBatch *b, rlError *err) {
     return 0;
 }
 
-/* Final norm and LM head only where logits are wanted (fp32 logits, this
- * rank's vocabulary slice). */
-static void model_head(rlModel *m, int n_rows) {
+/* Final norm and LM head only where logits are wanted, for the step's rows
+ * row0 .. row0 + n - 1 (fp32 logits, this rank's vocabulary slice). */
+static void model_head(rlModel *m, int row0, int n) {
     rlBackend *be = m->be;
     int D = m->cfg.hidden_size;
-    be->ops->gather_rows(be, m->rows_x, m->resid, D);
-    be->ops->rmsnorm(be, m->rows_x, m->rows_x, m->norm, n_rows, D, (float)m->cfg.rms_norm_eps);
-    be->ops->matmul_f32(be, m->logits, m->rows_x, m->lm_head, n_rows, m->shard.n_vocab, D);
+    be->ops->gather_rows(be, m->rows_x, m->resid, D, row0, n);
+    be->ops->rmsnorm(be, m->rows_x, m->rows_x, m->norm, n, D, (float)m->cfg.rms_norm_eps);
+    be->ops->matmul_f32(be, m->logits, m->rows_x, m->lm_head, n, m->shard.n_vocab, D);
 }
 
 /* Decode steps a backend replays as graphs run padded to their bucket of
@@ -179,7 +179,8 @@ typedef struct modelStep {
 static void model_step_body(void *ctx) {
     modelStep *st = ctx;
     st->rc = model_layers(st->m, st->b, st->err);
-    if (st->rc == 0 && st->b->n_rows > 0) model_head(st->m, st->b->n_rows);
+    int n = st->b->n_rows;
+    if (st->rc == 0 && n > 0 && n <= rl_model_head_rows(st->m->max_rows)) model_head(st->m, 0, n);
 }
 
 int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *err) {
@@ -209,12 +210,19 @@ int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *er
             if (op->sync(be, err) != 0) return -1;
             return m->pp->ops->send(m->pp, m->resid, act_bytes, s->pp_rank + 1, err);
         }
-        if (b->n_rows > 0) model_head(m, b->n_rows);
+        if (b->n_rows > 0 && b->n_rows <= rl_model_head_rows(m->max_rows)) model_head(m, 0, b->n_rows);
     }
-    if (run->n_rows > 0) {
-        float *logits = model_full_logits(m, run->n_rows, err);
-        if (!logits || op->sample(be, logits, m->cfg.vocab_size, results, err) != 0) return -1;
-        if (results != out) memcpy(out, results, (size_t)b->n_rows * sizeof *out);
+    /* More rows than the head's buffers hold (prompt logprobs over a whole
+     * chunk of prompt): the head and the sampler take them a slice at a
+     * time, so no step holds all its rows' logits at once. */
+    int H = rl_model_head_rows(m->max_rows);
+    for (int r0 = 0; r0 < run->n_rows; r0 += H) {
+        int n = run->n_rows - r0 < H ? run->n_rows - r0 : H;
+        if (run->n_rows > H) model_head(m, r0, n);
+        float *logits = model_full_logits(m, n, err);
+        if (!logits || op->sample(be, logits, m->cfg.vocab_size, r0, n, results + r0, err) != 0)
+            return -1;
     }
+    if (run->n_rows > 0 && results != out) memcpy(out, results, (size_t)b->n_rows * sizeof *out);
     return op->sync(be, err);
 }

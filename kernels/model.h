@@ -116,7 +116,7 @@ typedef struct rlModel {
     void *norm;          /* (hidden) final norm, last stage */
     rlLayer *layers;     /* shard.n_layers */
     int max_tokens, max_rows;
-    /* activations, sized for max_tokens / max_rows */
+    /* activations, sized for max_tokens / rl_model_head_rows(max_rows) */
     void *x, *resid, *qkv, *att, *gu, *mlp, *rows_x;
     /* MoE layers (NULL in a dense model): router logits (max_tokens,
      * num_experts), each token's chosen experts and their weights
@@ -135,8 +135,18 @@ typedef struct rlModel {
     int pad_out_cap;
 } rlModel;
 
+/* The most logit rows the head computes at once: a step with more (prompt
+ * logprobs over a long prompt chunk) runs the head and the sampler a slice
+ * of this many rows at a time, so the logits buffers (and the CUDA
+ * sampler's scratch) stay this size whatever the step carries. */
+#define RL_HEAD_ROWS 256
+static inline int rl_model_head_rows(int max_rows) {
+    return max_rows < RL_HEAD_ROWS ? max_rows : RL_HEAD_ROWS;
+}
+
 /* Weights from src (NULL: random, --load-format dummy, seeded by dummy_seed).
- * max_tokens: most new tokens in one step; max_rows: most logit rows. */
+ * max_tokens: most new tokens in one step; max_rows: most logit rows (the
+ * logits buffers hold rl_model_head_rows(max_rows) of them). */
 int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rlBackend *be,
                   rlComm *tp, rlComm *pp, rlTensorLookup src, void *src_ctx, uint64_t dummy_seed,
                   int max_tokens, int max_rows, rlError *err);

@@ -226,7 +226,8 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
             goto fail;
     }
 
-    size_t T = (size_t)max_tokens, R = (size_t)max_rows, D = (size_t)cfg->hidden_size;
+    size_t T = (size_t)max_tokens, R = (size_t)rl_model_head_rows(max_rows);
+    size_t D = (size_t)cfg->hidden_size;
     size_t hd = (size_t)cfg->head_dim, nq = (size_t)s->n_q_heads, nkv = (size_t)s->n_kv_heads;
     size_t mlp = (size_t)(s->n_shared > s->n_mlp ? s->n_shared : s->n_mlp);
     size_t E = (size_t)cfg->num_experts, K = (size_t)cfg->num_experts_per_tok;

@@ -128,7 +128,8 @@ void rl_shard_print(FILE *f, const rlModelConfig *cfg, const rlShard *plan, int 
 /* Mirrors the buffers of rl_model_init (model_weights.c): keep the two in step. */
 size_t rl_model_activation_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype act_dtype,
                                  int max_tokens, int max_rows) {
-    size_t T = (size_t)max_tokens, R = (size_t)max_rows, D = (size_t)cfg->hidden_size;
+    size_t T = (size_t)max_tokens, R = (size_t)rl_model_head_rows(max_rows);
+    size_t D = (size_t)cfg->hidden_size;
     size_t hd = (size_t)cfg->head_dim, nq = (size_t)s->n_q_heads, nkv = (size_t)s->n_kv_heads;
     size_t mlp = (size_t)(s->n_shared > s->n_mlp ? s->n_shared : s->n_mlp);
     size_t act = T * (3 * D                    /* x, resid, delta */

@@ -50,10 +50,6 @@ typedef struct rlSchedConfig {
                                  * at a time, each taking all it can) */
 } rlSchedConfig;
 
-/* The prompt-logprob rows a step carries by default: a logit row is vocab x
- * 4 bytes (0.6 MB at 152k entries), so not one per batched token. */
-#define SCHED_PROMPT_ROWS 256
-
 /* Logit rows one step may hold under cfg: one per sequence for sampling,
  * plus max_prompt_rows (at most max_num_batched_tokens; 0: that many).
  * The one rule the scheduler plans by, the engine sizes its logits by and

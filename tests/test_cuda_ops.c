@@ -272,12 +272,17 @@ static void test_elementwise(void **state) {
         free(out);
         /* gather_rows: the rows' tokens 4, 0, 7 */
         void *dg = poisoned(be, 3 * (size_t)dim);
-        be->ops->gather_rows(be, dg, demb, dim);
+        be->ops->gather_rows(be, dg, demb, dim, 0, 3);
         out = from_dev(be, dg, 3 * (size_t)dim);
         double gref[3 * 64];
         for (int r = 0; r < 3; r++)
             for (int j = 0; j < dim; j++) gref[r * dim + j] = eref[specs[r].token * dim + j];
         check_close(be, "gather_rows", out, gref, 3 * (size_t)dim);
+        free(out);
+        /* rows 1 and 2 alone (a slice of the step's rows, as the head takes them) */
+        be->ops->gather_rows(be, dg, demb, dim, 1, 2);
+        out = from_dev(be, dg, 2 * (size_t)dim);
+        check_close(be, "gather_rows (rows 1-2)", out, gref + dim, 2 * (size_t)dim);
         free(out);
         /* fill_random: deterministic, in range, not constant */
         rlError err;
@@ -521,7 +526,7 @@ static void sample_case(const rlRowSpec *rows0, int n_adjs, const rlLogitAdj *ad
             }
             begin_rows_adj(b, n_rows, tok, n_rows, rows, n_adjs, adjs, n_fills, fills);
             rlRowResult *res = (k ? want : got) + (size_t)st * n_rows;
-            assert_int_equal(b->ops->sample(b, dl, V, res, &err), 0);
+            assert_int_equal(b->ops->sample(b, dl, V, 0, n_rows, res, &err), 0);
         }
         b->ops->free(b, dl);
     }

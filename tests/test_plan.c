@@ -38,17 +38,18 @@ static const rlPlanLayout *find_layout(const rlPlan *p, int instances, int tp, i
  *   gate/up/down 3*4864*896 = 13074432; sum 14912384, x24 = 357897216;
  *   embedding 151936*896 = 136134656 (tied: also the LM head); final norm 896;
  *   494032768 parameters x 2 bytes = 988065536.
- * activations, T = 512 tokens, R = min(512, 256 prompt-logprob rows) + 16
- * sequences = 272 logit rows (sched_config_max_rows):
+ * activations, T = 512 tokens, 512 prompt-logprob rows + 16 sequences = 528
+ * logit rows a step (sched_config_max_rows), of which the head holds R =
+ * min(528, RL_HEAD_ROWS 256) = 256 at once:
  *   per token x/resid/delta 3*896 + qkv 1152 + att 896 + gu/mlp 3*4864 = 19328,
- *   x512 x2 bytes = 19791872; rows_x 272*896*2 = 487424;
- *   logits 272*151936*4 = 165306368; total 185585664.
- * workspace: 64 MiB + sampling scratch 1.25*165306368 = 206632960 -> 273741824.
- * graphs: 2 GiB - 206632960 = 1940850688.  NCCL 0.  runtime 524288000.
- * fixed 3912531712; budget 0.9 * 141 GiB = 136257837465 (truncated);
- * left 132345305753; KV per token 2*24*2*64*2 = 12288, per block 196608;
- * blocks 132345305753 / 196608 = 673143 -> 10770288 tokens;
- * sequences of 4096 tokens (256 blocks): 673143 / 256 = 2629. */
+ *   x512 x2 bytes = 19791872; rows_x 256*896*2 = 458752;
+ *   logits 256*151936*4 = 155582464; total 175833088.
+ * workspace: 64 MiB + sampling scratch 1.25*155582464 = 194478080 -> 261586944.
+ * graphs: 2 GiB - 194478080 = 1953005568.  NCCL 0.  runtime 524288000.
+ * fixed 3902779136; budget 0.9 * 141 GiB = 136257837465 (truncated);
+ * left 132355058329; KV per token 2*24*2*64*2 = 12288, per block 196608;
+ * blocks 132355058329 / 196608 = 673192 -> 10771072 tokens;
+ * sequences of 4096 tokens (256 blocks): 673192 / 256 = 2629. */
 static void test_hand_05b_one_gpu(void **state) {
     (void)state;
     rlModelConfig cfg;
@@ -64,16 +65,16 @@ static void test_hand_05b_one_gpu(void **state) {
     const rlPlanRank *r = &l->ranks[0];
     assert_true(l->fits);
     assert_int_equal(r->weights, 988065536);
-    assert_int_equal(r->activations, 185585664);
-    assert_int_equal(r->workspace, 273741824);
-    assert_int_equal(r->graphs, 1940850688);
+    assert_int_equal(r->activations, 175833088);
+    assert_int_equal(r->workspace, 261586944);
+    assert_int_equal(r->graphs, 1953005568);
     assert_int_equal(r->nccl, 0);
     assert_int_equal(r->runtime, 524288000);
     assert_int_equal(r->budget, 136257837465ULL);
     assert_int_equal(r->kv_bytes_per_block, 196608);
-    assert_int_equal(l->kv_blocks[0], 673143);
-    assert_int_equal(l->kv_tokens, 10770288);
-    assert_int_equal(r->kv, 673143ULL * 196608);
+    assert_int_equal(l->kv_blocks[0], 673192);
+    assert_int_equal(l->kv_tokens, 10771072);
+    assert_int_equal(r->kv, 673192ULL * 196608);
     assert_int_equal(l->max_seqs, 2629);
     assert_int_equal(l->collectives, 0);
     assert_int_equal(p.throughput, 0);
@@ -95,17 +96,17 @@ static void test_hand_05b_one_gpu(void **state) {
  *   gate/up/down 3*6400*3584 = 68812800; sum 79831808, x28 = 2235290624;
  *   embedding and LM head rows 2 * 50688*3584 = 363331584; norm 3584;
  *   2598625792 x 2 bytes = 5197251584.
- * activations, T = 2048, R = min(2048, 256) + 16 = 272:
+ * activations, T = 2048, R = min(2048 + 16, RL_HEAD_ROWS 256) = 256:
  *   per token 3*3584 + 1792 + 1280 + 3*6400 = 33024, x2048 x2 = 135266304;
- *   rows_x 272*3584*2 = 1949696; logits at TP 3: the padded slice
- *   272*50688 + all three slices 3*272*50688 + full rows 272*152064 =
- *   96509952 floats = 386039808; total 523255808.
- * workspace: 64 MiB + 1.25 * 272*152064*4 = 206807040 -> 273915904.
- * graphs: 2 GiB - 206807040 = 1940676608.  NCCL 400 MiB = 419430400.
- * runtime 524288000.  fixed 8878818304; budget 0.9 * 24 GiB = 23192823398;
- * left 14314005094; KV per token 2*28*2*128*2 = 28672, per block 458752;
- * blocks 14314005094 / 458752 = 31202 -> 499232 tokens per instance;
- * sequences of 8192 tokens (512 blocks): 31202 / 512 = 60.
+ *   rows_x 256*3584*2 = 1835008; logits at TP 3: the padded slice
+ *   256*50688 + all three slices 3*256*50688 + full rows 256*152064 =
+ *   90832896 floats = 363331584; total 500432896.
+ * workspace: 64 MiB + 1.25 * 256*152064*4 = 194641920 -> 261750784.
+ * graphs: 2 GiB - 194641920 = 1952841728.  NCCL 400 MiB = 419430400.
+ * runtime 524288000.  fixed 8855995392; budget 0.9 * 24 GiB = 23192823398;
+ * left 14336828006; KV per token 2*28*2*128*2 = 28672, per block 458752;
+ * blocks 14336828006 / 458752 = 31251 -> 500016 tokens per instance;
+ * sequences of 8192 tokens (512 blocks): 31251 / 512 = 61.
  * Every rank stores 2 KV heads, so rank 2 (the most weights) sets it. */
 static void test_hand_7b_two_tp3(void **state) {
     (void)state;
@@ -125,17 +126,17 @@ static void test_hand_7b_two_tp3(void **state) {
     assert_int_equal(r->shard.n_kv_heads, 2);
     assert_int_equal(r->shard.n_mlp, 6400);
     assert_int_equal(r->weights, 5197251584ULL);
-    assert_int_equal(r->activations, 523255808);
-    assert_int_equal(r->workspace, 273915904);
-    assert_int_equal(r->graphs, 1940676608);
+    assert_int_equal(r->activations, 500432896);
+    assert_int_equal(r->workspace, 261750784);
+    assert_int_equal(r->graphs, 1952841728);
     assert_int_equal(r->nccl, 419430400);
     assert_int_equal(r->runtime, 524288000);
     assert_int_equal(r->budget, 23192823398ULL);
     assert_int_equal(r->kv_bytes_per_block, 458752);
-    assert_int_equal(l->kv_blocks[0], 31202);
-    assert_int_equal(l->kv_blocks[1], 31202);
-    assert_int_equal(l->kv_tokens, 499232);
-    assert_int_equal(l->max_seqs, 60);
+    assert_int_equal(l->kv_blocks[0], 31251);
+    assert_int_equal(l->kv_blocks[1], 31251);
+    assert_int_equal(l->kv_tokens, 500016);
+    assert_int_equal(l->max_seqs, 61);
     /* the second instance sits on GPUs 3-5 */
     assert_int_equal(l->ranks[3].gpu, 3);
     assert_int_equal(l->ranks[5].gpu, 5);

@@ -82,7 +82,7 @@ static int case_run(const PlanCase *c) {
     if (!be) return fprintf(stderr, "CUDA backend: %s\n", err.msg), 1;
     rlModel m;
     if (rl_model_init(&m, &cfg, &r->shard, be, NULL, NULL, NULL, NULL, 1, c->batched,
-                      sched_config_max_rows(&(rlSchedConfig){.max_num_seqs = c->seqs, .max_num_batched_tokens = c->batched, .max_prompt_rows = SCHED_PROMPT_ROWS}), &err) ||
+                      sched_config_max_rows(&(rlSchedConfig){.max_num_seqs = c->seqs, .max_num_batched_tokens = c->batched}), &err) ||
         be->ops->sync(be, &err))
         return fprintf(stderr, "%s: loading dummy weights: %s\n", c->config, err.msg), 1;
     if (rl_gpu_probe(&host, why, sizeof(why)) || host.count < 1)

@@ -193,10 +193,10 @@ static void cpu_swiglu(rlBackend *be, void *out, const void *gate_up, int rows, 
     }
 }
 
-static void cpu_gather_rows(rlBackend *be, void *out, const void *in, int dim) {
-    const rlBatch *b = cpu_of(be)->b;
-    for (int r = 0; r < b->n_rows; r++)
-        memcpy((float *)out + (size_t)r * dim, (const float *)in + (size_t)b->rows[r].token * dim,
+static void cpu_gather_rows(rlBackend *be, void *out, const void *in, int dim, int row0, int n) {
+    const rlRowSpec *rows = cpu_of(be)->b->rows + row0;
+    for (int r = 0; r < n; r++)
+        memcpy((float *)out + (size_t)r * dim, (const float *)in + (size_t)rows[r].token * dim,
                (size_t)dim * sizeof(float));
 }
 

@@ -52,7 +52,8 @@ int cpu_rope_init(rlBackend *be, const double *inv_freq, int n, double scale, rl
 void cpu_rope_kv_store(rlBackend *be, void *qkv, const void *q_norm, const void *k_norm,
                        float eps, int layer, const rlAttnShape *s);
 void cpu_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
-int cpu_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err);
+int cpu_sample(rlBackend *be, const float *logits, int vocab, int row0, int n, rlRowResult *out,
+               rlError *err);
 /* moe.c: routing, the experts over their tokens, the shared expert's gate. */
 void cpu_moe_route(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
                    int n_experts, int k, int renorm);

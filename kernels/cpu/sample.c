@@ -318,26 +318,28 @@ static int cpu_pen_grow(cpuBackend *c, int n, int vocab, rlError *err) {
     return 0;
 }
 
-int cpu_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err) {
+int cpu_sample(rlBackend *be, const float *logits, int vocab, int row0, int n, rlRowResult *out,
+               rlError *err) {
     cpuBackend *c = be->impl;
     const rlBatch *b = c->b;
+    const rlRowSpec *rows = b->rows + row0;
     int max_pen = 0;
-    for (int r = 0; r < b->n_rows; r++) {
-        const rlRowSpec *sp = &b->rows[r];
+    for (int r = 0; r < n; r++) {
+        const rlRowSpec *sp = &rows[r];
         if (rl_sample_check(sp, b->adjs, b->pen_fills, vocab, err) != 0)
-            return rl_error_wrap(err, "logit row %d", r);
+            return rl_error_wrap(err, "logit row %d", row0 + r);
         if (sp->sample && sp->pen > max_pen) max_pen = sp->pen;
     }
     if (cpu_pen_grow(c, max_pen, vocab, err)) return -1;
-    for (int r = 0; r < b->n_rows; r++) {
-        const rlRowSpec *sp = &b->rows[r];
+    for (int r = 0; r < n; r++) {
+        const rlRowSpec *sp = &rows[r];
         if (sp->sample && sp->pen > 0 && sp->pen_fill)
             rl_sample_fill(c->pen + (size_t)(sp->pen - 1) * vocab, vocab, sp, b->pen_fills);
     }
-    sampleJob j = {.logits = logits, .vocab = vocab, .rows = b->rows, .adjs = b->adjs,
+    sampleJob j = {.logits = logits, .vocab = vocab, .rows = rows, .adjs = b->adjs,
                    .pen = c->pen, .out = out};
     atomic_init(&j.failed, 0);
-    cpu_pool_run(c->pool, b->n_rows, sample_item, &j);
+    cpu_pool_run(c->pool, n, sample_item, &j);
     if (atomic_load(&j.failed))
         return rl_error(err, RL_EMEMORY, "out of host memory for sampling scratch space");
     return 0;

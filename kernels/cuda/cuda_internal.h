@@ -160,7 +160,7 @@ void cuda_convert(rlCuda *c, void *dst, rlDtype dt, const void *src, rlDtype st,
 void cuda_fill_random(rlCuda *c, void *dst, rlDtype dt, size_t n, uint64_t seed, float scale);
 void cuda_embed(rlBackend *be, void *out, const void *table, int vocab0, int n_vocab, int dim);
 void cuda_swiglu(rlBackend *be, void *out, const void *gate_up, int rows, int m);
-void cuda_gather_rows(rlBackend *be, void *out, const void *in, int dim);
+void cuda_gather_rows(rlBackend *be, void *out, const void *in, int dim, int row0, int n);
 void cuda_add(rlBackend *be, void *a, const void *b, size_t n);
 
 /* norm_rope.cu */
@@ -193,6 +193,7 @@ int cuda_attention_init(rlCuda *c, rlError *err);
 void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
 
 /* sample.cu */
-int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err);
+int cuda_sample(rlBackend *be, const float *logits, int vocab, int row0, int n, rlRowResult *out,
+                rlError *err);
 
 #endif

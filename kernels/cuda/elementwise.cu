@@ -127,12 +127,12 @@ __global__ void gather_rows_kernel(T *out, const T *in, const rlRowSpec *rows, i
     for (int j = threadIdx.x; j < dim; j += blockDim.x) out[(size_t)r * dim + j] = src[j];
 }
 
-void cuda_gather_rows(rlBackend *be, void *out, const void *in, int dim) {
+void cuda_gather_rows(rlBackend *be, void *out, const void *in, int dim, int row0, int n) {
     rlCuda *c = cuda_of(be);
-    if (!c->n_rows) return;
+    if (n <= 0) return;
     PROF(c, "gather_rows");
-    RL_DISPATCH(be->act_dtype, T, gather_rows_kernel<T><<<c->n_rows, 256, 0, c->stream>>>(
-                                      (T *)out, (const T *)in, c->d_rows, dim));
+    RL_DISPATCH(be->act_dtype, T, gather_rows_kernel<T><<<n, 256, 0, c->stream>>>(
+                                      (T *)out, (const T *)in, c->d_rows + row0, dim));
     cuda_launched(c, "gather_rows");
 }
 

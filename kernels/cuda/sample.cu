@@ -528,10 +528,11 @@ static int pen_grow(rlCuda *c, int n, int V) {
  * within 32 KiB of shared memory. */
 #define STATS_MAX_CHUNK (32768 * 8)
 
-int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out, rlError *err) {
+int cuda_sample(rlBackend *be, const float *logits, int vocab, int row0, int n, rlRowResult *out,
+                rlError *err) {
     rlCuda *c = cuda_of(be);
     cudaSetDevice(c->device);
-    int n = c->n_rows;
+    const rlRowSpec *rows = c->d_rows + row0;
     /* Enough blocks over all rows to fill the GPU twice. */
     int chunks = n > 0 ? (2 * c->sm_count + n - 1) / n : 1;
     if (chunks > STATS_MAX_CHUNKS) chunks = STATS_MAX_CHUNKS;
@@ -571,22 +572,22 @@ int cuda_sample(rlBackend *be, const float *logits, int vocab, rlRowResult *out,
         float *adjusted = copy_bytes ? (float *)((char *)c->scratch + q_bytes) : NULL;
         if (c->pen_fill) {
             PROF(c, "sample: penalty tables");
-            pen_fill_kernel<<<n, STATS_THREADS, 0, c->stream>>>(c->d_rows, c->d_pen_fills, c->pen,
+            pen_fill_kernel<<<n, STATS_THREADS, 0, c->stream>>>(rows, c->d_pen_fills, c->pen,
                                                                vocab);
             cuda_launched(c, "sample");
         }
         PROF(c, "sample: row stats");
         row_stats_kernel<<<dim3(chunks, n), STATS_THREADS, listed_bytes, c->stream>>>(
-            logits, c->d_rows, c->d_adjs, c->pen, vocab, chunk, stats);
+            logits, rows, c->d_adjs, c->pen, vocab, chunk, stats);
         cuda_launched(c, "sample");
         if (adjusted) {
             PROF(c, "sample: adjusted copies");
             adjust_kernel<<<dim3(chunks, n), STATS_THREADS, 0, c->stream>>>(
-                logits, vocab, chunk, c->d_rows, c->d_adjs, c->pen, adjusted);
+                logits, vocab, chunk, rows, c->d_adjs, c->pen, adjusted);
             cuda_launched(c, "sample");
         }
         PROF(c, "sample");
-        sample_kernel<<<n, SAMPLE_THREADS, 0, c->stream>>>(logits, adjusted, vocab, c->d_rows,
+        sample_kernel<<<n, SAMPLE_THREADS, 0, c->stream>>>(logits, adjusted, vocab, rows,
                                                            stats, chunks, (double *)c->scratch,
                                                            c->pen, c->d_results);
         cuda_launched(c, "sample");

@@ -35,7 +35,7 @@ static const size_t PLAN_GEMM_WORKSPACE = 64 * MiB;
 static const size_t PLAN_CUDA_RESERVE = 2 * GiB;
 static const size_t PLAN_GRAPHS_MIN = 256 * MiB;
 /* kernels/cuda/sample.cu grows its scratch to 1.25x the rows x vocab fp32
- * logits it samples from. */
+ * logits it samples from (at most rl_model_head_rows at once). */
 static const double PLAN_SCRATCH_SLACK = 1.25;
 /* NCCL, per tensor-parallel communicator: ring and tree connections over up
  * to 24 channels, each with a Simple buffer (NCCL_BUFFSIZE, 4 MiB), an
@@ -97,8 +97,7 @@ static int plan_check_options(const rlModelConfig *cfg, rlPlanOptions *o, rlErro
 /* The logit rows the engine sizes its logits for (the scheduler's rule). */
 static int plan_max_rows(const rlPlanOptions *o) {
     rlSchedConfig c = {.max_num_seqs = o->max_num_seqs,
-                       .max_num_batched_tokens = o->max_num_batched_tokens,
-                       .max_prompt_rows = SCHED_PROMPT_ROWS};
+                       .max_num_batched_tokens = o->max_num_batched_tokens};
     return sched_config_max_rows(&c);
 }
 
@@ -112,8 +111,8 @@ static void plan_rank_costs(const rlModelConfig *cfg, const rlPlanOptions *o, rl
         rl_model_activation_bytes(cfg, s, o->dtype, o->max_num_batched_tokens, rows);
     size_t scratch = 0;
     if (s->pp_rank == s->pp_size - 1)
-        scratch = (size_t)(PLAN_SCRATCH_SLACK * (double)rows * (double)cfg->vocab_size *
-                           sizeof(float));
+        scratch = (size_t)(PLAN_SCRATCH_SLACK * (double)rl_model_head_rows(rows) *
+                           (double)cfg->vocab_size * sizeof(float));
     r->workspace = PLAN_GEMM_WORKSPACE + scratch;
     r->graphs = PLAN_CUDA_RESERVE > scratch + PLAN_GRAPHS_MIN ? PLAN_CUDA_RESERVE - scratch
                                                               : PLAN_GRAPHS_MIN;
