@@ -251,6 +251,7 @@ int cmd_generate(int argc, char **argv) {
     rlEngineFlags flags;
     engine_flags_init(&flags);
     rlEngineOptions *o = &flags.o;
+    o->offline = 1;
     const char *input = "-", *output = "-", *format = "auto", *prompt = NULL, *messages = NULL;
     int max_tokens = 16, stats = 0, n_ids = 0;
     /* one argument holds at most 128 KiB (MAX_ARG_STRLEN): 64 Ki ids */

@@ -40,7 +40,6 @@ void engine_options_init(rlEngineOptions *o) {
     o->block_size = 16;
     o->gpu_memory_utilization = 0.90;
     o->max_num_seqs = 256;
-    o->max_num_batched_tokens = 2048;
     o->prefix_caching = 1;
     o->tp = o->pp = 1;
     o->stream_interval = 1;
@@ -282,7 +281,7 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         goto fail;
     }
     if (o->block_size < 1 || o->block_size > 1024 || o->max_num_seqs < 1 ||
-        o->max_num_batched_tokens < 1) {
+        o->max_num_batched_tokens < 0) {
         rl_error(err, RL_EUSAGE, "--block-size, --max-num-seqs and --max-num-batched-tokens "
                                  "must be positive (block size at most 1024)");
         goto fail;
@@ -329,6 +328,14 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         fprintf(stderr, "redlm: %s\n", chat_describe(e->chat));
     }
 
+    if (!o->max_num_batched_tokens) {
+        char why[400];
+        int t = engine_default_batched_tokens(&e->cfg, o, why, sizeof why, err);
+        if (t < 0) goto fail;
+        o->max_num_batched_tokens = t;
+        fprintf(stderr, "redlm: --max-num-batched-tokens %d: %s; --max-num-batched-tokens N "
+                "sets it\n", t, why);
+    }
     rlDtype dtype = RL_BF16;
     if (modelcfg_dtype(&e->cfg, e->opt.dtype, &dtype, err)) goto fail;
     int n_blocks = e->n_blocks = engine_kv_blocks(e, dtype, err);

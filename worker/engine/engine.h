@@ -28,7 +28,9 @@ typedef struct rlEngineOptions {
     size_t kv_cache_memory;     /* CPU: bytes of KV cache, 0 = default */
     double gpu_memory_utilization; /* CUDA: default 0.90 */
     int max_num_seqs;           /* default 256 */
-    int max_num_batched_tokens; /* default 2048 */
+    int max_num_batched_tokens; /* 0 (default): chosen at open from the GPU and model,
+                                 * as vLLM does (engine_default_batched_tokens) */
+    int offline;                /* redlm generate: vLLM's offline (LLM class) defaults */
     int max_model_len;          /* default: max_position_embeddings */
     int prefix_caching;         /* default 1 */
     int tp, pp;                 /* default 1, 1 */

@@ -3,29 +3,103 @@
 
 #include <string.h>
 
+#include "kernels/gpuinfo.h"
 #include "worker/plan/plan.h"
 
-int engine_check_plan(const rlModelConfig *cfg, const rlEngineOptions *o, FILE *log,
-                       long long *kv_blocks, rlError *err) {
+/* The planner's options for o's layout on its devices, as they are now. */
+static int engine_plan_options(const rlEngineOptions *o, rlPlanOptions *po, int *dev,
+                               rlError *err) {
     int tp = o->tp > 0 ? o->tp : 1, pp = o->pp > 0 ? o->pp : 1;
-    int dev[RL_PLAN_MAX_GPUS], n = o->devices ? o->n_devices : tp * pp;
+    int n = o->devices ? o->n_devices : tp * pp;
     if (n > RL_PLAN_MAX_GPUS || n < 1)
         return rl_error(err, RL_EUSAGE, "%d devices: give between 1 and %d", n, RL_PLAN_MAX_GPUS);
     if (plan_check_gpu_count(1, tp, pp, n, err)) return -1;
     for (int i = 0; i < n; i++) dev[i] = o->devices ? o->devices[i] : i;
+    plan_options_init(po, 0, 0);
+    po->dtype = !strcmp(o->dtype, "fp16") ? RL_F16 : !strcmp(o->dtype, "fp32") ? RL_F32 : RL_BF16;
+    po->max_model_len = o->max_model_len;
+    po->max_num_seqs = o->max_num_seqs;
+    po->max_num_batched_tokens = o->max_num_batched_tokens;
+    po->block_size = o->block_size;
+    po->gpu_memory_utilization = o->gpu_memory_utilization;
+    return plan_read_devices(dev, n, po, err);
+}
+
+int engine_check_plan(const rlModelConfig *cfg, const rlEngineOptions *o, FILE *log,
+                       long long *kv_blocks, rlError *err) {
+    int tp = o->tp > 0 ? o->tp : 1, pp = o->pp > 0 ? o->pp : 1;
+    int dev[RL_PLAN_MAX_GPUS];
     rlPlanOptions po;
-    plan_options_init(&po, 0, 0);
-    po.dtype = !strcmp(o->dtype, "fp16") ? RL_F16 : !strcmp(o->dtype, "fp32") ? RL_F32 : RL_BF16;
-    po.max_model_len = o->max_model_len;
-    po.max_num_seqs = o->max_num_seqs;
-    po.max_num_batched_tokens = o->max_num_batched_tokens;
-    po.block_size = o->block_size;
-    po.gpu_memory_utilization = o->gpu_memory_utilization;
-    if (plan_read_devices(dev, n, &po, err)) return -1;
+    if (engine_plan_options(o, &po, dev, err)) return -1;
     rlPlan p;
     int rc = plan_layout(cfg, &po, 1, tp, pp, &p, err);
     if (p.n_layouts) plan_print(log, &p);
     if (!rc) *kv_blocks = p.layouts[0].kv_blocks[0];
     plan_free(&p);
     return rc;
+}
+
+/* The most any rank's activations take of what its weights leave of its
+ * share, in eighths (9: more than the share). */
+static int plan_act_eighths(const rlPlan *p, double *act, double *room) {
+    int worst = 0;
+    const rlPlanLayout *l = &p->layouts[0];
+    for (int i = 0; i < l->instances * l->tp * l->pp; i++) {
+        const rlPlanRank *r = &l->ranks[i];
+        size_t left = r->budget > r->weights ? r->budget - r->weights : 0;
+        int e = left ? (int)(8.0 * (double)r->activations / (double)left) : 9;
+        if (e >= worst) worst = e, *act = (double)r->activations, *room = (double)left;
+    }
+    return worst;
+}
+
+int engine_batched_tokens_for(const rlModelConfig *cfg, const rlEngineOptions *o,
+                              const rlPlanOptions *devices, const char *gpu_name, char *why,
+                              size_t why_len) {
+    int tp = o->tp > 0 ? o->tp : 1, pp = o->pp > 0 ? o->pp : 1;
+    rlPlanOptions po = *devices;
+    size_t least = 0;
+    for (int i = 0; i < po.n_gpus; i++)
+        if (!least || po.gpu_total[i] < least) least = po.gpu_total[i];
+    int big = least >= (size_t)70 << 30 && !strstr(gpu_name, "A100");
+    int T = big ? (o->offline ? 16384 : 8192) : (o->offline ? 8192 : 2048), first = T;
+    double act = 0, room = 0;
+    for (;;) {
+        po.max_num_batched_tokens = T;
+        rlPlan p;
+        rlError perr = {0};
+        int rc = plan_layout(cfg, &po, 1, tp, pp, &p, &perr);
+        int eighths = rc || !p.n_layouts ? 0 : plan_act_eighths(&p, &act, &room);
+        plan_free(&p);
+        if (rc || T <= 2048 || eighths < 1) break;   /* a plan that fails is reported at start */
+        T /= 2;
+    }
+    snprintf(why, why_len, "vLLM's %s default for %s, %.0f GiB (%s)%s; the step's activations "
+             "take %.1f of the %.0f GiB the weights leave (at most an eighth)",
+             o->offline ? "offline" : "server", gpu_name, (double)least / (1 << 30),
+             big ? "70 GiB or more, not an A100: 16384 offline, 8192 serving"
+                 : "under 70 GiB or an A100: 8192 offline, 2048 serving",
+             T < first ? ", halved to fit" : "", act / (1 << 30), room / (1 << 30));
+    return T;
+}
+
+int engine_default_batched_tokens(const rlModelConfig *cfg, const rlEngineOptions *o, char *why,
+                                  size_t why_len, rlError *err) {
+    if (strcmp(o->backend, "cuda")) {
+        snprintf(why, why_len, "the CPU backend's default");
+        return 2048;
+    }
+    int dev[RL_PLAN_MAX_GPUS];
+    rlPlanOptions po;
+    if (engine_plan_options(o, &po, dev, err)) return -1;
+    /* The A100 test reads every device's name; the line names the last. */
+    rlGpuHost host;
+    char name[96] = "GPU", no[256];
+    if (rl_gpu_probe(&host, no, sizeof no) == 0)
+        for (int i = 0; i < po.n_gpus; i++) {
+            if (dev[i] >= host.count) continue;
+            if (strstr(host.gpus[dev[i]].name, "A100") || !strstr(name, "A100"))
+                snprintf(name, sizeof name, "%s", host.gpus[dev[i]].name);
+        }
+    return engine_batched_tokens_for(cfg, o, &po, name, why, why_len);
 }

@@ -11,6 +11,7 @@
 #include "kernels/config.h"
 #include "kernels/error.h"
 #include "worker/engine/engine.h"
+#include "worker/plan/plan.h"
 
 /* The memory plan (plan.h) for o's TP x PP layout on the real free memory
  * of its devices, printed to log.  RL_EMEMORY with the plan's numbers and
@@ -20,5 +21,19 @@
  * blocks every rank has room for. */
 int engine_check_plan(const rlModelConfig *cfg, const rlEngineOptions *o, FILE *log,
                       long long *kv_blocks, rlError *err);
+
+/* The --max-num-batched-tokens a start without one gets, as vLLM's
+ * EngineArgs picks it: on GPUs of 70 GiB or more other than the A100,
+ * 16384 offline (o->offline) and 8192 serving, else 8192 and 2048; halved
+ * (not under 2048) while the step's activations would take more than an
+ * eighth of what the weights leave of a rank's share.  The CPU backend
+ * keeps 2048.  why: the reason, for the line printed at start. */
+int engine_default_batched_tokens(const rlModelConfig *cfg, const rlEngineOptions *o, char *why,
+                                  size_t why_len, rlError *err);
+/* The same rule on the devices of a plan's options (real or hypothetical),
+ * gpu_name the device type (an A100 takes the smaller defaults). */
+int engine_batched_tokens_for(const rlModelConfig *cfg, const rlEngineOptions *o,
+                              const rlPlanOptions *devices, const char *gpu_name, char *why,
+                              size_t why_len);
 
 #endif
