@@ -160,6 +160,8 @@ typedef struct rlBackendOptions {
     int device;             /* CUDA: device ordinal */
     rlDtype dtype;          /* CUDA: weight/activation dtype */
     int profile;            /* CUDA: time every operation with events (no graphs) */
+    int batch_invariant;    /* CPU: every row's products computed the same way whatever
+                             * else is in the step (kernels/cpu/matmul.c) */
 } rlBackendOptions;
 
 rlBackend *rl_backend_cpu_create(const rlBackendOptions *opt, rlError *err);

@@ -303,6 +303,7 @@ rlBackend *rl_backend_cpu_create(const rlBackendOptions *opt, rlError *err) {
     /* OpenBLAS's thread count is process-wide: CPU ranks sharing a process
      * should pass --threads split between them. */
     openblas_set_num_threads(threads);
+    c->invariant = opt && opt->batch_invariant;
     c->base.ops = &cpu_ops;
     c->base.act_dtype = RL_F32;
     c->base.weight_dtype = RL_F32;

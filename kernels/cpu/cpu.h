@@ -26,6 +26,7 @@ typedef struct cpuBackend {
     int rope_ready;
     float *moe_scratch;         /* moe.c: one expert's gathered rows and activations */
     size_t moe_scratch_cap;     /* floats */
+    int invariant;              /* batch-invariant products (rlBackendOptions) */
     uint32_t *pen;              /* penalty tables 1..pen_n, [pen_vocab] RL_PEN values each */
     int pen_n, pen_vocab;
     int failed;                 /* first failure since the last sync */

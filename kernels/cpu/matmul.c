@@ -8,7 +8,15 @@
  * while it sits in L1: the step stays bandwidth-bound as batch-1 decode is,
  * and batching rows costs compute, not bytes.  The dot product is compiled
  * for AVX2 too and picked at run time, since the build targets baseline
- * x86-64. */
+ * x86-64.
+ *
+ * Batch-invariant (--batch-invariant): sgemm's blocking and the 8- and
+ * 4-row kernels sum in orders that depend on how many rows a step holds, so
+ * a token's numbers would change with what else is batched with it.  Then
+ * every row goes through the one-row kernel (a fixed order over k), 64 rows
+ * at a time so each weight row is read once per 64: the same bits whatever
+ * the batch or the prompt's chunking, at the cost of sgemm's speed on
+ * prefill. */
 #include <cblas.h>
 #include <string.h>
 
@@ -17,10 +25,13 @@
 #define SKINNY_ROWS 8       /* at most this many rows: the streaming kernel */
 #define SKINNY_TILE 32      /* weight rows per pool item */
 
+#define INVARIANT_ROWS 64   /* rows per pass of the batch-invariant path */
+
 typedef struct skinnyJob {
     float *out;
     const float *in, *w;
     int rows, n, k;
+    int invariant;          /* every row by skinny_dot1 */
 } skinnyJob;
 
 /* 8-float vectors (GCC/Clang vector extension): AVX registers in the avx2
@@ -114,9 +125,9 @@ static void skinny_tile(const skinnyJob *j, int n0, int n1) {
     for (int c = n0; c < n1; c++) {
         const float *wc = j->w + (size_t)c * k;
         int r = 0;
-        for (; r + 8 <= j->rows; r += 8)
+        for (; !j->invariant && r + 8 <= j->rows; r += 8)
             skinny_dot8(j->in + r * k, k, wc, j->k, j->out + r * n + c, n);
-        for (; r + 4 <= j->rows; r += 4)
+        for (; !j->invariant && r + 4 <= j->rows; r += 4)
             skinny_dot4(j->in + r * k, k, wc, j->k, j->out + r * n + c, n);
         for (; r < j->rows; r++) j->out[r * n + c] = skinny_dot1(j->in + r * k, wc, j->k);
     }
@@ -133,6 +144,15 @@ void cpu_matmul_rows(cpuBackend *c, float *out, const float *in, const float *w,
     if (rows <= 0 || n <= 0) return;
     if (k <= 0) {
         memset(out, 0, (size_t)rows * n * sizeof(float));
+        return;
+    }
+    if (c->invariant) {
+        for (int r0 = 0; r0 < rows; r0 += INVARIANT_ROWS) {
+            skinnyJob j = {.out = out + (size_t)r0 * n, .in = in + (size_t)r0 * k, .w = w,
+                           .rows = rows - r0 < INVARIANT_ROWS ? rows - r0 : INVARIANT_ROWS,
+                           .n = n, .k = k, .invariant = 1};
+            cpu_pool_run(c->pool, (n + SKINNY_TILE - 1) / SKINNY_TILE, skinny_item, &j);
+        }
         return;
     }
     if (rows > SKINNY_ROWS) {

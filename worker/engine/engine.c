@@ -144,7 +144,8 @@ static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
                          .max_rows = e->max_rows, .nccl_timeout_s = o->nccl_timeout_s,
                          .collectives = o->collectives,
                          .gpu_memory_utilization = o->gpu_memory_utilization,
-                         .quiet = o->tp * o->pp == 1 && !o->collectives};
+                         .quiet = o->tp * o->pp == 1 && !o->collectives,
+                         .batch_invariant = o->batch_invariant};
     e->ranks = ranks_open(&ro, err);
     return e->ranks ? 0 : -1;
 }
@@ -296,6 +297,11 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     }
     if (quant_apply_flag(&e->cfg, o->quantization, !e->ckpt, err)) goto fail;
     if (rl_model_check_backend(&e->cfg, o->backend, err)) goto fail;
+    if (o->batch_invariant && strcmp(o->backend, "cpu")) {
+        rl_error(err, RL_EUSAGE, "--batch-invariant runs on the CPU backend only in this version "
+                 "(the CUDA kernels are not batch-invariant yet): drop it or use --backend cpu");
+        goto fail;
+    }
     e->qdummy = (rlQuantDummy){.cfg = e->cfg, .seed = o->seed};
     rl_quant_name(&e->cfg.quant, e->quant, sizeof(e->quant));
     if (e->cfg.quant.method)

@@ -31,6 +31,8 @@ typedef struct rlEngineOptions {
     int max_num_batched_tokens; /* 0 (default): chosen at open from the GPU and model,
                                  * as vLLM does (engine_default_batched_tokens) */
     int offline;                /* redlm generate: vLLM's offline (LLM class) defaults */
+    int batch_invariant;        /* --batch-invariant: a token's numbers independent of the
+                                 * batch and of the prompt's chunking (CPU backend) */
     int max_model_len;          /* default: max_position_embeddings */
     int prefix_caching;         /* default 1 */
     int tp, pp;                 /* default 1, 1 */

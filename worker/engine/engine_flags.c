@@ -63,6 +63,10 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
                "auto: the model's generation_config.json sampling\n"
                "defaults fill the fields a request leaves out\n"
                "(as vLLM; default); vllm: none, the protocol's defaults");
+    flags_bool(fs, "--batch-invariant", &o->batch_invariant,
+               "bit-identical tokens and logprobs whatever else is\n"
+               "in the batch and however a prompt is chunked, at a\n"
+               "cost in speed (CPU backend only, for now)");
     layout_flags_add(fs, &f->lay);
 }
 

@@ -39,6 +39,7 @@ typedef struct rlRanksOptions {
                                  * of one rank, so a 1x1 layout runs the multi-rank path
                                  * (NCCL on one GPU); 0: a 1x1 layout runs in the caller */
     int quiet;                  /* 0: print each rank's share of the model at open */
+    int batch_invariant;        /* rlBackendOptions.batch_invariant */
 } rlRanksOptions;
 
 typedef struct rlRanks rlRanks;
