@@ -59,8 +59,7 @@ done
 
 # Scoring a 1,000-token prompt: one step, its 999 rows through the head 256
 # at a time, against the same prompt in 100-token chunks (each step's rows
-# in one slice): the same scored ids and top alternatives' logprobs within
-# 16-bit chunking noise.
+# in one slice): the scored tokens' logprobs within 16-bit chunking noise.
 dir=$FIXTURES/models/qwen2-tiny-gqa3
 python3 -c '
 import json, random
