@@ -241,7 +241,7 @@ static int row_table(rlAdjust *a, int sample, rlRowSpec *spec, rlAdjBuf *b) {
         spec->pen_fill = 1;
         spec->fill0 = b->n_fills;
         spec->n_fill = s->n;
-        memcpy(b->fills + b->n_fills, s->v, (size_t)s->n * sizeof(*s->v));
+        if (s->n) memcpy(b->fills + b->n_fills, s->v, (size_t)s->n * sizeof(*s->v));
         b->n_fills += s->n;
     }
     spec->pen = a->table[sample];
