@@ -52,7 +52,7 @@ typedef struct rlRowSpec {
     uint32_t step;        /* ... and the generated-token index */
     int32_t adj0, n_adj;  /* this row's entries of rlBatch.adjs (n_adj 0: none) */
     int32_t pen;          /* its sequence's penalty table (rlPenFill), from 1; 0: none */
-    int32_t pen_fill;     /* 1: the table starts over from rlBatch.pen_fills[fill0, fill0 + n_fill) */
+    int32_t pen_fill;     /* 1: the table starts over from rlBatch.pen_fills[fill0 ..) */
     int32_t fill0, n_fill;
     float repetition;     /* > 0; 1 = off: prompt and generated tokens */
     float frequency;      /* per generated occurrence */

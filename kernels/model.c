@@ -210,7 +210,8 @@ int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *er
             if (op->sync(be, err) != 0) return -1;
             return m->pp->ops->send(m->pp, m->resid, act_bytes, s->pp_rank + 1, err);
         }
-        if (b->n_rows > 0 && b->n_rows <= rl_model_head_rows(m->max_rows)) model_head(m, 0, b->n_rows);
+        if (b->n_rows > 0 && b->n_rows <= rl_model_head_rows(m->max_rows))
+            model_head(m, 0, b->n_rows);
     }
     /* More rows than the head's buffers hold (prompt logprobs over a whole
      * chunk of prompt): the head and the sampler take them a slice at a
