@@ -204,10 +204,12 @@ __global__ void moe_sort_kernel(int4 *tiles, int *n_tiles, int *perm, int *pos, 
  * and B rows (the weights' own layout), on tensor cores.  GATE_UP: A rows
  * are the tokens' x (gathered through perm), B rows 32 gate then 32 up rows
  * of the tile's expert, and the epilogue writes silu(gate) * up to h.
- * Else (down): A rows are h in run order, B rows down_proj rows, C goes to y. */
+ * Else (down): A rows are h in run order, B rows down_proj rows, C goes to y
+ * in fp32, so a token's k experts are summed before its one rounding, as
+ * the GEMV path sums them (tests/test_moe_rounding.c). */
 template <typename T, bool GATE_UP>
 __global__ void __launch_bounds__(128)
-moe_gemm_kernel(T *out, const T *a, const T *w, const int4 *tiles, const int *n_tiles,
+moe_gemm_kernel(void *out, const T *a, const T *w, const int4 *tiles, const int *n_tiles,
                 const int *perm, int k_top, int K, int N, int m) {
     __shared__ __align__(16) T As[MOE_BM * MOE_LD];
     __shared__ __align__(16) T Bs[MOE_BN * MOE_LD];
@@ -280,26 +282,26 @@ moe_gemm_kernel(T *out, const T *a, const T *w, const int4 *tiles, const int *n_
             int r = i >> 5, cc = i & 31;
             if (r >= nrows || col0 + cc >= m) continue;
             float gv = Cs[r][cc], uv = Cs[r][32 + cc];
-            st(out + (size_t)(row0 + r) * m + col0 + cc, gv / (1.0f + expf(-gv)) * uv);
+            st((T *)out + (size_t)(row0 + r) * m + col0 + cc, gv / (1.0f + expf(-gv)) * uv);
         }
     } else {
         for (int i = tid; i < MOE_BM * MOE_BN; i += 128) {
             int r = i >> 6, cc = i & 63;
             if (r >= nrows || col0 + cc >= N) continue;
-            st(out + (size_t)(row0 + r) * N + col0 + cc, Cs[r][cc]);
+            ((float *)out)[(size_t)(row0 + r) * N + col0 + cc] = Cs[r][cc];
         }
     }
 }
 
 /* out[t] (+)= sum_j w[t, j] y[pos[t k + j]], j in order. */
 template <typename T>
-__global__ void moe_combine_kernel(T *out, const T *y, const int *pos, const float *wts, int k,
-                                   int dim, int accumulate) {
+__global__ void moe_combine_kernel(T *out, const float *y, const int *pos, const float *wts,
+                                   int k, int dim, int accumulate) {
     int t = blockIdx.x;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         float s = 0;
         for (int j = 0; j < k; j++)
-            s += wts[t * k + j] * ld(y + (size_t)pos[t * k + j] * dim + i);
+            s += wts[t * k + j] * y[(size_t)pos[t * k + j] * dim + i];
         T *o = out + (size_t)t * dim + i;
         st(o, (accumulate ? ld(o) : 0.0f) + s);
     }
@@ -320,15 +322,16 @@ static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown,
         cuda_launched(c, "moe_experts (GEMV)");
         return;
     }
-    /* Workspace: tiles, their count, perm, pos, then h and y 256-byte aligned. */
+    /* Workspace: tiles, their count, perm, pos, then h and y (fp32) 256-byte aligned. */
     size_t max_tiles = (pairs + MOE_BM - 1) / MOE_BM + (size_t)E;
     size_t ints = (max_tiles * 16 + 16 + 2 * pairs * 4 + 255) / 256 * 256;
     size_t hb = (pairs * m * es + 255) / 256 * 256;
-    if (cuda_moe_ws(c, ints + hb + pairs * dim * es, "moe_experts")) return;
+    if (cuda_moe_ws(c, ints + hb + pairs * dim * sizeof(float), "moe_experts")) return;
     char *ws = (char *)c->moe_ws;
     int4 *tiles = (int4 *)ws;
     int *n_tiles = (int *)(ws + max_tiles * 16), *perm = n_tiles + 4, *pos = perm + pairs;
-    T *h = (T *)(ws + ints), *y = (T *)(ws + ints + hb);
+    T *h = (T *)(ws + ints);
+    float *y = (float *)(ws + ints + hb);
     PROF(c, "moe_grouped");
     moe_sort_kernel<<<1, 1024, 0, c->stream>>>(tiles, n_tiles, perm, pos, ids, (int)pairs, E);
     moe_gemm_kernel<T, true><<<dim3((m + 31) / 32, (unsigned)max_tiles), 128, 0, c->stream>>>(
