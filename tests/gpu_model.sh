@@ -4,8 +4,9 @@
 # logprobs within 0.05, greedy identical up to the first margin under 0.1,
 # batched and chunked runs equal to the prompt run alone), in bf16 and fp16,
 # for every fixture model (tests/fixture_paths.h: Qwen2, Qwen3, YaRN,
-# Llama 3, and the mixtures of experts within 0.5, whose routing follows the
-# 16-bit rounding near a tie; the quantized ones run on the CPU backend only).
+# Llama 3, and the mixtures of experts within their measured bounds, whose
+# routing follows the 16-bit rounding near a tie; the quantized ones run on
+# the CPU backend only).
 set -eu
 source "$(dirname "$0")/skip_without_gpu.sh"
 RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 "$BUILD/tests/test_forward"
@@ -27,9 +28,12 @@ for p in json.load(open(sys.argv[1]))["prompts"]:
                       "temperature": 0, "prompt_logprobs": 0, "ignore_eos": True}))
 PY
     # A mixture of experts routes by the 16-bit hidden state: near a tie the
-    # other expert wins (test_forward.c's model_setup), so 0.5, not 0.05.
-    tol=0.05
-    grep -q '"num_experts"' "$cfg" && tol=0.5
+    # other expert wins (measured: fixture_bf16_tolerance, tests/fixture_paths.h).
+    case $model in
+        qwen2-moe-tiny) tol=0.41 ;;
+        qwen3-moe-tiny) tol=0.64 ;;
+        *) tol=0.05 ;;
+    esac
     for dtype in bf16 auto; do
         "$REDLM" generate --backend cuda --dtype $dtype --model "$dir" --input "$tmp/in.jsonl" \
             --output "$tmp/out.jsonl" 2> "$tmp/err" || { cat "$tmp/err"; exit 1; }
