@@ -49,6 +49,7 @@ typedef struct tModel {
     rlBackend *be;
     rlModel m;
     json_t *ref;
+    bf16Wrap *w;
 } tModel;
 
 static void model_open(tModel *t, const char *name) {
@@ -64,7 +65,7 @@ static void model_open(tModel *t, const char *name) {
     rlBackendOptions opt = {.threads = 2};
     t->be = rl_backend_cpu_create(&opt, &err);
     if (!t->be) fail_msg("%s", err.msg);
-    bf16_install(t->be);
+    t->w = bf16_wrap(t->be, 1);
     rlShard shard;
     if (rl_shard_plan(&t->cfg, 1, 1, NULL, &shard, &err) != 0 ||
         rl_model_init(&t->m, &t->cfg, &shard, t->be, NULL, NULL, checkpoint_lookup, t->ck, 0,
@@ -76,6 +77,7 @@ static void model_open(tModel *t, const char *name) {
 
 static void model_close(tModel *t) {
     rl_model_free(&t->m);
+    bf16_unwrap(t->be);
     t->be->ops->destroy(t->be);
     checkpoint_close(t->ck);
     json_decref(t->ref);
@@ -160,16 +162,16 @@ static void measure(const char *name, double forced_bound) {
             ref[j] = j ? (float)json_number_value(json_array_get(jlp, (size_t)j - 1)) : 0;
         }
         memset(exact, 0, sizeof *exact), memset(emu, 0, sizeof *emu);
-        bf16.on = 0, bf16.routes = *exact, bf16.force = NULL;
+        t.w->on = 0, t.w->routes = *exact, t.w->force = NULL;
         prefill(&t, ids, n, NULL, 0, lp);
         d_exact = fmax(d_exact, worst(lp, ref, n));
-        bf16.on = 1, bf16.routes = *emu;
+        t.w->on = 1, t.w->routes = *emu;
         prefill(&t, ids, n, NULL, 0, lp_emu);
         d_emu = fmax(d_emu, worst(lp_emu, ref, n));
-        bf16.routes = NULL, bf16.force = *exact;
+        t.w->routes = NULL, t.w->force = *exact;
         prefill(&t, ids, n, NULL, 0, lp);
         d_forced = fmax(d_forced, worst(lp, ref, n));
-        bf16.force = NULL;
+        t.w->force = NULL;
         n_flips += flips((const tRoutes *)exact, (const tRoutes *)emu, n, k, flip_gaps,
                          &n_flip_gaps);
         float least = 1;
@@ -195,7 +197,7 @@ static void measure(const char *name, double forced_bound) {
             d_chunk = worst(lp, lp_emu, n);
         }
     }
-    bf16.on = 0;
+    t.w->on = 0;
     print_message("%s: prompt logprobs off the reference by %.2e exact, %.4f bf16, %.4f bf16 "
                   "with the exact run's experts; bf16 in chunks against whole %.4f\n",
                   name, d_exact, d_emu, d_forced, d_chunk);
