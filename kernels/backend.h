@@ -73,6 +73,16 @@ typedef struct rlBackendOps {
      * k = 0 gives zeros (+ bias): a rank that owns no heads or MLP columns. */
     void (*matmul)(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
                    int rows, int n, int k);
+    /* Quantized linear layers kept quantized on the device; NULL where the
+     * backend takes them dequantized through upload (the CPU, the reference).
+     * upload_quant takes one rank's shard in the plain form of quant.h (and
+     * a static FP8 input scale, 0 for none) and returns the weight
+     * matmul_quant reads, with the device bytes it holds. */
+    void *(*upload_quant)(rlBackend *be, const rlWqHost *w, float input_scale, size_t *bytes,
+                          rlError *err);
+    void (*matmul_quant)(rlBackend *be, void *out, const void *in, const void *w,
+                         const void *bias, int rows, int n, int k);
+    void (*free_quant)(rlBackend *be, void *w);
     /* Same with fp32 output (LM head). */
     void (*matmul_f32)(rlBackend *be, float *out, const void *in, const void *w, int rows, int n,
                        int k);

@@ -16,6 +16,7 @@
  * same collectives a TP group does.  Everything else is the backend's. */
 #include "kernels/model.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,18 @@ static int model_check(const rlModel *m, const rlBatch *b, rlError *err) {
     return 0;
 }
 
+/* A linear layer: w's buffer `slot` of rlLayer, held quantized or dense. */
+static void model_linear(rlModel *m, const rlLayer *w, size_t slot, void *out, const void *in,
+                         const void *bias, int rows, int n, int k) {
+    rlBackend *be = m->be;
+    const void *wt = *(void *const *)((const char *)w + slot);
+    if (w->quantized & RL_LAYER_BIT(slot))
+        be->ops->matmul_quant(be, out, in, wt, bias, rows, n, k);
+    else
+        be->ops->matmul(be, out, in, wt, bias, rows, n, k);
+}
+#define LINEAR(m, w, buf, ...) model_linear(m, w, offsetof(rlLayer, buf), __VA_ARGS__)
+
 /* The last stage's logits, each TP rank holding a vocabulary slice: gather
  * the slices and lay them side by side into full rows. */
 static float *model_full_logits(rlModel *m, int rows, rlError *err) {
@@ -63,9 +76,9 @@ static float *model_full_logits(rlModel *m, int rows, rlError *err) {
 static void model_mlp(rlModel *m, const rlLayer *w, int T, int n) {
     const rlBackendOps *op = m->be->ops;
     int D = m->cfg.hidden_size;
-    op->matmul(m->be, m->gu, m->x, w->wgu, w->bgu, T, 2 * n, D);
+    LINEAR(m, w, wgu, m->gu, m->x, w->bgu, T, 2 * n, D);
     op->swiglu(m->be, m->mlp, m->gu, T, n);
-    op->matmul(m->be, m->delta, m->mlp, w->wdown, w->bdown, T, D, n);
+    LINEAR(m, w, wdown, m->delta, m->mlp, w->bdown, T, D, n);
 }
 
 /* A mixture-of-experts MLP (Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock):
@@ -120,10 +133,10 @@ static int model_layers(rlModel *m, const rlBatch *b, rlError *err) {
             op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln1, T, D, eps);
 
         /* Attention: this rank's heads, then o_proj over them, summed over TP. */
-        op->matmul(be, m->qkv, m->x, w->wqkv, w->bqkv, T, qkv_width, D);
+        LINEAR(m, w, wqkv, m->qkv, m->x, w->bqkv, T, qkv_width, D);
         op->rope_kv_store(be, m->qkv, w->q_norm, w->k_norm, eps, l, &m->attn);
         op->attention(be, m->att, m->qkv, l, &m->attn);
-        op->matmul(be, m->delta, m->att, w->wo, w->bo, T, D, s->n_q_heads * hd);
+        LINEAR(m, w, wo, m->delta, m->att, w->bo, T, D, s->n_q_heads * hd);
         if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
 
         /* h += attention; x = rmsnorm(h); MLP: down(silu(gate x) * up x). */

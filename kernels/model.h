@@ -26,6 +26,14 @@ typedef struct rlTensorView {
      * free()s owned. */
     int64_t r0, nr, c0, nc;
     void *owned;
+    /* In: the caller takes a quantized linear layer as it is stored (a
+     * backend with upload_quant).  Out: quantized set when the source served
+     * the block in the plain form wq instead of data (its arrays in owned, or
+     * in the source's own memory when owned is NULL), with the layer's static
+     * FP8 input_scale (0: activations scaled per token at run time). */
+    int want_quant, quantized;
+    rlWqHost wq;
+    float input_scale;
 } rlTensorView;
 
 /* Looks a tensor up by its Hugging Face name. */
@@ -57,7 +65,12 @@ typedef struct rlLayer {
     void *wgu_e;   /* (num_experts, 2 n_moe, hidden) each expert's gate rows then up rows */
     void *wdown_e; /* (num_experts, hidden, n_moe) each expert's down_proj columns */
     void *wsgate;  /* (1, hidden) shared_expert_gate, whole on every rank */
+    /* Buffers the backend holds quantized (upload_quant): one bit per
+     * pointer above, RL_LAYER_BIT(offsetof(rlLayer, buffer)). */
+    unsigned quantized;
 } rlLayer;
+
+#define RL_LAYER_BIT(slot) (1u << ((slot) / sizeof(void *)))
 
 /* How one dimension of a stored tensor is cut across tensor-parallel ranks. */
 typedef enum rlDim {
@@ -133,6 +146,7 @@ typedef struct rlModel {
     rlBatchPad pad;
     rlRowResult *pad_out;
     int pad_out_cap;
+    size_t quant_bytes;  /* device bytes of the layers held quantized (upload_quant) */
 } rlModel;
 
 /* The most logit rows the head computes at once: a step with more (prompt
@@ -151,9 +165,6 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
                   rlComm *tp, rlComm *pp, rlTensorLookup src, void *src_ctx, uint64_t dummy_seed,
                   int max_tokens, int max_rows, rlError *err);
 
-/* Whether the backend named `backend` runs this model's weights: quantized
- * ones run on "cpu" only in this version (RL_EUSAGE otherwise, saying so). */
-int rl_model_check_backend(const rlModelConfig *cfg, const char *backend, rlError *err);
 
 /* One step.  Non-first stages receive the hidden state from the previous
  * stage, non-last stages send theirs on and return 0 results; the last stage
@@ -170,6 +181,9 @@ size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype
 size_t rl_model_read_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype,
                            double tokens);
 double rl_moe_experts_touched(const rlModelConfig *cfg, double tokens);
+/* The part of it in the layers' linear projections (quantized ones as the
+ * GPU holds them: rl_quant_linear_bytes), what rlModel.quant_bytes measures. */
+size_t rl_model_linear_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype);
 size_t rl_model_kv_bytes_per_token(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype);
 /* Bytes of the activation buffers rl_model_init allocates for this shard
  * (act_dtype: the backend's; logits are fp32), so a memory plan can count

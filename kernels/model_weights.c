@@ -8,7 +8,17 @@
  * are packed through a host staging buffer first.  The backend converts
  * dtypes on upload, so a bf16, fp16 or fp32 checkpoint loads the same way; a
  * source that makes its data (a quantized checkpoint, dequantized) hands
- * over just the block asked for. */
+ * over just the block asked for.
+ *
+ * A backend with upload_quant (CUDA) keeps quantized linear layers
+ * quantized: the source serves each part's shard in the plain form of
+ * kernels/quant.h, the parts of one buffer (q|k|v, gate|up) are joined
+ * along n here (groups run along k, so they join as they are), and the
+ * backend repacks the whole for its kernels.  This is the one narrow point
+ * between the formats and the GPU: the loader decodes AWQ / GPTQ / FP8
+ * packing once, the kernels read one form, and neither knows the other's
+ * layout.  The CPU backend has no upload_quant and takes the layers
+ * dequantized (its fp32 path is the reference). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,8 +120,114 @@ static void *w_rows(wLoad *L, const char *name, int64_t rows, int64_t r0, int64_
     return p;
 }
 
+/* Parts a..b of one buffer, each a shard in the plain quantized form, as one
+ * matrix of their rows one after another.  Parts whose scales cover
+ * different row ranges (a per-tensor FP8 scale, or blocks that straddle a
+ * part's end) get one scale row per weight row; act-order permutations
+ * must agree (GPTQ orders columns by the input's statistics, the same
+ * input for q, k and v, and for gate and up). */
+static int w_join(const rlTensorView *v, int n, const char *name, rlWqHost *out, void **owned,
+                  rlError *err) {
+    const rlWqHost *h0 = &v[0].wq;
+    int rows = 0, gn = h0->group_n;
+    for (int i = 0; i < n; i++) {
+        const rlWqHost *h = &v[i].wq;
+        if (h->type != h0->type || h->k != h0->k || h->group_k != h0->group_k ||
+            !h->zero != !h0->zero || !h->perm != !h0->perm ||
+            (h->perm && memcmp(h->perm, h0->perm, (size_t)h->k * sizeof(int32_t))))
+            return rl_error(err, RL_EMODEL, "%s: its parts are quantized differently (type, "
+                            "groups or act-order), so they cannot run as one matrix",
+                            name);
+        if (h->group_n != gn || h->n % h->group_n) gn = 1;
+        rows += h->n;
+    }
+    if (rl_wq_host_alloc(out, h0->type, rows, h0->k, gn, h0->group_k, h0->zero != NULL,
+                         h0->perm != NULL, owned, name, err))
+        return -1;
+    int64_t groups = (h0->k + h0->group_k - 1) / h0->group_k, r0 = 0;
+    for (int i = 0; i < n; i++) {
+        const rlWqHost *h = &v[i].wq;
+        memcpy((uint8_t *)out->q + r0 * h->k, h->q, (size_t)h->n * (size_t)h->k);
+        for (int64_t r = 0; r < h->n; r += gn)
+            memcpy((float *)out->scale + (r0 + r) / gn * groups,
+                   h->scale + r / h->group_n * groups, (size_t)groups * sizeof(float));
+        if (h->zero)
+            memcpy((float *)out->zero + r0 * groups, h->zero,
+                   (size_t)(h->n * groups) * sizeof(float));
+        r0 += h->n;
+    }
+    if (h0->perm) memcpy((int32_t *)out->perm, h0->perm, (size_t)h0->k * sizeof(int32_t));
+    return 0;
+}
+
+/* Table rows a..b (one buffer) kept quantized on the backend, when the
+ * source serves them quantized: 1 when it serves them dense (a module the
+ * checkpoint keeps unquantized), so the caller loads them as usual. */
+static int w_quant(wLoad *L, int l, const rlLayerTensor *t, int a, int b, void **dst,
+                   rlError *err) {
+    rlBackend *be = L->m->be;
+    const rlModelConfig *c = &L->m->cfg;
+    const rlShard *s = &L->m->shard;
+    rlTensorView v[RL_MAX_LAYER_TENSORS];
+    char name[160];
+    int n = 0, rc = -1;
+    float input_scale = 0;
+    for (int k = a; k < b; k++, n++) {
+        if (!rl_layer_tensor_elems(c, s, &t[k])) {  /* no rows of this part on this rank */
+            n--;
+            continue;
+        }
+        int64_t r0, nr, c0, nc;
+        rl_dim_cut(c, s, t[k].rows, &r0, &nr);
+        rl_dim_cut(c, s, t[k].cols, &c0, &nc);
+        rl_layer_tensor_name(&t[k], s->layer0 + l, 0, name, sizeof(name));
+        v[n] = (rlTensorView){.r0 = r0, .nr = nr, .c0 = c0, .nc = nc, .want_quant = 1};
+        if (L->src(L->ctx, name, &v[n], err) != 0) goto done;
+        int64_t rows = rl_dim_size(c, t[k].rows), cols = rl_dim_size(c, t[k].cols);
+        if (!v[n].quantized) {
+            free(v[n].owned);
+            if (n == 0) return 1;
+            v[n].owned = NULL;
+            rl_error(err, RL_EMODEL, "%s is stored unquantized but the other parts of its "
+                     "matrix are quantized: the checkpoint's quantization_config does not "
+                     "match its tensors", name);
+            goto done;
+        }
+        if (v[n].shape[0] != rows || v[n].shape[1] != cols || v[n].wq.n != nr ||
+            v[n].wq.k != nc) {
+            rl_error(err, RL_EMODEL, "tensor %s has shape [%lld, %lld] but config.json implies "
+                     "[%lld, %lld]: the weights do not belong to this config; re-download the "
+                     "model", name, (long long)v[n].shape[0], (long long)v[n].shape[1],
+                     (long long)rows, (long long)cols);
+            n++;
+            goto done;
+        }
+        if (v[n].input_scale > input_scale) input_scale = v[n].input_scale;
+    }
+    {
+        /* A fused layer's activations get one static scale: the largest, as vLLM does. */
+        rlWqHost joined, *h = &v[0].wq;
+        void *owned = NULL;
+        if (n > 1) {
+            snprintf(name, sizeof(name), "model.layers.%d.%s (and the parts after it)",
+                     s->layer0 + l, t[a].name);
+            if (w_join(v, n, name, &joined, &owned, err)) goto done;
+            h = &joined;
+        }
+        size_t bytes = 0;
+        *dst = be->ops->upload_quant(be, h, input_scale, &bytes, err);
+        free(owned);
+        if (*dst) L->m->quant_bytes += bytes, rc = 0;
+    }
+done:
+    for (int i = 0; i < n; i++) free(v[i].owned);
+    return rc;
+}
+
 /* The buffer of rlLayer that a table row names. */
 static void **w_slot(rlLayer *w, const rlLayerTensor *t) { return (void **)((char *)w + t->slot); }
+
+static int be_quant(const wLoad *L) { return L->m->be->ops->upload_quant != NULL; }
 
 /* Every tensor of the layer's table (model_tensors.c) as this shard cuts
  * it; the parts of one buffer follow each other in the table, and a buffer
@@ -131,6 +247,15 @@ static int w_layer(wLoad *L, int l, rlLayer *w, rlError *err) {
         }
         if (!held) continue;
         void **dst = w_slot(w, &t[i]);
+        if (t[i].cols != RL_DIM_NONE && !t[i].per_expert && c->quant.method && L->src &&
+            be_quant(L) && total) {
+            int rc = w_quant(L, l, t, i, j, dst, err);
+            if (rc < 0) return -1;
+            if (rc == 0) {
+                w->quantized |= RL_LAYER_BIT(t[i].slot);
+                continue;
+            }
+        }
         if (!(*dst = w_alloc(L, total, err))) return -1;
         int experts = t[i].per_expert ? c->num_experts : 1;
         size_t off = 0;
@@ -150,17 +275,6 @@ static int w_layer(wLoad *L, int l, rlLayer *w, rlError *err) {
         }
     }
     return 0;
-}
-
-int rl_model_check_backend(const rlModelConfig *cfg, const char *backend, rlError *err) {
-    if (!cfg->quant.method || !strcmp(backend, "cpu")) return 0;
-    char q[64];
-    return rl_error(err, RL_EUSAGE,
-                    "this %s model cannot run on the %s backend: quantized weights run on the "
-                    "CPU backend only in this version (the GPU int4 / FP8 kernels are not there "
-                    "yet, and redlm does not silently widen the weights to 16 bits). Use "
-                    "--backend cpu, or the model's unquantized checkpoint.",
-                    rl_quant_name(&cfg->quant, q, sizeof(q)), backend);
 }
 
 /* The rotary table of kernels/rope.c, handed to the backend once. */
@@ -189,7 +303,6 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
         return rl_error(err, RL_EMODEL,
                         "cannot run head_dim %d (rotary embedding needs it even) with %d tokens "
                         "and %d logit rows per step", cfg->head_dim, max_tokens, max_rows);
-    if (rl_model_check_backend(cfg, be->ops->name, err)) return -1;
     if (cfg->num_experts &&
         (!be->ops->moe_route || !be->ops->moe_experts || !be->ops->shared_gate))
         return rl_error(err, RL_EUSAGE, "the %s backend has no mixture-of-experts kernels in "
@@ -295,7 +408,8 @@ void rl_model_free(rlModel *m) {
         int n = rl_layer_tensors(&m->cfg, m->shard.layer0 + l, t);
         for (int i = 0; i < n; i++) {
             void **p = w_slot(&m->layers[l], &t[i]);
-            model_release(be, *p);
+            if (*p && m->layers[l].quantized & RL_LAYER_BIT(t[i].slot)) be->ops->free_quant(be, *p);
+            else model_release(be, *p);
             *p = NULL;
         }
     }

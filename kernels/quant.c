@@ -3,7 +3,9 @@
  * memory plan made today stays true when it lands. */
 #include "kernels/quant.h"
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 const char *rl_quant_method_name(rlQuantMethod m) {
     switch (m) {
@@ -88,4 +90,37 @@ size_t rl_quant_linear_bytes(const rlQuant *q, int64_t n, int64_t k, int64_t k_f
     case RL_QUANT_NONE: break;
     }
     return nn * kk * dense_size;
+}
+
+float rl_fp8_e4m3(uint8_t v) {
+    int sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;
+    if (exp == 0xf && man == 7) return NAN;
+    /* Subnormals: man / 8 * 2^-6; normals: (1 + man / 8) * 2^(exp - 7). */
+    float mag = exp ? ldexpf(1.0f + (float)man / 8.0f, exp - 7) : ldexpf((float)man / 8.0f, -6);
+    return sign ? -mag : mag;
+}
+
+float rl_wq_host_weight(const rlWqHost *h, int64_t r, int64_t j) {
+    int64_t groups = (h->k + h->group_k - 1) / h->group_k, g = j / h->group_k;
+    float s = h->scale[(r / h->group_n) * groups + g];
+    uint8_t q = h->q[r * h->k + j];
+    if (h->type == RL_WQ_FP8) return s * rl_fp8_e4m3(q);
+    return s * ((float)q - h->zero[r * groups + g]);
+}
+
+int rl_wq_host_alloc(rlWqHost *h, rlWqType type, int64_t n, int64_t k, int group_n, int group_k,
+                     int zeros, int perm, void **owned, const char *name, rlError *err) {
+    size_t groups = (size_t)((k + group_k - 1) / group_k);
+    size_t ns = (size_t)((n + group_n - 1) / group_n) * groups, nz = zeros ? (size_t)n * groups : 0;
+    size_t nq = ((size_t)n * (size_t)k + 15) & ~(size_t)15;
+    char *p = malloc(nq + (ns + nz) * sizeof(float) + (perm ? (size_t)k * sizeof(int32_t) : 0));
+    *owned = p;
+    if (!p)
+        return rl_error(err, RL_EMEMORY, "out of host memory for %s (%lld x %lld)", name,
+                        (long long)n, (long long)k);
+    *h = (rlWqHost){.type = type, .n = (int)n, .k = (int)k, .group_k = group_k,
+                    .group_n = group_n, .q = (uint8_t *)p, .scale = (float *)(p + nq),
+                    .zero = zeros ? (float *)(p + nq) + ns : NULL,
+                    .perm = perm ? (int32_t *)((float *)(p + nq) + ns + nz) : NULL};
+    return 0;
 }

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/error.h"
+
 typedef enum rlQuantMethod {
     RL_QUANT_NONE = 0,
     RL_QUANT_AWQ,        /* AutoAWQ GEMM: int4, zero point, groups along K */
@@ -59,5 +61,37 @@ int rl_quant_n_unit(const rlQuant *q);
  * bytes. */
 size_t rl_quant_linear_bytes(const rlQuant *q, int64_t n, int64_t k, int64_t k_full,
                              size_t dense_size);
+
+/* One rank's shard of a quantized linear layer in one plain form, whatever
+ * the checkpoint's packing: what a backend that keeps weights quantized
+ * (kernels/cuda/wq.h) takes.  The loader decodes each format into it
+ * (worker/model/quant*.c); the model joins q|k|v and gate|up along n. */
+typedef enum rlWqType { RL_WQ_INT4 = 1, RL_WQ_INT8, RL_WQ_FP8 } rlWqType;
+
+/* y[m][n] = x[m][k] . W[n][k]^T, W given as: */
+typedef struct rlWqHost {
+    rlWqType type;
+    int n, k;
+    int group_k;          /* input columns per scale (k: one group) */
+    int group_n;          /* output rows per scale: 1 (int types, fp8 per channel),
+                             block_n (fp8 block), n (fp8 per tensor) */
+    const uint8_t *q;     /* [n][k]: integers (int4 0..15, int8 0..255) or e4m3 bit patterns */
+    const float *scale;   /* [ceil(n / group_n)][ceil(k / group_k)] */
+    const float *zero;    /* int types: [n][ceil(k / group_k)], w = scale * (q - zero);
+                             NULL for fp8, w = scale * e4m3(q) */
+    const int32_t *perm;  /* [k] or NULL (GPTQ act-order): q's column j multiplies x[:, perm[j]] */
+} rlWqHost;
+
+/* The weight h's stored column j holds for output row r (in fp32, as
+ * w = scale * (q - zero) or scale * e4m3(q)); it multiplies input column
+ * perm[j] (j without a perm). */
+float rl_wq_host_weight(const rlWqHost *h, int64_t r, int64_t j);
+/* The arrays of a plain n x k shard with the given groups in one allocation
+ * (*owned, to free()); zero and perm only when asked for.  RL_EMEMORY naming
+ * the layer when out of memory. */
+int rl_wq_host_alloc(rlWqHost *h, rlWqType type, int64_t n, int64_t k, int group_n, int group_k,
+                     int zeros, int perm, void **owned, const char *name, rlError *err);
+/* float8_e4m3fn to float, exactly (S.1111.111 is NaN). */
+float rl_fp8_e4m3(uint8_t v);
 
 #endif

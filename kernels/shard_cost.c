@@ -6,9 +6,11 @@
 #include <math.h>
 
 /* The weight bytes of shard s, its routed experts' counted at expert_share
- * of their whole (1: memory; the share a step touches: bytes read). */
+ * of their whole (1: memory; the share a step touches: bytes read); with
+ * linear_only, only the linear layers outside the experts (what a backend
+ * with upload_quant holds quantized). */
 static double shard_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype,
-                                 double expert_share) {
+                                 double expert_share, int linear_only) {
     const rlQuant *q = &cfg->quant;
     size_t es = rl_dtype_size(dtype), bytes = 0, experts = 0;
     int64_t hidden = cfg->hidden_size;
@@ -20,17 +22,22 @@ static double shard_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlD
         for (int i = 0; i < n; i++) {
             size_t elems = rl_layer_tensor_elems(cfg, s, &t[i]);
             if (t[i].cols == RL_DIM_NONE || !elems) {
-                bytes += elems * es;
+                if (!linear_only) bytes += elems * es;
                 continue;
             }
+            if (linear_only && t[i].per_expert) continue;
             int64_t r0, nr, c0, nc;
             rl_dim_cut(cfg, s, t[i].rows, &r0, &nr);
             rl_dim_cut(cfg, s, t[i].cols, &c0, &nc);
-            size_t b = rl_quant_linear_bytes(q, nr, nc, rl_dim_size(cfg, t[i].cols), es);
+            /* q|k|v and gate|up are one matrix on the device (model_weights.c) */
+            int joined = (i > 0 && t[i - 1].slot == t[i].slot) ||
+                         (i + 1 < n && t[i + 1].slot == t[i].slot);
+            size_t b = rl_quant_linear_bytes(q, nr, nc, rl_dim_size(cfg, t[i].cols), es, joined);
             if (t[i].per_expert) experts += b * (size_t)cfg->num_experts;
             else bytes += b;
         }
     }
+    if (linear_only) return (double)bytes;
     size_t table = (size_t)s->n_vocab * (size_t)hidden * es;
     int first = s->pp_rank == 0, last = s->pp_rank == s->pp_size - 1;
     if (first) bytes += table;
@@ -39,7 +46,11 @@ static double shard_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlD
 }
 
 size_t rl_model_weight_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {
-    return (size_t)shard_weight_bytes(cfg, s, dtype, 1.0);
+    return (size_t)shard_weight_bytes(cfg, s, dtype, 1.0, 0);
+}
+
+size_t rl_model_linear_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {
+    return (size_t)shard_weight_bytes(cfg, s, dtype, 1.0, 1);
 }
 
 /* Each token picks k distinct experts of E; with routing spread evenly an
@@ -55,7 +66,7 @@ double rl_moe_experts_touched(const rlModelConfig *cfg, double tokens) {
 size_t rl_model_read_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype,
                            double tokens) {
     double share = cfg->num_experts ? rl_moe_experts_touched(cfg, tokens) / cfg->num_experts : 1;
-    return (size_t)shard_weight_bytes(cfg, s, dtype, share);
+    return (size_t)shard_weight_bytes(cfg, s, dtype, share, 0);
 }
 
 size_t rl_model_kv_bytes_per_token(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype) {

@@ -8,7 +8,8 @@
  * static input_scale and per channel in bf16), writes it as the tools do
  * (packing orders, z - 1 zeros, dtypes), opens it with the checkpoint
  * loader and checks every quantized layer's weight, whole and as a TP
- * block, equals the packer's own dequantized values bit for bit.  The
+ * block, equals the packer's own dequantized values bit for bit, both
+ * dequantized and in the plain form the GPU path takes (kernels/quant.h).  The
  * packer decodes nothing through the code under test.  Then: config
  * refusals name their key and value, shard plans cut on group boundaries
  * or say why not, and the memory plan of Qwen2.5-72B-AWQ fits 6 x 24 GiB at
@@ -270,7 +271,36 @@ static void packed_free(Packed *P) {
     for (int i = 0; i < P->n_e; i++) free(P->e[i].w);
 }
 
-/* Every layer whole, and one TP-like block of it, bit for bit. */
+/* The layer (or the block at r0, c0 of it) in the plain form the GPU path
+ * takes equals the packer's dense values bit for bit, through its groups,
+ * zero points and act-order permutation. */
+static void check_plain(const Variant *v, rlCheckpoint *c, const Expect *e, int64_t r0,
+                        int64_t nr, int64_t c0, int64_t nc) {
+    rlError err = {0};
+    rlTensorView p = {.r0 = r0, .nr = nr, .c0 = c0, .nc = nc, .want_quant = 1};
+    if (checkpoint_lookup(c, e->name, &p, &err)) {
+        /* an act-order shard may hold uneven parts of groups: said, not run */
+        if (v->act_order && nc < e->k && strstr(err.msg, "unequal parts")) return;
+        fail_msg("%s %s plain [%lld+%lld, %lld+%lld]: %s", v->name, e->name, (long long)r0,
+                 (long long)nr, (long long)c0, (long long)nc, err.msg);
+    }
+    assert_true(p.quantized);
+    assert_int_equal(p.wq.n, nr);
+    assert_int_equal(p.wq.k, nc);
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t j = 0; j < nc; j++) {
+            float got = rl_wq_host_weight(&p.wq, r, j);
+            float want = e->w[(r0 + r) * e->k + c0 + (p.wq.perm ? p.wq.perm[j] : j)];
+            if (memcmp(&got, &want, sizeof got))
+                fail_msg("%s %s plain [%lld, %lld] (block at %lld, %lld): %.9g, packed %.9g",
+                         v->name, e->name, (long long)r, (long long)j, (long long)r0,
+                         (long long)c0, got, want);
+        }
+    free(p.owned);
+}
+
+/* Every layer whole, and one TP-like block of it, bit for bit (dequantized
+ * and in the plain form). */
 static void check_variant(const Variant *v) {
     Packed *P = calloc(1, sizeof(*P));
     const char *dir = pack_model(v, P);
@@ -301,6 +331,13 @@ static void check_variant(const Variant *v) {
             assert_memory_equal((const float *)b.data + r * b.nc,
                                 e->w + (b.r0 + r) * e->k + b.c0, (size_t)b.nc * sizeof(float));
         free(b.owned);
+        /* The plain form: whole, and a block cut on the format's units. */
+        check_plain(v, c, e, 0, e->n, 0, e->k);
+        int64_t nu = rl_quant_n_unit(&cfg.quant), ku = rl_quant_k_unit(&cfg.quant);
+        int64_t pr0 = e->n / 3 / nu * nu, pc0 = e->k / 4 / ku * ku;
+        int64_t pnc = (e->k / 2 + ku - 1) / ku * ku;
+        if (pc0 + pnc > e->k) pnc = e->k - pc0;
+        check_plain(v, c, e, pr0, e->n - pr0, pc0, pnc);
         worst += (size_t)(e->n * e->k);
     }
     print_message("%s: %d layers, %zu weights equal the packer's\n", v->name, P->n_e, worst);
@@ -375,11 +412,11 @@ static void test_fp8(void **state) {
     check_variant(&tensor);
     check_variant(&channel);
     /* float8_e4m3fn's landmarks, against the loader's decoder. */
-    assert_true(quant_fp8_e4m3(0x7e) == 448.0f && quant_fp8_e4m3(0xfe) == -448.0f);
-    assert_true(quant_fp8_e4m3(0x08) == ldexpf(1, -6) && quant_fp8_e4m3(0x01) == ldexpf(1, -9));
-    assert_true(isnan(quant_fp8_e4m3(0x7f)) && isnan(quant_fp8_e4m3(0xff)));
+    assert_true(rl_fp8_e4m3(0x7e) == 448.0f && rl_fp8_e4m3(0xfe) == -448.0f);
+    assert_true(rl_fp8_e4m3(0x08) == ldexpf(1, -6) && rl_fp8_e4m3(0x01) == ldexpf(1, -9));
+    assert_true(isnan(rl_fp8_e4m3(0x7f)) && isnan(rl_fp8_e4m3(0xff)));
     for (int b = 0; b < 256; b++)
-        if ((b & 0x7f) != 0x7f) assert_true(quant_fp8_e4m3((uint8_t)b) == (float)e4m3_value(b));
+        if ((b & 0x7f) != 0x7f) assert_true(rl_fp8_e4m3((uint8_t)b) == (float)e4m3_value(b));
 }
 
 /* ---- refusals ---- */

@@ -219,11 +219,13 @@ static int bench_parse(int argc, char **argv, benchOpts *o) {
     return flags_main(&fs, argc, argv);
 }
 
-/* The model as the backend holds it: every backend holds quantized layers
- * dequantized in this version, so the bandwidth floor counts dense bytes. */
-static rlModelConfig bench_held(const rlModelConfig *cfg) {
+/* The model as the backend holds it: a backend with upload_quant (CUDA)
+ * keeps quantized layers quantized, so a decode step reads their packed
+ * values, scales and zeros; the CPU holds them dequantized, and its floor
+ * counts dense bytes. */
+static rlModelConfig bench_held(const rlModelConfig *cfg, const rlBackend *be) {
     rlModelConfig held = *cfg;
-    held.quant.method = RL_QUANT_NONE;
+    if (!be->ops->upload_quant) held.quant.method = RL_QUANT_NONE;
     return held;
 }
 
@@ -253,16 +255,21 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         slash = strrchr(name, '/');
     }
     const char *base = slash ? slash + 1 : name;
-    rlModelConfig held = bench_held(&m->cfg);
+    rlModelConfig held = bench_held(&m->cfg, m->be);
     size_t wb = rl_model_weight_bytes(&held, &m->shard, m->be->weight_dtype);
+    /* Quantized layers: the bytes the backend holds, beside the plan's count. */
+    size_t q_held = m->quant_bytes,
+           q_plan = m->quant_bytes ? rl_model_linear_bytes(&held, &m->shard, m->be->weight_dtype) : 0;
     char quant[64];
     rl_quant_name(&m->cfg.quant, quant, sizeof(quant));
+    const char *how = !m->cfg.quant.method ? "" : m->quant_bytes ? ", quantized " : ", dequantized from ";
     if (o->json) {
         printf("{\"backend\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"quantization\":\"%s\","
                "\"weight_bytes\":%zu,\"decode_bytes_per_step\":%zu,\"bandwidth_bytes_per_s\":%.0f,"
+               "\"quant_bytes_held\":%zu,\"quant_bytes_planned\":%zu,"
                "\"prompt_len\":%d,\"gen\":%d,\"results\":[",
                m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), quant, wb, step_bytes,
-               bw, o->prompt_len, o->gen);
+               bw, q_held, q_plan, o->prompt_len, o->gen);
         for (int i = 0; i < n; i++)
             printf("%s{\"batch\":%d,\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.2f,"
                    "\"decode_ms_per_step\":%.3f,\"floor_ms_per_step\":%.3f}",
@@ -274,9 +281,12 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         return;
     }
     printf("backend %s, %s (%s weights%s%s%s, %.2f GB; a decode step reads %.2f GB of them)\n",
-           m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype),
-           m->cfg.quant.method ? ", dequantized from " : "", m->cfg.quant.method ? quant : "",
-           m->cfg.quant.method ? " at load" : "", wb / 1e9, step_bytes / 1e9);
+           m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), how,
+           m->cfg.quant.method ? quant : "",
+           m->cfg.quant.method && !m->quant_bytes ? " at load" : "", wb / 1e9, step_bytes / 1e9);
+    if (m->quant_bytes)
+        printf("quantized layers: %zu bytes held on the device, %zu counted by the memory plan "
+               "(%s)\n", q_held, q_plan, q_held == q_plan ? "equal" : "they differ");
     if (m->cfg.num_experts) {
         /* The batch-1 floor's parts: the chosen experts, the LM head, the rest. */
         size_t none = rl_model_read_bytes(&held, &m->shard, m->be->weight_dtype, 0);
@@ -309,6 +319,7 @@ int cmd_bench(int argc, char **argv) {
     rlCheckpoint *ck = NULL;
     rlBackend *be = NULL;
     rlModel m = {0};
+    rlQuantDummy qdummy = {0};
     benchRow rows[BENCH_MAX_BATCHES];
     int rc = bench_parse(argc, argv, &o);
     if (rc >= 0) return rc;
@@ -317,9 +328,8 @@ int cmd_bench(int argc, char **argv) {
     if (dummy ? checkpoint_read_config(o.model, &cfg, &err) != 0
               : !(ck = checkpoint_open(o.model, &cfg, &err)))
         goto fail;
-    rlQuantDummy qdummy = {.seed = 1};
     if (quant_apply_flag(&cfg, o.quantization, dummy, &err)) goto fail;
-    qdummy.cfg = cfg;
+    quant_dummy_init(&qdummy, &cfg, 1);
     rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16, .profile = o.profile};
     /* --backend is cpu or cuda: the flag's choices */
     be = strcmp(o.backend, "cuda") ? rl_backend_cpu_create(&bo, &err)
@@ -355,7 +365,7 @@ int cmd_bench(int argc, char **argv) {
     }
     double bw;
     if (bench_bandwidth(be, (size_t)o.copy_mib << 20, &bw, &err) != 0) goto fail;
-    rlModelConfig held = bench_held(&cfg);
+    rlModelConfig held = bench_held(&cfg, be);
     size_t step_bytes = bench_step_bytes(&held, &shard, be->weight_dtype, 1);
     size_t kv_token = rl_model_kv_bytes_per_token(&cfg, &shard, be->act_dtype);
     for (int i = 0; i < o.n_batches; i++) {
@@ -375,9 +385,11 @@ int cmd_bench(int argc, char **argv) {
     rl_model_free(&m);
     be->ops->destroy(be);
     if (ck) checkpoint_close(ck);
+    quant_dummy_free(&qdummy);
     return 0;
 fail:
     fprintf(stderr, "redlm bench: %s\n", err.msg);
+    quant_dummy_free(&qdummy);
     rl_model_free(&m);
     if (be) be->ops->destroy(be);
     if (ck) checkpoint_close(ck);

@@ -16,22 +16,10 @@
 #include <stdint.h>
 
 #include "kernels/config.h"
+#include "kernels/quant.h"
 
-typedef enum rlWqType { RL_WQ_INT4 = 1, RL_WQ_INT8, RL_WQ_FP8 } rlWqType;
-
-/* y[m][n] = x[m][k] . W[n][k]^T, W given as: */
-typedef struct rlWqHost {
-    rlWqType type;
-    int n, k;
-    int group_k;          /* input columns per scale (k: one group) */
-    int group_n;          /* output rows per scale: 1 (int types, fp8 per channel),
-                             block_n (fp8 block), n (fp8 per tensor) */
-    const uint8_t *q;     /* [n][k]: integers (int4 0..15, int8 0..255) or e4m3 bit patterns */
-    const float *scale;   /* [ceil(n / group_n)][ceil(k / group_k)] */
-    const float *zero;    /* int types: [n][ceil(k / group_k)], w = scale * (q - zero);
-                             NULL for fp8, w = scale * e4m3(q) */
-    const int32_t *perm;  /* [k] or NULL (GPTQ act-order): q's column j multiplies x[:, perm[j]] */
-} rlWqHost;
+/* rlWqType and rlWqHost, the plain form the loader hands over, live in
+ * kernels/quant.h (the loader and the model build them without CUDA). */
 
 typedef struct rlWq rlWq;
 

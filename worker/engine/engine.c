@@ -296,18 +296,17 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         goto fail;
     }
     if (quant_apply_flag(&e->cfg, o->quantization, !e->ckpt, err)) goto fail;
-    if (rl_model_check_backend(&e->cfg, o->backend, err)) goto fail;
     if (o->batch_invariant && strcmp(o->backend, "cpu")) {
         rl_error(err, RL_EUSAGE, "--batch-invariant runs on the CPU backend only in this version "
                  "(the CUDA kernels are not batch-invariant yet): drop it or use --backend cpu");
         goto fail;
     }
-    e->qdummy = (rlQuantDummy){.cfg = e->cfg, .seed = o->seed};
+    quant_dummy_init(&e->qdummy, &e->cfg, o->seed);
     rl_quant_name(&e->cfg.quant, e->quant, sizeof(e->quant));
     if (e->cfg.quant.method)
-        fprintf(stderr, "redlm: %s%s weights, dequantized to fp32 at load (the CPU backend's "
-                "path; the GPU kernels for them are not there yet)\n",
-                e->ckpt ? "" : "dummy ", e->quant);
+        fprintf(stderr, "redlm: %s%s weights, %s\n", e->ckpt ? "" : "dummy ", e->quant,
+                strcmp(o->backend, "cpu") ? "kept quantized on the GPU"
+                                          : "dequantized to fp32 at load (the CPU backend's path)");
     if (o->max_model_len <= 0 || o->max_model_len > e->cfg.max_position_embeddings) {
         if (o->max_model_len > e->cfg.max_position_embeddings) {
             rl_error(err, RL_EUSAGE, "--max-model-len %d is over the model's "
@@ -857,5 +856,6 @@ void engine_close(rlEngine *e) {
     if (e->tok) tokenizer_free(e->tok);
     chat_free(e->chat);
     if (e->ckpt) checkpoint_close(e->ckpt);
+    quant_dummy_free(&e->qdummy);
     free(e);
 }

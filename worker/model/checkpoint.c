@@ -475,12 +475,21 @@ rlCheckpoint *checkpoint_open(const char *dir, rlModelConfig *cfg, rlError *err)
     return c;
 }
 
-/* A quantized layer's weight: the block asked for, dequantized to fp32. */
+/* A quantized layer's weight: the block asked for, dequantized to fp32, or
+ * in the plain quantized form when the caller takes it. */
 static int ck_lookup_quant(rlCheckpoint *c, const rlCkQuant *cq, rlTensorView *out,
                            rlError *err) {
     const rlQuantLinear *w = &cq->w;
     int64_t r0 = out->nr ? out->r0 : 0, nr = out->nr ? out->nr : w->n;
     int64_t c0 = out->nr ? out->c0 : 0, nc = out->nr ? out->nc : w->k;
+    if (out->want_quant) {
+        rlTensorView v = {.ndim = 2, .shape = {w->n, w->k}, .r0 = r0, .nr = nr, .c0 = c0,
+                          .nc = nc, .want_quant = 1, .quantized = 1};
+        if (quant_plain(w, r0, nr, c0, nc, &v.wq, &v.input_scale, &v.owned, err))
+            return rl_error_wrap(err, "loading %s", c->dir);
+        *out = v;
+        return 0;
+    }
     float *block = malloc((size_t)(nr * nc > 0 ? nr * nc : 1) * sizeof(float));
     if (!block)
         return rl_error(err, RL_EMEMORY, "out of host memory dequantizing %s (%lld x %lld)",

@@ -4,6 +4,7 @@
 #include "worker/model/quant.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/half.h"
@@ -86,12 +87,38 @@ int quant_dequant(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c0, in
     return rl_error(err, RL_EINTERNAL, "%s: not a quantized layer", w->name);
 }
 
-float quant_fp8_e4m3(uint8_t v) {
-    int sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;
-    if (exp == 0xf && man == 7) return NAN;
-    /* Subnormals: man / 8 * 2^-6; normals: (1 + man / 8) * 2^(exp - 7). */
-    float mag = exp ? ldexpf(1.0f + (float)man / 8.0f, exp - 7) : ldexpf((float)man / 8.0f, -6);
-    return sign ? -mag : mag;
+int quant_plain(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                rlWqHost *out, float *input_scale, void **owned, rlError *err) {
+    int ku = rl_quant_k_unit(w->q), nu = rl_quant_n_unit(w->q);
+    if (r0 < 0 || c0 < 0 || nr <= 0 || nc <= 0 || r0 + nr > w->n || c0 + nc > w->k ||
+        r0 % nu || c0 % ku || (r0 + nr < w->n && nr % nu) || (c0 + nc < w->k && nc % ku))
+        return rl_error(err, RL_EINTERNAL, "%s: block [%lld+%lld, %lld+%lld] of [%lld, %lld] is "
+                        "not cut on the format's units (%d rows, %d columns)", w->name,
+                        (long long)r0, (long long)nr, (long long)c0, (long long)nc,
+                        (long long)w->n, (long long)w->k, nu, ku);
+    *input_scale = 0;
+    *owned = NULL;
+    int rc;
+    switch (w->q->method) {
+    case RL_QUANT_AWQ: rc = quant_awq_plain(w, r0, nr, c0, nc, out, owned, err); break;
+    case RL_QUANT_GPTQ: rc = quant_gptq_plain(w, r0, nr, c0, nc, out, owned, err); break;
+    case RL_QUANT_FP8:
+        rc = quant_fp8_plain(w, r0, nr, c0, nc, out, owned, err);
+        if (!rc && w->data[QUANT_INPUT_SCALE]) {
+            double s = quant_scale(w->data[QUANT_INPUT_SCALE], w->dtype[QUANT_INPUT_SCALE], 0);
+            if (!isfinite(s) || s <= 0)
+                rc = rl_error(err, RL_EMODEL, "%s: input_scale %g is not a positive number: "
+                              "the checkpoint is damaged; download it again", w->name, s);
+            *input_scale = (float)s;
+        }
+        break;
+    default: rc = rl_error(err, RL_EINTERNAL, "%s: not a quantized layer", w->name);
+    }
+    if (rc) {
+        free(*owned);
+        *owned = NULL;
+    }
+    return rc;
 }
 
 double quant_scale(const void *data, rlDtype dtype, size_t i) {

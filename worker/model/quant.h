@@ -12,6 +12,7 @@
 #define RL_WORKER_QUANT_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "kernels/config.h"
@@ -79,6 +80,16 @@ int quant_check(const rlQuantLinear *w, rlError *err);
 int quant_dequant(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                   float *out, rlError *err);
 
+/* The same block in the plain form a backend that keeps weights quantized
+ * takes (kernels/quant.h's rlWqHost): integers or float8 bytes [nr][nc],
+ * fp32 scales and zero points per (row, group), act-order as a permutation
+ * that makes each group's columns contiguous.  The block must start on the
+ * format's units (rl_quant_k_unit / rl_quant_n_unit), as a TP shard does.
+ * The arrays live in *owned (free() it); *input_scale is the static FP8
+ * input scale, 0 when activations are scaled at run time. */
+int quant_plain(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                rlWqHost *out, float *input_scale, void **owned, rlError *err);
+
 /* Per format (quant_awq.c, quant_gptq.c, quant_fp8.c). */
 int quant_awq_dequant(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                       float *out, rlError *err);
@@ -87,9 +98,12 @@ int quant_gptq_dequant(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c
                        float *out, rlError *err);
 int quant_fp8_dequant(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                       float *out, rlError *err);
-
-/* float8_e4m3fn (no infinities; S.1111.111 is NaN) to float, exactly. */
-float quant_fp8_e4m3(uint8_t v);
+int quant_awq_plain(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                    rlWqHost *out, void **owned, rlError *err);
+int quant_gptq_plain(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                     rlWqHost *out, void **owned, rlError *err);
+int quant_fp8_plain(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                    rlWqHost *out, void **owned, rlError *err);
 
 /* A stored scale (fp32, bf16 or fp16) as a double. */
 double quant_scale(const void *data, rlDtype dtype, size_t i);
@@ -97,11 +111,22 @@ double quant_scale(const void *data, rlDtype dtype, size_t i);
 /* quant_dummy.c: an rlTensorLookup (kernels/model.h) for --load-format dummy
  * with a quantized config: every quantized layer is made as random stored
  * parts of its real shapes and dequantized like a checkpoint's; other
- * tensors are left to the model's dummy weights (data NULL). */
+ * tensors are left to the model's dummy weights (data NULL).  A caller that
+ * takes layers quantized (want_quant) gets one random shard per shape and
+ * block, made once and served to every layer, so a 72B-class model loads
+ * in seconds; quant_dummy_free releases them. */
+typedef struct rlQuantDummyShard rlQuantDummyShard;
 typedef struct rlQuantDummy {
     rlModelConfig cfg;
     uint64_t seed;
+    rlQuantDummyShard *shards;
+    pthread_mutex_t lock;       /* ranks load in parallel threads */
+    int ready;                  /* quant_dummy_init ran */
 } rlQuantDummy;
+
+void quant_dummy_init(rlQuantDummy *d, const rlModelConfig *cfg, uint64_t seed);
+/* Releases the shards (nothing before quant_dummy_init: a zeroed d is fine). */
+void quant_dummy_free(rlQuantDummy *d);
 
 int quant_dummy_lookup(void *ctx, const char *name, rlTensorView *out, rlError *err);
 

@@ -8,6 +8,8 @@
  * scales [groups, N]; g_idx int32 [K], input row k's group (k / G in K's
  * order, any order with desc_act).  w[n][k] = s[g][n] * (q - z[g][n]). */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "worker/model/quant.h"
 
@@ -90,4 +92,88 @@ int quant_gptq_dequant(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c
         }
     }
     return 0;
+}
+
+/* Act-order: the block's columns sorted by group (stably), so each group's
+ * columns are contiguous; *len the run length every group but the last has.
+ * Fails when the runs are not of one length (a TP shard that holds parts of
+ * groups unevenly). */
+static int gptq_runs(const rlQuantLinear *w, int64_t c0, int64_t nc, int64_t groups,
+                     int32_t *perm, int64_t *len, rlError *err) {
+    int64_t *count = calloc((size_t)groups + 1, sizeof(int64_t));
+    if (!count) return rl_error(err, RL_EMEMORY, "out of host memory sorting %s", w->name);
+    for (int64_t c = c0; c < c0 + nc; c++) count[gptq_group(w, c) + 1]++;
+    /* every non-empty run but the last as long as the first; the last no longer */
+    int64_t run = 0, prev = 0;
+    int uneven = 0;
+    for (int64_t g = 0; g < groups; g++) {
+        int64_t n = count[g + 1];
+        if (!n) continue;
+        if (!run) run = n;
+        if (prev && prev != run) uneven = 1;  /* a shorter run was not the last */
+        if (n > run) uneven = 1;
+        prev = n;
+    }
+    for (int64_t g = 0; g < groups; g++) count[g + 1] += count[g];
+    for (int64_t c = c0; c < c0 + nc; c++) perm[count[gptq_group(w, c)]++] = (int32_t)(c - c0);
+    free(count);
+    *len = run;
+    if (uneven)
+        return rl_error(err, RL_EUSAGE, "%s: this shard of an act-order (desc_act) GPTQ layer "
+                        "holds unequal parts of its groups, which the GPU kernels cannot take. "
+                        "Run it at --tp 1 on CUDA, or on the CPU backend.", w->name);
+    return 0;
+}
+
+int quant_gptq_plain(const rlQuantLinear *w, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                     rlWqHost *out, void **owned, rlError *err) {
+    gptqLayout l = gptq_layout(w);
+    int act = w->q->act_order && w->data[QUANT_G_IDX];
+    int64_t G = w->q->group ? w->q->group : nc;
+    int32_t *order = NULL;
+    if (act) {
+        if (!(order = malloc((size_t)nc * sizeof(int32_t))))
+            return rl_error(err, RL_EMEMORY, "out of host memory sorting %s", w->name);
+        if (gptq_runs(w, c0, nc, l.groups, order, &G, err)) {
+            free(order);
+            return -1;
+        }
+        int identity = 1;
+        for (int64_t j = 0; j < nc && identity; j++) identity = order[j] == j;
+        if (identity) act = 0;
+    }
+    int64_t groups = (nc + G - 1) / G;
+    if (rl_wq_host_alloc(out, l.bits == 4 ? RL_WQ_INT4 : RL_WQ_INT8, nr, nc, 1, (int)G, 1, act,
+                          owned, w->name, err)) {
+        free(order);
+        return -1;
+    }
+    if (act) memcpy((int32_t *)out->perm, order, (size_t)nc * sizeof(int32_t));
+    const int32_t *qw = w->data[QUANT_WEIGHT], *qz = w->data[QUANT_ZEROS];
+    int64_t zwords = w->n / l.pack;
+    int zplus = w->q->zeros_v2 ? 0 : 1, rc = 0;
+    uint8_t *q = (uint8_t *)out->q;
+    float *s = (float *)out->scale, *z = (float *)out->zero;
+    for (int64_t r = r0; r < r0 + nr && !rc; r++) {
+        int zshift = l.bits * (int)(r % l.pack);
+        for (int64_t j = 0; j < nc; j++) {
+            int64_t c = c0 + (act ? order[j] : j);
+            q[(r - r0) * nc + j] = (uint8_t)(((uint32_t)qw[(c / l.pack) * w->n + r] >>
+                                               (l.bits * (int)(c % l.pack))) & l.mask);
+        }
+        for (int64_t g = 0; g < groups && !rc; g++) {
+            int64_t gs = gptq_group(w, c0 + (act ? order[g * G] : g * G));
+            double v = quant_scale(w->data[QUANT_SCALES], w->dtype[QUANT_SCALES],
+                                   (size_t)(gs * w->n + r));
+            if (!isfinite(v))
+                rc = rl_error(err, RL_EMODEL, "%s: scale [%lld, %lld] is not finite: the "
+                              "checkpoint is damaged; download it again", w->name,
+                              (long long)gs, (long long)r);
+            s[(r - r0) * groups + g] = (float)v;
+            z[(r - r0) * groups + g] =
+                (float)((((uint32_t)qz[gs * zwords + r / l.pack] >> zshift) & l.mask) + zplus);
+        }
+    }
+    free(order);
+    return rc;
 }
