@@ -65,31 +65,41 @@ int rl_quant_n_unit(const rlQuant *q) {
 
 static size_t quant_ceil(int64_t a, int64_t b) { return (size_t)((a + b - 1) / b); }
 
+/* What the CUDA path holds for a shard in the plain form (kernels/cuda/wq.h
+ * packs it; qlinear.cu adds FP8's W8A8 scales): the values in tiles of 8
+ * rows and chunks of 128 (int4) or 64 (8-bit) columns, fp32 scales per
+ * (group, row) and uint8 zero points per (group, row) over the padded rows,
+ * the act-order permutation; FP8 layers keep their scales once more for the
+ * W8A8 path of sm_89 / sm_90 (plus the static input scale). */
 size_t rl_quant_linear_bytes(const rlQuant *q, int64_t n, int64_t k, int64_t k_full,
-                             size_t dense_size) {
-    size_t nn = (size_t)n, kk = (size_t)k;
+                             size_t dense_size, int joined) {
+    (void)k_full;
     if (n == 0 || k == 0) return 0;
+    size_t npad = quant_ceil(n, 8) * 8;
     switch (q->method) {
     case RL_QUANT_AWQ:
     case RL_QUANT_GPTQ: {
-        int64_t g = q->group ? q->group : k_full;
-        int replicated = q->method == RL_QUANT_GPTQ && (q->act_order || !q->group);
-        size_t groups = replicated ? quant_ceil(k_full, g) : quant_ceil(k, g);
-        size_t bytes = nn * kk * (size_t)q->bits / 8      /* packed weights */
-                       + nn * groups * 2                    /* fp16 scales */
-                       + nn * groups * (size_t)q->bits / 8; /* packed zeros */
-        if (q->act_order) bytes += kk * sizeof(int32_t);    /* g_idx */
-        return bytes;
+        size_t chunk = q->bits == 4 ? 128 : 64, groups = q->group ? quant_ceil(k, q->group) : 1;
+        return npad * quant_ceil(k, (int64_t)chunk) * chunk * (size_t)q->bits / 8 +
+               groups * npad * (sizeof(float) + 1) +
+               (q->act_order ? (size_t)k * sizeof(int32_t) : 0);
     }
     case RL_QUANT_FP8: {
-        size_t scales = q->fp8_scale == RL_FP8_BLOCK
-                            ? quant_ceil(n, q->block_n) * quant_ceil(k, q->group)
-                            : q->fp8_scale == RL_FP8_CHANNEL ? nn : 1;
-        return nn * kk + scales * sizeof(float);
+        size_t values = npad * quant_ceil(k, 64) * 64, kernels, w8a8;
+        if (q->fp8_scale == RL_FP8_BLOCK) {
+            kernels = quant_ceil(k, q->group) * quant_ceil((int64_t)npad, q->block_n);
+            w8a8 = quant_ceil(k, q->group) * quant_ceil(n, q->block_n);
+        } else if (q->fp8_scale == RL_FP8_CHANNEL || joined) {
+            /* a per-tensor scale of q, k or v becomes one per row once they are joined */
+            kernels = npad, w8a8 = (size_t)n;
+        } else {
+            kernels = w8a8 = 1;
+        }
+        return values + (kernels + w8a8) * sizeof(float) + (q->act_static ? sizeof(float) : 0);
     }
     case RL_QUANT_NONE: break;
     }
-    return nn * kk * dense_size;
+    return (size_t)n * (size_t)k * dense_size;
 }
 
 float rl_fp8_e4m3(uint8_t v) {

@@ -54,13 +54,12 @@ int rl_quant_k_unit(const rlQuant *q);
 int rl_quant_n_unit(const rlQuant *q);
 
 /* Bytes the GPU path holds for the part [n rows x k columns] of a linear
- * layer whose whole input is k_full columns: packed weights, fp16 scales
- * and packed zeros (AWQ / GPTQ; a row-parallel shard of an act-order or
- * single-group GPTQ layer keeps every group's scales), g_idx with act-order,
- * fp32 scales for FP8.  Without quantization, n x k elements of dense_size
- * bytes. */
+ * layer whose whole input is k_full columns (quant.c says what they are);
+ * joined: the layer is one part of a matrix the model joins (q|k|v,
+ * gate|up), where a per-tensor FP8 scale becomes one per row.  Without
+ * quantization, n x k elements of dense_size bytes. */
 size_t rl_quant_linear_bytes(const rlQuant *q, int64_t n, int64_t k, int64_t k_full,
-                             size_t dense_size);
+                             size_t dense_size, int joined);
 
 /* One rank's shard of a quantized linear layer in one plain form, whatever
  * the checkpoint's packing: what a backend that keeps weights quantized

@@ -6,8 +6,9 @@
 # for every fixture model (tests/fixture_paths.h: Qwen2, Qwen3, YaRN,
 # Llama 3, and the mixtures of experts within their measured bounds, whose
 # routing follows the 16-bit rounding near a tie, and within 0.05 with the
-# routing held to the fp32 CPU backend's; the quantized ones run on the CPU
-# backend only).
+# routing held to the fp32 CPU backend's; and the quantized ones, kept
+# quantized: tests/gpu_quant.sh runs those again on both paths with redlm
+# generate).
 set -eu
 source "$(dirname "$0")/skip_without_gpu.sh"
 RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 "$BUILD/tests/test_forward"

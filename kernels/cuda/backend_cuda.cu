@@ -38,7 +38,7 @@ void cuda_fail(rlCuda *c, rlErrorCode code, const char *fmt, ...) {
 }
 
 /* Grow *buf to hold at least bytes (zeroed when zero is set); 0 on success. */
-static int cuda_grow(rlCuda *c, void **buf, size_t *cap, size_t bytes, int zero, const char *op) {
+int cuda_grow(rlCuda *c, void **buf, size_t *cap, size_t bytes, int zero, const char *op) {
     if (bytes <= *cap) return 0;
     if (c->capturing) {
         cuda_fail(c, RL_EINTERNAL, "%s: a device buffer must grow during a graph capture", op);
@@ -322,6 +322,7 @@ static void cuda_destroy(rlBackend *be) {
     cudaStreamSynchronize(c->stream);
     cuda_graphs_free(c);
     cuda_prof_free(c);
+    cuda_qlinear_free(c);
     cuda_gemm_free(c);
     cudaFree(c->k_cache);
     cudaFree(c->v_cache);
@@ -356,6 +357,9 @@ static const rlBackendOps cuda_ops = {
     .rmsnorm = cuda_rmsnorm,
     .add_rmsnorm = cuda_add_rmsnorm,
     .matmul = cuda_matmul,
+    .upload_quant = cuda_upload_quant,
+    .matmul_quant = cuda_matmul_quant,
+    .free_quant = cuda_free_quant,
     .matmul_f32 = cuda_matmul_f32,
     .rope_kv_store = cuda_rope_kv_store,
     .attention = cuda_attention,

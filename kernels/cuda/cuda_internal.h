@@ -116,6 +116,11 @@ typedef struct rlCuda {
     int att_len;
 
     rlProf *prof;       /* per-operation timing (profile.cu); NULL: off */
+
+    /* Quantized linear layers (qlinear.cu): what cuBLASLt's FP8 scale modes
+     * were found to do here, FP8 GEMM plans, and the workspace a large
+     * batch dequantizes a layer into. */
+    struct rlQlState *ql;
 } rlCuda;
 
 static inline rlCuda *cuda_of(rlBackend *be) { return (rlCuda *)be->impl; }
@@ -131,6 +136,9 @@ void cuda_fail(rlCuda *c, rlErrorCode code, const char *fmt, ...)
 int cuda_scratch(rlCuda *c, size_t bytes, const char *op);
 /* Make sure moe_ws holds at least bytes; 0 on success (failure recorded). */
 int cuda_moe_ws(rlCuda *c, size_t bytes, const char *op);
+/* Grow *buf to hold at least bytes (zeroed when zero is set), dropping the
+ * graph captures; fails (recorded) inside a capture.  0 on success. */
+int cuda_grow(rlCuda *c, void **buf, size_t *cap, size_t bytes, int zero, const char *op);
 /* Make sure att_count holds at least n zeroed counters; 0 on success. */
 int cuda_att_counters(rlCuda *c, int n, const char *op);
 
@@ -178,6 +186,19 @@ void cuda_matmul(rlBackend *be, void *out, const void *in, const void *w, const 
                  int rows, int n, int k);
 void cuda_matmul_f32(rlBackend *be, float *out, const void *in, const void *w, int rows, int n,
                      int k);
+/* out = in . w^T (+ bias) with w of dtype wt (16-bit), f32out for fp32 output. */
+void cuda_gemm(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w, const void *bias,
+               int rows, int n, int k, int f32out, const char *op);
+/* Lt's element type of a dtype. */
+cudaDataType_t cuda_lt_type(rlDtype t);
+
+/* qlinear.cu */
+void *cuda_upload_quant(rlBackend *be, const rlWqHost *w, float input_scale, size_t *bytes,
+                        rlError *err);
+void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
+                       int rows, int n, int k);
+void cuda_free_quant(rlBackend *be, void *w);
+void cuda_qlinear_free(rlCuda *c);
 
 /* moe.cu */
 void cuda_moe_route(rlBackend *be, int *ids, float *weights, const float *logits, int rows,

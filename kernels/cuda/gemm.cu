@@ -67,7 +67,7 @@ static int gemm_tune(rlCuda *c, rlGemmAlgo *g, const cublasLtMatmulHeuristicResu
     return best;
 }
 
-static cudaDataType_t lt_type(rlDtype t) {
+cudaDataType_t cuda_lt_type(rlDtype t) {
     return t == RL_F32 ? CUDA_R_32F : t == RL_F16 ? CUDA_R_16F : CUDA_R_16BF;
 }
 
@@ -145,7 +145,7 @@ static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, cons
     rlGemmAlgo *g = &c->gemm[c->n_gemm];
     memset(g, 0, sizeof *g);
     g->rows = rows, g->n = n, g->k = k, g->bias = bias != NULL, g->f32out = f32out;
-    cudaDataType_t ab = lt_type(wt), dt = f32out ? CUDA_R_32F : ab;
+    cudaDataType_t ab = cuda_lt_type(wt), dt = f32out ? CUDA_R_32F : ab;
     cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
     cublasStatus_t st = cublasLtMatmulDescCreate(&g->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -343,7 +343,7 @@ static int gemv_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void
     return 1;
 }
 
-static void gemm_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
+void cuda_gemm(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
                      const void *bias, int rows, int n, int k, int f32out, const char *op) {
     if (!rows || !n || c->err.code != RL_OK) return;
     if (k == 0) {
@@ -383,10 +383,10 @@ static void gemm_run(rlCuda *c, rlDtype wt, void *out, const void *in, const voi
 
 void cuda_matmul(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
                  int rows, int n, int k) {
-    gemm_run(cuda_of(be), be->weight_dtype, out, in, w, bias, rows, n, k, 0, "matmul");
+    cuda_gemm(cuda_of(be), be->weight_dtype, out, in, w, bias, rows, n, k, 0, "matmul");
 }
 
 void cuda_matmul_f32(rlBackend *be, float *out, const void *in, const void *w, int rows, int n,
                      int k) {
-    gemm_run(cuda_of(be), be->weight_dtype, out, in, w, NULL, rows, n, k, 1, "matmul_f32");
+    cuda_gemm(cuda_of(be), be->weight_dtype, out, in, w, NULL, rows, n, k, 1, "matmul_f32");
 }

@@ -40,6 +40,6 @@ extern const rlFlagChoice engine_quantizations[];
 #define ENGINE_QUANTIZATION_HELP                                                  \
     "dummy weights in that format (default: the config's\n"                       \
     "quantization_config, which a checkpoint must match);\n"                      \
-    "quantized weights run on the CPU backend only"
+    "kept quantized on CUDA, dequantized on the CPU"
 
 #endif
