@@ -150,12 +150,11 @@ ql_quant_act(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k, int group
     } else {
         float amax = 0;
         for (int i = k0 + threadIdx.x; i < k1; i += blockDim.x) amax = fmaxf(amax, fabsf(ld(xr + i)));
+        int lane = threadIdx.x & 31;
         amax = warp_max(amax);
+        if (lane == 0) red[threadIdx.x >> 5] = amax;
         __syncthreads();
-        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
-        __syncthreads();
-        amax = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.0f;
-        amax = warp_max(amax);
+        amax = warp_max(lane < (int)(blockDim.x >> 5) ? red[lane] : 0.0f);  /* every warp */
         s = amax > 0 ? amax / QL_E4M3_MAX : 1.0f;
         if (threadIdx.x == 0) scale[ql_scale_at(mode, var, m, k, row, k0)] = s;
     }
