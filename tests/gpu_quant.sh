@@ -3,6 +3,9 @@
 # (kernels/cuda/qlinear.cu over wq.h's kernels), on both paths: the default
 # one (FP8 W8A8 through cuBLASLt at prefill on sm_89+) and RL_CUDA_GENERIC=1
 # (every large batch dequantizes to 16 bits, W8A16 / W4A16).
+#   - test_cuda_qlinear: random int4 / int8 / FP8 layers (groups, act-order,
+#     block / channel / tensor scales, static input scale) at 1 to 300 rows
+#     against a float64 host reference;
 #   - test_forward and test_ranks (1x1 on one GPU) on every models-quant/
 #     fixture: prompt logprobs within 0.05 of reference.json for AWQ and
 #     GPTQ, FP8 within FP8_TOL (test_forward.c says why) with the measured
@@ -18,6 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 for generic in 0 1; do
     export RL_CUDA_GENERIC=$generic
     echo "## RL_CUDA_GENERIC=$generic"
+    RL_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_qlinear"
     RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 RL_TEST_ONLY=quant "$BUILD/tests/test_forward"
     RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 RL_TEST_ONLY=quant "$BUILD/tests/test_ranks"
     for cfg in "$FIXTURES"/models-quant/*/config.json; do
