@@ -1,0 +1,473 @@
+/* wq.cu: linear layers over quantized weights (int4 / int8 / fp8), read in
+ * the packed layout of wq_internal.h and dequantized in registers.
+ *
+ * One kernel serves decode and small batches: a block owns NW tiles of 8
+ * output columns over all of K, its 8 warps take every 8th chunk of K (a
+ * split-K inside the block, so a narrow layer still puts enough loads in
+ * flight), and each warp runs mma.sync m16n8k16 over MT tiles of 16 rows.
+ * Weights stream once per block, 16 bytes per lane per chunk, the next
+ * chunk's loads issued before the current one is used; activations come
+ * straight from global memory (they are small and shared through L1).
+ * q - zero (int4 / int8) and e4m3 are exact in bf16 and fp16, so the B
+ * fragments are exact and the fp32 scale multiplies an fp32 partial sum once
+ * per group.  The warps' partial sums meet in shared memory and are rounded
+ * once into y.  rl_wq_dequant writes the dense matrix for larger batches.
+ *
+ * Errors: rl_wq_upload fills the caller's message (the loader names the
+ * tensor around it); rl_wq_gemm and rl_wq_dequant run inside a step and
+ * return an rlErrorCode (RL_EINPUT for arguments the weights cannot take,
+ * RL_EDEVICE for a failed launch) that the backend records as its first
+ * failure; nothing here aborts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "kernels/cuda/cuda_mma.cuh"
+#include "kernels/cuda/cuda_types.cuh"
+#include "kernels/cuda/wq_internal.h"
+
+extern "C" {
+#include "kernels/error.h"
+}
+
+#define WQ_WARPS 8
+
+template <typename T> struct WqArgs {
+    const uint8_t *qw;
+    const float *scale;
+    const uint8_t *zero;
+    const int32_t *perm;
+    const T *x;
+    T *y;
+    int ldx, ldy, m, n, k;
+    int ntiles, nchunks, ngroups, group_units, scale_rows, gshift;
+};
+
+/* The weight stream: read once, so kept out of L1. */
+static __device__ __forceinline__ uint4 wq_ld_stream(const uint8_t *p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
+static __device__ __forceinline__ uint32_t wq_sub2(uint32_t a, uint32_t b, f16) {
+    __half2 r = __hsub2(*(__half2 *)&a, *(__half2 *)&b);
+    return *(uint32_t *)&r;
+}
+static __device__ __forceinline__ uint32_t wq_sub2(uint32_t a, uint32_t b, bf16) {
+    __nv_bfloat162 r = __hsub2(*(__nv_bfloat162 *)&a, *(__nv_bfloat162 *)&b);
+    return *(uint32_t *)&r;
+}
+static __device__ __forceinline__ uint32_t wq_pack2(float lo, float hi, bf16) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&h;
+}
+
+/* e4m3 bits -> its value times 2^-120 as fp32 bits (exact, subnormals too). */
+static __device__ __forceinline__ float wq_e4m3_scaled(uint32_t b) {
+    return __uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24));
+}
+static __device__ __forceinline__ float wq_e4m3(uint32_t b) {
+    return wq_e4m3_scaled(b) * 0x1p120f;
+}
+
+/* Per type and element type: what a group's zero point becomes for the
+ * subtraction (zz), the four B registers of unit u of a lane's 16 bytes,
+ * and the factor the kernel's B values are short of (folded into scales). */
+template <typename T, int TY> struct WqDeq;
+
+template <typename T> struct WqDeq<T, RL_WQ_INT4> {
+    static constexpr float fold = 1.0f;
+    /* 1024 + q in fp16, 128 + q in bf16 */
+    static constexpr uint32_t magic = std::is_same<T, f16>::value ? 0x64006400u : 0x43004300u;
+    static __device__ __forceinline__ uint32_t zz(uint32_t z) { return magic | z * 0x10001u; }
+    static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t zz, uint32_t *b) {
+        uint32_t word = w[u];
+#pragma unroll
+        for (int p = 0; p < 4; p++) b[p] = wq_sub2(((word >> (4 * p)) & 0x000f000fu) | magic, zz, T());
+    }
+};
+
+template <> struct WqDeq<f16, RL_WQ_INT8> {
+    static constexpr float fold = 1.0f;
+    static __device__ __forceinline__ uint32_t zz(uint32_t z) { return 0x64006400u | z * 0x10001u; }
+    static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t zz, uint32_t *b) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t word = w[2 * u + h];
+            b[2 * h] = wq_sub2(__byte_perm(word, 0x64646464u, 0x4140), zz, f16());
+            b[2 * h + 1] = wq_sub2(__byte_perm(word, 0x64646464u, 0x4342), zz, f16());
+        }
+    }
+};
+
+/* bf16 holds 128 + q only up to q = 127: int8 goes through fp32 (2^23 + q). */
+template <> struct WqDeq<bf16, RL_WQ_INT8> {
+    static constexpr float fold = 1.0f;
+    static __device__ __forceinline__ uint32_t zz(uint32_t z) { return __float_as_uint(8388608.0f + (float)z); }
+    static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t zz, uint32_t *b) {
+        float zf = __uint_as_float(zz);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t word = w[2 * u + h];
+            float v[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                v[i] = __uint_as_float(0x4b000000u | ((word >> (8 * i)) & 0xffu)) - zf;
+            b[2 * h] = wq_pack2(v[0], v[1], bf16());
+            b[2 * h + 1] = wq_pack2(v[2], v[3], bf16());
+        }
+    }
+};
+
+/* fp16: the e4m3 bits moved into fp16's fields are the value times 2^-8
+ * (exact, subnormals included); the 256 goes into the scale. */
+template <> struct WqDeq<f16, RL_WQ_FP8> {
+    static constexpr float fold = 256.0f;
+    static __device__ __forceinline__ uint32_t zz(uint32_t) { return 0; }
+    static __device__ __forceinline__ uint32_t pair(uint32_t t) {
+        return ((t >> 1) & 0x3f803f80u) | (t & 0x80008000u);
+    }
+    static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t, uint32_t *b) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t word = w[2 * u + h];
+            b[2 * h] = pair(__byte_perm(word, 0, 0x1404));
+            b[2 * h + 1] = pair(__byte_perm(word, 0, 0x3424));
+        }
+    }
+};
+
+/* bf16: through fp32, where 2^120 restores the exponent bias exactly. */
+template <> struct WqDeq<bf16, RL_WQ_FP8> {
+    static constexpr float fold = 1.0f;
+    static __device__ __forceinline__ uint32_t zz(uint32_t) { return 0; }
+    static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t, uint32_t *b) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            uint32_t word = w[2 * u + h];
+            b[2 * h] = wq_pack2(wq_e4m3(word), wq_e4m3(word >> 8), bf16());
+            b[2 * h + 1] = wq_pack2(wq_e4m3(word >> 16), wq_e4m3(word >> 24), bf16());
+        }
+    }
+};
+
+/* A lane's 8 activations of row `row` at column col (16 bytes), gathered
+ * through perm for act-order; zeros past m or k. */
+template <typename T>
+static __device__ __forceinline__ uint4 wq_load_x(const WqArgs<T> &a, int row, int col) {
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (row >= a.m || col >= a.k) return v;
+    const T *xr = a.x + (size_t)row * a.ldx;
+    if (!a.perm) return __ldg((const uint4 *)(xr + col));
+    const int4 p0 = __ldg((const int4 *)(a.perm + col)), p1 = __ldg((const int4 *)(a.perm + col + 4));
+    const unsigned short *xs = (const unsigned short *)xr;
+    v.x = (uint32_t)__ldg(xs + p0.x) | (uint32_t)__ldg(xs + p0.y) << 16;
+    v.y = (uint32_t)__ldg(xs + p0.z) | (uint32_t)__ldg(xs + p0.w) << 16;
+    v.z = (uint32_t)__ldg(xs + p1.x) | (uint32_t)__ldg(xs + p1.y) << 16;
+    v.w = (uint32_t)__ldg(xs + p1.z) | (uint32_t)__ldg(xs + p1.w) << 16;
+    return v;
+}
+
+template <typename T, int TY, int MT, int NW>
+__global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
+    typedef WqDeq<T, TY> D;
+    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2;
+    __shared__ float red[WQ_WARPS][MT * NW * 4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int tile0 = blockIdx.x * NW, npad = a.ntiles * WQ_TILE_N;
+    float acc[MT][NW][4], tmp[MT][NW][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NW; nt++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[mt][nt][j] = tmp[mt][nt][j] = 0.0f;
+
+    uint4 cur[NW], nxt[NW];
+    auto load_w = [&](int c, uint4 *dst) {
+#pragma unroll
+        for (int nt = 0; nt < NW; nt++) {
+            int tile = tile0 + nt;
+            dst[nt] = tile < a.ntiles
+                          ? wq_ld_stream(a.qw + (((size_t)tile * a.nchunks + c) * 32 + lane) *
+                                                    WQ_LANE_BYTES)
+                          : make_uint4(0, 0, 0, 0);
+        }
+    };
+    uint32_t zz[NW];
+    auto load_z = [&](int G) {
+        int gc = min(G, a.ngroups - 1);
+#pragma unroll
+        for (int nt = 0; nt < NW; nt++) {
+            int col = (tile0 + nt) * WQ_TILE_N + g;
+            zz[nt] = D::zz(a.zero && col < npad ? __ldg(a.zero + (size_t)gc * npad + col) : 0u);
+        }
+    };
+    auto flush = [&](int G) {
+        const float *srow = a.scale + (size_t)min(G, a.ngroups - 1) * a.scale_rows;
+#pragma unroll
+        for (int nt = 0; nt < NW; nt++) {
+            int c0 = (tile0 + nt) * WQ_TILE_N + 2 * q;
+            float s0 = 0.0f, s1 = 0.0f;
+            if (c0 < npad) {
+                s0 = __ldg(srow + (c0 >> a.gshift)) * D::fold;
+                s1 = __ldg(srow + ((c0 + 1) >> a.gshift)) * D::fold;
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                acc[mt][nt][0] += s0 * tmp[mt][nt][0];
+                acc[mt][nt][1] += s1 * tmp[mt][nt][1];
+                acc[mt][nt][2] += s0 * tmp[mt][nt][2];
+                acc[mt][nt][3] += s1 * tmp[mt][nt][3];
+#pragma unroll
+                for (int j = 0; j < 4; j++) tmp[mt][nt][j] = 0.0f;
+            }
+        }
+    };
+
+    int c = warp;
+    if (c < a.nchunks) load_w(c, cur);
+    for (; c < a.nchunks; c += WQ_WARPS) {
+        if (c + WQ_WARPS < a.nchunks) load_w(c + WQ_WARPS, nxt);
+        const int U0 = c * UPC;
+        int G = U0 / a.group_units, r = U0 - G * a.group_units;
+        load_z(G);
+#pragma unroll
+        for (int u = 0; u < UPC; u++) {
+            if (u > 0 && r == 0) load_z(G);
+            const int col = (U0 + u) * WQ_UNIT_K + 8 * q;
+            uint4 xa[MT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                xa[mt][0] = wq_load_x(a, mt * 16 + g, col);
+                xa[mt][1] = wq_load_x(a, mt * 16 + 8 + g, col);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NW; nt++) {
+                uint32_t b[4];
+                D::unit((const uint32_t *)&cur[nt], u, zz[nt], b);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    const uint32_t a0[4] = {xa[mt][0].x, xa[mt][1].x, xa[mt][0].y, xa[mt][1].y};
+                    const uint32_t a1[4] = {xa[mt][0].z, xa[mt][1].z, xa[mt][0].w, xa[mt][1].w};
+                    mma16816(tmp[mt][nt], a0, b[0], b[1], T());
+                    mma16816(tmp[mt][nt], a1, b[2], b[3], T());
+                }
+            }
+            const bool end = ++r == a.group_units;
+            if (end || u == UPC - 1) flush(G);
+            if (end) r = 0, G++;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NW; nt++) cur[nt] = nxt[nt];
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NW; nt++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) red[warp][(mt * NW + nt) * 4 + j][lane] = acc[mt][nt][j];
+    __syncthreads();
+    for (int i = threadIdx.x; i < MT * NW * 4 * 32; i += WQ_WARPS * 32) {
+        const int reg = i >> 5, ln = i & 31;
+        float s = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WQ_WARPS; w++) s += red[w][reg][ln];
+        const int mt = reg / (NW * 4), nt = (reg >> 2) % NW, j = reg & 3;
+        const int row = mt * 16 + (ln >> 2) + (j >= 2 ? 8 : 0);
+        const int col = (tile0 + nt) * WQ_TILE_N + 2 * (ln & 3) + (j & 1);
+        if (row < a.m && col < a.n) st(a.y + (size_t)row * a.ldy + col, s);
+    }
+}
+
+/* One thread per lane's 16 bytes: the values the CPU dequantizes, s * (q - z)
+ * or e4m3 * s rounded once to fp32 then to T, at x's column (perm undone). */
+template <typename T, int TY> __global__ void wq_dequant_kernel(WqArgs<T> a, size_t total) {
+    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2;
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const int lane = (int)(i & 31), q = lane & 3;
+    const size_t tc = i >> 5;
+    const int c = (int)(tc % a.nchunks), row = (int)(tc / a.nchunks) * WQ_TILE_N + (lane >> 2);
+    if (row >= a.n) return;
+    uint4 v = *(const uint4 *)(a.qw + i * WQ_LANE_BYTES);
+    const uint32_t *w = (const uint32_t *)&v;
+    const int npad = a.ntiles * WQ_TILE_N, group_k = a.group_units * WQ_UNIT_K;
+    T *dst = a.y + (size_t)row * a.k;
+#pragma unroll
+    for (int u = 0; u < UPC; u++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const int col = (c * UPC + u) * WQ_UNIT_K + 8 * q + e;
+            if (col >= a.k) continue;
+            const int G = a.ngroups == 1 ? 0 : col / group_k;
+            const float s = a.scale[(size_t)G * a.scale_rows + (row >> a.gshift)];
+            uint32_t qv;
+            if (TY == RL_WQ_INT4) qv = (w[u] >> ((e & 1) * 16 + (e >> 1) * 4)) & 15u;
+            else qv = (w[2 * u + (e >> 2)] >> (8 * (e & 3))) & 255u;
+            float val;
+            if (TY == RL_WQ_FP8) val = __fmul_rn(wq_e4m3(qv), s);
+            else val = __fmul_rn(s, (float)((int)qv - (int)a.zero[(size_t)G * npad + row]));
+            st(dst + (a.perm ? a.perm[col] : col), val);
+        }
+}
+
+template <typename T> static WqArgs<T> wq_args(const rlWq *w, const void *x, int ldx, void *y, int ldy,
+                                               int m) {
+    WqArgs<T> a;
+    a.qw = w->qw;
+    a.scale = w->scale;
+    a.zero = w->zero;
+    a.perm = w->perm;
+    a.x = (const T *)x;
+    a.y = (T *)y;
+    a.ldx = ldx;
+    a.ldy = ldy;
+    a.m = m;
+    a.n = w->n;
+    a.k = w->k;
+    a.ntiles = w->ntiles;
+    a.nchunks = w->nchunks;
+    a.ngroups = w->ngroups;
+    a.group_units = w->group_units;
+    a.scale_rows = w->scale_rows;
+    a.gshift = w->gshift;
+    return a;
+}
+
+/* Output tiles per block for 16 / 32 / 64 / 128 rows: more tiles reuse each
+ * activation load, fewer put more blocks on the SMs (kernels/PERF.md).
+ * RL_WQ_NW="a,b,c,d" overrides them for benchmarks (1, 2 or 4 up to 32
+ * rows, 1 or 2 at 64, 1 at 128: the block's partial sums fit 32 KiB). */
+static int wq_nw[4] = {2, 2, 2, 1};
+static void wq_nw_init(void) {
+    static int done;
+    if (done) return;
+    done = 1;
+    const char *e = getenv("RL_WQ_NW");
+    int v[4];
+    if (e && sscanf(e, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]) == 4)
+        for (int i = 0; i < 4; i++)
+            if (v[i] == 1 || (v[i] == 2 && i < 3) || (v[i] == 4 && i < 2)) wq_nw[i] = v[i];
+}
+
+template <typename T, int TY, int MT>
+static void wq_launch_mt(const WqArgs<T> &a, int nw, cudaStream_t s) {
+    if (MT == 8 || nw == 1)
+        wq_gemm_kernel<T, TY, MT, 1><<<a.ntiles, WQ_WARPS * 32, 0, s>>>(a);
+    else if (MT == 4 || nw == 2)
+        wq_gemm_kernel<T, TY, MT, (MT == 8 ? 1 : 2)><<<(a.ntiles + 1) / 2, WQ_WARPS * 32, 0, s>>>(a);
+    else
+        wq_gemm_kernel<T, TY, MT, (MT >= 4 ? 1 : 4)><<<(a.ntiles + 3) / 4, WQ_WARPS * 32, 0, s>>>(a);
+}
+
+template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, cudaStream_t s) {
+    const int mt = (a.m + 15) / 16;
+    if (mt <= 1) wq_launch_mt<T, TY, 1>(a, wq_nw[0], s);
+    else if (mt <= 2) wq_launch_mt<T, TY, 2>(a, wq_nw[1], s);
+    else if (mt <= 4) wq_launch_mt<T, TY, 4>(a, wq_nw[2], s);
+    else wq_launch_mt<T, TY, 8>(a, wq_nw[3], s);
+}
+
+template <typename T>
+static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, cudaStream_t s) {
+    switch (w->type) {
+    case RL_WQ_INT4: wq_launch<T, RL_WQ_INT4>(a, s); break;
+    case RL_WQ_INT8: wq_launch<T, RL_WQ_INT8>(a, s); break;
+    case RL_WQ_FP8: wq_launch<T, RL_WQ_FP8>(a, s); break;
+    }
+}
+
+extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
+                          int m, cudaStream_t s) {
+    if (!w || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > rl_wq_max_rows(w) || ldx < w->k ||
+        ldy < w->n || ldx % 8 || ((uintptr_t)x & 15))
+        return RL_EINPUT;
+    wq_nw_init();
+    if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, m), s);
+    else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, m), s);
+    return cudaGetLastError() == cudaSuccess ? RL_OK : RL_EDEVICE;
+}
+
+extern "C" int rl_wq_max_rows(const rlWq *) { return WQ_MAX_ROWS; }
+
+template <typename T> static void wq_dequant_launch(const rlWq *w, void *dst, cudaStream_t s) {
+    WqArgs<T> a = wq_args<T>(w, NULL, 0, dst, w->k, 0);
+    const size_t total = (size_t)w->ntiles * w->nchunks * 32;
+    const unsigned blocks = (unsigned)((total + 255) / 256);
+    switch (w->type) {
+    case RL_WQ_INT4: wq_dequant_kernel<T, RL_WQ_INT4><<<blocks, 256, 0, s>>>(a, total); break;
+    case RL_WQ_INT8: wq_dequant_kernel<T, RL_WQ_INT8><<<blocks, 256, 0, s>>>(a, total); break;
+    case RL_WQ_FP8: wq_dequant_kernel<T, RL_WQ_FP8><<<blocks, 256, 0, s>>>(a, total); break;
+    }
+}
+
+extern "C" int rl_wq_dequant(const rlWq *w, rlDtype dt, void *dst, cudaStream_t s) {
+    if (!w || !dst || (dt != RL_BF16 && dt != RL_F16)) return RL_EINPUT;
+    if (dt == RL_F16) wq_dequant_launch<f16>(w, dst, s);
+    else wq_dequant_launch<bf16>(w, dst, s);
+    return cudaGetLastError() == cudaSuccess ? RL_OK : RL_EDEVICE;
+}
+
+extern "C" void rl_wq_free(rlWq *w) {
+    if (!w) return;
+    cudaFree(w->qw);
+    cudaFree(w->scale);
+    cudaFree(w->zero);
+    cudaFree(w->perm);
+    free(w);
+}
+
+static int wq_copy(void **dst, const void *src, size_t bytes, cudaStream_t s, char *msg,
+                   size_t msg_n, const char *what) {
+    cudaError_t e = cudaMalloc(dst, bytes);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(*dst, src, bytes, cudaMemcpyHostToDevice, s);
+    if (e == cudaSuccess) return 0;
+    cudaGetLastError();   /* not a failure of a later launch */
+    snprintf(msg, msg_n, "quantized weights: %s (%zu bytes) on the GPU: %s", what, bytes,
+             cudaGetErrorString(e));
+    return e == cudaErrorMemoryAllocation ? RL_EMEMORY : RL_EDEVICE;
+}
+
+extern "C" int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_t *bytes,
+                            char *msg, size_t msg_n) {
+    *out = NULL;
+    rlWq *w = (rlWq *)calloc(1, sizeof(*w));
+    if (!w) {
+        snprintf(msg, msg_n, "quantized weights: out of host memory");
+        return RL_EMEMORY;
+    }
+    uint8_t *qw = NULL, *zero = NULL;
+    float *scale = NULL;
+    int rc = wq_layout(h, w, msg, msg_n) ? RL_EMODEL : 0;
+    if (!rc) rc = wq_pack(h, w, &qw, &scale, &zero, msg, msg_n) ? RL_EMODEL : 0;
+    const size_t qb = wq_qw_bytes(w), sb = (size_t)w->ngroups * w->scale_rows * sizeof(float),
+                 zb = zero ? (size_t)w->ngroups * w->ntiles * WQ_TILE_N : 0,
+                 pb = h->perm ? (size_t)h->k * sizeof(int32_t) : 0;
+    if (!rc) rc = wq_copy((void **)&w->qw, qw, qb, s, msg, msg_n, "packed values");
+    if (!rc) rc = wq_copy((void **)&w->scale, scale, sb, s, msg, msg_n, "scales");
+    if (!rc && zb) rc = wq_copy((void **)&w->zero, zero, zb, s, msg, msg_n, "zero points");
+    if (!rc && pb) rc = wq_copy((void **)&w->perm, h->perm, pb, s, msg, msg_n, "act-order permutation");
+    /* The host copies are freed below: wait for the transfers. */
+    if (!rc && cudaStreamSynchronize(s) != cudaSuccess) {
+        snprintf(msg, msg_n, "quantized weights: upload: %s", cudaGetErrorString(cudaGetLastError()));
+        rc = RL_EDEVICE;
+    }
+    free(qw);
+    free(scale);
+    free(zero);
+    if (rc) {
+        rl_wq_free(w);
+        return rc;
+    }
+    w->bytes = qb + sb + zb + pb;
+    if (bytes) *bytes = w->bytes;
+    *out = w;
+    return 0;
+}

@@ -1,0 +1,73 @@
+/* wq_internal.h: the packed layout rl_wq_upload writes (wq_pack.c, plain C)
+ * and the kernels of wq.cu read, in one place.
+ *
+ * The kernels multiply with mma.sync m16n8k16 and want each lane's weights
+ * to arrive in one 16-byte load, already in B-fragment order.  Output rows
+ * are cut into tiles of 8 (WQ_TILE_N, one mma column tile; n is padded up)
+ * and K into units of 32 (WQ_UNIT_K, two mma k-steps).  Within a unit, lane
+ * (g, q) = (lane / 4, lane % 4) holds row n0 + g and the 8 consecutive
+ * columns 8q .. 8q + 7: the mma's logical k order is a permutation of the
+ * unit's columns, the same for the activations, so a lane's activations are
+ * one 16-byte load too.  A chunk is what one lane's 16 bytes hold: 4 units
+ * (128 columns) of int4, 2 units (64) of int8 / fp8; the packed matrix is
+ * [tile][chunk][lane][16 bytes], K padded with zeros to whole chunks.
+ *
+ * Inside a lane's 16 bytes: int4 word u is unit u, nibble p (bits 4p..) =
+ * column 8q + 2p and nibble p + 4 (bits 16 + 4p..) = column 8q + 2p + 1, so
+ * (word >> 4p) & 0x000f000f is the pair the p-th B register needs; 8-bit
+ * byte 8u + i is unit u's column 8q + i (B pairs are bytes 0-1, 2-3, ...).
+ *
+ * Scales stay fp32, [group along K][scale row], and are applied to the fp32
+ * accumulators once per group (q - zero and e4m3 are exact in bf16/fp16), so
+ * the only roundings are fp32 sums and the output's.  Zeros: uint8
+ * [group][padded n].  Groups along K must be whole units (group_k % 32 == 0)
+ * or span all of K; fp8 scale rows (group_n) are 1, a power of two, or all
+ * of n, so a row's scale row is n >> gshift. */
+#ifndef RL_CUDA_WQ_INTERNAL_H
+#define RL_CUDA_WQ_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/cuda/wq.h"
+
+#define WQ_TILE_N 8
+#define WQ_UNIT_K 32
+#define WQ_LANE_BYTES 16
+#define WQ_CHUNK_BYTES (32 * WQ_LANE_BYTES)
+#define WQ_MAX_ROWS 128
+
+struct rlWq {
+    rlWqType type;
+    int n, k, group_k;
+    int ntiles;          /* ceil(n / 8) */
+    int nchunks;         /* ceil(k / chunk_k) */
+    int chunk_units;     /* units of 32 columns per chunk: 4 (int4), 2 (8-bit) */
+    int ngroups;         /* ceil(k / group_k) */
+    int group_units;     /* units per group (all of K: larger than any unit index) */
+    int scale_rows;      /* rows of scale: ((ntiles * 8 - 1) >> gshift) + 1 */
+    int gshift;          /* a row's scale row is n >> gshift */
+    uint8_t *qw;         /* device: [ntiles][nchunks][32][16] */
+    float *scale;        /* device: [ngroups][scale_rows] */
+    uint8_t *zero;       /* device: [ngroups][ntiles * 8], int types only */
+    int32_t *perm;       /* device: [k] or NULL */
+    size_t bytes;
+};
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Check h and fill w's geometry; 0, or nonzero with msg filled. */
+int wq_layout(const rlWqHost *h, rlWq *w, char *msg, size_t msg_n);
+/* The host arrays of the packed layout for w (geometry from wq_layout);
+ * each is malloc'd (zero NULL for fp8); 0, or nonzero with msg filled. */
+int wq_pack(const rlWqHost *h, const rlWq *w, uint8_t **qw, float **scale, uint8_t **zero,
+            char *msg, size_t msg_n);
+#ifdef __cplusplus
+}
+#endif
+static inline size_t wq_qw_bytes(const rlWq *w) {
+    return (size_t)w->ntiles * w->nchunks * WQ_CHUNK_BYTES;
+}
+
+#endif

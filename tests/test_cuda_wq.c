@@ -1,0 +1,519 @@
+/* test_cuda_wq.c: the quantized-weight kernels (kernels/cuda/wq.cu) against
+ * a float64 reference on random layers, and their microbenchmark.
+ *
+ * Each case is a random layer of one format (int4 / int8 with groups of
+ * 32 / 64 / 128 / all of k, act-order, fp8 with block, channel and tensor
+ * scales, odd n and k), multiplied by bf16- or fp16-rounded activations at
+ * m = 1 .. 128 rows.  The reference is float64 over the weights the CPU
+ * backend dequantizes ((float)(s * (q - z)), worker/model/quant.c's e4m3
+ * decoder); the check is the largest |y - ref| over the row's sum of
+ * |x| |w| (fp32 sums and one rounding of y: bf16 about 2e-3, bound 1e-2),
+ * printed.  y is poisoned first and its padding must stay so.
+ * rl_wq_dequant must equal the CPU's values rounded to bf16 / fp16 exactly.
+ * Shapes the layout cannot hold are refused with a message (no GPU needed).
+ *
+ * Without a GPU the GPU cases print "skipped: no GPU" and the program
+ * exits 77 (RL_REQUIRE_GPU=1: a failure).  RL_TEST_SEED=N repeats a run.
+ *
+ * `test_cuda_wq bench [int4|int8|fp8]...`: the Qwen2.5-7B layer shapes,
+ * time per launch (CUDA graphs over copies that do not fit L2), GB/s of the
+ * bytes the layout holds and % of the copy bandwidth measured in the same
+ * run, and at 64 rows the ratio to the CUDA backend's bf16 matmul. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#ifdef RL_HAVE_CUDA
+#include "kernels/backend.h"
+#include "kernels/cuda/wq_internal.h"
+#include "kernels/half.h"
+#include "kernels/rng.h"
+#include "worker/model/quant.h"
+
+static uint64_t rng_state;
+static cudaStream_t stream;
+
+static uint32_t rnd32(void) {
+    rng_state = rl_mix64(rng_state);
+    return (uint32_t)(rng_state >> 32);
+}
+static double urand(void) { return (rnd32() >> 8) * (1.0 / 16777216.0); }
+
+static uint16_t to_half(float v, rlDtype dt) {
+    return dt == RL_F16 ? rl_f32_to_f16(v) : rl_f32_to_bf16(v);
+}
+static float from_half(uint16_t h, rlDtype dt) {
+    return dt == RL_F16 ? rl_f16_to_f32(h) : rl_bf16_to_f32(h);
+}
+
+typedef struct Layer {
+    rlWqHost h;
+    uint8_t *q;
+    float *scale, *zero;
+    int32_t *perm;
+} Layer;
+
+/* A random layer: values over the type's whole range, fp8 without NaN. */
+static void layer_make(Layer *l, rlWqType type, int n, int k, int gk, int gn, int act_order) {
+    memset(l, 0, sizeof(*l));
+    int groups = (k + gk - 1) / gk, srows = (n + gn - 1) / gn;
+    l->q = malloc((size_t)n * k);
+    for (size_t i = 0; i < (size_t)n * k; i++) {
+        uint32_t r = rnd32();
+        l->q[i] = type == RL_WQ_INT4 ? r & 15 : type == RL_WQ_INT8 ? r & 255
+                  : (r & 0x7f) == 0x7f ? (uint8_t)(r & 0x80) : (uint8_t)r;
+    }
+    l->scale = malloc((size_t)srows * groups * sizeof(float));
+    for (int i = 0; i < srows * groups; i++)
+        l->scale[i] = (float)((0.5 + urand()) * (type == RL_WQ_FP8 ? 1e-3 : 1e-2));
+    if (type != RL_WQ_FP8) {
+        l->zero = malloc((size_t)n * groups * sizeof(float));
+        for (int i = 0; i < n * groups; i++)
+            l->zero[i] = (float)(rnd32() % (type == RL_WQ_INT4 ? 16 : 256));
+    }
+    if (act_order) {
+        l->perm = malloc((size_t)k * sizeof(int32_t));
+        for (int j = 0; j < k; j++) l->perm[j] = j;
+        for (int j = k - 1; j > 0; j--) {
+            int i = (int)(rnd32() % (uint32_t)(j + 1));
+            int32_t t = l->perm[i];
+            l->perm[i] = l->perm[j];
+            l->perm[j] = t;
+        }
+    }
+    l->h = (rlWqHost){type, n, k, gk, gn, l->q, l->scale, l->zero, l->perm};
+}
+
+static void layer_free(Layer *l) {
+    free(l->q);
+    free(l->scale);
+    free(l->zero);
+    free(l->perm);
+}
+
+/* The CPU backend's dequantized value of q's [r][j]. */
+static float layer_w(const Layer *l, int r, int j) {
+    const rlWqHost *h = &l->h;
+    int groups = (h->k + h->group_k - 1) / h->group_k, g = j / h->group_k;
+    double s = h->scale[(size_t)(r / h->group_n) * groups + g];
+    uint8_t q = h->q[(size_t)r * h->k + j];
+    if (h->type == RL_WQ_FP8) return (float)(quant_fp8_e4m3(q) * s);
+    return (float)(s * (q - h->zero[(size_t)r * groups + g]));
+}
+
+/* ------------------------------------------------------------ refusals */
+
+static void expect_refused(const rlWqHost *h, const char *needle) {
+    char msg[512] = "";
+    rlWq *w = (rlWq *)1;
+    size_t bytes = 0;
+    assert_int_not_equal(rl_wq_upload(h, 0, &w, &bytes, msg, sizeof(msg)), 0);
+    assert_null(w);
+    printf("  refused: %s\n", msg);
+    if (!strstr(msg, needle)) fail_msg("message lacks \"%s\": %s", needle, msg);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    Layer l;
+    layer_make(&l, RL_WQ_INT4, 16, 128, 32, 1, 0);
+    rlWqHost h = l.h;
+    h.k = 100, h.group_k = 100;
+    expect_refused(&h, "multiple of 8");
+    h = l.h;
+    h.group_k = 48;
+    expect_refused(&h, "multiples of 32");
+    h = l.h;
+    h.group_n = 2;
+    expect_refused(&h, "scale per row");
+    l.q[5] = 16;
+    expect_refused(&l.h, "not in 0..15");
+    l.q[5] = 3;
+    l.zero[2] = 2.5f;
+    expect_refused(&l.h, "not an integer");
+    l.zero[2] = 2;
+    int32_t perm[128];
+    for (int j = 0; j < 128; j++) perm[j] = j;
+    perm[7] = 3;
+    h = l.h;
+    h.perm = perm;
+    expect_refused(&h, "repeated");
+    layer_free(&l);
+    layer_make(&l, RL_WQ_FP8, 48, 128, 128, 3, 0);
+    expect_refused(&l.h, "power of two");
+    l.q[9] = 0xff;
+    l.h.group_n = 16;
+    expect_refused(&l.h, "NaN");
+    layer_free(&l);
+}
+
+/* ------------------------------------------------------------ on the GPU */
+
+static int gpu_ok;
+
+typedef struct Case {
+    const char *name;
+    rlWqType type;
+    int n, k, gk, gn, act_order;
+} Case;
+
+/* n needs nothing (padded to 8), k a multiple of 8, groups multiples of 32
+ * or all of k (wq_internal.h). */
+static const Case cases[] = {
+    {"int4 g32", RL_WQ_INT4, 136, 512, 32, 1, 0},
+    {"int4 g64 (k 448)", RL_WQ_INT4, 72, 448, 64, 1, 0},
+    {"int4 g128", RL_WQ_INT4, 264, 1024, 128, 1, 0},
+    {"int4 g=k (n 75, k 200)", RL_WQ_INT4, 75, 200, 200, 1, 0},
+    {"int4 g128 act-order", RL_WQ_INT4, 96, 768, 128, 1, 1},
+    {"int4 g128 k 3584", RL_WQ_INT4, 40, 3584, 128, 1, 0},
+    {"int8 g32", RL_WQ_INT8, 80, 320, 32, 1, 0},
+    {"int8 g64 (n 33)", RL_WQ_INT8, 33, 384, 64, 1, 0},
+    {"int8 g128", RL_WQ_INT8, 128, 640, 128, 1, 0},
+    {"int8 g=k (n 41, k 136)", RL_WQ_INT8, 41, 136, 136, 1, 0},
+    {"int8 g32 act-order", RL_WQ_INT8, 64, 256, 32, 1, 1},
+    {"fp8 block 128x128 (n 300)", RL_WQ_FP8, 300, 640, 128, 128, 0},
+    {"fp8 channel (n 77, k 264)", RL_WQ_FP8, 77, 264, 264, 1, 0},
+    {"fp8 tensor", RL_WQ_FP8, 64, 512, 512, 64, 0},
+};
+static const int ms[] = {1, 2, 3, 7, 8, 16, 33, 64, 100, 128};
+#define MAX_M 128
+
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    assert_int_equal(cudaMalloc(&p, bytes), cudaSuccess);
+    return p;
+}
+
+static void run_case(const Case *c, rlDtype dt, double *worst) {
+    Layer l;
+    layer_make(&l, c->type, c->n, c->k, c->gk, c->gn, c->act_order);
+    char msg[512] = "";
+    rlWq *w = NULL;
+    size_t bytes = 0;
+    if (rl_wq_upload(&l.h, stream, &w, &bytes, msg, sizeof(msg))) fail_msg("upload: %s", msg);
+    assert_true(rl_wq_max_rows(w) >= MAX_M);
+
+    int n = c->n, k = c->k, ldx = k + 8, ldy = n + 3;
+    /* Activations in [-1, 1), rounded to dt: what the GPU sees. */
+    uint16_t *xh = malloc((size_t)MAX_M * ldx * 2);
+    double *xd = malloc((size_t)MAX_M * k * sizeof(double));
+    for (int r = 0; r < MAX_M; r++)
+        for (int j = 0; j < ldx; j++) {
+            uint16_t b = to_half((float)(2 * urand() - 1), dt);
+            xh[(size_t)r * ldx + j] = b;
+            if (j < k) xd[(size_t)r * k + j] = from_half(b, dt);
+        }
+    /* Reference over the first MAX_M rows; smaller m reuse its rows. */
+    double *wd = malloc((size_t)n * k * sizeof(double));
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < k; j++) wd[(size_t)r * k + j] = layer_w(&l, r, j);
+    double *ref = malloc((size_t)MAX_M * n * sizeof(double)), *mag = malloc((size_t)MAX_M * n * sizeof(double));
+    for (int r = 0; r < MAX_M; r++)
+        for (int o = 0; o < n; o++) {
+            double s = 0, a = 0;
+            for (int j = 0; j < k; j++) {
+                double xv = xd[(size_t)r * k + (l.perm ? l.perm[j] : j)], wv = wd[(size_t)o * k + j];
+                s += xv * wv;
+                a += fabs(xv * wv);
+            }
+            ref[(size_t)r * n + o] = s;
+            mag[(size_t)r * n + o] = a;
+        }
+    void *xdv = dev_alloc((size_t)MAX_M * ldx * 2), *ydv = dev_alloc((size_t)MAX_M * ldy * 2);
+    assert_int_equal(cudaMemcpy(xdv, xh, (size_t)MAX_M * ldx * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    uint16_t *yh = malloc((size_t)MAX_M * ldy * 2);
+    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+        int m = ms[mi];
+        assert_int_equal(cudaMemsetAsync(ydv, 0xff, (size_t)MAX_M * ldy * 2, stream), cudaSuccess);
+        assert_int_equal(rl_wq_gemm(w, dt, xdv, ldx, ydv, ldy, m, stream), 0);
+        assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
+        assert_int_equal(cudaMemcpy(yh, ydv, (size_t)MAX_M * ldy * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        double err = 0;
+        for (int r = 0; r < MAX_M; r++)
+            for (int o = 0; o < ldy; o++) {
+                uint16_t b = yh[(size_t)r * ldy + o];
+                if (r >= m || o >= n) {
+                    if (b != 0xffff) fail_msg("%s m=%d: y[%d][%d] outside the output was written", c->name, m, r, o);
+                    continue;
+                }
+                float v = from_half(b, dt);
+                if (!isfinite(v)) fail_msg("%s m=%d: y[%d][%d] = %f (unwritten?)", c->name, m, r, o, v);
+                double e = fabs(v - ref[(size_t)r * n + o]) / (mag[(size_t)r * n + o] > 0 ? mag[(size_t)r * n + o] : 1);
+                if (e > err) err = e;
+            }
+        if (err > *worst) *worst = err;
+        if (!(err < 1e-2))
+            fail_msg("%s %s m=%d: error %.3e of the row's |x||w| sum, over 1e-2", c->name,
+                     rl_dtype_name(dt), m, err);
+    }
+    /* rl_wq_dequant: exactly the CPU's values, rounded once. */
+    void *ddv = dev_alloc((size_t)n * k * 2);
+    assert_int_equal(cudaMemsetAsync(ddv, 0xff, (size_t)n * k * 2, stream), cudaSuccess);
+    assert_int_equal(rl_wq_dequant(w, dt, ddv, stream), 0);
+    assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
+    uint16_t *dh = malloc((size_t)n * k * 2);
+    assert_int_equal(cudaMemcpy(dh, ddv, (size_t)n * k * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < k; j++) {
+            uint16_t want = to_half(layer_w(&l, r, j), dt);
+            uint16_t got = dh[(size_t)r * k + (l.perm ? l.perm[j] : j)];
+            if (got != want)
+                fail_msg("%s %s dequant [%d][%d]: 0x%04x, the CPU's value rounds to 0x%04x",
+                         c->name, rl_dtype_name(dt), r, j, got, want);
+        }
+    printf("  %-28s %-5s %8zu bytes  max err %.2e of |x||w| (m 1..128), dequant exact\n", c->name,
+           rl_dtype_name(dt), bytes, *worst);
+    cudaFree(xdv);
+    cudaFree(ydv);
+    cudaFree(ddv);
+    free(xh), free(xd), free(wd), free(ref), free(mag), free(yh), free(dh);
+    rl_wq_free(w);
+    layer_free(&l);
+}
+
+static void test_layers(void **state) {
+    (void)state;
+    if (!gpu_ok) skip();
+    double worst_all = 0;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        double worst[2] = {0, 0};
+        run_case(&cases[i], RL_BF16, &worst[0]);
+        run_case(&cases[i], RL_F16, &worst[1]);
+        if (worst[0] > worst_all) worst_all = worst[0];
+    }
+    printf("  largest error (bf16): %.2e of the row's |x||w| sum (bound 1e-2)\n", worst_all);
+}
+
+/* Arguments the weights cannot take are an error code, not a launch. */
+static void test_bad_calls(void **state) {
+    (void)state;
+    if (!gpu_ok) skip();
+    Layer l;
+    layer_make(&l, RL_WQ_INT4, 16, 64, 32, 1, 0);
+    char msg[256];
+    rlWq *w;
+    assert_int_equal(rl_wq_upload(&l.h, stream, &w, NULL, msg, sizeof(msg)), 0);
+    void *x = dev_alloc(4096), *y = dev_alloc(4096);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, 0, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, rl_wq_max_rows(w) + 1, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_F32, x, 64, y, 16, 1, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 60, y, 16, 1, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, (char *)x + 2, 64, y, 16, 1, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, 1, stream), 0);
+    assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
+    cudaFree(x);
+    cudaFree(y);
+    rl_wq_free(w);
+    layer_free(&l);
+}
+
+/* ------------------------------------------------------------ benchmark */
+
+/* Another device copy of w's arrays (benchmark copies that do not fit L2). */
+static rlWq *wq_clone(const rlWq *w) {
+    rlWq *c = malloc(sizeof(*c));
+    *c = *w;
+    const void *src[4] = {w->qw, w->scale, w->zero, w->perm};
+    void **dst[4] = {(void **)&c->qw, (void **)&c->scale, (void **)&c->zero, (void **)&c->perm};
+    size_t sz[4] = {wq_qw_bytes(w), (size_t)w->ngroups * w->scale_rows * 4,
+                    w->zero ? (size_t)w->ngroups * w->ntiles * WQ_TILE_N : 0,
+                    w->perm ? (size_t)w->k * 4 : 0};
+    for (int i = 0; i < 4; i++) {
+        *dst[i] = NULL;
+        if (!sz[i]) continue;
+        if (cudaMalloc(dst[i], sz[i]) || cudaMemcpy(*dst[i], src[i], sz[i], cudaMemcpyDeviceToDevice)) {
+            fprintf(stderr, "bench: out of device memory\n");
+            exit(1);
+        }
+    }
+    return c;
+}
+
+/* Microseconds per launch: a CUDA graph of launches cycling through the copies. */
+static double bench_time(rlWq **copies, int nc, const void *x, void *y, int m) {
+    int per = nc * ((40 + nc - 1) / nc);
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    for (int i = 0; i < per; i++)
+        rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, m, stream);
+    cudaStreamEndCapture(stream, &g);
+    cudaGraphInstantiate(&ge, g, 0);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaGraphLaunch(ge, stream);
+    cudaEventRecord(e0, stream);
+    const int reps = 5;
+    for (int i = 0; i < reps; i++) cudaGraphLaunch(ge, stream);
+    cudaEventRecord(e1, stream);
+    cudaEventSynchronize(e1);
+    float ms_ = 0;
+    cudaEventElapsedTime(&ms_, e0, e1);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms_ * 1e3 / (reps * per);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The CUDA backend's bf16 matmul at `rows` rows, microseconds per call. */
+static double bench_bf16(rlBackend *be, int n, int k, int rows) {
+    rlError err;
+    size_t wb = (size_t)n * k * 2;
+    int nc = (int)((160u << 20) / wb) + 1;
+    if (nc < 2) nc = 2;
+    void *w[64], *x = be->ops->alloc(be, (size_t)rows * k * 2, &err), *y = be->ops->alloc(be, (size_t)rows * n * 2, &err);
+    if (nc > 64) nc = 64;
+    be->ops->fill_random(be, x, RL_BF16, (size_t)rows * k, 1, 1.0f, &err);
+    for (int i = 0; i < nc; i++) {
+        w[i] = be->ops->alloc(be, wb, &err);
+        be->ops->fill_random(be, w[i], RL_BF16, (size_t)n * k, 2 + i, 0.02f, &err);
+    }
+    for (int i = 0; i < 3; i++) be->ops->matmul(be, y, x, w[i % nc], NULL, rows, n, k);
+    be->ops->sync(be, &err);
+    int per = nc * ((60 + nc - 1) / nc);
+    double t0 = now_s();
+    for (int i = 0; i < per; i++) be->ops->matmul(be, y, x, w[i % nc], NULL, rows, n, k);
+    be->ops->sync(be, &err);
+    double us = (now_s() - t0) * 1e6 / per;
+    for (int i = 0; i < nc; i++) be->ops->free(be, w[i]);
+    be->ops->free(be, x);
+    be->ops->free(be, y);
+    return us;
+}
+
+static int bench(int argc, char **argv) {
+    rlError err;
+    double copy_bw = 0, flops = 0;
+    if (rl_cuda_ceilings(0, &copy_bw, &flops, &err)) {
+        fprintf(stderr, "bench: %s\n", err.msg);
+        return 1;
+    }
+    rlBackendOptions o = {0, 0, RL_BF16, 0};
+    rlBackend *be = rl_backend_cuda_create(&o, &err);
+    if (!be) {
+        fprintf(stderr, "bench: %s\n", err.msg);
+        return 1;
+    }
+    static const struct { const char *name; int n, k; } shapes[4] = {
+        {"qkv", 4608, 3584}, {"o", 3584, 3584}, {"gate_up", 37888, 3584}, {"down", 3584, 18944}};
+    static const int bm[] = {1, 2, 4, 8, 16, 32, 64, 128};
+    enum { NBM = sizeof(bm) / sizeof(bm[0]) };
+    const char *nw = getenv("RL_WQ_NW");
+    printf("copy bandwidth %.0f GB/s (read + written), bf16 GEMM %.0f TFLOP/s; RL_WQ_NW=%s\n",
+           copy_bw / 1e9, flops / 1e12, nw ? nw : "(default)");
+    double bf16_us[4] = {0};
+    for (int s = 0; s < 4; s++) bf16_us[s] = bench_bf16(be, shapes[s].n, shapes[s].k, 64);
+    static const char *all[] = {"int4", "fp8"};
+    int nt = argc > 2 ? argc - 2 : 2;
+    for (int t = 0; t < nt; t++) {
+        const char *tn = argc > 2 ? argv[2 + t] : all[t];
+        rlWqType type = !strcmp(tn, "int8") ? RL_WQ_INT8 : !strcmp(tn, "fp8") ? RL_WQ_FP8 : RL_WQ_INT4;
+        double layer_us[NBM] = {0}, layer_bytes = 0, layer_std = 0;
+        for (int s = 0; s < 4; s++) {
+            int n = shapes[s].n, k = shapes[s].k;
+            Layer l;
+            layer_make(&l, type, n, k, 128, type == RL_WQ_FP8 ? 128 : 1, 0);
+            char msg[512];
+            rlWq *w;
+            size_t bytes;
+            if (rl_wq_upload(&l.h, stream, &w, &bytes, msg, sizeof(msg))) {
+                fprintf(stderr, "bench: %s\n", msg);
+                return 1;
+            }
+            layer_free(&l);
+            int nc = (int)((160u << 20) / bytes) + 1;
+            if (nc > 64) nc = 64;
+            rlWq *copies[64];
+            copies[0] = w;
+            for (int i = 1; i < nc; i++) copies[i] = wq_clone(w);
+            void *x = dev_alloc((size_t)128 * k * 2), *y = dev_alloc((size_t)128 * n * 2);
+            cudaMemset(x, 0x3c, (size_t)128 * k * 2);   /* bf16 0x3c3c, about 0.011 */
+            /* The checkpoint's own bytes: fp16 scales and packed zeros (int), fp32 scales (fp8). */
+            double std_bytes = type == RL_WQ_FP8 ? (double)n * k + (double)((n + 127) / 128) * (k / 128) * 4
+                               : (double)n * k * (type == RL_WQ_INT4 ? 0.5 : 1) + (double)n * (k / 128) * (2 + (type == RL_WQ_INT4 ? 0.5 : 1));
+            layer_bytes += bytes;
+            layer_std += std_bytes;
+            for (int mi = 0; mi < NBM; mi++) {
+                double us = bench_time(copies, nc, x, y, bm[mi]);
+                layer_us[mi] += us;
+                double gbs = bytes / us * 1e-3;
+                printf("%-4s %-7s n %5d k %5d m %3d: %8.2f us  %6.0f GB/s  %5.1f %% of copy bw",
+                       tn, shapes[s].name, n, k, bm[mi], us, gbs, 100 * gbs * 1e9 / copy_bw);
+                if (bm[mi] == 64)
+                    printf("  bf16 %8.2f us  bf16/%s %.2fx", bf16_us[s], tn, bf16_us[s] / us);
+                printf("\n");
+            }
+            for (int i = 0; i < nc; i++) rl_wq_free(copies[i]);
+            cudaFree(x);
+            cudaFree(y);
+        }
+        double floor_us = layer_bytes / copy_bw * 1e6, std_floor_us = layer_std / copy_bw * 1e6;
+        double bf16_layer = bf16_us[0] + bf16_us[1] + bf16_us[2] + bf16_us[3];
+        for (int mi = 0; mi < NBM; mi++)
+            printf("%-4s layer m %3d: %8.2f us  28 layers %.3f ms  floor %.2f us (%.1f %% of it; "
+                   "%.1f %% of the checkpoint-bytes floor %.2f us)%s\n",
+                   tn, bm[mi], layer_us[mi], layer_us[mi] * 28e-3, floor_us,
+                   100 * floor_us / layer_us[mi], 100 * std_floor_us / layer_us[mi], std_floor_us,
+                   bm[mi] == 64 ? "" : "");
+        int i64 = 6;
+        printf("%-4s layer m 64 vs the backend's bf16 matmul: %.2f us vs %.2f us: bf16/%s %.2fx\n",
+               tn, layer_us[i64], bf16_layer, tn, bf16_layer / layer_us[i64]);
+    }
+    be->ops->destroy(be);
+    return 0;
+}
+#endif
+
+int main(int argc, char **argv) {
+#ifndef RL_HAVE_CUDA
+    (void)argc, (void)argv;
+    printf("skipped: built without CUDA\n");
+    return 77;
+#else
+    const char *seed = getenv("RL_TEST_SEED");
+    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
+    int n_dev = 0;
+    gpu_ok = cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 0 &&
+             cudaSetDevice(0) == cudaSuccess && cudaStreamCreate(&stream) == cudaSuccess;
+    if (argc > 1 && !strcmp(argv[1], "bench")) {
+        if (!gpu_ok) {
+            fprintf(stderr, "test_cuda_wq bench: no usable GPU\n");
+            return 1;
+        }
+        return bench(argc, argv);
+    }
+    printf("test_cuda_wq: RL_TEST_SEED=%llu\n", (unsigned long long)rng_state);
+    if (!gpu_ok && getenv("RL_REQUIRE_GPU")) {
+        fprintf(stderr, "test_cuda_wq: no usable GPU\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_layers),
+        cmocka_unit_test(test_bad_calls),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (rc) return rc;
+    if (!gpu_ok) {
+        printf("skipped: no GPU (the refusals passed)\n");
+        return 77;
+    }
+    return 0;
+#endif
+}
