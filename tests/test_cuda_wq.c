@@ -184,7 +184,7 @@ static const Case cases[] = {
     {"fp8 tensor", RL_WQ_FP8, 64, 512, 512, 64, 0},
 };
 static const int ms[] = {1, 2, 3, 7, 8, 16, 33, 64, 100, 128};
-#define MAX_M 128
+#define MAX_M WQ_MAX_ROWS
 
 static void *dev_alloc(size_t bytes) {
     void *p = NULL;
@@ -199,7 +199,7 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
     rlWq *w = NULL;
     size_t bytes = 0;
     if (rl_wq_upload(&l.h, stream, &w, &bytes, msg, sizeof(msg))) fail_msg("upload: %s", msg);
-    assert_true(rl_wq_max_rows(w) >= MAX_M);
+    assert_true(rl_wq_max_rows(w) >= 1 && rl_wq_max_rows(w) <= WQ_MAX_ROWS);
 
     int n = c->n, k = c->k, ldx = k + 8, ldy = n + 3;
     /* Activations in [-1, 1), rounded to dt: what the GPU sees. */
@@ -303,7 +303,7 @@ static void test_bad_calls(void **state) {
     assert_int_equal(rl_wq_upload(&l.h, stream, &w, NULL, msg, sizeof(msg)), 0);
     void *x = dev_alloc(4096), *y = dev_alloc(4096);
     assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, 0, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, rl_wq_max_rows(w) + 1, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, WQ_MAX_ROWS + 1, stream), RL_EINPUT);
     assert_int_equal(rl_wq_gemm(w, RL_F32, x, 64, y, 16, 1, stream), RL_EINPUT);
     assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 60, y, 16, 1, stream), RL_EINPUT);
     assert_int_equal(rl_wq_gemm(w, RL_BF16, (char *)x + 2, 64, y, 16, 1, stream), RL_EINPUT);
@@ -337,14 +337,17 @@ static rlWq *wq_clone(const rlWq *w) {
     return c;
 }
 
-/* Microseconds per launch: a CUDA graph of launches cycling through the copies. */
+/* Microseconds per launch: a CUDA graph of launches cycling through the
+ * copies; m = 0 times rl_wq_dequant into y. */
 static double bench_time(rlWq **copies, int nc, const void *x, void *y, int m) {
     int per = nc * ((40 + nc - 1) / nc);
     cudaGraph_t g;
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-    for (int i = 0; i < per; i++)
-        rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, m, stream);
+    for (int i = 0; i < per; i++) {
+        if (m) rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, m, stream);
+        else rl_wq_dequant(copies[i % nc], RL_BF16, y, stream);
+    }
     cudaStreamEndCapture(stream, &g);
     cudaGraphInstantiate(&ge, g, 0);
     cudaEvent_t e0, e1;
@@ -417,14 +420,21 @@ static int bench(int argc, char **argv) {
     const char *nw = getenv("RL_WQ_NW");
     printf("copy bandwidth %.0f GB/s (read + written), bf16 GEMM %.0f TFLOP/s; RL_WQ_NW=%s\n",
            copy_bw / 1e9, flops / 1e12, nw ? nw : "(default)");
-    double bf16_us[4] = {0};
-    for (int s = 0; s < 4; s++) bf16_us[s] = bench_bf16(be, shapes[s].n, shapes[s].k, 64);
+    /* The dense path at the row counts where the threshold may fall. */
+    static const int dm[] = {1, 16, 32, 64};
+    enum { NDM = sizeof(dm) / sizeof(dm[0]) };
+    double bf16_us[4][NDM], bf16_layer[NDM] = {0};
+    for (int s = 0; s < 4; s++)
+        for (int j = 0; j < NDM; j++) {
+            bf16_us[s][j] = bench_bf16(be, shapes[s].n, shapes[s].k, dm[j]);
+            bf16_layer[j] += bf16_us[s][j];
+        }
     static const char *all[] = {"int4", "fp8"};
     int nt = argc > 2 ? argc - 2 : 2;
     for (int t = 0; t < nt; t++) {
         const char *tn = argc > 2 ? argv[2 + t] : all[t];
         rlWqType type = !strcmp(tn, "int8") ? RL_WQ_INT8 : !strcmp(tn, "fp8") ? RL_WQ_FP8 : RL_WQ_INT4;
-        double layer_us[NBM] = {0}, layer_bytes = 0, layer_std = 0;
+        double layer_us[NBM] = {0}, layer_bytes = 0, layer_std = 0, layer_deq = 0;
         for (int s = 0; s < 4; s++) {
             int n = shapes[s].n, k = shapes[s].k;
             Layer l;
@@ -442,21 +452,26 @@ static int bench(int argc, char **argv) {
             rlWq *copies[64];
             copies[0] = w;
             for (int i = 1; i < nc; i++) copies[i] = wq_clone(w);
-            void *x = dev_alloc((size_t)128 * k * 2), *y = dev_alloc((size_t)128 * n * 2);
+            void *x = dev_alloc((size_t)128 * k * 2), *y = dev_alloc((size_t)n * k * 2);
             cudaMemset(x, 0x3c, (size_t)128 * k * 2);   /* bf16 0x3c3c, about 0.011 */
             /* The checkpoint's own bytes: fp16 scales and packed zeros (int), fp32 scales (fp8). */
             double std_bytes = type == RL_WQ_FP8 ? (double)n * k + (double)((n + 127) / 128) * (k / 128) * 4
                                : (double)n * k * (type == RL_WQ_INT4 ? 0.5 : 1) + (double)n * (k / 128) * (2 + (type == RL_WQ_INT4 ? 0.5 : 1));
             layer_bytes += bytes;
             layer_std += std_bytes;
+            double deq = bench_time(copies, nc, x, y, 0);
+            layer_deq += deq;
+            printf("%-4s %-7s n %5d k %5d dequant to bf16: %8.2f us  %6.0f GB/s read + written\n", tn,
+                   shapes[s].name, n, k, deq, (bytes + 2.0 * n * k) / deq * 1e-3);
             for (int mi = 0; mi < NBM; mi++) {
                 double us = bench_time(copies, nc, x, y, bm[mi]);
                 layer_us[mi] += us;
                 double gbs = bytes / us * 1e-3;
                 printf("%-4s %-7s n %5d k %5d m %3d: %8.2f us  %6.0f GB/s  %5.1f %% of copy bw",
                        tn, shapes[s].name, n, k, bm[mi], us, gbs, 100 * gbs * 1e9 / copy_bw);
-                if (bm[mi] == 64)
-                    printf("  bf16 %8.2f us  bf16/%s %.2fx", bf16_us[s], tn, bf16_us[s] / us);
+                for (int j = 0; j < NDM; j++)
+                    if (dm[j] == bm[mi])
+                        printf("  bf16 %8.2f us  bf16/%s %.2fx", bf16_us[s][j], tn, bf16_us[s][j] / us);
                 printf("\n");
             }
             for (int i = 0; i < nc; i++) rl_wq_free(copies[i]);
@@ -464,16 +479,17 @@ static int bench(int argc, char **argv) {
             cudaFree(y);
         }
         double floor_us = layer_bytes / copy_bw * 1e6, std_floor_us = layer_std / copy_bw * 1e6;
-        double bf16_layer = bf16_us[0] + bf16_us[1] + bf16_us[2] + bf16_us[3];
         for (int mi = 0; mi < NBM; mi++)
             printf("%-4s layer m %3d: %8.2f us  28 layers %.3f ms  floor %.2f us (%.1f %% of it; "
-                   "%.1f %% of the checkpoint-bytes floor %.2f us)%s\n",
+                   "%.1f %% of the checkpoint-bytes floor %.2f us)\n",
                    tn, bm[mi], layer_us[mi], layer_us[mi] * 28e-3, floor_us,
-                   100 * floor_us / layer_us[mi], 100 * std_floor_us / layer_us[mi], std_floor_us,
-                   bm[mi] == 64 ? "" : "");
-        int i64 = 6;
-        printf("%-4s layer m 64 vs the backend's bf16 matmul: %.2f us vs %.2f us: bf16/%s %.2fx\n",
-               tn, layer_us[i64], bf16_layer, tn, bf16_layer / layer_us[i64]);
+                   100 * floor_us / layer_us[mi], 100 * std_floor_us / layer_us[mi], std_floor_us);
+        for (int j = 0; j < NDM; j++)
+            for (int mi = 0; mi < NBM; mi++)
+                if (bm[mi] == dm[j])
+                    printf("%-4s layer m %3d: %.2f us; the backend's bf16 matmul %.2f us (bf16/%s "
+                           "%.2fx); dequant + bf16 %.2f us\n", tn, dm[j], layer_us[mi],
+                           bf16_layer[j], tn, bf16_layer[j] / layer_us[mi], layer_deq + bf16_layer[j]);
     }
     be->ops->destroy(be);
     return 0;

@@ -5,13 +5,18 @@
  * output columns over all of K, its 8 warps take every 8th chunk of K (a
  * split-K inside the block, so a narrow layer still puts enough loads in
  * flight), and each warp runs mma.sync m16n8k16 over MT tiles of 16 rows.
- * Weights stream once per block, 16 bytes per lane per chunk, the next
- * chunk's loads issued before the current one is used; activations come
- * straight from global memory (they are small and shared through L1).
+ * Weights stream once per block, 16 bytes per lane per chunk, with a ring
+ * of the next chunks' loads (and their scales and zero points) in flight;
+ * activations come straight from global memory (small, shared through L1).
  * q - zero (int4 / int8) and e4m3 are exact in bf16 and fp16, so the B
  * fragments are exact and the fp32 scale multiplies an fp32 partial sum once
  * per group.  The warps' partial sums meet in shared memory and are rounded
  * once into y.  rl_wq_dequant writes the dense matrix for larger batches.
+ *
+ * Speed (kernels/PERF.md v14): correct at every size, but not yet at the
+ * weight-read floor: the blocks hold 124-255 registers, so one or two of 8
+ * warps fit an SM and each lives only a few chunks; above 32 rows every
+ * block re-reads all of x from L2.  The fixes are written there.
  *
  * Errors: rl_wq_upload fills the caller's message (the loader names the
  * tensor around it); rl_wq_gemm and rl_wq_dequant run inside a step and
@@ -177,9 +182,15 @@ template <typename T, int TY, int MT, int NW>
 __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
     typedef WqDeq<T, TY> D;
     constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2;
+    /* Chunks in flight per warp: all of a 3584-wide layer's share at decode. */
+    constexpr int DEPTH = MT == 1 ? 4 : 2;
     __shared__ float red[WQ_WARPS][MT * NW * 4][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int tile0 = blockIdx.x * NW, npad = a.ntiles * WQ_TILE_N;
+    /* Groups of whole chunks (g128 and up, fp8, one group): a chunk's zero
+     * points and scales are fetched with its weights; smaller groups fetch
+     * them per unit. */
+    const bool chunk_meta = a.group_units % UPC == 0;
     float acc[MT][NW][4], tmp[MT][NW][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -188,83 +199,96 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
 #pragma unroll
             for (int j = 0; j < 4; j++) acc[mt][nt][j] = tmp[mt][nt][j] = 0.0f;
 
-    uint4 cur[NW], nxt[NW];
-    auto load_w = [&](int c, uint4 *dst) {
+    /* The zero-point byte of row n0 + g and the scales of columns
+     * n0 + 2q, n0 + 2q + 1 of group G, for each of the block's tiles. */
+    auto fetch_meta = [&](int G, uint32_t *zz, float (*sc)[2]) {
+        const int gc = min(G, a.ngroups - 1);
+        const float *srow = a.scale + (size_t)gc * a.scale_rows;
 #pragma unroll
         for (int nt = 0; nt < NW; nt++) {
-            int tile = tile0 + nt;
-            dst[nt] = tile < a.ntiles
-                          ? wq_ld_stream(a.qw + (((size_t)tile * a.nchunks + c) * 32 + lane) *
-                                                    WQ_LANE_BYTES)
-                          : make_uint4(0, 0, 0, 0);
+            const int n0 = (tile0 + nt) * WQ_TILE_N;
+            const bool in = n0 < npad;
+            zz[nt] = a.zero && in ? __ldg(a.zero + (size_t)gc * npad + n0 + g) : 0u;
+            sc[nt][0] = in ? __ldg(srow + ((n0 + 2 * q) >> a.gshift)) * D::fold : 0.0f;
+            sc[nt][1] = in ? __ldg(srow + ((n0 + 2 * q + 1) >> a.gshift)) * D::fold : 0.0f;
         }
     };
-    uint32_t zz[NW];
-    auto load_z = [&](int G) {
-        int gc = min(G, a.ngroups - 1);
+    auto flush = [&](const float (*sc)[2]) {
 #pragma unroll
-        for (int nt = 0; nt < NW; nt++) {
-            int col = (tile0 + nt) * WQ_TILE_N + g;
-            zz[nt] = D::zz(a.zero && col < npad ? __ldg(a.zero + (size_t)gc * npad + col) : 0u);
-        }
-    };
-    auto flush = [&](int G) {
-        const float *srow = a.scale + (size_t)min(G, a.ngroups - 1) * a.scale_rows;
-#pragma unroll
-        for (int nt = 0; nt < NW; nt++) {
-            int c0 = (tile0 + nt) * WQ_TILE_N + 2 * q;
-            float s0 = 0.0f, s1 = 0.0f;
-            if (c0 < npad) {
-                s0 = __ldg(srow + (c0 >> a.gshift)) * D::fold;
-                s1 = __ldg(srow + ((c0 + 1) >> a.gshift)) * D::fold;
-            }
+        for (int nt = 0; nt < NW; nt++)
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                acc[mt][nt][0] += s0 * tmp[mt][nt][0];
-                acc[mt][nt][1] += s1 * tmp[mt][nt][1];
-                acc[mt][nt][2] += s0 * tmp[mt][nt][2];
-                acc[mt][nt][3] += s1 * tmp[mt][nt][3];
+                acc[mt][nt][0] += sc[nt][0] * tmp[mt][nt][0];
+                acc[mt][nt][1] += sc[nt][1] * tmp[mt][nt][1];
+                acc[mt][nt][2] += sc[nt][0] * tmp[mt][nt][2];
+                acc[mt][nt][3] += sc[nt][1] * tmp[mt][nt][3];
 #pragma unroll
                 for (int j = 0; j < 4; j++) tmp[mt][nt][j] = 0.0f;
+            }
+    };
+    /* One unit (32 columns) of one chunk into tmp. */
+    auto unit = [&](const uint4 *w, int u, int col, const uint32_t *zz) {
+        uint4 xa[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            xa[mt][0] = wq_load_x(a, mt * 16 + g, col);
+            xa[mt][1] = wq_load_x(a, mt * 16 + 8 + g, col);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NW; nt++) {
+            uint32_t b[4];
+            D::unit((const uint32_t *)&w[nt], u, D::zz(zz[nt]), b);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const uint32_t a0[4] = {xa[mt][0].x, xa[mt][1].x, xa[mt][0].y, xa[mt][1].y};
+                const uint32_t a1[4] = {xa[mt][0].z, xa[mt][1].z, xa[mt][0].w, xa[mt][1].w};
+                mma16816(tmp[mt][nt], a0, b[0], b[1], T());
+                mma16816(tmp[mt][nt], a1, b[2], b[3], T());
             }
         }
     };
 
-    int c = warp;
-    if (c < a.nchunks) load_w(c, cur);
-    for (; c < a.nchunks; c += WQ_WARPS) {
-        if (c + WQ_WARPS < a.nchunks) load_w(c + WQ_WARPS, nxt);
-        const int U0 = c * UPC;
-        int G = U0 / a.group_units, r = U0 - G * a.group_units;
-        load_z(G);
+    /* A ring of DEPTH chunks per warp (every WQ_WARPS-th chunk of K). */
+    uint4 wb[DEPTH][NW];
+    uint32_t zb[DEPTH][NW];
+    float sb[DEPTH][NW][2];
+    auto fetch = [&](int c, uint4 *w, uint32_t *zz, float (*sc)[2]) {
 #pragma unroll
-        for (int u = 0; u < UPC; u++) {
-            if (u > 0 && r == 0) load_z(G);
-            const int col = (U0 + u) * WQ_UNIT_K + 8 * q;
-            uint4 xa[MT][2];
+        for (int nt = 0; nt < NW; nt++) {
+            const int tile = tile0 + nt;
+            w[nt] = tile < a.ntiles
+                        ? wq_ld_stream(a.qw + (((size_t)tile * a.nchunks + c) * 32 + lane) *
+                                                  WQ_LANE_BYTES)
+                        : make_uint4(0, 0, 0, 0);
+        }
+        if (chunk_meta) fetch_meta(c * UPC / a.group_units, zz, sc);
+    };
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                xa[mt][0] = wq_load_x(a, mt * 16 + g, col);
-                xa[mt][1] = wq_load_x(a, mt * 16 + 8 + g, col);
-            }
+    for (int d = 0; d < DEPTH; d++)
+        if (warp + d * WQ_WARPS < a.nchunks) fetch(warp + d * WQ_WARPS, wb[d], zb[d], sb[d]);
+    for (int c0 = warp; c0 < a.nchunks; c0 += DEPTH * WQ_WARPS) {
 #pragma unroll
-            for (int nt = 0; nt < NW; nt++) {
-                uint32_t b[4];
-                D::unit((const uint32_t *)&cur[nt], u, zz[nt], b);
+        for (int d = 0; d < DEPTH; d++) {
+            const int c = c0 + d * WQ_WARPS;
+            if (c >= a.nchunks) break;
+            const int U0 = c * UPC;
+            if (chunk_meta) {
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    const uint32_t a0[4] = {xa[mt][0].x, xa[mt][1].x, xa[mt][0].y, xa[mt][1].y};
-                    const uint32_t a1[4] = {xa[mt][0].z, xa[mt][1].z, xa[mt][0].w, xa[mt][1].w};
-                    mma16816(tmp[mt][nt], a0, b[0], b[1], T());
-                    mma16816(tmp[mt][nt], a1, b[2], b[3], T());
+                for (int u = 0; u < UPC; u++) unit(wb[d], u, (U0 + u) * WQ_UNIT_K + 8 * q, zb[d]);
+                flush(sb[d]);
+            } else {
+                /* Groups of 32 or 64 columns: the unit's group's metadata. */
+#pragma unroll
+                for (int u = 0; u < UPC; u++) {
+                    uint32_t zz[NW];
+                    float sc[NW][2];
+                    fetch_meta((U0 + u) / a.group_units, zz, sc);
+                    unit(wb[d], u, (U0 + u) * WQ_UNIT_K + 8 * q, zz);
+                    if ((U0 + u + 1) % a.group_units == 0 || u == UPC - 1) flush(sc);
                 }
             }
-            const bool end = ++r == a.group_units;
-            if (end || u == UPC - 1) flush(G);
-            if (end) r = 0, G++;
+            if (c + DEPTH * WQ_WARPS < a.nchunks) fetch(c + DEPTH * WQ_WARPS, wb[d], zb[d], sb[d]);
         }
-#pragma unroll
-        for (int nt = 0; nt < NW; nt++) cur[nt] = nxt[nt];
     }
 
 #pragma unroll
@@ -287,7 +311,8 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
 }
 
 /* One thread per lane's 16 bytes: the values the CPU dequantizes, s * (q - z)
- * or e4m3 * s rounded once to fp32 then to T, at x's column (perm undone). */
+ * or e4m3 * s rounded once to fp32 then to T, at x's column (perm undone);
+ * without a permutation each unit's 8 columns are one 16-byte store. */
 template <typename T, int TY> __global__ void wq_dequant_kernel(WqArgs<T> a, size_t total) {
     constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2;
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -296,26 +321,31 @@ template <typename T, int TY> __global__ void wq_dequant_kernel(WqArgs<T> a, siz
     const size_t tc = i >> 5;
     const int c = (int)(tc % a.nchunks), row = (int)(tc / a.nchunks) * WQ_TILE_N + (lane >> 2);
     if (row >= a.n) return;
-    uint4 v = *(const uint4 *)(a.qw + i * WQ_LANE_BYTES);
+    const uint4 v = *(const uint4 *)(a.qw + i * WQ_LANE_BYTES);
     const uint32_t *w = (const uint32_t *)&v;
-    const int npad = a.ntiles * WQ_TILE_N, group_k = a.group_units * WQ_UNIT_K;
+    const int npad = a.ntiles * WQ_TILE_N;
     T *dst = a.y + (size_t)row * a.k;
 #pragma unroll
-    for (int u = 0; u < UPC; u++)
+    for (int u = 0; u < UPC; u++) {
+        const int U = c * UPC + u, col0 = U * WQ_UNIT_K + 8 * q;
+        if (col0 >= a.k) break;
+        const int G = min(U / a.group_units, a.ngroups - 1);
+        const float s = a.scale[(size_t)G * a.scale_rows + (row >> a.gshift)];
+        const int z = TY == RL_WQ_FP8 ? 0 : a.zero[(size_t)G * npad + row];
+        T out[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            const int col = (c * UPC + u) * WQ_UNIT_K + 8 * q + e;
-            if (col >= a.k) continue;
-            const int G = a.ngroups == 1 ? 0 : col / group_k;
-            const float s = a.scale[(size_t)G * a.scale_rows + (row >> a.gshift)];
             uint32_t qv;
             if (TY == RL_WQ_INT4) qv = (w[u] >> ((e & 1) * 16 + (e >> 1) * 4)) & 15u;
             else qv = (w[2 * u + (e >> 2)] >> (8 * (e & 3))) & 255u;
-            float val;
-            if (TY == RL_WQ_FP8) val = __fmul_rn(wq_e4m3(qv), s);
-            else val = __fmul_rn(s, (float)((int)qv - (int)a.zero[(size_t)G * npad + row]));
-            st(dst + (a.perm ? a.perm[col] : col), val);
+            const float val = TY == RL_WQ_FP8 ? __fmul_rn(wq_e4m3(qv), s) : __fmul_rn(s, (float)((int)qv - z));
+            st(&out[e], val);
         }
+        if (a.perm)
+            for (int e = 0; e < 8; e++) dst[a.perm[col0 + e]] = out[e];
+        else
+            *(uint4 *)(dst + col0) = *(const uint4 *)out;
+    }
 }
 
 template <typename T> static WqArgs<T> wq_args(const rlWq *w, const void *x, int ldx, void *y, int ldy,
@@ -341,20 +371,20 @@ template <typename T> static WqArgs<T> wq_args(const rlWq *w, const void *x, int
     return a;
 }
 
-/* Output tiles per block for 16 / 32 / 64 / 128 rows: more tiles reuse each
- * activation load, fewer put more blocks on the SMs (kernels/PERF.md).
- * RL_WQ_NW="a,b,c,d" overrides them for benchmarks (1, 2 or 4 up to 32
- * rows, 1 or 2 at 64, 1 at 128: the block's partial sums fit 32 KiB). */
-static int wq_nw[4] = {2, 2, 2, 1};
-static void wq_nw_init(void) {
-    static int done;
-    if (done) return;
-    done = 1;
+/* Output tiles per block for 16 / 32 / 64 / 128 rows, int4 and 8-bit:
+ * more tiles reuse each activation load and keep more weight bytes in
+ * flight per warp, fewer put more blocks on the SMs.  Measured at the 7B
+ * shapes on an H200 (kernels/PERF.md v14).  RL_WQ_NW="a,b,c,d" overrides
+ * both rows for benchmarks (1, 2 or 4 up to 32 rows, 1 or 2 at 64, 1 at
+ * 128: a block's partial sums fit 32 KiB of shared memory). */
+static int wq_nw[2][4] = {{4, 4, 2, 1}, {2, 2, 2, 1}};
+static bool wq_nw_parse(void) {
     const char *e = getenv("RL_WQ_NW");
     int v[4];
     if (e && sscanf(e, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]) == 4)
         for (int i = 0; i < 4; i++)
-            if (v[i] == 1 || (v[i] == 2 && i < 3) || (v[i] == 4 && i < 2)) wq_nw[i] = v[i];
+            if (v[i] == 1 || (v[i] == 2 && i < 3) || (v[i] == 4 && i < 2)) wq_nw[0][i] = wq_nw[1][i] = v[i];
+    return true;
 }
 
 template <typename T, int TY, int MT>
@@ -368,11 +398,11 @@ static void wq_launch_mt(const WqArgs<T> &a, int nw, cudaStream_t s) {
 }
 
 template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, cudaStream_t s) {
-    const int mt = (a.m + 15) / 16;
-    if (mt <= 1) wq_launch_mt<T, TY, 1>(a, wq_nw[0], s);
-    else if (mt <= 2) wq_launch_mt<T, TY, 2>(a, wq_nw[1], s);
-    else if (mt <= 4) wq_launch_mt<T, TY, 4>(a, wq_nw[2], s);
-    else wq_launch_mt<T, TY, 8>(a, wq_nw[3], s);
+    const int mt = (a.m + 15) / 16, *nw = wq_nw[TY == RL_WQ_INT4 ? 0 : 1];
+    if (mt <= 1) wq_launch_mt<T, TY, 1>(a, nw[0], s);
+    else if (mt <= 2) wq_launch_mt<T, TY, 2>(a, nw[1], s);
+    else if (mt <= 4) wq_launch_mt<T, TY, 4>(a, nw[2], s);
+    else wq_launch_mt<T, TY, 8>(a, nw[3], s);
 }
 
 template <typename T>
@@ -386,16 +416,17 @@ static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, cudaStream_t s) {
 
 extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
                           int m, cudaStream_t s) {
-    if (!w || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > rl_wq_max_rows(w) || ldx < w->k ||
+    if (!w || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > WQ_MAX_ROWS || ldx < w->k ||
         ldy < w->n || ldx % 8 || ((uintptr_t)x & 15))
         return RL_EINPUT;
-    wq_nw_init();
+    static const bool nw_read = wq_nw_parse();   /* once, thread-safe */
+    (void)nw_read;
     if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, m), s);
     else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, m), s);
     return cudaGetLastError() == cudaSuccess ? RL_OK : RL_EDEVICE;
 }
 
-extern "C" int rl_wq_max_rows(const rlWq *) { return WQ_MAX_ROWS; }
+extern "C" int rl_wq_max_rows(const rlWq *) { return WQ_FAST_ROWS; }
 
 template <typename T> static void wq_dequant_launch(const rlWq *w, void *dst, cudaStream_t s) {
     WqArgs<T> a = wq_args<T>(w, NULL, 0, dst, w->k, 0);

@@ -28,16 +28,26 @@ extern "C" {
 #endif
 
 /* Repack on the host and upload on stream s; *bytes: the device bytes held.
- * A shape the layout cannot hold fills msg and returns nonzero. */
+ * A shape the layout cannot hold fills msg and returns nonzero (an
+ * rlErrorCode: RL_EMODEL for the shape or values, RL_EMEMORY, RL_EDEVICE).
+ * The layout takes any n, k a multiple of 8, groups along K that are
+ * multiples of 32 or all of k, fp8 scale blocks of 1, 2^i or all n rows. */
 int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_t *bytes, char *msg,
                  size_t msg_n);
 /* y (dtype dt: RL_BF16 or RL_F16, like x; leading dimensions in elements)
  * for 1 <= m <= rl_wq_max_rows(w).  Asynchronous on s, no allocation, no
- * synchronisation: it can be captured in a CUDA graph. */
+ * synchronisation: it can be captured in a CUDA graph.  x must be 16-byte
+ * aligned with ldx a multiple of 8.  Returns 0 or an rlErrorCode:
+ * RL_EINPUT for arguments the weights cannot take, RL_EDEVICE for a failed
+ * launch (the caller records it like any failed operation). */
 int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy, int m,
                cudaStream_t s);
+/* The most rows for which rl_wq_gemm beats rl_wq_dequant + the dense GEMM
+ * (measured, kernels/PERF.md); rl_wq_gemm itself takes up to 128. */
 int rl_wq_max_rows(const rlWq *w);
-/* The whole matrix dequantized into dst [n][k] of dtype dt. */
+/* The whole matrix dequantized into dst [n][k] of dtype dt, in x's column
+ * order (an act-order permutation undone), so y = x . dst^T; exactly the
+ * CPU backend's values rounded once. */
 int rl_wq_dequant(const rlWq *w, rlDtype dt, void *dst, cudaStream_t s);
 void rl_wq_free(rlWq *w);
 

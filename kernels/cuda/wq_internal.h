@@ -35,7 +35,10 @@
 #define WQ_UNIT_K 32
 #define WQ_LANE_BYTES 16
 #define WQ_CHUNK_BYTES (32 * WQ_LANE_BYTES)
+/* rl_wq_gemm takes up to WQ_MAX_ROWS rows; up to WQ_FAST_ROWS it beats
+ * rl_wq_dequant + the dense GEMM at the 7B shapes on an H200 (PERF.md). */
 #define WQ_MAX_ROWS 128
+#define WQ_FAST_ROWS 32
 
 struct rlWq {
     rlWqType type;
@@ -44,7 +47,7 @@ struct rlWq {
     int nchunks;         /* ceil(k / chunk_k) */
     int chunk_units;     /* units of 32 columns per chunk: 4 (int4), 2 (8-bit) */
     int ngroups;         /* ceil(k / group_k) */
-    int group_units;     /* units per group (all of K: larger than any unit index) */
+    int group_units;     /* units per group (all of K: 2^29, more than any k has) */
     int scale_rows;      /* rows of scale: ((ntiles * 8 - 1) >> gshift) + 1 */
     int gshift;          /* a row's scale row is n >> gshift */
     uint8_t *qw;         /* device: [ntiles][nchunks][32][16] */

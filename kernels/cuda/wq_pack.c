@@ -4,7 +4,6 @@
  * (and its refusals are tested) without a GPU. */
 #include "kernels/cuda/wq_internal.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -63,7 +62,7 @@ int wq_layout(const rlWqHost *h, rlWq *w, char *msg, size_t msg_n) {
     int chunk_k = w->chunk_units * WQ_UNIT_K;
     w->nchunks = (h->k + chunk_k - 1) / chunk_k;
     w->ngroups = (h->k + h->group_k - 1) / h->group_k;
-    w->group_units = h->group_k >= h->k ? INT_MAX / 2 : h->group_k / WQ_UNIT_K;
+    w->group_units = h->group_k >= h->k ? 1 << 29 : h->group_k / WQ_UNIT_K;
     w->gshift = gshift;
     w->scale_rows = ((w->ntiles * WQ_TILE_N - 1) >> gshift) + 1;
     return 0;
