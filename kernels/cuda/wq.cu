@@ -13,7 +13,7 @@
  * per group.  The warps' partial sums meet in shared memory and are rounded
  * once into y.  rl_wq_dequant writes the dense matrix for larger batches.
  *
- * Speed (kernels/PERF.md v14): correct at every size, but not yet at the
+ * Speed (kernels/PERF.md v17): correct at every size, but not yet at the
  * weight-read floor: the blocks hold 124-255 registers, so one or two of 8
  * warps fit an SM and each lives only a few chunks; above 32 rows every
  * block re-reads all of x from L2.  The fixes are written there.
@@ -374,7 +374,7 @@ template <typename T> static WqArgs<T> wq_args(const rlWq *w, const void *x, int
 /* Output tiles per block for 16 / 32 / 64 / 128 rows, int4 and 8-bit:
  * more tiles reuse each activation load and keep more weight bytes in
  * flight per warp, fewer put more blocks on the SMs.  Measured at the 7B
- * shapes on an H200 (kernels/PERF.md v14).  RL_WQ_NW="a,b,c,d" overrides
+ * shapes on an H200 (kernels/PERF.md v17).  RL_WQ_NW="a,b,c,d" overrides
  * both rows for benchmarks (1, 2 or 4 up to 32 rows, 1 or 2 at 64, 1 at
  * 128: a block's partial sums fit 32 KiB of shared memory). */
 static int wq_nw[2][4] = {{4, 4, 2, 1}, {2, 2, 2, 1}};
