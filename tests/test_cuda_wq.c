@@ -105,7 +105,7 @@ static float layer_w(const Layer *l, int r, int j) {
     int groups = (h->k + h->group_k - 1) / h->group_k, g = j / h->group_k;
     double s = h->scale[(size_t)(r / h->group_n) * groups + g];
     uint8_t q = h->q[(size_t)r * h->k + j];
-    if (h->type == RL_WQ_FP8) return (float)(quant_fp8_e4m3(q) * s);
+    if (h->type == RL_WQ_FP8) return (float)(rl_fp8_e4m3(q) * s);
     return (float)(s * (q - h->zero[(size_t)r * groups + g]));
 }
 
