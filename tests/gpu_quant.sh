@@ -6,11 +6,12 @@
 #   - test_cuda_qlinear: random int4 / int8 / FP8 layers (groups, act-order,
 #     block / channel / tensor scales, static input scale) at 1 to 300 rows
 #     against a float64 host reference;
-#   - test_forward and test_ranks (1x1 on one GPU) on every models-quant/
-#     fixture: prompt logprobs within 0.05 of reference.json for AWQ and
-#     GPTQ, FP8 within FP8_TOL (test_forward.c says why) with the measured
-#     error printed; greedy tokens up to the first low-margin step;
-#   - `redlm generate` end to end on each, the same bounds;
+#   - test_forward (fp16, the checkpoints' dtype, and bf16) and test_ranks
+#     (1x1 on one GPU) on every models-quant/ fixture: prompt logprobs
+#     within 0.05 of reference.json for AWQ and GPTQ in fp16 (0.1 in bf16),
+#     FP8 within FP8_TOL (test_forward.c says why) with the measured error
+#     printed; greedy tokens up to the first low-margin step;
+#   - `redlm generate` end to end on each (--dtype auto: fp16), the same bounds;
 #   - --load-format dummy --quantization awq|gptq|fp8 at the Qwen2.5-7B
 #     shape: the bytes the quantized layers hold on the device equal what
 #     the memory plan counts (rl_quant_linear_bytes).
@@ -22,8 +23,9 @@ for generic in 0 1; do
     export RL_CUDA_GENERIC=$generic
     echo "## RL_CUDA_GENERIC=$generic"
     RL_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_qlinear"
+    RL_TEST_BACKEND=cuda RL_TEST_DTYPE=fp16 RL_TEST_ONLY=quant "$BUILD/tests/test_forward"
     RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 RL_TEST_ONLY=quant "$BUILD/tests/test_forward"
-    RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 RL_TEST_ONLY=quant "$BUILD/tests/test_ranks"
+    RL_TEST_BACKEND=cuda RL_TEST_DTYPE=fp16 RL_TEST_ONLY=quant "$BUILD/tests/test_ranks"
     for cfg in "$FIXTURES"/models-quant/*/config.json; do
         dir=$(dirname "$cfg") model=$(basename "$(dirname "$cfg")")
         python3 - "$dir/reference.json" > "$tmp/in.jsonl" <<'PY'

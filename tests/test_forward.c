@@ -7,8 +7,9 @@
  * follows the rounding, to fixture_bf16_tolerance, tests/fixture_paths.h);
  * quantized models with their weights kept quantized on the GPU, FP8 ones
  * (W8A8 at prefill on sm_89+) within FP8_TOL, a bound on activation
- * rounding (below).  RL_TEST_ONLY=quant runs the fixtures whose name holds
- * that string.
+ * rounding (below), AWQ / GPTQ within 0.05 in fp16 and 0.1 in bf16
+ * (below).  RL_TEST_ONLY=quant runs the fixtures whose name holds that
+ * string.
  *
  * For every fixture model (tests/fixture_paths.h: Qwen2 at two shapes,
  * Qwen3, YaRN, Llama 3, and each quantized format, dequantized at load on
@@ -102,6 +103,12 @@ static int model_setup(void **state, const char *name, const char *dir, const ch
          * spread over +-10, prompt logprobs move by up to a few tenths.
          * The bound is twice that; the measured error is printed. */
         if (t->cfg.quant.method == RL_QUANT_FP8) TOL = FP8_TOL, MARGIN = FP8_TOL, SAME = FP8_TOL;
+        /* Weight-only formats: a prefill dequantizes the weights into the
+         * activations' dtype; bf16 keeps 8 significant bits of s * (q - z),
+         * which the reference holds exactly (fp16, the checkpoints' own
+         * dtype, keeps 11): measured 0.055 on qwen3-tiny-awq's 1500-token
+         * prompt in bf16, so bf16 gets 0.1 and fp16 the 0.05 of dense. */
+        else if (t->cfg.quant.method && opt.dtype == RL_BF16) TOL = 0.1;
         t->be = rl_backend_cuda_create(&opt, &err);
     } else {
         t->be = rl_backend_cpu_create(&opt, &err);

@@ -82,6 +82,7 @@ static int fix_setup(void **state, const char *name) {
     if (!strcmp(BACKEND, "cuda")) {
         int fp8 = f->cfg.quant.method == RL_QUANT_FP8;
         TOL = fp8 ? FP8_TOL : TOL16, MARGIN = fp8 ? FP8_TOL : MARGIN16, SAME = fp8 ? FP8_TOL : SAME16;
+        if (!fp8 && f->cfg.quant.method && DTYPE == RL_BF16) TOL = 0.1;  /* test_forward.c: why */
     }
     json_error_t jerr;
     f->ref = json_load_file(ref, 0, &jerr);

@@ -51,11 +51,13 @@ typedef struct qlPlan {
     cublasLtMatmulAlgo_t algo;
 } qlPlan;
 
-/* A pair of scale modes (weights, activations): untried, refused or wrong
- * (-1), or working with these scale layouts (variant + 1). */
+/* A pair of scale modes (weights, activations): untried (0), refused or
+ * wrong (-1), or working (1) with these scale layouts, for any number of
+ * rows or (rows16) for multiples of 16 only. */
 typedef struct qlProbe {
     int state;
     int a_var, b_var;
+    int rows16;
 } qlProbe;
 
 struct rlQlState {
@@ -64,13 +66,14 @@ struct rlQlState {
     int n_plans;
     void *ws;                   /* the workspace: dequantized weights, e4m3 operands, scales */
     size_t ws_cap;
+    char why[160];              /* what cuBLASLt said last time it refused (for the probe's line) */
 };
 
 typedef struct rlQLinear {
     rlWq *wq;
     int n, k, max_rows;
     rlWqType type;
-    int w8a8;                   /* FP8 activations for rows > max_rows */
+    int w8a8;                   /* FP8 activations for rows > max_rows (2: multiples of 16 only) */
     int a_mode, b_mode, a_var, b_var;
     int group_n, group_k;       /* the weight scales' blocks, as the host form gives them */
     int act_group;              /* activation scale group along k (128 or k) */
@@ -191,10 +194,10 @@ static rlQlState *ql_state(rlCuda *c) {
 }
 
 static void ql_plan_destroy(qlPlan *p) {
-    cublasLtMatmulDescDestroy(p->desc);
-    cublasLtMatrixLayoutDestroy(p->a);
-    cublasLtMatrixLayoutDestroy(p->b);
-    cublasLtMatrixLayoutDestroy(p->c);
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
 }
 
 void cuda_qlinear_free(rlCuda *c) {
@@ -235,25 +238,41 @@ static qlPlan *ql_plan(rlCuda *c, rlDtype dt, int rows, int n, int k, int bias, 
     cudaDataType_t ot = cuda_lt_type(dt);
     int32_t am = a_mode, bm = b_mode;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    int ok = cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == 0 &&
-         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == 0 &&
-         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof am) == 0 &&
-         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof bm) == 0 &&
-         (!bias || cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == 0);
-    ok = ok && cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, k) == 0 &&
-         cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, k, rows, k) == 0 &&
-         cublasLtMatrixLayoutCreate(&p.c, ot, n, rows, n) == 0;
+    /* Scale pointers set before the heuristic, as NVIDIA's FP8 sample does
+     * (any device address: the heuristic reads none); the modes only when
+     * not the default (one scalar). */
+    const void *any = c->lt_ws;
+    const char *step = "creating the descriptors";
+    cublasStatus_t st = cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (!st) st = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
+    if (!st) st = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
+    if (!st) st = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof any);
+    if (!st) st = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof any);
+    if (!st && am != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
+        step = "setting the weights' scale mode",
+        st = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof am);
+    if (!st && bm != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
+        step = "setting the activations' scale mode",
+        st = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof bm);
+    if (!st && bias)
+        step = "setting the bias epilogue",
+        st = cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (!st) step = "creating the layouts", st = cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, k);
+    if (!st) st = cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, k, rows, k);
+    if (!st) st = cublasLtMatrixLayoutCreate(&p.c, ot, n, rows, n);
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    if (ok && cublasLtMatmulPreferenceCreate(&pref) == 0 &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &c->lt_ws_bytes, sizeof c->lt_ws_bytes) == 0)
-        cublasLtMatmulAlgoGetHeuristic(c->lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &h, &found);
+    if (!st) step = "the heuristic", st = cublasLtMatmulPreferenceCreate(&pref);
+    if (!st)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &c->lt_ws_bytes, sizeof c->lt_ws_bytes);
+    if (!st) st = cublasLtMatmulAlgoGetHeuristic(c->lt, p.desc, p.a, p.b, p.c, p.c, pref, 1, &h, &found);
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (!ok || found < 1) {
-        if (p.desc) ql_plan_destroy(&p);
+    if (st || found < 1) {
+        snprintf(q->why, sizeof q->why, "%s (%d x %d x %d): %s", step, rows, n, k,
+                 st ? cublasGetStatusString(st) : "no algorithm found");
+        ql_plan_destroy(&p);
         return NULL;
     }
     p.algo = h.algo;
@@ -276,11 +295,11 @@ static int ql_fp8_gemm(rlCuda *c, rlDtype dt, void *out, const void *a8, const f
                                                 sizeof bias)))
         return -1;
     float alpha = 1.0f, beta = 0.0f;
-    return cublasLtMatmul(c->lt, p->desc, &alpha, w8, p->a, a8, p->b, &beta, out, p->c, out,
-                          p->c, &p->algo, c->lt_ws, c->lt_ws_bytes, c->stream) ==
-                   CUBLAS_STATUS_SUCCESS
-               ? 0
-               : -1;
+    cublasStatus_t st = cublasLtMatmul(c->lt, p->desc, &alpha, w8, p->a, a8, p->b, &beta, out,
+                                       p->c, out, p->c, &p->algo, c->lt_ws, c->lt_ws_bytes,
+                                       c->stream);
+    if (st) snprintf(c->ql->why, sizeof c->ql->why, "cublasLtMatmul: %s", cublasGetStatusString(st));
+    return st ? -1 : 0;
 }
 
 template <typename T>
@@ -301,11 +320,11 @@ static void ql_quant_act_run(rlCuda *c, rlDtype dt, void *q, float *scale, const
 
 static float ql_e4m3(uint8_t v) { return rl_fp8_e4m3(v); }
 
-/* One candidate layout pair on a small product (n 256 x k 384 x m 18, so
+/* One candidate layout pair on a small product (n 256 x k 384 x m rows, so
  * padding and transposition both show), checked against the host: 0 when
  * right, 1 when wrong, -1 when cuBLASLt refuses the pair. */
-static int ql_probe_one(rlCuda *c, int a_mode, int b_mode, int a_var, int b_var) {
-    const int n = 256, k = 384, m = 18;
+static int ql_probe_one(rlCuda *c, int a_mode, int b_mode, int a_var, int b_var, int m) {
+    const int n = 256, k = 384;
     size_t na = ql_scale_count(a_mode, a_var, n, k), nb = ql_scale_count(b_mode, b_var, m, k);
     uint8_t *w8 = (uint8_t *)malloc((size_t)n * k), *a8 = (uint8_t *)malloc((size_t)m * k);
     float *ws = (float *)calloc(na, sizeof(float)), *as = (float *)calloc(nb, sizeof(float));
@@ -384,19 +403,26 @@ static const qlProbe *ql_probe(rlCuda *c, int a_mode, int b_mode) {
     int wrong = 0;
     for (int av = 0; av < ql_variants(a_mode) && p->state < 0; av++)
         for (int bv = 0; bv < ql_variants(b_mode) && p->state < 0; bv++) {
-            int r = ql_probe_one(c, a_mode, b_mode, av, bv);
+            int r = ql_probe_one(c, a_mode, b_mode, av, bv, 32);
             if (r < 0) goto out;         /* refused: no layout will help */
             if (r == 0) p->state = 1, p->a_var = av, p->b_var = bv;
             else wrong = 1;
         }
+    /* Rows that are not a multiple of 16 (prefill chunks): some kernels
+     * want them aligned; those steps then take the 16-bit path. */
+    if (p->state > 0 && ql_probe_one(c, a_mode, b_mode, p->a_var, p->b_var, 18) != 0)
+        p->rows16 = 1;
 out:
     fprintf(stderr, "redlm: CUDA device %d: FP8 W8A8 with weights scaled %s and activations %s: "
-            "%s\n", c->device, ql_mode_name(a_mode), ql_mode_name(b_mode),
-            p->state > 0 ? "cuBLASLt runs it (prefill takes FP8 tensor cores)"
+            "%s%s%s\n", c->device, ql_mode_name(a_mode), ql_mode_name(b_mode),
+            p->state > 0 ? p->rows16 ? "cuBLASLt runs it for multiples of 16 rows (prefill takes "
+                                       "FP8 tensor cores; other row counts W8A16)"
+                                     : "cuBLASLt runs it (prefill takes FP8 tensor cores)"
             : wrong ? "cuBLASLt's results disagree with the host in every scale layout tried; "
                       "large batches dequantize to 16 bits instead (W8A16)"
-                    : "this cuBLASLt has no kernel for it here; large batches dequantize to 16 "
-                      "bits instead (W8A16)");
+                    : "cuBLASLt refuses it here; large batches dequantize to 16 bits instead "
+                      "(W8A16)",
+            p->state > 0 || wrong ? "" : " - ", p->state > 0 || wrong ? "" : c->ql->why);
     return p;
 }
 
@@ -446,7 +472,7 @@ void *cuda_upload_quant(rlBackend *be, const rlWqHost *h, float input_scale, siz
         h->k % 16 == 0 && h->n % 8 == 0) {
         const qlProbe *p = ql_probe(c, a_mode, b_mode);
         if (p->state > 0)
-            w->w8a8 = 1, w->a_mode = a_mode, w->b_mode = b_mode, w->a_var = p->a_var,
+            w->w8a8 = 1 + p->rows16, w->a_mode = a_mode, w->b_mode = b_mode, w->a_var = p->a_var,
             w->b_var = p->b_var;
     }
     size_t ns = (size_t)ql_ceil(h->n, h->group_n) * ql_ceil(h->k, h->group_k);
@@ -542,9 +568,10 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
         cuda_launched(c, "matmul_quant");
         return;
     }
-    size_t deq = ql_align((size_t)n * k * 2), w8b = w->w8a8 ? ql_align((size_t)n * k) : 0;
-    size_t a8b = w->w8a8 ? ql_align((size_t)rows * k) : 0;
-    size_t asb = w->w8a8 ? ql_align(ql_scale_count(w->b_mode, w->b_var, rows, k) * 4) : 0;
+    int w8a8 = w->w8a8 == 1 || (w->w8a8 == 2 && rows % 16 == 0);
+    size_t deq = ql_align((size_t)n * k * 2), w8b = w8a8 ? ql_align((size_t)n * k) : 0;
+    size_t a8b = w8a8 ? ql_align((size_t)rows * k) : 0;
+    size_t asb = w8a8 ? ql_align(ql_scale_count(w->b_mode, w->b_var, rows, k) * 4) : 0;
     char *ws = ql_ws(c, deq + w8b + a8b + asb, "matmul_quant");
     if (!ws) return;
     PROF(c, "wq dequant %dx%d", n, k);
@@ -552,7 +579,7 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
         cuda_fail(c, RL_EDEVICE, "matmul_quant: dequantizing a %d x %d layer failed", n, k);
         return;
     }
-    if (!w->w8a8) {
+    if (!w8a8) {
         cuda_gemm(c, dt, out, in, ws, bias, rows, n, k, 0, "matmul_quant");
         return;
     }
