@@ -6,7 +6,8 @@
  *   - m <= rl_wq_max_rows: rl_wq_gemm reads the int4 / int8 / float8
  *     weights and dequantizes in registers (decode, where reading the
  *     weights bounds the step); the bias is added after.
- *   - FP8 weights on sm_89 / sm_90 (not RL_CUDA_GENERIC): W8A8.  The
+ *   - FP8 weights on sm_89 / sm_90 (not RL_CUDA_GENERIC), from
+ *     QL_W8A8_MIN_ROWS rows: W8A8.  The
  *     activations are quantized to e4m3 here, per token or per 1x128 group
  *     (block FP8, as DeepSeek-V3 and vLLM do), or with the checkpoint's static
  *     input_scale; the weights are rl_wq_dequant'ed into a 16-bit workspace
@@ -22,8 +23,10 @@
  *     and the bf16 / fp16 GEMM of gemm.cu (W8A16 / W4A16).
  * The layouts cuBLASLt expects for its block scales are not spelled out for
  * Hopper, so each pair of scale modes is tried once, on a small product
- * checked against a host reference, with each candidate layout; a pair that
- * cuBLASLt refuses or gets wrong falls back to W8A16, saying so on stderr.
+ * checked against a host reference, with each candidate layout, at 32 rows
+ * and at 18 (the H200's cuBLAS 13.1 runs 128x128 weight blocks with 1x128
+ * activation groups for multiples of 16 rows only); a pair that cuBLASLt
+ * refuses or gets wrong falls back to W8A16, saying so on stderr.
  * Everything a captured decode step calls is asynchronous and allocation
  * free once its shape has run eagerly (graph.cu's rule). */
 #include <cuda_fp8.h>
@@ -40,6 +43,13 @@
 #define QL_THREADS 128
 #define QL_PLANS 64
 #define QL_E4M3_MAX 448.0f
+/* W8A8 pays for rounding the dequantized weights back to e4m3 (one pass
+ * over them, ~5 ms for a 7B model on an H200) only where the GEMM's time
+ * dominates: FP8 saves about 9 us a row of a 7B model's bf16 GEMMs, so
+ * from some 500 rows; below 1024 the 16-bit path runs (a 64-row decode
+ * step measured 10.6 ms on it, 52.7 ms on W8A8 with the first requant
+ * kernel). */
+#define QL_W8A8_MIN_ROWS 1024
 
 typedef cublasLtMatmulMatrixScale_t qlMode;
 enum { QL_MODES = 6 };          /* SCALAR_32F .. BLK128x128_32F */
@@ -165,16 +175,27 @@ ql_quant_act(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k, int group
         q[(size_t)row * k + i] = __nv_fp8_e4m3(fminf(fmaxf(ld(xr + i) / s, -QL_E4M3_MAX), QL_E4M3_MAX));
 }
 
-/* The dequantized weights back to their e4m3 values: w / its scale. */
+/* The dequantized weights back to their e4m3 values: w times the inverse of
+ * its scale (w = RN(q * s) is within 2^-9 of q * s, the inverse within
+ * 2^-24 of 1 / s: far inside half an e4m3 step, so q comes back exactly).
+ * One thread per 8 columns of a row (k % 16 == 0 on this path, and groups
+ * along k are 128 or all of k, so the 8 share a scale): one 16-byte load,
+ * one 8-byte store, one division. */
 template <typename T>
 __global__ void ql_requant(__nv_fp8_e4m3 *q, const T *w, const float *scale, int n, int k,
                            int group_n, int group_k) {
-    size_t total = (size_t)n * k, groups = (size_t)((k + group_k - 1) / group_k);
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int r = (int)(i / k), c = (int)(i % k);
-        float s = scale[(size_t)(r / group_n) * groups + c / group_k];
-        q[i] = __nv_fp8_e4m3(fminf(fmaxf(ld(w + i) / s, -QL_E4M3_MAX), QL_E4M3_MAX));
+    int c8 = blockIdx.x * blockDim.x + threadIdx.x, groups = (k + group_k - 1) / group_k;
+    if (c8 * 8 >= k) return;
+    for (int r = blockIdx.y; r < n; r += gridDim.y) {
+        float inv = 1.0f / scale[(size_t)(r / group_n) * groups + c8 * 8 / group_k];
+        const T *src = w + (size_t)r * k + (size_t)c8 * 8;
+        uint4 v = *(const uint4 *)src;
+        const T *e = (const T *)&v;
+        union { __nv_fp8_storage_t b[8]; uint2 u; } o;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            o.b[i] = __nv_cvt_float_to_fp8(ld(e + i) * inv, __NV_SATFINITE, __NV_E4M3);
+        *(uint2 *)(q + (size_t)r * k + (size_t)c8 * 8) = o.u;
     }
 }
 
@@ -568,7 +589,7 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
         cuda_launched(c, "matmul_quant");
         return;
     }
-    int w8a8 = w->w8a8 == 1 || (w->w8a8 == 2 && rows % 16 == 0);
+    int w8a8 = rows >= QL_W8A8_MIN_ROWS && (w->w8a8 == 1 || (w->w8a8 == 2 && rows % 16 == 0));
     size_t deq = ql_align((size_t)n * k * 2), w8b = w8a8 ? ql_align((size_t)n * k) : 0;
     size_t a8b = w8a8 ? ql_align((size_t)rows * k) : 0;
     size_t asb = w8a8 ? ql_align(ql_scale_count(w->b_mode, w->b_var, rows, k) * 4) : 0;
@@ -586,11 +607,11 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
     char *w8 = ws + deq, *a8 = w8 + w8b;
     float *as = (float *)(a8 + a8b);
     PROF(c, "fp8 quantize %dx%d", n, k);
-    unsigned blocks = rl_blocks((size_t)n * k, 256);
+    dim3 grid((unsigned)ql_ceil(k / 8, 256), (unsigned)(n < 65535 ? n : 65535));
     if (dt == RL_F16)
-        ql_requant<f16><<<blocks, 256, 0, c->stream>>>((__nv_fp8_e4m3 *)w8, (const f16 *)ws, w->scale, n, k, w->group_n, w->group_k);
+        ql_requant<f16><<<grid, 256, 0, c->stream>>>((__nv_fp8_e4m3 *)w8, (const f16 *)ws, w->scale, n, k, w->group_n, w->group_k);
     else
-        ql_requant<bf16><<<blocks, 256, 0, c->stream>>>((__nv_fp8_e4m3 *)w8, (const bf16 *)ws, w->scale, n, k, w->group_n, w->group_k);
+        ql_requant<bf16><<<grid, 256, 0, c->stream>>>((__nv_fp8_e4m3 *)w8, (const bf16 *)ws, w->scale, n, k, w->group_n, w->group_k);
     ql_quant_act_run(c, dt, a8, as, in, rows, k, w->act_group, w->in_scale, w->b_mode, w->b_var);
     if (cuda_check(c, cudaGetLastError(), "matmul_quant")) return;
     PROF(c, "fp8 gemm %dx%d", n, k);
