@@ -217,7 +217,15 @@ static int w_quant(wLoad *L, int l, const rlLayerTensor *t, int a, int b, void *
         size_t bytes = 0;
         *dst = be->ops->upload_quant(be, h, input_scale, &bytes, err);
         free(owned);
-        if (*dst) L->m->quant_bytes += bytes, rc = 0;
+        if (*dst) {
+            L->m->quant_bytes += bytes, rc = 0;
+        } else {
+            char fmt[64];
+            rl_error_wrap(err, "keeping model.layers.%d.%s of this %s checkpoint quantized on the "
+                          "%s backend (--backend cpu runs every format, dequantized)",
+                          s->layer0 + l, t[a].name, rl_quant_name(&c->quant, fmt, sizeof fmt),
+                          be->ops->name);
+        }
     }
 done:
     for (int i = 0; i < n; i++) free(v[i].owned);
