@@ -143,7 +143,7 @@ static void test_fp8(void **state) {
 
 int main(void) {
     rlError err;
-    rlBackendOptions o = {0, 0, RL_BF16, 0};
+    rlBackendOptions o = {.dtype = RL_BF16};
     if (!(g_be = rl_backend_cuda_create(&o, &err))) {
         if (getenv("RL_REQUIRE_GPU")) {
             fprintf(stderr, "test_cuda_qlinear: no usable GPU: %s\n", err.msg);

@@ -407,7 +407,7 @@ static int bench(int argc, char **argv) {
         fprintf(stderr, "bench: %s\n", err.msg);
         return 1;
     }
-    rlBackendOptions o = {0, 0, RL_BF16, 0};
+    rlBackendOptions o = {.dtype = RL_BF16};
     rlBackend *be = rl_backend_cuda_create(&o, &err);
     if (!be) {
         fprintf(stderr, "bench: %s\n", err.msg);
