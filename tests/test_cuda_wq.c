@@ -10,7 +10,8 @@
  * |x| |w| (fp32 sums and one rounding of y: bf16 about 2e-3, bound 1e-2),
  * printed.  y is poisoned first and its padding must stay so.
  * rl_wq_dequant must equal the CPU's values rounded to bf16 / fp16 exactly.
- * Shapes the layout cannot hold are refused with a message (no GPU needed).
+ * Without a GPU too: the packed layout read back value by value, and shapes
+ * it cannot hold refused with a message.
  *
  * Without a GPU the GPU cases print "skipped: no GPU" and the program
  * exits 77 (RL_REQUIRE_GPU=1: a failure).  RL_TEST_SEED=N repeats a run.
@@ -109,6 +110,79 @@ static float layer_w(const Layer *l, int r, int j) {
     return (float)(s * (q - h->zero[(size_t)r * groups + g]));
 }
 
+typedef struct Case {
+    const char *name;
+    rlWqType type;
+    int n, k, gk, gn, act_order;
+} Case;
+
+/* n needs nothing (padded to 8), k a multiple of 8, groups multiples of 32
+ * or all of k (wq_internal.h). */
+static const Case cases[] = {
+    {"int4 g32", RL_WQ_INT4, 136, 512, 32, 1, 0},
+    {"int4 g64 (k 448)", RL_WQ_INT4, 72, 448, 64, 1, 0},
+    {"int4 g128", RL_WQ_INT4, 264, 1024, 128, 1, 0},
+    {"int4 g=k (n 75, k 200)", RL_WQ_INT4, 75, 200, 200, 1, 0},
+    {"int4 g128 act-order", RL_WQ_INT4, 96, 768, 128, 1, 1},
+    {"int4 g128 k 3584", RL_WQ_INT4, 40, 3584, 128, 1, 0},
+    {"int8 g32", RL_WQ_INT8, 80, 320, 32, 1, 0},
+    {"int8 g64 (n 33)", RL_WQ_INT8, 33, 384, 64, 1, 0},
+    {"int8 g128", RL_WQ_INT8, 128, 640, 128, 1, 0},
+    {"int8 g=k (n 41, k 136)", RL_WQ_INT8, 41, 136, 136, 1, 0},
+    {"int8 g32 act-order", RL_WQ_INT8, 64, 256, 32, 1, 1},
+    {"fp8 block 128x128 (n 300)", RL_WQ_FP8, 300, 640, 128, 128, 0},
+    {"fp8 channel (n 77, k 264)", RL_WQ_FP8, 77, 264, 264, 1, 0},
+    {"fp8 tensor", RL_WQ_FP8, 64, 512, 512, 64, 0},
+};
+/* ------------------------------------------------------------ the layout */
+
+/* wq_pack's output read back by wq_internal.h's description, independently
+ * of the kernels: every value, the zero padding, every scale and zero. */
+static void test_layout(void **state) {
+    (void)state;
+    for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
+        const Case *c = &cases[ci];
+        Layer l;
+        layer_make(&l, c->type, c->n, c->k, c->gk, c->gn, c->act_order);
+        rlWq w;
+        char msg[256];
+        uint8_t *qw, *zero;
+        float *scale;
+        assert_int_equal(wq_layout(&l.h, &w, msg, sizeof(msg)), 0);
+        if (wq_pack(&l.h, &w, &qw, &scale, &zero, msg, sizeof(msg))) fail_msg("%s: %s", c->name, msg);
+        int chunk_k = w.chunk_units * WQ_UNIT_K, npad = w.ntiles * WQ_TILE_N, groups = w.ngroups;
+        for (int r = 0; r < npad; r++)
+            for (int j = 0; j < w.nchunks * chunk_k; j++) {
+                int in = j % chunk_k, u = in / WQ_UNIT_K, qd = in % WQ_UNIT_K / 8, i = in % 8;
+                const uint8_t *lane16 = qw + (((size_t)(r / WQ_TILE_N) * w.nchunks + j / chunk_k) * 32 +
+                                              (r % WQ_TILE_N) * 4 + qd) * WQ_LANE_BYTES;
+                unsigned v;
+                if (c->type == RL_WQ_INT4) {
+                    uint32_t word;
+                    memcpy(&word, lane16 + 4 * u, 4);
+                    v = word >> ((i & 1) * 16 + (i >> 1) * 4) & 15;
+                } else {
+                    v = lane16[8 * u + i];
+                }
+                unsigned want = r < c->n && j < c->k ? l.q[(size_t)r * c->k + j] : 0;
+                if (v != want) fail_msg("%s: packed [%d][%d] = %u, not %u", c->name, r, j, v, want);
+            }
+        for (int g = 0; g < groups; g++)
+            for (int r = 0; r < c->n; r++) {
+                float s = scale[(size_t)g * w.scale_rows + (r >> w.gshift)];
+                if (s != l.scale[(size_t)(r / c->gn) * groups + g])
+                    fail_msg("%s: scale of row %d group %d misplaced", c->name, r, g);
+                if (zero && zero[(size_t)g * npad + r] != l.zero[(size_t)r * groups + g])
+                    fail_msg("%s: zero of row %d group %d misplaced", c->name, r, g);
+            }
+        free(qw);
+        free(scale);
+        free(zero);
+        layer_free(&l);
+    }
+    printf("  %zu layouts read back\n", sizeof(cases) / sizeof(cases[0]));
+}
+
 /* ------------------------------------------------------------ refusals */
 
 static void expect_refused(const rlWqHost *h, const char *needle) {
@@ -159,30 +233,6 @@ static void test_refusals(void **state) {
 
 static int gpu_ok;
 
-typedef struct Case {
-    const char *name;
-    rlWqType type;
-    int n, k, gk, gn, act_order;
-} Case;
-
-/* n needs nothing (padded to 8), k a multiple of 8, groups multiples of 32
- * or all of k (wq_internal.h). */
-static const Case cases[] = {
-    {"int4 g32", RL_WQ_INT4, 136, 512, 32, 1, 0},
-    {"int4 g64 (k 448)", RL_WQ_INT4, 72, 448, 64, 1, 0},
-    {"int4 g128", RL_WQ_INT4, 264, 1024, 128, 1, 0},
-    {"int4 g=k (n 75, k 200)", RL_WQ_INT4, 75, 200, 200, 1, 0},
-    {"int4 g128 act-order", RL_WQ_INT4, 96, 768, 128, 1, 1},
-    {"int4 g128 k 3584", RL_WQ_INT4, 40, 3584, 128, 1, 0},
-    {"int8 g32", RL_WQ_INT8, 80, 320, 32, 1, 0},
-    {"int8 g64 (n 33)", RL_WQ_INT8, 33, 384, 64, 1, 0},
-    {"int8 g128", RL_WQ_INT8, 128, 640, 128, 1, 0},
-    {"int8 g=k (n 41, k 136)", RL_WQ_INT8, 41, 136, 136, 1, 0},
-    {"int8 g32 act-order", RL_WQ_INT8, 64, 256, 32, 1, 1},
-    {"fp8 block 128x128 (n 300)", RL_WQ_FP8, 300, 640, 128, 128, 0},
-    {"fp8 channel (n 77, k 264)", RL_WQ_FP8, 77, 264, 264, 1, 0},
-    {"fp8 tensor", RL_WQ_FP8, 64, 512, 512, 64, 0},
-};
 static const int ms[] = {1, 2, 3, 7, 8, 16, 33, 64, 100, 128};
 #define MAX_M WQ_MAX_ROWS
 
@@ -307,6 +357,8 @@ static void test_bad_calls(void **state) {
     assert_int_equal(rl_wq_gemm(w, RL_F32, x, 64, y, 16, 1, stream), RL_EINPUT);
     assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 60, y, 16, 1, stream), RL_EINPUT);
     assert_int_equal(rl_wq_gemm(w, RL_BF16, (char *)x + 2, 64, y, 16, 1, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, NULL, 64, y, 16, 1, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_dequant(w, RL_BF16, (char *)y + 2, stream), RL_EINPUT);
     assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, 1, stream), 0);
     assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
     cudaFree(x);
@@ -520,6 +572,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_layers),
         cmocka_unit_test(test_bad_calls),
@@ -527,7 +580,7 @@ int main(int argc, char **argv) {
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     if (rc) return rc;
     if (!gpu_ok) {
-        printf("skipped: no GPU (the refusals passed)\n");
+        printf("skipped: no GPU (the layout and refusal checks passed)\n");
         return 77;
     }
     return 0;

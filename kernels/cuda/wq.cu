@@ -416,8 +416,8 @@ static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, cudaStream_t s) {
 
 extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
                           int m, cudaStream_t s) {
-    if (!w || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > WQ_MAX_ROWS || ldx < w->k ||
-        ldy < w->n || ldx % 8 || ((uintptr_t)x & 15))
+    if (!w || !x || !y || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > WQ_MAX_ROWS ||
+        ldx < w->k || ldy < w->n || ldx % 8 || ((uintptr_t)x & 15))
         return RL_EINPUT;
     static const bool nw_read = wq_nw_parse();   /* once, thread-safe */
     (void)nw_read;
@@ -440,7 +440,7 @@ template <typename T> static void wq_dequant_launch(const rlWq *w, void *dst, cu
 }
 
 extern "C" int rl_wq_dequant(const rlWq *w, rlDtype dt, void *dst, cudaStream_t s) {
-    if (!w || !dst || (dt != RL_BF16 && dt != RL_F16)) return RL_EINPUT;
+    if (!w || !dst || ((uintptr_t)dst & 15) || (dt != RL_BF16 && dt != RL_F16)) return RL_EINPUT;
     if (dt == RL_F16) wq_dequant_launch<f16>(w, dst, s);
     else wq_dequant_launch<bf16>(w, dst, s);
     return cudaGetLastError() == cudaSuccess ? RL_OK : RL_EDEVICE;

@@ -45,9 +45,10 @@ int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int l
 /* The most rows for which rl_wq_gemm beats rl_wq_dequant + the dense GEMM
  * (measured, kernels/PERF.md); rl_wq_gemm itself takes up to 128. */
 int rl_wq_max_rows(const rlWq *w);
-/* The whole matrix dequantized into dst [n][k] of dtype dt, in x's column
- * order (an act-order permutation undone), so y = x . dst^T; exactly the
- * CPU backend's values rounded once. */
+/* The whole matrix dequantized into dst [n][k] of dtype dt (16-byte
+ * aligned), in x's column order (an act-order permutation undone), so
+ * y = x . dst^T; exactly the CPU backend's values rounded once.  Returns
+ * like rl_wq_gemm. */
 int rl_wq_dequant(const rlWq *w, rlDtype dt, void *dst, cudaStream_t s);
 void rl_wq_free(rlWq *w);
 
