@@ -68,19 +68,6 @@ int wq_layout(const rlWqHost *h, rlWq *w, char *msg, size_t msg_n) {
     return 0;
 }
 
-/* Pack 8 values of one lane's unit into the words wq_internal.h describes. */
-static void wq_put_unit(const rlWq *w, uint8_t *lane16, int u, const uint8_t v[8]) {
-    if (w->type == RL_WQ_INT4) {
-        uint32_t word = 0;
-        for (int p = 0; p < 4; p++)
-            word |= (uint32_t)(v[2 * p] & 15) << (4 * p) |
-                    (uint32_t)(v[2 * p + 1] & 15) << (16 + 4 * p);
-        memcpy(lane16 + 4 * u, &word, 4);   /* little-endian, as the GPU reads it */
-    } else {
-        memcpy(lane16 + 8 * u, v, 8);
-    }
-}
-
 int wq_pack(const rlWqHost *h, const rlWq *w, uint8_t **qw_out, float **scale_out,
             uint8_t **zero_out, char *msg, size_t msg_n) {
     const char *tn = wq_type_name(h->type);
@@ -114,29 +101,40 @@ int wq_pack(const rlWqHost *h, const rlWq *w, uint8_t **qw_out, float **scale_ou
                                    "integer in 0..%d", tn, r, g, (double)z, qmax);
                 zero[(size_t)g * npad + r] = (uint8_t)z;
             }
+    /* The values first, in one pass the compiler vectorizes; then the
+     * repack, 8 columns (k is a multiple of 8) at a time. */
+    for (int r = 0; r < n; r++) {
+        const uint8_t *row = h->q + (size_t)r * k;
+        unsigned bad = 0;
+        if (h->type == RL_WQ_INT4)
+            for (int j = 0; j < k; j++) bad |= row[j] > 15;
+        else if (h->type == RL_WQ_FP8)
+            for (int j = 0; j < k; j++) bad |= (row[j] & 0x7f) == 0x7f;
+        if (!bad) continue;
+        for (int j = 0; j < k; j++)
+            if (h->type == RL_WQ_INT4 ? row[j] > 15 : (row[j] & 0x7f) == 0x7f)
+                return h->type == RL_WQ_INT4
+                           ? wq_fail(msg, msg_n, "int4 weights: value [%d, %d] = %d is not in "
+                                     "0..15", r, j, row[j])
+                           : wq_fail(msg, msg_n, "fp8 weights: value [%d, %d] is NaN", r, j);
+    }
     int chunk_k = w->chunk_units * WQ_UNIT_K;
     for (int r = 0; r < n; r++) {
         const uint8_t *row = h->q + (size_t)r * k;
-        int tile = r / WQ_TILE_N, gl = r % WQ_TILE_N;
-        for (int c = 0; c < w->nchunks; c++)
-            for (int qd = 0; qd < 4; qd++) {
-                uint8_t *lane16 = qw + (((size_t)tile * w->nchunks + c) * 32 + gl * 4 + qd) *
-                                           WQ_LANE_BYTES;
-                for (int u = 0; u < w->chunk_units; u++) {
-                    uint8_t v[8] = {0};
-                    int col0 = c * chunk_k + u * WQ_UNIT_K + 8 * qd;
-                    for (int i = 0; i < 8 && col0 + i < k; i++) {
-                        v[i] = row[col0 + i];
-                        if (h->type == RL_WQ_INT4 && v[i] > 15)
-                            return wq_fail(msg, msg_n, "int4 weights: value [%d, %d] = %d is "
-                                           "not in 0..15", r, col0 + i, v[i]);
-                        if (h->type == RL_WQ_FP8 && (v[i] & 0x7f) == 0x7f)
-                            return wq_fail(msg, msg_n, "fp8 weights: value [%d, %d] is NaN",
-                                           r, col0 + i);
-                    }
-                    wq_put_unit(w, lane16, u, v);
-                }
+        for (int col0 = 0; col0 < k; col0 += 8) {
+            int c = col0 / chunk_k, u = col0 % chunk_k / WQ_UNIT_K, qd = col0 % WQ_UNIT_K / 8;
+            uint8_t *lane16 = qw + (((size_t)(r / WQ_TILE_N) * w->nchunks + c) * 32 +
+                                    (r % WQ_TILE_N) * 4 + qd) * WQ_LANE_BYTES;
+            const uint8_t *v = row + col0;
+            if (h->type == RL_WQ_INT4) {
+                uint32_t word = 0;
+                for (int p = 0; p < 4; p++)
+                    word |= (uint32_t)v[2 * p] << (4 * p) | (uint32_t)v[2 * p + 1] << (16 + 4 * p);
+                memcpy(lane16 + 4 * u, &word, 4);   /* little-endian, as the GPU reads it */
+            } else {
+                memcpy(lane16 + 8 * u, v, 8);
             }
+        }
     }
     if (h->perm) {
         char *seen = calloc((size_t)k, 1);
