@@ -19,7 +19,7 @@
  * but not at the weight-read floor: its blocks hold 124-255 registers, so
  * one or two of 8 warps fit an SM and each lives only a few chunks; above
  * 32 rows every block re-reads all of x from L2.  The GEMV's expected
- * figures are PERF.md v17b (predicted, not yet measured).
+ * figures are PERF.md v19 (predicted, not yet measured).
  *
  * Errors: rl_wq_upload fills the caller's message (the loader names the
  * tensor around it); rl_wq_gemm and rl_wq_dequant run inside a step and
