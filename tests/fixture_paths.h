@@ -47,11 +47,15 @@ static inline void fixture_bundled_dir(char *out, size_t n) {
  * of them, each flip another MLP for that token.  tests/test_moe_rounding.c
  * measures it on the CPU with bf16 rounding emulated: 0.28 / 0.54 off the
  * reference, 0.021 / 0.027 with the routing held to the exact run's (the
- * dense fixtures' 0.025-0.038), the H200 gave 0.31 / 0.095.  The bound is
- * the worst of those plus 0.1 (tests/gpu_model.sh repeats it). */
+ * dense fixtures' 0.025-0.038); the H200 gave 0.31-0.32 / 0.095-0.76 (which
+ * ties flip depends on the order of every sum before them).  The bound is
+ * the worst of those plus 0.1 (tests/gpu_model.sh repeats it); the check
+ * that the GPU's MoE math is right is test_forward's test_routed, which
+ * holds the routing to the fp32 run's and the prompt logprobs to 0.05
+ * (the H200: 0.022 / 0.021). */
 static inline double fixture_bf16_tolerance(const char *name) {
     if (strstr(name, "qwen2-moe-tiny")) return 0.41;
-    if (strstr(name, "qwen3-moe-tiny")) return 0.64;
+    if (strstr(name, "qwen3-moe-tiny")) return 0.86;
     return 0.05;
 }
 

@@ -78,7 +78,7 @@ static void run_layer(const tLayer *L) {
         for (int j = 0; j < L->k; j++)
             dense[(size_t)r * L->k + (L->perm ? h.perm[j] : j)] = rl_wq_host_weight(&h, r, j);
     int rows_list[] = {1, 7, 64, 300, 1024};
-    int max_rows = 300;
+    int max_rows = 1024;
     size_t xb = (size_t)max_rows * L->k * 2, yb = (size_t)max_rows * L->n * 2;
     uint16_t *x = malloc(xb), *y = malloc(yb), *bias = malloc((size_t)L->n * 2);
     for (size_t i = 0; i < (size_t)max_rows * L->k; i++)

@@ -13,9 +13,6 @@
  * Without a GPU too: the packed layout read back value by value, and shapes
  * it cannot hold refused with a message.
  *
- * m <= 8 runs wq.cu's decode GEMV, larger m the mma kernel;
- * RL_WQ_GEMV=N moves the line to N rows (0: every m to the mma kernel).
- *
  * Without a GPU the GPU cases print "skipped: no GPU" and the program
  * exits 77 (RL_REQUIRE_GPU=1: a failure).  RL_TEST_SEED=N repeats a run.
  *
@@ -170,30 +167,6 @@ static void test_layout(void **state) {
                 unsigned want = r < c->n && j < c->k ? l.q[(size_t)r * c->k + j] : 0;
                 if (v != want) fail_msg("%s: packed [%d][%d] = %u, not %u", c->name, r, j, v, want);
             }
-        /* The other direction, as the decode GEMV reads it: every packed
-         * lane's values at the (row, column) wq_lane_row / wq_lane_col name. */
-        for (int t = 0; t < w.ntiles; t++)
-            for (int ch = 0; ch < w.nchunks; ch++)
-                for (int lane = 0; lane < 32; lane++) {
-                    const uint8_t *lane16 = qw + (((size_t)t * w.nchunks + ch) * 32 + lane) * WQ_LANE_BYTES;
-                    int r = wq_lane_row(t, lane);
-                    for (int u = 0; u < w.chunk_units; u++)
-                        for (int e = 0; e < 8; e++) {
-                            int j = wq_lane_col(ch, u, lane, w.chunk_units) + e;
-                            unsigned v;
-                            if (c->type == RL_WQ_INT4) {
-                                uint32_t word;
-                                memcpy(&word, lane16 + 4 * u, 4);
-                                v = word >> wq_int4_shift(e) & 15;
-                            } else {
-                                v = lane16[8 * u + e];
-                            }
-                            unsigned want = r < c->n && j < c->k ? l.q[(size_t)r * c->k + j] : 0;
-                            if (v != want)
-                                fail_msg("%s: tile %d chunk %d lane %d unit %d element %d = %u, "
-                                         "not [%d][%d] = %u", c->name, t, ch, lane, u, e, v, r, j, want);
-                        }
-                }
         for (int g = 0; g < groups; g++)
             for (int r = 0; r < c->n; r++) {
                 float s = scale[(size_t)g * w.scale_rows + (r >> w.gshift)];

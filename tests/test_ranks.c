@@ -83,6 +83,10 @@ static int fix_setup(void **state, const char *name) {
         int fp8 = f->cfg.quant.method == RL_QUANT_FP8;
         TOL = fp8 ? FP8_TOL : TOL16, MARGIN = fp8 ? FP8_TOL : MARGIN16, SAME = fp8 ? FP8_TOL : SAME16;
         if (!fp8 && f->cfg.quant.method && DTYPE == RL_BF16) TOL = 0.1;  /* test_forward.c: why */
+        if (!fp8 && fixture_bf16_tolerance(name) > TOL) {   /* MoE routing near ties: why there */
+            TOL = SAME = fixture_bf16_tolerance(name);
+            MARGIN = fmax(MARGIN, TOL);
+        }
     }
     json_error_t jerr;
     f->ref = json_load_file(ref, 0, &jerr);

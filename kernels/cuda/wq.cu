@@ -1,9 +1,7 @@
 /* wq.cu: linear layers over quantized weights (int4 / int8 / fp8), read in
  * the packed layout of wq_internal.h and dequantized in registers.
  *
- * Decode (up to 8 rows whose x fits shared memory) takes wq_gemv_kernel,
- * a GEMV bound by weight reads (described above it).  The mma kernel serves
- * the rest, up to 128 rows: a block owns NW tiles of 8
+ * One kernel serves decode and small batches: a block owns NW tiles of 8
  * output columns over all of K, its 8 warps take every 8th chunk of K (a
  * split-K inside the block, so a narrow layer still puts enough loads in
  * flight), and each warp runs mma.sync m16n8k16 over MT tiles of 16 rows.
@@ -15,11 +13,10 @@
  * per group.  The warps' partial sums meet in shared memory and are rounded
  * once into y.  rl_wq_dequant writes the dense matrix for larger batches.
  *
- * Speed (kernels/PERF.md v17): the mma kernel is correct at every size,
- * but not at the weight-read floor: its blocks hold 124-255 registers, so
- * one or two of 8 warps fit an SM and each lives only a few chunks; above
- * 32 rows every block re-reads all of x from L2.  The GEMV's expected
- * figures are PERF.md v19 (predicted, not yet measured).
+ * Speed (kernels/PERF.md v17): correct at every size, but not yet at the
+ * weight-read floor: the blocks hold 124-255 registers, so one or two of 8
+ * warps fit an SM and each lives only a few chunks; above 32 rows every
+ * block re-reads all of x from L2.  The fixes are written there.
  *
  * Errors: rl_wq_upload fills the caller's message (the loader names the
  * tensor around it); rl_wq_gemm and rl_wq_dequant run inside a step and
@@ -313,105 +310,6 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
     }
 }
 
-/* The decode GEMV (1 <= m <= 8): bound by weight reads, not by the mma.
- * A block owns nt tiles of 8 output rows; its 8 warps are nt tiles x
- * 8 / nt slices of K, each warp reading every (8 / nt)-th chunk of its
- * tile with DEPTH 16-byte loads per lane in flight (the packed layout read
- * in storage order, so a warp's chunk is 512 contiguous bytes).  The first
- * loads go out before x is staged: x (m x k, gathered through perm for act
- * order) is copied once into shared memory.  Each lane dequantizes its 8
- * columns of a unit into fp32 (q - z exact, e4m3 exact), sums them against
- * x in fp32 and adds that times the group's scale; the 4 lanes of a row
- * meet by shuffles, the K slices in shared memory.  Few registers, so
- * several blocks share an SM and keep ~32-64 KiB of weights in flight. */
-template <typename T, int TY, int M>
-__global__ void __launch_bounds__(WQ_WARPS * 32, M <= 2 ? 4 : 2) wq_gemv_kernel(WqArgs<T> a, int nt) {
-    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2;
-    constexpr int DEPTH = 4;
-    extern __shared__ uint4 wq_xs[];
-    __shared__ float red[WQ_WARPS][WQ_TILE_N][M];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, ks = WQ_WARPS / nt;
-    const int tile = blockIdx.x * nt + warp % nt, cfirst = warp / nt, npad = a.ntiles * WQ_TILE_N;
-    const int row = wq_lane_row(tile, lane);
-    const bool live = tile < a.ntiles;
-    const uint8_t *wp = a.qw + ((size_t)tile * a.nchunks * 32 + lane) * WQ_LANE_BYTES;
-    uint4 wb[DEPTH];
-#pragma unroll
-    for (int d = 0; d < DEPTH; d++)
-        if (live && cfirst + d * ks < a.nchunks)
-            wb[d] = wq_ld_stream(wp + (size_t)(cfirst + d * ks) * WQ_CHUNK_BYTES);
-
-    T *xs = (T *)wq_xs;
-    const int k8 = a.k / 8;
-    if (!a.perm) {
-        for (int i = threadIdx.x; i < a.m * k8; i += WQ_WARPS * 32)
-            wq_xs[i] = __ldg((const uint4 *)(a.x + (size_t)(i / k8) * a.ldx) + i % k8);
-    } else {
-#pragma unroll 4
-        for (int i = threadIdx.x; i < a.m * a.k; i += WQ_WARPS * 32)
-            xs[i] = a.x[(size_t)(i / a.k) * a.ldx + __ldg(a.perm + i % a.k)];
-    }
-    __syncthreads();
-
-    float acc[M];
-#pragma unroll
-    for (int r = 0; r < M; r++) acc[r] = 0.0f;
-    for (int c0 = cfirst; live && c0 < a.nchunks; c0 += DEPTH * ks) {
-#pragma unroll
-        for (int d = 0; d < DEPTH; d++) {
-            const int c = c0 + d * ks;
-            if (c >= a.nchunks) break;
-            const uint4 wv4 = wb[d];
-            if (c + DEPTH * ks < a.nchunks)
-                wb[d] = wq_ld_stream(wp + (size_t)(c + DEPTH * ks) * WQ_CHUNK_BYTES);
-            const uint32_t *wv = (const uint32_t *)&wv4;
-#pragma unroll
-            for (int u = 0; u < UPC; u++) {
-                const int col = wq_lane_col(c, u, lane, UPC);
-                if (col >= a.k) break;
-                const int G = min((c * UPC + u) / a.group_units, a.ngroups - 1);
-                const float s = __ldg(a.scale + (size_t)G * a.scale_rows + (row >> a.gshift));
-                const float zf = TY == RL_WQ_FP8 ? 0.0f : 8388608.0f + (float)__ldg(a.zero + (size_t)G * npad + row);
-                float v[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    if (TY == RL_WQ_INT4)
-                        v[e] = __uint_as_float(0x4b000000u | ((wv[u] >> wq_int4_shift(e)) & 15u)) - zf;
-                    else if (TY == RL_WQ_INT8)
-                        v[e] = __uint_as_float(0x4b000000u | ((wv[2 * u + (e >> 2)] >> (8 * (e & 3))) & 255u)) - zf;
-                    else
-                        v[e] = wq_e4m3(wv[2 * u + (e >> 2)] >> (8 * (e & 3)));
-                }
-#pragma unroll
-                for (int r = 0; r < M; r++) {
-                    if (r >= a.m) break;
-                    const uint4 xv = wq_xs[((size_t)r * a.k + col) / 8];
-                    const T *xe = (const T *)&xv;
-                    float p = 0.0f;
-#pragma unroll
-                    for (int e = 0; e < 8; e++) p = fmaf(v[e], ld(xe + e), p);
-                    acc[r] = fmaf(s, p, acc[r]);
-                }
-            }
-        }
-    }
-
-#pragma unroll
-    for (int r = 0; r < M; r++) {
-        acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], 1);
-        acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], 2);
-        if ((lane & 3) == 0) red[warp][lane >> 2][r] = acc[r];
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < nt * WQ_TILE_N * a.m; i += WQ_WARPS * 32) {
-        const int tl = i % nt, gg = i / nt % WQ_TILE_N, r = i / (nt * WQ_TILE_N);
-        float sum = 0.0f;
-        for (int sl = 0; sl < ks; sl++) sum += red[sl * nt + tl][gg][r];
-        const int col = (blockIdx.x * nt + tl) * WQ_TILE_N + gg;
-        if (col < a.n) st(a.y + (size_t)r * a.ldy + col, sum);
-    }
-}
-
 /* One thread per lane's 16 bytes: the values the CPU dequantizes, s * (q - z)
  * or e4m3 * s rounded once to fp32 then to T, at x's column (perm undone);
  * without a permutation each unit's 8 columns are one 16-byte store. */
@@ -516,46 +414,6 @@ static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, cudaStream_t s) {
     }
 }
 
-/* Blocks the GEMV aims for: two per SM of an H200 (132 SMs), so a layer's
- * tiles are grouped up to 8 to a block (x staged once for more rows) only
- * while that many blocks remain. */
-#define WQ_GEMV_BLOCKS 264
-
-template <typename T, int TY, int M> static void wq_gemv_launch(const WqArgs<T> &a, cudaStream_t s) {
-    int nt = 8;
-    while (nt > 1 && (a.ntiles + nt - 1) / nt < WQ_GEMV_BLOCKS) nt /= 2;
-    const size_t smem = (size_t)a.m * a.k * sizeof(T);
-    /* Over 48 KiB a block must ask; per launch, since the setting is per device. */
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(wq_gemv_kernel<T, TY, M>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             WQ_GEMV_SMEM) != cudaSuccess)
-        return;
-    wq_gemv_kernel<T, TY, M><<<(a.ntiles + nt - 1) / nt, WQ_WARPS * 32, smem, s>>>(a, nt);
-}
-
-template <typename T, int TY> static void wq_gemv_rows(const WqArgs<T> &a, cudaStream_t s) {
-    if (a.m <= 1) wq_gemv_launch<T, TY, 1>(a, s);
-    else if (a.m <= 2) wq_gemv_launch<T, TY, 2>(a, s);
-    else if (a.m <= 4) wq_gemv_launch<T, TY, 4>(a, s);
-    else wq_gemv_launch<T, TY, 8>(a, s);
-}
-
-template <typename T>
-static void wq_gemv_type(const rlWq *w, const WqArgs<T> &a, cudaStream_t s) {
-    switch (w->type) {
-    case RL_WQ_INT4: wq_gemv_rows<T, RL_WQ_INT4>(a, s); break;
-    case RL_WQ_INT8: wq_gemv_rows<T, RL_WQ_INT8>(a, s); break;
-    case RL_WQ_FP8: wq_gemv_rows<T, RL_WQ_FP8>(a, s); break;
-    }
-}
-
-/* The most rows the GEMV takes: RL_WQ_GEMV=N (0..8) for benchmarks and to
- * isolate a failure, 0 sending every m to the mma kernel. */
-static int wq_gemv_rows_max(void) {
-    const char *e = getenv("RL_WQ_GEMV");
-    return e && e[0] >= '0' && e[0] <= '0' + WQ_GEMV_ROWS && !e[1] ? e[0] - '0' : WQ_GEMV_ROWS;
-}
-
 extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
                           int m, cudaStream_t s) {
     if (!w || !x || !y || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > WQ_MAX_ROWS ||
@@ -563,17 +421,8 @@ extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, voi
         return RL_EINPUT;
     static const bool nw_read = wq_nw_parse();   /* once, thread-safe */
     (void)nw_read;
-    static const int gemv_rows = wq_gemv_rows_max();
-    const bool gemv = m <= gemv_rows && (size_t)m * w->k * 2 <= WQ_GEMV_SMEM;
-    if (dt == RL_F16) {
-        const WqArgs<f16> a = wq_args<f16>(w, x, ldx, y, ldy, m);
-        if (gemv) wq_gemv_type(w, a, s);
-        else wq_launch_type(w, a, s);
-    } else {
-        const WqArgs<bf16> a = wq_args<bf16>(w, x, ldx, y, ldy, m);
-        if (gemv) wq_gemv_type(w, a, s);
-        else wq_launch_type(w, a, s);
-    }
+    if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, m), s);
+    else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, m), s);
     return cudaGetLastError() == cudaSuccess ? RL_OK : RL_EDEVICE;
 }
 

@@ -39,10 +39,6 @@
  * rl_wq_dequant + the dense GEMM at the 7B shapes on an H200 (PERF.md). */
 #define WQ_MAX_ROWS 128
 #define WQ_FAST_ROWS 32
-/* Up to WQ_GEMV_ROWS rows whose activations fit WQ_GEMV_SMEM bytes take the
- * decode GEMV (under the 99 KiB a block may hold on sm_86/89 GPUs). */
-#define WQ_GEMV_ROWS 8
-#define WQ_GEMV_SMEM (96 * 1024)
 
 struct rlWq {
     rlWqType type;
@@ -73,22 +69,6 @@ int wq_pack(const rlWqHost *h, const rlWq *w, uint8_t **qw, float **scale, uint8
 #ifdef __cplusplus
 }
 #endif
-/* The packed layout read in storage order (the decode GEMV's reads, and the
- * layout test's): lane `lane` of chunk c of tile t holds output row
- * wq_lane_row, and for each unit u the 8 consecutive input columns from
- * wq_lane_col; int4 element e of them sits at bit wq_int4_shift(e) of the
- * unit's 32-bit word, 8-bit element e in byte 8u + e. */
-#ifdef __CUDACC__
-#define WQ_HD __host__ __device__
-#else
-#define WQ_HD
-#endif
-static inline WQ_HD int wq_lane_row(int tile, int lane) { return tile * WQ_TILE_N + lane / 4; }
-static inline WQ_HD int wq_lane_col(int c, int u, int lane, int chunk_units) {
-    return (c * chunk_units + u) * WQ_UNIT_K + 8 * (lane % 4);
-}
-static inline WQ_HD int wq_int4_shift(int e) { return (e & 1) * 16 + (e >> 1) * 4; }
-
 static inline size_t wq_qw_bytes(const rlWq *w) {
     return (size_t)w->ntiles * w->nchunks * WQ_CHUNK_BYTES;
 }
