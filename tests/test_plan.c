@@ -222,10 +222,12 @@ static void test_moe_30b(void **state) {
     for (int r = 0; r < 6; r++) assert_int_equal(l->ranks[r].shard.n_moe, 128);
     assert_int_equal(l->ranks[0].shard.n_q_heads, 5);
     assert_int_equal(l->ranks[0].weights, 10198691840ULL);
+    plan_free(&p);
     plan_options_init(&o, 1, 80 * GiB);
     assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
     assert_true(find_layout(&p, 1, 1, 1)->fits);
     assert_int_equal(find_layout(&p, 1, 1, 1)->ranks[0].shard.n_moe, 768);
+    plan_free(&p);
 }
 
 static void test_every_config(void **state) {
