@@ -7,12 +7,7 @@
 # step) must give bit-identical tokens, logprobs and prompt logprobs.
 # Without the flag the runs differ in the last bits (counted, not asserted);
 # the flag's cost on the batch run is printed.
-set -euo pipefail
-: "${REDLM:?}" "${FIXTURES:?}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-dir=$FIXTURES/models/qwen2-tiny-gqa3
+source "$(dirname "$0")/generate_lib.sh"
 awk 'BEGIN { srand(23); for (i = 0; i < 64; i++) {
     n = 5 + int(rand() * 296); printf "{\"id\":\"r%d\",\"prompt_ids\":[", i
     for (j = 0; j < n; j++) printf "%s%d", (j ? "," : ""), (j < 40 && i % 4 == 0) ? j + 7 : int(rand() * 2000)

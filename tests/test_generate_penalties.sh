@@ -14,12 +14,7 @@
 #     time, preempted over and over in a tiny KV pool (with and without
 #     prefix caching), over two pipeline stages with steps in flight and
 #     over two tensor-parallel ranks (each sampling with its own tables).
-set -euo pipefail
-: "${REDLM:?}" "${FIXTURES:?}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-dir=$FIXTURES/models/qwen2-tiny-gqa3
+source "$(dirname "$0")/generate_lib.sh"
 base='"prompt": "Hello there", "max_tokens": 8, "temperature": 0'
 cat > "$tmp/in.jsonl" <<JSON
 {"id": "plain", $base}

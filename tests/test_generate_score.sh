@@ -5,12 +5,7 @@
 # time, and gives the logprobs and alternatives of the same prompt fed in
 # 100-token chunks (each step's rows in one slice); a scored request beside
 # a generating one changes neither.
-set -euo pipefail
-: "${REDLM:?}" "${FIXTURES:?}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-dir=$FIXTURES/models/qwen2-tiny-gqa3
+source "$(dirname "$0")/generate_lib.sh"
 ids=$(awk 'BEGIN { srand(11); for (i = 0; i < 1000; i++) printf "%s%d", (i ? "," : ""), int(rand() * 2000) }')
 echo "{\"id\":\"score\",\"prompt_ids\":[$ids],\"max_tokens\":0,\"prompt_logprobs\":3}" > "$tmp/score.jsonl"
 run() {   # name, input, options...

@@ -6,12 +6,7 @@
 #   - include_stop_str_in_output: the stop string stays in the text;
 #   - skip_special_tokens: true (the default) drops special added tokens'
 #     text, false keeps it.
-set -euo pipefail
-: "${REDLM:?}" "${FIXTURES:?}"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-dir=$FIXTURES/models/qwen2-tiny-gqa3
+source "$(dirname "$0")/generate_lib.sh"
 gen() { "$REDLM" generate --model "$dir" --threads 2 --input "$1" --output "$2" 2>/dev/null; }
 base='"prompt": "Hello there", "max_tokens": 8, "temperature": 0'
 echo "{\"id\": \"plain\", $base}" > "$tmp/plain.jsonl"
