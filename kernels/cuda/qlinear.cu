@@ -147,32 +147,64 @@ static const char *ql_mode_name(int mode) {
 
 /* ---- kernels ----------------------------------------------------------- */
 
-/* One block per (row, group of act_group columns): the group's absolute
- * maximum makes its scale (max / 448), unless a static scale is given; the
+/* Per token (a group of all k columns, no static scale): one block per
+ * row; the row's absolute maximum makes its scale (max / 448), and the
  * values are rounded to e4m3, saturating. */
 template <typename T>
 __global__ void __launch_bounds__(QL_THREADS)
-ql_quant_act(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k, int group,
-             const float *static_scale, int mode, int var) {
+ql_quant_act(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k, int mode, int var) {
     __shared__ float red[32];
-    int row = blockIdx.x, k0 = blockIdx.y * group, k1 = min(k0 + group, k);
+    int row = blockIdx.x;
     const T *xr = x + (size_t)row * k;
+    float amax = 0;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(ld(xr + i)));
+    int lane = threadIdx.x & 31;
+    amax = warp_max(amax);
+    if (lane == 0) red[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    amax = warp_max(lane < (int)(blockDim.x >> 5) ? red[lane] : 0.0f);  /* every warp */
+    float s = amax > 0 ? amax / QL_E4M3_MAX : 1.0f;
+    if (threadIdx.x == 0) scale[ql_scale_at(mode, var, m, k, row, 0)] = s;
+    for (int i = threadIdx.x; i < k; i += blockDim.x)
+        q[(size_t)row * k + i] = __nv_fp8_e4m3(fminf(fmaxf(ld(xr + i) / s, -QL_E4M3_MAX), QL_E4M3_MAX));
+}
+
+/* Groups of 128 columns (Qwen's 1x128 activation scales) or a static
+ * scale: a warp per (row, 128 columns), four values per lane held in
+ * registers, so x is read once (a block per group, as per token above, left the down projection's input, 8,192 x
+ * 18,944, at ~0.6 TB/s: kernels/PERF.md v20).  k % 16 == 0 on this path,
+ * so a lane's four values are all inside the row or all past it. */
+template <typename T>
+__global__ void __launch_bounds__(256)
+ql_quant_act128(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k,
+                const float *static_scale, int mode, int var) {
+    const int lane = threadIdx.x & 31, groups = (k + 127) / 128;
+    const size_t wi = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (wi >= (size_t)m * groups) return;
+    const int row = (int)(wi / groups), k0 = (int)(wi % groups) * 128, col = k0 + 4 * lane;
+    float v[4] = {0, 0, 0, 0};
+    if (col < k) {
+        const uint2 raw = *(const uint2 *)(x + (size_t)row * k + col);
+        const T *e = (const T *)&raw;
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] = ld(e + i);
+    }
     float s;
     if (static_scale) {
         s = *static_scale;
     } else {
-        float amax = 0;
-        for (int i = k0 + threadIdx.x; i < k1; i += blockDim.x) amax = fmaxf(amax, fabsf(ld(xr + i)));
-        int lane = threadIdx.x & 31;
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
         amax = warp_max(amax);
-        if (lane == 0) red[threadIdx.x >> 5] = amax;
-        __syncthreads();
-        amax = warp_max(lane < (int)(blockDim.x >> 5) ? red[lane] : 0.0f);  /* every warp */
         s = amax > 0 ? amax / QL_E4M3_MAX : 1.0f;
-        if (threadIdx.x == 0) scale[ql_scale_at(mode, var, m, k, row, k0)] = s;
+        if (lane == 0) scale[ql_scale_at(mode, var, m, k, row, k0)] = s;
     }
-    for (int i = k0 + threadIdx.x; i < k1; i += blockDim.x)
-        q[(size_t)row * k + i] = __nv_fp8_e4m3(fminf(fmaxf(ld(xr + i) / s, -QL_E4M3_MAX), QL_E4M3_MAX));
+    if (col >= k) return;
+    union { __nv_fp8_storage_t b[4]; uint32_t u; } o;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        o.b[i] = __nv_cvt_float_to_fp8(fminf(fmaxf(v[i] / s, -QL_E4M3_MAX), QL_E4M3_MAX),
+                                       __NV_SATFINITE, __NV_E4M3);
+    *(uint32_t *)(q + (size_t)row * k + col) = o.u;
 }
 
 /* The dequantized weights back to their e4m3 values: w times the inverse of
@@ -326,9 +358,14 @@ static int ql_fp8_gemm(rlCuda *c, rlDtype dt, void *out, const void *a8, const f
 template <typename T>
 static void ql_quant_act_launch(rlCuda *c, void *q, float *scale, const void *x, int m, int k,
                                 int group, const float *static_scale, int mode, int var) {
-    dim3 grid((unsigned)m, (unsigned)ql_ceil(k, group));
-    ql_quant_act<T><<<grid, QL_THREADS, 0, c->stream>>>((__nv_fp8_e4m3 *)q, scale, (const T *)x,
-                                                        m, k, group, static_scale, mode, var);
+    if (group == 128 || static_scale) {
+        const size_t warps = (size_t)m * ql_ceil(k, 128);
+        ql_quant_act128<T><<<(unsigned)((warps + 7) / 8), 256, 0, c->stream>>>(
+            (__nv_fp8_e4m3 *)q, scale, (const T *)x, m, k, static_scale, mode, var);
+        return;
+    }
+    ql_quant_act<T><<<(unsigned)m, QL_THREADS, 0, c->stream>>>((__nv_fp8_e4m3 *)q, scale,
+                                                                (const T *)x, m, k, mode, var);
 }
 
 static void ql_quant_act_run(rlCuda *c, rlDtype dt, void *q, float *scale, const void *x, int m,
