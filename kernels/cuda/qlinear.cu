@@ -172,7 +172,7 @@ ql_quant_act(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k, int mode,
 /* Groups of 128 columns (Qwen's 1x128 activation scales) or a static
  * scale: a warp per (row, 128 columns), four values per lane held in
  * registers, so x is read once (a block per group, as per token above, left the down projection's input, 8,192 x
- * 18,944, at ~0.6 TB/s: kernels/PERF.md v20).  k % 16 == 0 on this path,
+ * 18,944, at ~0.6 TB/s: kernels/PERF.md, "FP8 prefill").  k % 16 == 0 on this path,
  * so a lane's four values are all inside the row or all past it. */
 template <typename T>
 __global__ void __launch_bounds__(256)
