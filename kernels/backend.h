@@ -111,6 +111,12 @@ typedef struct rlBackendOps {
     void (*moe_experts)(rlBackend *be, void *out, const void *x, const void *wgu,
                         const void *wdown, const int *ids, const float *weights, int rows,
                         int dim, int m, int n_experts, int k, int accumulate);
+    /* Take now the scratch moe_experts needs for steps of up to rows
+     * tokens (rl_moe_scratch_bytes), so the memory plan made after the
+     * model loads (kv_capacity) counts it instead of the first long prefill
+     * growing it into the KV cache's share.  NULL where the backend keeps
+     * no device scratch. */
+    int (*moe_reserve)(rlBackend *be, size_t bytes, rlError *err);
     /* out[t] *= sigmoid(x[t] . w) over dim entries (w: dim weights, the dot
      * in fp32): Qwen2-MoE's shared expert gate. */
     void (*shared_gate)(rlBackend *be, void *out, const void *x, const void *w, int rows,
@@ -157,6 +163,21 @@ typedef struct rlBackendOps {
      * (f NULL: reset only).  NULL where the backend does not profile. */
     void (*profile_report)(rlBackend *be, FILE *f, const char *label, int steps);
 } rlBackendOps;
+
+/* The most scratch moe_experts takes for rows tokens, top k of n_experts,
+ * m expert columns on this rank, hidden size dim, 16-bit activations of
+ * elem bytes: the (token, expert) pairs listed by expert in tiles of 64 (a
+ * 16-byte entry per tile, plus one per expert for partial tiles), the
+ * pairs' order and inverse (4 bytes each), the SwiGLU outputs (elem bytes
+ * per column) and the down projections in fp32, each part 256-byte aligned
+ * (kernels/cuda/moe.cu lays them out so).  worker/plan counts it too. */
+static inline size_t rl_moe_scratch_bytes(size_t rows, int dim, int m, int n_experts, int k,
+                                          size_t elem) {
+    size_t pairs = rows * (size_t)k, tiles = (pairs + 63) / 64 + (size_t)n_experts;
+    size_t ints = (tiles * 16 + 16 + 2 * pairs * 4 + 255) / 256 * 256;
+    size_t h = (pairs * (size_t)m * elem + 255) / 256 * 256;
+    return ints + h + pairs * (size_t)dim * sizeof(float);
+}
 
 struct rlBackend {
     const rlBackendOps *ops;

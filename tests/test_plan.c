@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "tests/fixture_configs.h"
+#include "sched/sched.h"
 #include "worker/plan/plan.h"
 
 #define GiB ((size_t)1 << 30)
@@ -225,8 +226,20 @@ static void test_moe_30b(void **state) {
     plan_free(&p);
     plan_options_init(&o, 1, 80 * GiB);
     assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    const rlPlanRank *one = &find_layout(&p, 1, 1, 1)->ranks[0];
     assert_true(find_layout(&p, 1, 1, 1)->fits);
-    assert_int_equal(find_layout(&p, 1, 1, 1)->ranks[0].shard.n_moe, 768);
+    assert_int_equal(one->shard.n_moe, 768);
+    /* The experts' scratch for a 2,048-token step, top 8 of 128: 16,384
+     * pairs in 384 tiles (137,232 bytes of lists, 137,472 aligned), SwiGLU
+     * outputs 16,384 x 768 x 2, fp32 down projections 16,384 x 2,048 x 4:
+     * 159,521,024 bytes, grown to 1.25x; with the cuBLASLt workspace and the
+     * sampling scratch (rows x vocab fp32 at 1.25x) it is the workspace. */
+    assert_int_equal(rl_moe_scratch_bytes(2048, 2048, 768, 128, 8, 2), 159521024ULL);
+    size_t rows = (size_t)rl_model_head_rows(sched_config_max_rows(
+        &(rlSchedConfig){.max_num_seqs = o.max_num_seqs,
+                         .max_num_batched_tokens = o.max_num_batched_tokens}));
+    assert_int_equal(one->workspace, 64ULL * 1048576 + (size_t)(1.25 * (double)(rows * 151936 * 4)) +
+                                         (size_t)(1.25 * 159521024.0));
     plan_free(&p);
 }
 

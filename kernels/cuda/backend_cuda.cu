@@ -366,6 +366,7 @@ static const rlBackendOps cuda_ops = {
     .swiglu = cuda_swiglu,
     .moe_route = cuda_moe_route,
     .moe_experts = cuda_moe_experts,
+    .moe_reserve = cuda_moe_reserve,
     .shared_gate = cuda_shared_gate,
     .gather_rows = cuda_gather_rows,
     .add = cuda_add,

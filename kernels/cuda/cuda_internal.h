@@ -208,6 +208,7 @@ void cuda_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
                       int m, int n_experts, int k, int accumulate);
 void cuda_shared_gate(rlBackend *be, void *out, const void *x, const void *w, int rows,
                       int dim);
+int cuda_moe_reserve(rlBackend *be, size_t bytes, rlError *err);
 
 /* attention.cu */
 int cuda_attention_init(rlCuda *c, rlError *err);

@@ -29,7 +29,7 @@
 #include <limits.h>
 
 #define MOE_GEMV_PAIRS 32   /* up to this many (token, expert) pairs: the GEMV kernels */
-#define MOE_BM 64           /* pairs per tile of the grouped GEMMs */
+#define MOE_BM 64           /* pairs per tile of the grouped GEMMs (rl_moe_scratch_bytes's 64) */
 #define MOE_BN 64           /* weight rows per tile (gate/up: 32 gate + 32 up) */
 #define MOE_BK 32
 #define MOE_LD (MOE_BK + 8) /* padded shared-memory row: ldmatrix rows in distinct banks */
@@ -322,11 +322,12 @@ static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown,
         cuda_launched(c, "moe_experts (GEMV)");
         return;
     }
-    /* Workspace: tiles, their count, perm, pos, then h and y (fp32) 256-byte aligned. */
+    /* Workspace (rl_moe_scratch_bytes, backend.h): tiles, their count,
+     * perm, pos, then h and y (fp32) 256-byte aligned. */
     size_t max_tiles = (pairs + MOE_BM - 1) / MOE_BM + (size_t)E;
     size_t ints = (max_tiles * 16 + 16 + 2 * pairs * 4 + 255) / 256 * 256;
     size_t hb = (pairs * m * es + 255) / 256 * 256;
-    if (cuda_moe_ws(c, ints + hb + pairs * dim * sizeof(float), "moe_experts")) return;
+    if (cuda_moe_ws(c, rl_moe_scratch_bytes(rows, dim, m, E, k, es), "moe_experts")) return;
     char *ws = (char *)c->moe_ws;
     int4 *tiles = (int4 *)ws;
     int *n_tiles = (int *)(ws + max_tiles * 16), *perm = n_tiles + 4, *pos = perm + pairs;
@@ -366,4 +367,12 @@ void cuda_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
     else
         moe_run(c, (bf16 *)out, (const bf16 *)x, (const bf16 *)wgu, (const bf16 *)wdown, ids,
                 weights, rows, dim, m, n_experts, k, accumulate);
+}
+
+int cuda_moe_reserve(rlBackend *be, size_t bytes, rlError *err) {
+    rlCuda *c = cuda_of(be);
+    if (!cuda_moe_ws(c, bytes, "moe_reserve")) return 0;
+    rl_error(err, c->err.code, "%s", c->err.msg);
+    memset(&c->err, 0, sizeof c->err);
+    return -1;
 }

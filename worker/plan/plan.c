@@ -34,8 +34,10 @@ static const size_t PLAN_GEMM_WORKSPACE = 64 * MiB;
  * rest of the reserve as graph pools, never less than PLAN_GRAPHS_MIN. */
 static const size_t PLAN_CUDA_RESERVE = 2 * GiB;
 static const size_t PLAN_GRAPHS_MIN = 256 * MiB;
-/* kernels/cuda/sample.cu grows its scratch to 1.25x the rows x vocab fp32
- * logits it samples from (at most rl_model_head_rows at once). */
+/* The CUDA backend grows a scratch buffer to 1.25x what is asked
+ * (kernels/cuda/backend_cuda.cu, cuda_grow): sample.cu's for the rows x
+ * vocab fp32 logits it samples from (at most rl_model_head_rows at once),
+ * moe.cu's for the largest step's expert pairs (rl_moe_scratch_bytes). */
 static const double PLAN_SCRATCH_SLACK = 1.25;
 /* NCCL, per tensor-parallel communicator: ring and tree connections over up
  * to 24 channels, each with a Simple buffer (NCCL_BUFFSIZE, 4 MiB), an
@@ -114,6 +116,13 @@ static void plan_rank_costs(const rlModelConfig *cfg, const rlPlanOptions *o, rl
         scratch = (size_t)(PLAN_SCRATCH_SLACK * (double)rl_model_head_rows(rows) *
                            (double)cfg->vocab_size * sizeof(float));
     r->workspace = PLAN_GEMM_WORKSPACE + scratch;
+    if (cfg->num_experts && s->n_moe)
+        r->workspace += (size_t)(PLAN_SCRATCH_SLACK *
+                                 (double)rl_moe_scratch_bytes((size_t)o->max_num_batched_tokens,
+                                                              cfg->hidden_size, s->n_moe,
+                                                              cfg->num_experts,
+                                                              cfg->num_experts_per_tok,
+                                                              rl_dtype_size(o->dtype)));
     r->graphs = PLAN_CUDA_RESERVE > scratch + PLAN_GRAPHS_MIN ? PLAN_CUDA_RESERVE - scratch
                                                               : PLAN_GRAPHS_MIN;
     r->nccl = (s->tp_size > 1 ? PLAN_NCCL_TP : 0) +
