@@ -111,12 +111,6 @@ typedef struct rlBackendOps {
     void (*moe_experts)(rlBackend *be, void *out, const void *x, const void *wgu,
                         const void *wdown, const int *ids, const float *weights, int rows,
                         int dim, int m, int n_experts, int k, int accumulate);
-    /* Take now the scratch moe_experts needs for steps of up to rows
-     * tokens (rl_moe_scratch_bytes), so the memory plan made after the
-     * model loads (kv_capacity) counts it instead of the first long prefill
-     * growing it into the KV cache's share.  NULL where the backend keeps
-     * no device scratch. */
-    int (*moe_reserve)(rlBackend *be, size_t bytes, rlError *err);
     /* out[t] *= sigmoid(x[t] . w) over dim entries (w: dim weights, the dot
      * in fp32): Qwen2-MoE's shared expert gate. */
     void (*shared_gate)(rlBackend *be, void *out, const void *x, const void *w, int rows,
@@ -150,6 +144,13 @@ typedef struct rlBackendOps {
      * when fewer than min_blocks fit. */
     int (*kv_capacity)(rlBackend *be, size_t bytes_per_block, int block_size, int min_blocks,
                        double util, int *n_blocks, rlError *err);
+    /* Called before kv_capacity, once the weights are uploaded: take now
+     * the scratch steps of up to max_rows tokens will need, moe_bytes for
+     * moe_experts (rl_moe_scratch_bytes; 0 for a dense model) and what the
+     * backend's quantized layers take (rl_quant_scratch_bytes), so the
+     * plan counts it instead of the first long prefill growing it into the
+     * KV cache's share.  NULL where the backend keeps no device scratch. */
+    int (*reserve)(rlBackend *be, int max_rows, size_t moe_bytes, rlError *err);
 
     /* Run body(ctx), the step's work between begin_step and sample, which
      * must make no host syncs (one rank, no collectives).  A device backend

@@ -185,6 +185,10 @@ double rl_moe_experts_touched(const rlModelConfig *cfg, double tokens);
  * GPU holds them: rl_quant_linear_bytes), what rlModel.quant_bytes measures. */
 size_t rl_model_linear_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype);
 size_t rl_model_kv_bytes_per_token(const rlModelConfig *cfg, const rlShard *s, rlDtype dtype);
+/* The scratch this shard's quantized layers take on a GPU for steps of up
+ * to max_tokens rows (rl_quant_scratch_bytes over its largest and widest
+ * layer; FP8 counted as W8A8); 0 without quantization. */
+size_t rl_model_quant_scratch_bytes(const rlModelConfig *cfg, const rlShard *s, int max_tokens);
 /* Bytes of the activation buffers rl_model_init allocates for this shard
  * (act_dtype: the backend's; logits are fp32), so a memory plan can count
  * them before any device exists. */

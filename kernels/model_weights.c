@@ -364,10 +364,12 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
               !(m->moe_weights = model_act(m, T * K, RL_F32, err)) ||
               !(m->moe_ids = model_act(m, T * K, RL_I32, err))))
         goto fail;
-    if (E && s->n_moe && be->ops->moe_reserve &&
-        be->ops->moe_reserve(be, rl_moe_scratch_bytes(T, (int)D, s->n_moe, (int)E, (int)K,
-                                                      rl_dtype_size(act)),
-                             err) != 0)
+    if (be->ops->reserve &&
+        be->ops->reserve(be, (int)T,
+                         E && s->n_moe ? rl_moe_scratch_bytes(T, (int)D, s->n_moe, (int)E, (int)K,
+                                                              rl_dtype_size(act))
+                                       : 0,
+                         err) != 0)
         goto fail;
     if (last) {
         if (!(m->rows_x = model_act(m, R * D, act, err)) ||

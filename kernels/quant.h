@@ -61,6 +61,18 @@ int rl_quant_n_unit(const rlQuant *q);
 size_t rl_quant_linear_bytes(const rlQuant *q, int64_t n, int64_t k, int64_t k_full,
                              size_t dense_size, int joined);
 
+/* From this many rows a step's FP8 layers take FP8 tensor cores (W8A8)
+ * where the GPU has them (kernels/cuda/qlinear.cu says why). */
+#define RL_QUANT_W8A8_MIN_ROWS 1024
+
+/* The scratch a GPU backend's quantized layers take beyond their own bytes
+ * for steps of up to max_rows rows: a batch past the fast kernels' rows
+ * dequantizes a layer (max_nk: the largest n x k, 16 bits each; W8A8 also
+ * rounds it back to e4m3, one byte each), and a W8A8 step quantizes its
+ * activations (max_rows x max_k e4m3 and their 1x128 scales), each part
+ * 256-byte aligned. */
+size_t rl_quant_scratch_bytes(size_t max_nk, int max_k, int w8a8, int max_rows);
+
 /* One rank's shard of a quantized linear layer in one plain form, whatever
  * the checkpoint's packing: what a backend that keeps weights quantized
  * (kernels/cuda/wq.h) takes.  The loader decodes each format into it

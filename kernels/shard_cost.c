@@ -136,6 +136,18 @@ void rl_shard_print(FILE *f, const rlModelConfig *cfg, const rlShard *plan, int 
             b.weights, b.q_heads, b.mlp, b.kv);
 }
 
+size_t rl_model_quant_scratch_bytes(const rlModelConfig *cfg, const rlShard *s, int max_tokens) {
+    if (cfg->quant.method == RL_QUANT_NONE) return 0;
+    size_t D = (size_t)cfg->hidden_size, q = (size_t)s->n_q_heads * (size_t)cfg->head_dim;
+    size_t qkv = q + 2 * (size_t)s->n_kv_heads * (size_t)cfg->head_dim, mlp = (size_t)s->n_mlp;
+    size_t nk[4] = {qkv * D, D * q, 2 * mlp * D, D * mlp}, max_nk = 0;   /* q|k|v, o, gate|up, down */
+    for (int i = 0; i < 4; i++)
+        if (nk[i] > max_nk) max_nk = nk[i];
+    size_t max_k = D > q ? D : q;
+    if (mlp > max_k) max_k = mlp;
+    return rl_quant_scratch_bytes(max_nk, (int)max_k, cfg->quant.method == RL_QUANT_FP8, max_tokens);
+}
+
 /* Mirrors the buffers of rl_model_init (model_weights.c): keep the two in step. */
 size_t rl_model_activation_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype act_dtype,
                                  int max_tokens, int max_rows) {

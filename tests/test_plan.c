@@ -208,6 +208,30 @@ static void each_config(const char *name, rlModelConfig *cfg, void *ctx) {
  * embedding and the (untied) LM head 2 * 25322 * 2048 = 103718912, final
  * norm 2048: 5099345920 parameters x 2 bytes = 10198691840.  One card alone
  * cannot hold the 61 GB; one 80 GiB card holds it at TP 1. */
+/* The scratch quantized layers take (kernels/cuda/qlinear.cu), worked by
+ * hand.  7B FP8 at 16,384 rows: gate|up dequantized (37,888 x 3,584 x 2),
+ * rounded back to e4m3 (x 1), the down projection's input in e4m3
+ * (16,384 x 18,944) and its 1x128 scales (148 x 16,384 x 4); AWQ only the
+ * dequantized layer.  72B AWQ on one GPU: gate|up, 59,392 x 8,192 x 2 (the
+ * AWQ checkpoint pads its MLP to 29,696 columns). */
+static void test_quant_scratch(void **state) {
+    (void)state;
+    assert_int_equal(rl_quant_scratch_bytes(37888ULL * 3584, 18944, 1, 16384), 727449600ULL);
+    assert_int_equal(rl_quant_scratch_bytes(37888ULL * 3584, 18944, 1, 1000), 407371776ULL);
+    assert_int_equal(rl_quant_scratch_bytes(37888ULL * 3584, 18944, 0, 16384), 271581184ULL);
+    rlModelConfig cfg;
+    fixture_config("configs/qwen2.5-72b-awq.json", &cfg);
+    rlPlanOptions o;
+    plan_options_init(&o, 1, 80 * GiB);
+    rlPlan p;
+    rlError err = {0};
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    const rlPlanRank *r = &find_layout(&p, 1, 1, 1)->ranks[0];
+    assert_int_equal(rl_model_quant_scratch_bytes(&cfg, &r->shard, 2048), 973078528ULL);
+    assert_true(r->workspace >= 64ULL * 1048576 + (size_t)(1.25 * 973078528.0));
+    plan_free(&p);
+}
+
 static void test_moe_30b(void **state) {
     (void)state;
     rlModelConfig cfg;
@@ -423,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_hand_7b_two_tp3),
         cmocka_unit_test(test_every_config),
         cmocka_unit_test(test_moe_30b),
+        cmocka_unit_test(test_quant_scratch),
         cmocka_unit_test(test_known_answers),
         cmocka_unit_test(test_one_layout),
     };

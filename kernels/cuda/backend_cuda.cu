@@ -343,6 +343,16 @@ static void cuda_destroy(rlBackend *be) {
 int cuda_kv_capacity(rlBackend *be, size_t bytes_per_block, int block_size, int min_blocks,
                      double util, int *n_blocks, rlError *err);
 
+static int cuda_reserve(rlBackend *be, int max_rows, size_t moe_bytes, rlError *err) {
+    rlCuda *c = cuda_of(be);
+    if ((moe_bytes && cuda_moe_ws(c, moe_bytes, "reserve")) || cuda_qlinear_reserve(c, max_rows)) {
+        rl_error(err, c->err.code, "%s", c->err.msg);
+        memset(&c->err, 0, sizeof c->err);
+        return -1;
+    }
+    return 0;
+}
+
 static const rlBackendOps cuda_ops = {
     .name = "cuda",
     .alloc = cuda_alloc,
@@ -366,7 +376,6 @@ static const rlBackendOps cuda_ops = {
     .swiglu = cuda_swiglu,
     .moe_route = cuda_moe_route,
     .moe_experts = cuda_moe_experts,
-    .moe_reserve = cuda_moe_reserve,
     .shared_gate = cuda_shared_gate,
     .gather_rows = cuda_gather_rows,
     .add = cuda_add,
@@ -375,6 +384,7 @@ static const rlBackendOps cuda_ops = {
     .sync = cuda_sync,
     .destroy = cuda_destroy,
     .kv_capacity = cuda_kv_capacity,
+    .reserve = cuda_reserve,
     .graph_run = cuda_graph_run,
     .profile_report = cuda_profile_report,
 };

@@ -199,6 +199,9 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *w, 
                        int rows, int n, int k);
 void cuda_free_quant(rlBackend *be, void *w);
 void cuda_qlinear_free(rlCuda *c);
+/* Grow the quantized layers' workspace for steps of up to rows rows; 0 on
+ * success (failure recorded). */
+int cuda_qlinear_reserve(rlCuda *c, int rows);
 
 /* moe.cu */
 void cuda_moe_route(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
@@ -208,7 +211,6 @@ void cuda_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
                       int m, int n_experts, int k, int accumulate);
 void cuda_shared_gate(rlBackend *be, void *out, const void *x, const void *w, int rows,
                       int dim);
-int cuda_moe_reserve(rlBackend *be, size_t bytes, rlError *err);
 
 /* attention.cu */
 int cuda_attention_init(rlCuda *c, rlError *err);

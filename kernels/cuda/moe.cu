@@ -368,11 +368,3 @@ void cuda_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
         moe_run(c, (bf16 *)out, (const bf16 *)x, (const bf16 *)wgu, (const bf16 *)wdown, ids,
                 weights, rows, dim, m, n_experts, k, accumulate);
 }
-
-int cuda_moe_reserve(rlBackend *be, size_t bytes, rlError *err) {
-    rlCuda *c = cuda_of(be);
-    if (!cuda_moe_ws(c, bytes, "moe_reserve")) return 0;
-    rl_error(err, c->err.code, "%s", c->err.msg);
-    memset(&c->err, 0, sizeof c->err);
-    return -1;
-}

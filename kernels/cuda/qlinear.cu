@@ -7,7 +7,7 @@
  *     weights and dequantizes in registers (decode, where reading the
  *     weights bounds the step); the bias is added after.
  *   - FP8 weights on sm_89 / sm_90 (not RL_CUDA_GENERIC), from
- *     QL_W8A8_MIN_ROWS rows: W8A8.  The
+ *     RL_QUANT_W8A8_MIN_ROWS rows: W8A8.  The
  *     activations are quantized to e4m3 here, per token or per 1x128 group
  *     (block FP8, as DeepSeek-V3 and vLLM do), or with the checkpoint's static
  *     input_scale; the weights are rl_wq_dequant'ed into a 16-bit workspace
@@ -49,7 +49,6 @@
  * from some 500 rows; below 1024 the 16-bit path runs (a 64-row decode
  * step measured 10.6 ms on it, 52.7 ms on W8A8 with the first requant
  * kernel). */
-#define QL_W8A8_MIN_ROWS 1024
 
 typedef cublasLtMatmulMatrixScale_t qlMode;
 enum { QL_MODES = 6 };          /* SCALAR_32F .. BLK128x128_32F */
@@ -76,6 +75,8 @@ struct rlQlState {
     int n_plans;
     void *ws;                   /* the workspace: dequantized weights, e4m3 operands, scales */
     size_t ws_cap;
+    size_t max_nk;              /* the largest layer's n x k, */
+    int max_k, w8a8;            /* the widest W8A8 layer's k, any W8A8 layer: what ws must hold */
     char why[160];              /* what cuBLASLt said last time it refused (for the probe's line) */
 };
 
@@ -268,6 +269,12 @@ static char *ql_ws(rlCuda *c, size_t bytes, const char *op) {
 }
 
 static size_t ql_align(size_t b) { return (b + 255) & ~(size_t)255; }
+
+int cuda_qlinear_reserve(rlCuda *c, int rows) {
+    rlQlState *q = c->ql;
+    if (!q || !q->max_nk) return 0;
+    return ql_ws(c, rl_quant_scratch_bytes(q->max_nk, q->max_k, q->w8a8, rows), "reserve") ? 0 : -1;
+}
 
 /* The FP8 plan for this shape and pair of modes; NULL when cuBLASLt has none
  * (quiet: the caller decides what that means). */
@@ -576,10 +583,12 @@ void *cuda_upload_quant(rlBackend *be, const rlWqHost *h, float input_scale, siz
         w->bytes += sbytes;
     }
     /* The workspace a large batch dequantizes into, sized now (before the
-     * memory plan counts what is free) for the largest layer. */
-    if (!ql_ws(c, ql_align((size_t)h->n * h->k * 2) + (w->w8a8 ? ql_align((size_t)h->n * h->k) : 0),
-               "upload_quant"))
-        goto fail;
+     * memory plan counts what is free) for the largest layer; the model's
+     * reserve adds its largest step's activations (cuda_qlinear_reserve). */
+    if ((size_t)h->n * h->k > c->ql->max_nk) c->ql->max_nk = (size_t)h->n * h->k;
+    if (w->w8a8 && h->k > c->ql->max_k) c->ql->max_k = h->k;
+    c->ql->w8a8 |= w->w8a8 != 0;
+    if (cuda_qlinear_reserve(c, 0)) goto fail;
     *bytes = w->bytes;
     return w;
 fail:
@@ -626,7 +635,7 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
         cuda_launched(c, "matmul_quant");
         return;
     }
-    int w8a8 = rows >= QL_W8A8_MIN_ROWS && (w->w8a8 == 1 || (w->w8a8 == 2 && rows % 16 == 0));
+    int w8a8 = rows >= RL_QUANT_W8A8_MIN_ROWS && (w->w8a8 == 1 || (w->w8a8 == 2 && rows % 16 == 0));
     size_t deq = ql_align((size_t)n * k * 2), w8b = w8a8 ? ql_align((size_t)n * k) : 0;
     size_t a8b = w8a8 ? ql_align((size_t)rows * k) : 0;
     size_t asb = w8a8 ? ql_align(ql_scale_count(w->b_mode, w->b_var, rows, k) * 4) : 0;

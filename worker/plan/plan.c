@@ -37,7 +37,8 @@ static const size_t PLAN_GRAPHS_MIN = 256 * MiB;
 /* The CUDA backend grows a scratch buffer to 1.25x what is asked
  * (kernels/cuda/backend_cuda.cu, cuda_grow): sample.cu's for the rows x
  * vocab fp32 logits it samples from (at most rl_model_head_rows at once),
- * moe.cu's for the largest step's expert pairs (rl_moe_scratch_bytes). */
+ * moe.cu's for the largest step's expert pairs (rl_moe_scratch_bytes),
+ * qlinear.cu's for quantized layers (rl_model_quant_scratch_bytes). */
 static const double PLAN_SCRATCH_SLACK = 1.25;
 /* NCCL, per tensor-parallel communicator: ring and tree connections over up
  * to 24 channels, each with a Simple buffer (NCCL_BUFFSIZE, 4 MiB), an
@@ -116,6 +117,8 @@ static void plan_rank_costs(const rlModelConfig *cfg, const rlPlanOptions *o, rl
         scratch = (size_t)(PLAN_SCRATCH_SLACK * (double)rl_model_head_rows(rows) *
                            (double)cfg->vocab_size * sizeof(float));
     r->workspace = PLAN_GEMM_WORKSPACE + scratch;
+    r->workspace += (size_t)(PLAN_SCRATCH_SLACK *
+                             (double)rl_model_quant_scratch_bytes(cfg, s, o->max_num_batched_tokens));
     if (cfg->num_experts && s->n_moe)
         r->workspace += (size_t)(PLAN_SCRATCH_SLACK *
                                  (double)rl_moe_scratch_bytes((size_t)o->max_num_batched_tokens,
