@@ -7,7 +7,10 @@
  * element fails.  Without a GPU it prints "skipped: no GPU" and exits 77
  * (tests/run counts it as skipped); RL_REQUIRE_GPU=1 (tests/gpu_kernels.sh)
  * makes that a failure.
- * RL_TEST_SEED=N repeats a run's inputs. */
+ * RL_TEST_SEED=N repeats a run's inputs.
+ *
+ * `test_cuda_ops bench`: prefill attention at the Qwen2.5-7B shape (8 x 2,048
+ * and 1 x 30,000 tokens), ms and TFLOP/s of the kernel RL_ATTN_PREFILL picks. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -348,9 +351,10 @@ static void run_attention_case(rlBackend *be, const AttCase *ac, int decode) {
     rlDtype t = be->act_dtype;
     const int bs = 16, n_blocks = 160, layers = 2, layer = 1, D = ac->head_dim;
     const int n_seqs = 4;
-    /* cached prefix, new tokens: a prompt, a chunk after a cached prefix, two long decodes */
+    /* cached prefix, new tokens: a prompt, a chunk after a cached prefix, a long chunk after a
+     * long prefix (several query tiles, the diagonal across key tiles), a long decode */
     const int cached[4] = {0, 20, 700, 1500};
-    const int fresh[4] = {decode ? 1 : 13, decode ? 1 : 5, 1, 1};
+    const int fresh[4] = {decode ? 1 : 13, decode ? 1 : 5, decode ? 1 : 150, 1};
     rlError err;
     assert_int_equal(be->ops->kv_init(be, layers, n_blocks, bs, ac->n_kv, D, &err), 0);
     int perm[160];
@@ -740,7 +744,69 @@ static void test_errors(void **state) {
     assert_true(n_blocks > 10);
 }
 
-int main(void) {
+/* ---- `test_cuda_ops bench`: prefill attention at the Qwen2.5-7B shape ---- */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* One prefill step of n_seqs prompts of len tokens from position 0 (28
+ * query heads, 4 KV heads, head dim 128, bf16): ms per attention call and
+ * TFLOP/s of the causal FLOPs, 4 * heads * head_dim * len^2 / 2 a prompt.
+ * RL_ATTN_PREFILL picks the kernel, as in the engine. */
+static int bench_attention(rlBackend *be, int n_seqs, int len) {
+    const int n_q = 28, n_kv = 4, D = 128, bs = 16, W = (n_q + 2 * n_kv) * D;
+    const int nb = (len + bs - 1) / bs, n = n_seqs * len;
+    rlError err;
+    if (be->ops->kv_init(be, 1, n_seqs * nb, bs, n_kv, D, &err)) {
+        fprintf(stderr, "bench: %s\n", err.msg);
+        return 1;
+    }
+    double table[64], scale;
+    rope_table(table, D, 0, &scale);
+    int32_t *tokens = calloc((size_t)n, 4), *pos = malloc((size_t)n * 4);
+    int32_t *slots = malloc((size_t)n * 4), *start = malloc((size_t)(n_seqs + 1) * 4);
+    int32_t *lens = malloc((size_t)n_seqs * 4), *btab = malloc((size_t)n_seqs * nb * 4);
+    for (int s = 0; s < n_seqs; s++) {
+        start[s] = s * len, lens[s] = len;
+        for (int b = 0; b < nb; b++) btab[s * nb + b] = s * nb + b;
+        for (int p = 0; p < len; p++) pos[s * len + p] = p, slots[s * len + p] = s * nb * bs + p;
+    }
+    start[n_seqs] = n;
+    rlBatch b = {n_seqs, n, tokens, pos, slots, start, lens, btab, nb, 0, NULL, 0, NULL, 0, NULL};
+    void *qkv = be->ops->alloc(be, (size_t)n * W * 2, &err);
+    void *out = qkv ? be->ops->alloc(be, (size_t)n * n_q * D * 2, &err) : NULL;
+    rlAttnShape sh = {n_q, n_kv, 0, 0, n_q / n_kv, D};
+    int rc = 1;
+    if (out && !be->ops->rope_init(be, table, D / 2, scale, &err) &&
+        !be->ops->begin_step(be, &b, &err) &&
+        !be->ops->fill_random(be, qkv, RL_BF16, (size_t)n * W, 7, 1.0f, &err)) {
+        be->ops->rope_kv_store(be, qkv, NULL, NULL, 1e-6f, 0, &sh);
+        be->ops->attention(be, out, qkv, 0, &sh);
+        if (!be->ops->sync(be, &err)) {
+            const int reps = len > 4096 ? 5 : 20;
+            double t0 = now_s();
+            for (int i = 0; i < reps; i++) be->ops->attention(be, out, qkv, 0, &sh);
+            if (!be->ops->sync(be, &err)) {
+                double ms = (now_s() - t0) * 1e3 / reps;
+                double flop = 4.0 * n_q * D * (double)len * len / 2 * n_seqs;
+                const char *k = getenv("RL_ATTN_PREFILL");
+                printf("attention prefill %s %d x %d: %.3f ms, %.1f TFLOP/s (28 q / 4 kv heads, "
+                       "head dim 128, bf16)\n", k ? k : "default", n_seqs, len, ms,
+                       flop / ms * 1e-9);
+                rc = 0;
+            }
+        }
+    }
+    if (rc) fprintf(stderr, "bench: %s\n", err.msg);
+    be->ops->free(be, qkv), be->ops->free(be, out);
+    free(tokens), free(pos), free(slots), free(start), free(lens), free(btab);
+    return rc;
+}
+
+int main(int argc, char **argv) {
     rlError err;
     rlBackendOptions o = {0, 0, RL_BF16, 0, 0};
     if (!(backends[0] = rl_backend_cuda_create(&o, &err))) {
@@ -750,6 +816,11 @@ int main(void) {
         }
         printf("skipped: no GPU (%s)\n", err.msg);
         return 77;
+    }
+    if (argc > 1 && !strcmp(argv[1], "bench")) {
+        int rc = bench_attention(backends[0], 8, 2048) || bench_attention(backends[0], 1, 30000);
+        backends[0]->ops->destroy(backends[0]);
+        return rc;
     }
     o.dtype = RL_F16;
     if (!(backends[1] = rl_backend_cuda_create(&o, &err))) {

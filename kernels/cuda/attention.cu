@@ -26,6 +26,7 @@
  * C fragments, turns them in registers into the A fragments of P for P.V.
  *
  * KV layout (kv_init): [layer][block][kv head][block_size][head_dim]. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,13 @@ static __device__ __forceinline__ void st2(bf16 *p, float a, float b) {
 }
 static __device__ __forceinline__ void st2(f16 *p, float a, float b) {
     *(__half2 *)p = __floats2half2_rn(a, b);
+}
+
+/* 2^x in one instruction (ex2.approx, relative error ~2^-22; -inf gives 0). */
+static __device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 struct AttArgs {
@@ -378,6 +386,210 @@ attention_mma_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) 
         for (int dt = 0; dt < D / 8; dt++)
             st2(dst + dt * 8, o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
     }
+}
+
+#define FA_KEYS 64       /* keys per tile of the pipelined prefill kernel */
+
+/* Start copying keys kb .. kb + 63 of KV head hk into one stage (K to ks, V
+ * to vs, 16-byte chunks XOR-swizzled by row so ldmatrix reads them without
+ * bank conflicts); keys past k_end are zero-filled, since 0 x garbage could
+ * still be NaN.  Every thread of the block takes FA_KEYS * D / 8 / THREADS
+ * chunks of each. */
+template <typename T, int D, int THREADS>
+static __device__ __forceinline__ void fa_load_tile(T *ks, T *vs, const T *kc, const T *vc,
+                                                    const AttArgs &a, const int32_t *btab,
+                                                    int hk, int kb, int k_end) {
+    constexpr int CPR = D / 8;    /* 16-byte chunks per row */
+    static_assert(FA_KEYS * CPR % THREADS == 0, "whole chunks per thread");
+#pragma unroll
+    for (int i = 0; i < FA_KEYS * CPR / THREADS; i++) {
+        const int e = i * THREADS + threadIdx.x, r = e / CPR, ch = e % CPR, kpos = kb + r;
+        const bool valid = kpos < k_end;
+        size_t src = a.layer_off;
+        if (valid)
+            src += ((size_t)__ldg(btab + kpos / a.bs) * a.n_kv + hk) * a.bs * D +
+                   (size_t)(kpos % a.bs) * D + ch * 8;
+        cp_async16(ks + swz16<D>(r, ch), kc + src, valid);
+        cp_async16(vs + swz16<D>(r, ch), vc + src, valid);
+    }
+}
+
+/* The pipelined prefill kernel (flash-attention 2 on mma.sync).  A block
+ * takes WARPS x 16 (token, query head) rows of one sequence and KV head, so
+ * the query heads of a GQA group share every K/V tile it loads; its tiles
+ * run from the sequence's end (gridDim.y counts down), so the longest start
+ * first.  K and V tiles of 64 keys are double-buffered through cp.async in
+ * swizzled shared memory (tile j + 1 loads while tile j is computed),
+ * fragments come from ldmatrix (.trans for V), P stays in registers as the
+ * A operand of P.V, and the online softmax runs in exp2 with the scale
+ * folded into one FMA.  Causal masking happens only where a warp's rows
+ * reach into the tile (the diagonal) or the tile passes the keys' end; a
+ * warp whose rows all precede the tile skips it. */
+template <typename T, int D, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32)
+attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
+    extern __shared__ __align__(128) unsigned char fa_smem[];
+    constexpr int TILE = FA_KEYS * D, ROWS = 16 * WARPS;
+    T *k_s = (T *)fa_smem, *v_s = k_s + 2 * TILE;      /* [stage][TILE] each */
+
+    const int s = blockIdx.x / a.n_kv, hk = blockIdx.x % a.n_kv;
+    const int gkv = a.kv_head0 + hk;
+    const int lo = max(a.q_head0, gkv * a.group), hi = min(a.q_head0 + a.n_q, (gkv + 1) * a.group);
+    const int G = hi - lo, qh0 = lo - a.q_head0;
+    if (G <= 0) return;
+    const int t0 = a.seq_start[s], n_new = a.seq_start[s + 1] - t0;
+    const int row0 = (gridDim.y - 1 - blockIdx.y) * ROWS;
+    const int n_rows = min(ROWS, n_new * G - row0);
+    if (n_rows <= 0) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int last_pos = a.positions[t0 + (row0 + n_rows - 1) / G];
+    const int k_end = min(a.seq_len[s], last_pos + 1);
+    const int n_tiles = (k_end + FA_KEYS - 1) / FA_KEYS;
+    const int32_t *btab = a.block_tables + (size_t)s * a.max_blocks;
+
+    fa_load_tile<T, D, WARPS * 32>(k_s, v_s, kc, vc, a, btab, hk, 0, k_end);
+    cp_async_commit();
+
+    /* This thread's two rows (g and g + 8 of the warp's 16): position, or -1
+     * past the tile; the warp's lowest and highest positions bound the keys
+     * it needs masked and the keys it needs at all. */
+    const int W = (a.n_q + 2 * a.n_kv) * D;
+    int pos[2], tok[2], qh[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = warp * 16 + g + 8 * h, rr = row0 + r;
+        pos[h] = r < n_rows ? a.positions[t0 + rr / G] : -1;
+        tok[h] = r < n_rows ? t0 + rr / G : t0;
+        qh[h] = r < n_rows ? qh0 + rr % G : qh0;
+    }
+    const int w_hi = __reduce_max_sync(0xffffffffu, max(pos[0], pos[1]));
+    const int w_lo = __reduce_min_sync(0xffffffffu, min(pos[0] < 0 ? INT_MAX : pos[0],
+                                                        pos[1] < 0 ? INT_MAX : pos[1]));
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int h = i & 1, col = ks * 16 + 2 * q + (i >> 1) * 8;
+            qf[ks][i] = pos[h] >= 0 ? *(const uint32_t *)(qkv + (size_t)tok[h] * W +
+                                                          (size_t)qh[h] * D + col)
+                                    : 0u;
+        }
+
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
+    const float sl2 = a.scale_log2;
+    const int mi = lane >> 3;
+
+    for (int j = 0; j < n_tiles; j++) {
+        if (j + 1 < n_tiles)
+            fa_load_tile<T, D, WARPS * 32>(k_s + ((j + 1) & 1) * TILE, v_s + ((j + 1) & 1) * TILE,
+                                           kc, vc, a, btab, hk, (j + 1) * FA_KEYS, k_end);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();      /* tile j visible to every warp */
+        const int kb = j * FA_KEYS;
+        if (kb <= w_hi) {
+            const T *ks = k_s + (j & 1) * TILE, *vs = v_s + (j & 1) * TILE;
+            /* S = Q K^T: 8 n-tiles of 8 keys; one ldmatrix.x4 gives two n-tiles'
+             * B fragments of a 16-dim k-step. */
+            float sc[FA_KEYS / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < FA_KEYS / 8; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+                for (int np = 0; np < FA_KEYS / 16; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, ks + swz16<D>(np * 16 + (mi >> 1) * 8 + (lane & 7), 2 * kk + (mi & 1)));
+                    mma16816(sc[2 * np], qf[kk], b[0], b[1], T());
+                    mma16816(sc[2 * np + 1], qf[kk], b[2], b[3], T());
+                }
+            if (kb + FA_KEYS - 1 > w_lo || kb + FA_KEYS > k_end) {
+#pragma unroll
+                for (int nt = 0; nt < FA_KEYS / 8; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const int kpos = kb + nt * 8 + 2 * q + (i & 1);
+                        if (kpos >= k_end || kpos > pos[i >> 1]) sc[nt][i] = -INFINITY;
+                    }
+            }
+            /* Online softmax on the raw scores (rows g and g + 8; the 4 lanes of a
+             * row share it): p = 2^(s * scale - m * scale), one FMA and one ex2. */
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < FA_KEYS / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) mx[i >> 1] = fmaxf(mx[i >> 1], sc[nt][i]);
+            float mb[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+                const float mn = fmaxf(m[h], mx[h]);
+                mb[h] = mn == -INFINITY ? 0.0f : mn * sl2;   /* all masked so far: p = 0 */
+                const float corr = ex2(fmaf(m[h], sl2, -mb[h]));
+                m[h] = mn;
+                l[h] *= corr;
+#pragma unroll
+                for (int dt = 0; dt < D / 8; dt++) o[dt][2 * h] *= corr, o[dt][2 * h + 1] *= corr;
+            }
+#pragma unroll
+            for (int nt = 0; nt < FA_KEYS / 8; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float p = ex2(fmaf(sc[nt][i], sl2, -mb[i >> 1]));
+                    sc[nt][i] = p;
+                    l[i >> 1] += p;
+                }
+            /* O += P V: P's C fragments of key tiles 2kk, 2kk + 1 are the A
+             * fragment of k-step kk; V's B fragments come transposed out of
+             * ldmatrix, two 8-dim n-tiles per load. */
+#pragma unroll
+            for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+                const uint32_t pf[4] = {pack2(sc[2 * kk][0], sc[2 * kk][1], T()),
+                                        pack2(sc[2 * kk][2], sc[2 * kk][3], T()),
+                                        pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1], T()),
+                                        pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3], T())};
+#pragma unroll
+                for (int dp = 0; dp < D / 16; dp++) {
+                    uint32_t b[4];
+                    ldsm_x4_trans(b, vs + swz16<D>(kk * 16 + (mi & 1) * 8 + (lane & 7), 2 * dp + (mi >> 1)));
+                    mma16816(o[2 * dp], pf, b[0], b[1], T());
+                    mma16816(o[2 * dp + 1], pf, b[2], b[3], T());
+                }
+            }
+        }
+        __syncthreads();      /* every warp done with stage j & 1 before it is refilled */
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (pos[h] < 0) continue;
+        const float inv = l[h] > 0 ? 1.0f / l[h] : 0.0f;
+        T *dst = out + ((size_t)tok[h] * a.n_q + qh[h]) * D + 2 * q;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+            st2(dst + dt * 8, o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+    }
+}
+
+
+template <typename T, int D, int WARPS> static size_t attention_fa_smem() {
+    return (size_t)2 * 2 * FA_KEYS * D * sizeof(T);     /* K and V, two stages */
+}
+
+template <typename T, int D, int WARPS> static cudaError_t attention_fa_allow_smem() {
+    return cudaFuncSetAttribute(attention_fa_kernel<T, D, WARPS>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)attention_fa_smem<T, D, WARPS>());
 }
 
 #define DEC_WARPS 4
@@ -712,6 +924,11 @@ int cuda_attention_init(rlCuda *c, rlError *err) {
                         "shared memory per block, more than the %zu KiB this GPU allows",
                         c->device, most >> 10, c->arch.smem_block >> 10);
     cudaError_t e = attention_decode_allow_smem<bf16, 64>();
+    /* The pipelined prefill kernel at head dim 128 takes 64 KiB (64 has 32). */
+    if (e == cudaSuccess) e = attention_fa_allow_smem<bf16, 128, 4>();
+    if (e == cudaSuccess) e = attention_fa_allow_smem<bf16, 128, 8>();
+    if (e == cudaSuccess) e = attention_fa_allow_smem<f16, 128, 4>();
+    if (e == cudaSuccess) e = attention_fa_allow_smem<f16, 128, 8>();
     if (e == cudaSuccess) e = attention_decode_allow_smem<bf16, 128>();
     if (e == cudaSuccess) e = attention_decode_allow_smem<f16, 64>();
     if (e == cudaSuccess) e = attention_decode_allow_smem<f16, 128>();
@@ -727,7 +944,7 @@ int cuda_attention_init(rlCuda *c, rlError *err) {
             attention_decode_smem<bf16, 128>());
     if (e != cudaSuccess)
         return rl_error(err, RL_EDEVICE,
-                        "CUDA backend, device %d: the decode attention kernel cannot have the "
+                        "CUDA backend, device %d: the attention kernels cannot have the "
                         "%zu KiB of shared memory it needs: %s", c->device, most >> 10,
                         cudaGetErrorString(e));
     c->dec_blocks_per_sm[0] = cuda_arch_blocks_per_sm(c, occ[0], DEC_WARPS * 32,
@@ -786,16 +1003,52 @@ static bool attention_mma_fits(int D) {
     return !off && (D == 64 || D == 128);
 }
 
+/* Which prefill kernel runs: RL_ATTN_PREFILL=v3 the single-buffered one of
+ * PERF.md v3, w4 / w8 the pipelined one with 4 / 8 warps (64 / 128 query
+ * rows a block; the default). */
+enum { PREFILL_V3, PREFILL_W4, PREFILL_W8 };
+static int attention_prefill_kind(void) {
+    static int kind = -1;
+    if (kind < 0) {
+        const char *e = getenv("RL_ATTN_PREFILL");
+        kind = e && !strcmp(e, "v3") ? PREFILL_V3 : e && !strcmp(e, "w4") ? PREFILL_W4 : PREFILL_W8;
+    }
+    return kind;
+}
+
+template <typename T, int D, int WARPS>
+static void attention_fa_launch(rlCuda *c, T *out, const T *qkv, const AttArgs &a, int g_max) {
+    const int tiles = (c->max_new * g_max + 16 * WARPS - 1) / (16 * WARPS);
+    if (tiles > 65535) {
+        cuda_fail(c, RL_EUSAGE, "attention (prefill): %d query tiles in one sequence, more than "
+                  "the 65,535 one launch takes; lower --max-num-batched-tokens", tiles);
+        return;
+    }
+    const dim3 grid(c->n_seqs * a.n_kv, tiles);
+    attention_fa_kernel<T, D, WARPS><<<grid, WARPS * 32, attention_fa_smem<T, D, WARPS>(),
+                                       c->stream>>>(out, qkv, (const T *)c->k_cache,
+                                                    (const T *)c->v_cache, a);
+}
+
 template <typename T>
 static void attention_mma_run(rlCuda *c, T *out, const T *qkv, const AttArgs &a, int g_max) {
-    int tiles = (c->max_new * g_max + MMA_ROWS - 1) / MMA_ROWS;
-    dim3 grid(tiles, c->n_seqs * a.n_kv);
-    PROF(c, "attention prefill (mma)");
-    const T *kc = (const T *)c->k_cache, *vc = (const T *)c->v_cache;
-    if (a.D == 64)
-        attention_mma_kernel<T, 64><<<grid, MMA_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
-    else
-        attention_mma_kernel<T, 128><<<grid, MMA_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
+    const int kind = attention_prefill_kind();
+    if (kind == PREFILL_V3) {
+        int tiles = (c->max_new * g_max + MMA_ROWS - 1) / MMA_ROWS;
+        dim3 grid(tiles, c->n_seqs * a.n_kv);
+        PROF(c, "attention prefill (mma)");
+        const T *kc = (const T *)c->k_cache, *vc = (const T *)c->v_cache;
+        if (a.D == 64)
+            attention_mma_kernel<T, 64><<<grid, MMA_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
+        else
+            attention_mma_kernel<T, 128><<<grid, MMA_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
+    } else {
+        PROF(c, "attention prefill (mma, pipelined)");
+        if (kind == PREFILL_W4 && a.D == 64) attention_fa_launch<T, 64, 4>(c, out, qkv, a, g_max);
+        else if (kind == PREFILL_W4) attention_fa_launch<T, 128, 4>(c, out, qkv, a, g_max);
+        else if (a.D == 64) attention_fa_launch<T, 64, 8>(c, out, qkv, a, g_max);
+        else attention_fa_launch<T, 128, 8>(c, out, qkv, a, g_max);
+    }
     cuda_launched(c, "attention (prefill)");
 }
 
