@@ -7,7 +7,8 @@
  * element fails.  Without a GPU it prints "skipped: no GPU" and exits 77
  * (tests/run counts it as skipped); RL_REQUIRE_GPU=1 (tests/gpu_kernels.sh)
  * makes that a failure.
- * RL_TEST_SEED=N repeats a run's inputs.
+ * RL_TEST_SEED=N repeats a run's inputs; `test_cuda_ops PATTERN` runs the
+ * tests whose names match (cmocka's filter, e.g. test_attention).
  *
  * `test_cuda_ops bench`: prefill attention at the Qwen2.5-7B shape (8 x 2,048
  * and 1 x 30,000 tokens), ms and TFLOP/s of the kernel RL_ATTN_PREFILL picks. */
@@ -836,6 +837,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sample),     cmocka_unit_test(test_sample_penalties),
         cmocka_unit_test(test_moe),        cmocka_unit_test(test_errors),
     };
+    if (argc > 1) cmocka_set_test_filter(argv[1]);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     backends[0]->ops->destroy(backends[0]);
     backends[1]->ops->destroy(backends[1]);
