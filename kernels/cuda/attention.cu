@@ -1043,20 +1043,21 @@ static bool attention_mma_fits(int D) {
 }
 
 /* Which prefill kernel runs: RL_ATTN_PREFILL=v3 the single-buffered one of
- * PERF.md v3; w4 / w8 the pipelined one with 4 / 8 warps of one 16-row tile
- * (64 / 128 query rows a block; the default), w4m2 with 4 warps of two
- * (128 rows), all over 64-key tiles; w4m2k32 the last over 32-key tiles. */
+ * PERF.md v3 (the default until the others are measured); w4 / w8 the
+ * pipelined one with 4 / 8 warps of one 16-row tile (64 / 128 query rows a
+ * block), w4m2 with 4 warps of two (128 rows), all over 64-key tiles;
+ * w4m2k32 the last over 32-key tiles. */
 enum { PREFILL_V3, PREFILL_W4, PREFILL_W8, PREFILL_W4M2, PREFILL_W4M2K32 };
 static int attention_prefill_kind(void) {
     static int kind = -1;
     if (kind < 0) {
         const char *e = getenv("RL_ATTN_PREFILL");
-        kind = !e                 ? PREFILL_W8
-               : !strcmp(e, "v3") ? PREFILL_V3
+        kind = !e                 ? PREFILL_V3
+               : !strcmp(e, "w8") ? PREFILL_W8
                : !strcmp(e, "w4") ? PREFILL_W4
                : !strcmp(e, "w4m2") ? PREFILL_W4M2
                : !strcmp(e, "w4m2k32") ? PREFILL_W4M2K32
-                                       : PREFILL_W8;
+                                       : PREFILL_V3;
     }
     return kind;
 }
