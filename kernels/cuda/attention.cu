@@ -631,6 +631,7 @@ template <typename T, int D> static cudaError_t attention_fa_allow_all() {
     if (e == cudaSuccess) e = attention_fa_allow_smem<T, D, 8, 1, 64>();
     if (e == cudaSuccess) e = attention_fa_allow_smem<T, D, 4, 2, 64>();
     if (e == cudaSuccess) e = attention_fa_allow_smem<T, D, 4, 2, 32>();
+    if (e == cudaSuccess) e = attention_fa_allow_smem<T, D, 8, 2, 32>();
     return e;
 }
 
@@ -1046,8 +1047,9 @@ static bool attention_mma_fits(int D) {
  * PERF.md v3 (the default until the others are measured); w4 / w8 the
  * pipelined one with 4 / 8 warps of one 16-row tile (64 / 128 query rows a
  * block), w4m2 with 4 warps of two (128 rows), all over 64-key tiles;
- * w4m2k32 the last over 32-key tiles. */
-enum { PREFILL_V3, PREFILL_W4, PREFILL_W8, PREFILL_W4M2, PREFILL_W4M2K32 };
+ * w4m2k32 the last over 32-key tiles, w8m2k32 8 warps of two over 32-key
+ * tiles (256 rows). */
+enum { PREFILL_V3, PREFILL_W4, PREFILL_W8, PREFILL_W4M2, PREFILL_W4M2K32, PREFILL_W8M2K32 };
 static int attention_prefill_kind(void) {
     static int kind = -1;
     if (kind < 0) {
@@ -1057,6 +1059,7 @@ static int attention_prefill_kind(void) {
                : !strcmp(e, "w4") ? PREFILL_W4
                : !strcmp(e, "w4m2") ? PREFILL_W4M2
                : !strcmp(e, "w4m2k32") ? PREFILL_W4M2K32
+               : !strcmp(e, "w8m2k32") ? PREFILL_W8M2K32
                                        : PREFILL_V3;
     }
     return kind;
@@ -1083,6 +1086,7 @@ static void attention_fa_run(rlCuda *c, T *out, const T *qkv, const AttArgs &a, 
     if (kind == PREFILL_W4) attention_fa_launch<T, D, 4, 1, 64>(c, out, qkv, a, g_max);
     else if (kind == PREFILL_W4M2) attention_fa_launch<T, D, 4, 2, 64>(c, out, qkv, a, g_max);
     else if (kind == PREFILL_W4M2K32) attention_fa_launch<T, D, 4, 2, 32>(c, out, qkv, a, g_max);
+    else if (kind == PREFILL_W8M2K32) attention_fa_launch<T, D, 8, 2, 32>(c, out, qkv, a, g_max);
     else attention_fa_launch<T, D, 8, 1, 64>(c, out, qkv, a, g_max);
 }
 
