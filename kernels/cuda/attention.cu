@@ -967,6 +967,9 @@ int cuda_attention_init(rlCuda *c, rlError *err) {
                         "shared memory per block, more than the %zu KiB this GPU allows",
                         c->device, most >> 10, c->arch.smem_block >> 10);
     cudaError_t e = attention_decode_allow_smem<bf16, 64>();
+    if (e == cudaSuccess) e = attention_decode_allow_smem<bf16, 128>();
+    if (e == cudaSuccess) e = attention_decode_allow_smem<f16, 64>();
+    if (e == cudaSuccess) e = attention_decode_allow_smem<f16, 128>();
     /* The pipelined prefill kernel takes up to 96 KiB. */
     if (e == cudaSuccess) e = attention_fa_allow_all<bf16, 64>();
     if (e == cudaSuccess) e = attention_fa_allow_all<bf16, 128>();
