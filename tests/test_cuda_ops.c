@@ -11,7 +11,7 @@
  * tests whose names match (cmocka's filter, e.g. test_attention).
  *
  * `test_cuda_ops bench`: prefill attention at the Qwen2.5-7B shape (8 x 2,048
- * and 1 x 30,000 tokens), ms and TFLOP/s of the kernel RL_ATTN_PREFILL picks. */
+ * and 1 x 30,000 tokens), ms and TFLOP/s. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -755,8 +755,7 @@ static double now_s(void) {
 
 /* One prefill step of n_seqs prompts of len tokens from position 0 (28
  * query heads, 4 KV heads, head dim 128, bf16): ms per attention call and
- * TFLOP/s of the causal FLOPs, 4 * heads * head_dim * len^2 / 2 a prompt.
- * RL_ATTN_PREFILL picks the kernel, as in the engine. */
+ * TFLOP/s of the causal FLOPs, 4 * heads * head_dim * len^2 / 2 a prompt. */
 static int bench_attention(rlBackend *be, int n_seqs, int len) {
     const int n_q = 28, n_kv = 4, D = 128, bs = 16, W = (n_q + 2 * n_kv) * D;
     const int nb = (len + bs - 1) / bs, n = n_seqs * len;
@@ -793,10 +792,8 @@ static int bench_attention(rlBackend *be, int n_seqs, int len) {
             if (!be->ops->sync(be, &err)) {
                 double ms = (now_s() - t0) * 1e3 / reps;
                 double flop = 4.0 * n_q * D * (double)len * len / 2 * n_seqs;
-                const char *k = getenv("RL_ATTN_PREFILL");
-                printf("attention prefill %s %d x %d: %.3f ms, %.1f TFLOP/s (28 q / 4 kv heads, "
-                       "head dim 128, bf16)\n", k ? k : "default", n_seqs, len, ms,
-                       flop / ms * 1e-9);
+                printf("attention prefill %d x %d: %.3f ms, %.1f TFLOP/s (28 q / 4 kv heads, "
+                       "head dim 128, bf16)\n", n_seqs, len, ms, flop / ms * 1e-9);
                 rc = 0;
             }
         }

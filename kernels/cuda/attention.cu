@@ -24,9 +24,7 @@
  * m16n8k16, bf16 or fp16 in, fp32 accumulate), flash-attention 2 style:
  * each warp scores its query rows against a 64-key tile into C fragments and
  * turns them in registers into the A fragments of P for P.V, while the next
- * K/V tile streams in through cp.async.  attention_mma_kernel, v3's
- * single-buffered version of it, stays selectable (RL_ATTN_PREFILL=v3) until
- * the two are measured side by side.
+ * K/V tile streams in through cp.async.
  *
  * KV layout (kv_init): [layer][block][kv head][block_size][head_dim]. */
 #include <limits.h>
@@ -243,167 +241,25 @@ attention_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
     }
 }
 
-#define MMA_WARPS 4
-#define MMA_ROWS (16 * MMA_WARPS)   /* query rows per block */
-#define MMA_KEYS 64                 /* keys per chunk */
+#define FA_WARPS 4
+#define FA_MT 2                           /* 16-row tiles per warp */
+#define FA_ROWS (16 * FA_MT * FA_WARPS)   /* query rows per block */
+#define FA_KEYS 64                        /* keys per K/V tile */
 
-/* Fragment layout (PTX m16n8k16): g = lane / 4, q = lane % 4; A regs hold
- * (row g | g + 8, cols 2q, 2q + 1 | + 8); B regs (k rows 2q, 2q + 1 | + 8, col
- * g); C regs (row g | g + 8, cols 2q, 2q + 1). */
-template <typename T, int D>
-__global__ void __launch_bounds__(MMA_WARPS * 32)
-attention_mma_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
-    constexpr int KP = D + 8, VP = MMA_KEYS + 8;   /* padded rows: conflict-free fragments */
-    __shared__ __align__(16) T k_s[MMA_KEYS * KP];   /* [key][dim] */
-    __shared__ __align__(16) T v_t[D * VP];          /* [dim][key] */
-
-    const int s = blockIdx.y / a.n_kv, hk = blockIdx.y % a.n_kv;
-    const int gkv = a.kv_head0 + hk;
-    const int lo = max(a.q_head0, gkv * a.group), hi = min(a.q_head0 + a.n_q, (gkv + 1) * a.group);
-    const int G = hi - lo, qh0 = lo - a.q_head0;
-    if (G <= 0) return;
-    const int t0 = a.seq_start[s], n_new = a.seq_start[s + 1] - t0;
-    const int row0 = blockIdx.x * MMA_ROWS;
-    const int n_rows = min(MMA_ROWS, n_new * G - row0);
-    if (n_rows <= 0) return;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int W = (a.n_q + 2 * a.n_kv) * D;
-
-    /* This thread's two rows (g and g + 8 of the warp's 16): position, or -1 past the tile. */
-    int pos[2], tok[2], qh[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int r = warp * 16 + g + 8 * h, rr = row0 + r;
-        pos[h] = r < n_rows ? a.positions[t0 + rr / G] : -1;
-        tok[h] = r < n_rows ? t0 + rr / G : t0;
-        qh[h] = r < n_rows ? qh0 + rr % G : qh0;
-    }
-    uint32_t qf[D / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ks++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int h = i & 1, col = ks * 16 + 2 * q + (i >> 1) * 8;
-            qf[ks][i] = pos[h] >= 0 ? *(const uint32_t *)(qkv + (size_t)tok[h] * W +
-                                                          (size_t)qh[h] * D + col)
-                                    : 0u;
-        }
-
-    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
-#pragma unroll
-    for (int j = 0; j < D / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0;
-
-    const int last_pos = a.positions[t0 + (row0 + n_rows - 1) / G];
-    const int k_end = min(a.seq_len[s], last_pos + 1);
-    const int32_t *btab = a.block_tables + (size_t)s * a.max_blocks;
-    for (int kb = 0; kb < k_end; kb += MMA_KEYS) {
-        __syncthreads();
-        for (int e = threadIdx.x; e < MMA_KEYS * (D / 8); e += blockDim.x) {
-            int j = e / (D / 8), p = (e % (D / 8)) * 8, kpos = kb + j;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-            if (kpos < k_end) {
-                size_t base = a.layer_off + ((size_t)btab[kpos / a.bs] * a.n_kv + hk) * a.bs * D +
-                              (size_t)(kpos % a.bs) * D + p;
-                kv = *(const uint4 *)(kc + base);
-                vv = *(const uint4 *)(vc + base);
-            }
-            *(uint4 *)(k_s + j * KP + p) = kv;
-            const T *vh = (const T *)&vv;
-#pragma unroll
-            for (int i = 0; i < 8; i++) v_t[(p + i) * VP + j] = vh[i];
-        }
-        __syncthreads();
-
-        /* S = Q K^T over the chunk: 8 n-tiles of 8 keys. */
-        float sc[MMA_KEYS / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < MMA_KEYS / 8; nt++) {
-            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0;
-            const T *kr = k_s + (nt * 8 + g) * KP + 2 * q;
-#pragma unroll
-            for (int ks = 0; ks < D / 16; ks++)
-                mma16816(sc[nt], qf[ks], *(const uint32_t *)(kr + ks * 16),
-                         *(const uint32_t *)(kr + ks * 16 + 8), T());
-        }
-        /* Mask, online softmax (rows g and g + 8; the 4 lanes of a row share it). */
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nt = 0; nt < MMA_KEYS / 8; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int h = i >> 1, kpos = kb + nt * 8 + 2 * q + (i & 1);
-                float x = (kpos < k_end && kpos <= pos[h]) ? sc[nt][i] * a.scale_log2 : -INFINITY;
-                sc[nt][i] = x;
-                mx[h] = fmaxf(mx[h], x);
-            }
-        float corr[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-            float mn = fmaxf(m[h], mx[h]);
-            corr[h] = mn == -INFINITY ? 1.0f : exp2f(m[h] - mn);
-            m[h] = mn;
-            l[h] *= corr[h];
-        }
-#pragma unroll
-        for (int nt = 0; nt < MMA_KEYS / 8; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int h = i >> 1;
-                float p = m[h] == -INFINITY ? 0.0f : exp2f(sc[nt][i] - m[h]);
-                sc[nt][i] = p;
-                l[h] += p;
-            }
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            o[j][0] *= corr[0], o[j][1] *= corr[0];
-            o[j][2] *= corr[1], o[j][3] *= corr[1];
-        }
-        /* O += P V: P's C fragments of key tiles 2kk, 2kk + 1 are the A fragment of k-step kk. */
-#pragma unroll
-        for (int kk = 0; kk < MMA_KEYS / 16; kk++) {
-            uint32_t pf[4] = {pack2(sc[2 * kk][0], sc[2 * kk][1], T()),
-                              pack2(sc[2 * kk][2], sc[2 * kk][3], T()),
-                              pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1], T()),
-                              pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3], T())};
-#pragma unroll
-            for (int dt = 0; dt < D / 8; dt++) {
-                const T *vr = v_t + (dt * 8 + g) * VP + kk * 16 + 2 * q;
-                mma16816(o[dt], pf, *(const uint32_t *)vr, *(const uint32_t *)(vr + 8), T());
-            }
-        }
-    }
-
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        if (pos[h] < 0) continue;
-        float inv = l[h] > 0 ? 1.0f / l[h] : 0.0f;
-        T *dst = out + ((size_t)tok[h] * a.n_q + qh[h]) * D + 2 * q;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++)
-            st2(dst + dt * 8, o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
-    }
-}
-
-/* Start copying keys kb .. kb + KEYS - 1 of KV head hk into one stage (K to ks, V
+/* Start copying keys kb .. kb + FA_KEYS - 1 of KV head hk into one stage (K to ks, V
  * to vs, 16-byte chunks XOR-swizzled by row so ldmatrix reads them without
  * bank conflicts); keys past k_end are zero-filled, since 0 x garbage could
- * still be NaN.  Every thread of the block takes KEYS * D / 8 / THREADS
+ * still be NaN.  Every thread of the block takes FA_KEYS * D / 8 / threads
  * chunks of each. */
-template <typename T, int D, int KEYS, int THREADS>
+template <typename T, int D>
 static __device__ __forceinline__ void fa_load_tile(T *ks, T *vs, const T *kc, const T *vc,
                                                     const AttArgs &a, const int32_t *btab,
                                                     int hk, int kb, int k_end) {
     constexpr int CPR = D / 8;    /* 16-byte chunks per row */
-    static_assert(KEYS * CPR % THREADS == 0, "whole chunks per thread");
+    constexpr int THREADS = FA_WARPS * 32;
+    static_assert(FA_KEYS * CPR % THREADS == 0, "whole chunks per thread");
 #pragma unroll
-    for (int i = 0; i < KEYS * CPR / THREADS; i++) {
+    for (int i = 0; i < FA_KEYS * CPR / THREADS; i++) {
         const int e = i * THREADS + threadIdx.x, r = e / CPR, ch = e % CPR, kpos = kb + r;
         const bool valid = kpos < k_end;
         size_t src = a.layer_off;
@@ -416,25 +272,27 @@ static __device__ __forceinline__ void fa_load_tile(T *ks, T *vs, const T *kc, c
 }
 
 /* The pipelined prefill kernel (flash-attention 2 on mma.sync).  A block
- * takes WARPS x MT x 16 (token, query head) rows of one sequence and KV head,
+ * takes FA_ROWS (token, query head) rows of one sequence and KV head,
  * so the query heads of a GQA group share every K/V tile it loads; its tiles
  * run from the sequence's end (gridDim.y counts down), so the longest start
  * first.  The block's queries are staged once in shared memory; K and V
- * tiles of KEYS keys are double-buffered through cp.async (tile j + 1 loads
+ * tiles of FA_KEYS keys are double-buffered through cp.async (tile j + 1 loads
  * while tile j is computed), all three XOR-swizzled so ldmatrix reads them
- * without bank conflicts (.trans for V).  Each warp holds MT 16-row tiles,
- * so every K or V fragment it loads feeds MT x 2 mma.  P stays in registers
+ * without bank conflicts (.trans for V).  Each of the FA_WARPS warps holds
+ * FA_MT = 2 16-row tiles, so every K or V fragment it loads feeds 4 mma
+ * (flash-attention 2's 128-row blocks; PERF.md v20 measured 64- and 256-row
+ * blocks, one tile a warp, 32-key tiles).  P stays in registers
  * as the A operand of P.V, and the online softmax runs in exp2 with the
  * scale folded into one FMA.  Causal masking happens only where a warp's
  * rows reach into the tile (the diagonal) or the tile passes the keys' end;
  * a warp whose rows all precede the tile skips it. */
-template <typename T, int D, int WARPS, int MT, int KEYS>
-__global__ void __launch_bounds__(WARPS * 32)
+template <typename T, int D>
+__global__ void __launch_bounds__(FA_WARPS * 32)
 attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
     extern __shared__ __align__(128) unsigned char fa_smem[];
-    constexpr int TILE = KEYS * D, ROWS = 16 * MT * WARPS, CPR = D / 8;
+    constexpr int TILE = FA_KEYS * D, CPR = D / 8;
     T *k_s = (T *)fa_smem, *v_s = k_s + 2 * TILE;      /* [stage][TILE] each */
-    T *q_s = v_s + 2 * TILE;                           /* [ROWS][D] */
+    T *q_s = v_s + 2 * TILE;                           /* [FA_ROWS][D] */
 
     const int s = blockIdx.x / a.n_kv, hk = blockIdx.x % a.n_kv;
     const int gkv = a.kv_head0 + hk;
@@ -442,45 +300,45 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
     const int G = hi - lo, qh0 = lo - a.q_head0;
     if (G <= 0) return;
     const int t0 = a.seq_start[s], n_new = a.seq_start[s + 1] - t0;
-    const int row0 = (gridDim.y - 1 - blockIdx.y) * ROWS;
-    const int n_rows = min(ROWS, n_new * G - row0);
+    const int row0 = (gridDim.y - 1 - blockIdx.y) * FA_ROWS;
+    const int n_rows = min(FA_ROWS, n_new * G - row0);
     if (n_rows <= 0) return;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int last_pos = a.positions[t0 + (row0 + n_rows - 1) / G];
     const int k_end = min(a.seq_len[s], last_pos + 1);
-    const int n_tiles = (k_end + KEYS - 1) / KEYS;
+    const int n_tiles = (k_end + FA_KEYS - 1) / FA_KEYS;
     const int32_t *btab = a.block_tables + (size_t)s * a.max_blocks;
 
     /* The queries (rows past the tile zero) and the first K/V tile: one group. */
     const int W = (a.n_q + 2 * a.n_kv) * D;
-    for (int e = threadIdx.x; e < ROWS * CPR; e += WARPS * 32) {
+    for (int e = threadIdx.x; e < FA_ROWS * CPR; e += FA_WARPS * 32) {
         const int r = e / CPR, ch = e % CPR, rr = row0 + r;
         const T *src = r < n_rows ? qkv + (size_t)(t0 + rr / G) * W + (size_t)(qh0 + rr % G) * D +
                                         ch * 8
                                   : qkv;
         cp_async16(q_s + swz16<D>(r, ch), src, r < n_rows);
     }
-    fa_load_tile<T, D, KEYS, WARPS * 32>(k_s, v_s, kc, vc, a, btab, hk, 0, k_end);
+    fa_load_tile<T, D>(k_s, v_s, kc, vc, a, btab, hk, 0, k_end);
     cp_async_commit();
 
-    /* This thread's rows: g and g + 8 of each of the warp's MT tiles, by
+    /* This thread's rows: g and g + 8 of each of the warp's two tiles, by
      * position (-1 past the block's rows); the warp's lowest and highest
      * positions bound the keys it needs masked and the keys it needs at all. */
-    int pos[MT][2], p_lo = INT_MAX, p_hi = -1;
+    int pos[FA_MT][2], p_lo = INT_MAX, p_hi = -1;
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+    for (int mt = 0; mt < FA_MT; mt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int r = (warp * MT + mt) * 16 + g + 8 * h;
+            const int r = (warp * FA_MT + mt) * 16 + g + 8 * h;
             pos[mt][h] = r < n_rows ? a.positions[t0 + (row0 + r) / G] : -1;
             if (pos[mt][h] >= 0) p_lo = min(p_lo, pos[mt][h]), p_hi = max(p_hi, pos[mt][h]);
         }
     const int w_hi = __reduce_max_sync(0xffffffffu, p_hi);
     const int w_lo = __reduce_min_sync(0xffffffffu, p_lo);
 
-    float o[MT][D / 8][4], m[MT][2], l[MT][2];
+    float o[FA_MT][D / 8][4], m[FA_MT][2], l[FA_MT][2];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
+    for (int mt = 0; mt < FA_MT; mt++) {
         m[mt][0] = m[mt][1] = -INFINITY;
         l[mt][0] = l[mt][1] = 0;
 #pragma unroll
@@ -488,48 +346,48 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
     }
     const float sl2 = a.scale_log2;
     const int mi = lane >> 3;
-    const T *qw = q_s + (size_t)warp * MT * 16 * D;
+    const T *qw = q_s + (size_t)warp * FA_MT * 16 * D;
 
     for (int j = 0; j < n_tiles; j++) {
         if (j + 1 < n_tiles)
-            fa_load_tile<T, D, KEYS, WARPS * 32>(k_s + ((j + 1) & 1) * TILE, v_s + ((j + 1) & 1) * TILE,
-                                           kc, vc, a, btab, hk, (j + 1) * KEYS, k_end);
+            fa_load_tile<T, D>(k_s + ((j + 1) & 1) * TILE, v_s + ((j + 1) & 1) * TILE,
+                                           kc, vc, a, btab, hk, (j + 1) * FA_KEYS, k_end);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();      /* tile j (and the queries) visible to every warp */
-        const int kb = j * KEYS;
+        const int kb = j * FA_KEYS;
         if (kb <= w_hi) {
             const T *ks = k_s + (j & 1) * TILE, *vs = v_s + (j & 1) * TILE;
-            /* S = Q K^T: KEYS / 8 n-tiles of 8 keys per row tile; one ldmatrix.x4
+            /* S = Q K^T: 8 n-tiles of 8 keys per row tile; one ldmatrix.x4
              * gives two n-tiles' B fragments of a 16-dim k-step. */
-            float sc[MT][KEYS / 8][4];
+            float sc[FA_MT][FA_KEYS / 8][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
+            for (int mt = 0; mt < FA_MT; mt++)
 #pragma unroll
-                for (int nt = 0; nt < KEYS / 8; nt++)
+                for (int nt = 0; nt < FA_KEYS / 8; nt++)
                     sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0;
 #pragma unroll
             for (int kk = 0; kk < D / 16; kk++) {
-                uint32_t qa[MT][4];
+                uint32_t qa[FA_MT][4];
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                for (int mt = 0; mt < FA_MT; mt++)
                     ldsm_x4(qa[mt], qw + swz16<D>(mt * 16 + (mi & 1) * 8 + (lane & 7), 2 * kk + (mi >> 1)));
 #pragma unroll
-                for (int np = 0; np < KEYS / 16; np++) {
+                for (int np = 0; np < FA_KEYS / 16; np++) {
                     uint32_t b[4];
                     ldsm_x4(b, ks + swz16<D>(np * 16 + (mi >> 1) * 8 + (lane & 7), 2 * kk + (mi & 1)));
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
+                    for (int mt = 0; mt < FA_MT; mt++) {
                         mma16816(sc[mt][2 * np], qa[mt], b[0], b[1], T());
                         mma16816(sc[mt][2 * np + 1], qa[mt], b[2], b[3], T());
                     }
                 }
             }
-            if (kb + KEYS - 1 > w_lo || kb + KEYS > k_end) {
+            if (kb + FA_KEYS - 1 > w_lo || kb + FA_KEYS > k_end) {
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                for (int mt = 0; mt < FA_MT; mt++)
 #pragma unroll
-                    for (int nt = 0; nt < KEYS / 8; nt++)
+                    for (int nt = 0; nt < FA_KEYS / 8; nt++)
 #pragma unroll
                         for (int i = 0; i < 4; i++) {
                             const int kpos = kb + nt * 8 + 2 * q + (i & 1);
@@ -539,10 +397,10 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
             /* Online softmax on the raw scores (rows g and g + 8; the 4 lanes of
              * a row share it): p = 2^(s * scale - m * scale), one FMA and one ex2. */
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
+            for (int mt = 0; mt < FA_MT; mt++) {
                 float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-                for (int nt = 0; nt < KEYS / 8; nt++)
+                for (int nt = 0; nt < FA_KEYS / 8; nt++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) mx[i >> 1] = fmaxf(mx[i >> 1], sc[mt][nt][i]);
                 float mb[2];
@@ -560,7 +418,7 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
                         o[mt][dt][2 * h] *= corr, o[mt][dt][2 * h + 1] *= corr;
                 }
 #pragma unroll
-                for (int nt = 0; nt < KEYS / 8; nt++)
+                for (int nt = 0; nt < FA_KEYS / 8; nt++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float p = ex2(fmaf(sc[mt][nt][i], sl2, -mb[i >> 1]));
@@ -572,10 +430,10 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
              * fragment of k-step kk; V's B fragments come transposed out of
              * ldmatrix, two 8-dim n-tiles per load. */
 #pragma unroll
-            for (int kk = 0; kk < KEYS / 16; kk++) {
-                uint32_t pf[MT][4];
+            for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+                uint32_t pf[FA_MT][4];
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
+                for (int mt = 0; mt < FA_MT; mt++) {
                     pf[mt][0] = pack2(sc[mt][2 * kk][0], sc[mt][2 * kk][1], T());
                     pf[mt][1] = pack2(sc[mt][2 * kk][2], sc[mt][2 * kk][3], T());
                     pf[mt][2] = pack2(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1], T());
@@ -586,7 +444,7 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
                     uint32_t b[4];
                     ldsm_x4_trans(b, vs + swz16<D>(kk * 16 + (mi & 1) * 8 + (lane & 7), 2 * dp + (mi >> 1)));
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
+                    for (int mt = 0; mt < FA_MT; mt++) {
                         mma16816(o[mt][2 * dp], pf[mt], b[0], b[1], T());
                         mma16816(o[mt][2 * dp + 1], pf[mt], b[2], b[3], T());
                     }
@@ -598,14 +456,14 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
     cp_async_wait<0>();
 
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+    for (int mt = 0; mt < FA_MT; mt++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             float lt = l[mt][h];
             lt += __shfl_xor_sync(0xffffffffu, lt, 1);
             lt += __shfl_xor_sync(0xffffffffu, lt, 2);
             if (pos[mt][h] < 0) continue;
-            const int rr = row0 + (warp * MT + mt) * 16 + g + 8 * h;
+            const int rr = row0 + (warp * FA_MT + mt) * 16 + g + 8 * h;
             const float inv = lt > 0 ? 1.0f / lt : 0.0f;
             T *dst = out + ((size_t)(t0 + rr / G) * a.n_q + qh0 + rr % G) * D + 2 * q;
 #pragma unroll
@@ -614,25 +472,15 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
         }
 }
 
-/* K and V in two stages, the block's queries. */
-template <typename T, int D, int WARPS, int MT, int KEYS> static size_t attention_fa_smem() {
-    return ((size_t)2 * 2 * KEYS * D + (size_t)16 * MT * WARPS * D) * sizeof(T);
+/* K and V in two stages, the block's queries: 96 KiB at head dim 128. */
+template <typename T, int D> static size_t attention_fa_smem() {
+    return ((size_t)2 * 2 * FA_KEYS * D + (size_t)FA_ROWS * D) * sizeof(T);
 }
 
-template <typename T, int D, int WARPS, int MT, int KEYS> static cudaError_t attention_fa_allow_smem() {
-    return cudaFuncSetAttribute(attention_fa_kernel<T, D, WARPS, MT, KEYS>,
+template <typename T, int D> static cudaError_t attention_fa_allow_smem() {
+    return cudaFuncSetAttribute(attention_fa_kernel<T, D>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)attention_fa_smem<T, D, WARPS, MT, KEYS>());
-}
-
-/* Every prefill variant of one element type and head dim. */
-template <typename T, int D> static cudaError_t attention_fa_allow_all() {
-    cudaError_t e = attention_fa_allow_smem<T, D, 4, 1, 64>();
-    if (e == cudaSuccess) e = attention_fa_allow_smem<T, D, 8, 1, 64>();
-    if (e == cudaSuccess) e = attention_fa_allow_smem<T, D, 4, 2, 64>();
-    if (e == cudaSuccess) e = attention_fa_allow_smem<T, D, 4, 2, 32>();
-    if (e == cudaSuccess) e = attention_fa_allow_smem<T, D, 8, 2, 32>();
-    return e;
+                                (int)attention_fa_smem<T, D>());
 }
 
 #define DEC_WARPS 4
@@ -970,11 +818,11 @@ int cuda_attention_init(rlCuda *c, rlError *err) {
     if (e == cudaSuccess) e = attention_decode_allow_smem<bf16, 128>();
     if (e == cudaSuccess) e = attention_decode_allow_smem<f16, 64>();
     if (e == cudaSuccess) e = attention_decode_allow_smem<f16, 128>();
-    /* The pipelined prefill kernel takes up to 96 KiB. */
-    if (e == cudaSuccess) e = attention_fa_allow_all<bf16, 64>();
-    if (e == cudaSuccess) e = attention_fa_allow_all<bf16, 128>();
-    if (e == cudaSuccess) e = attention_fa_allow_all<f16, 64>();
-    if (e == cudaSuccess) e = attention_fa_allow_all<f16, 128>();
+    /* The prefill kernel takes 48 KiB at head dim 64, 96 at 128. */
+    if (e == cudaSuccess) e = attention_fa_allow_smem<bf16, 64>();
+    if (e == cudaSuccess) e = attention_fa_allow_smem<bf16, 128>();
+    if (e == cudaSuccess) e = attention_fa_allow_smem<f16, 64>();
+    if (e == cudaSuccess) e = attention_fa_allow_smem<f16, 128>();
     /* bf16 and fp16 take the same. */
     int occ[2] = {0, 0};
     if (e == cudaSuccess)
@@ -1046,70 +894,24 @@ static bool attention_mma_fits(int D) {
     return !off && (D == 64 || D == 128);
 }
 
-/* Which prefill kernel runs: RL_ATTN_PREFILL=v3 the single-buffered one of
- * PERF.md v3 (the default until the others are measured); w4 / w8 the
- * pipelined one with 4 / 8 warps of one 16-row tile (64 / 128 query rows a
- * block), w4m2 with 4 warps of two (128 rows), all over 64-key tiles;
- * w4m2k32 the last over 32-key tiles, w8m2k32 8 warps of two over 32-key
- * tiles (256 rows). */
-enum { PREFILL_V3, PREFILL_W4, PREFILL_W8, PREFILL_W4M2, PREFILL_W4M2K32, PREFILL_W8M2K32 };
-static int attention_prefill_kind(void) {
-    static int kind = -1;
-    if (kind < 0) {
-        const char *e = getenv("RL_ATTN_PREFILL");
-        kind = !e                 ? PREFILL_V3
-               : !strcmp(e, "w8") ? PREFILL_W8
-               : !strcmp(e, "w4") ? PREFILL_W4
-               : !strcmp(e, "w4m2") ? PREFILL_W4M2
-               : !strcmp(e, "w4m2k32") ? PREFILL_W4M2K32
-               : !strcmp(e, "w8m2k32") ? PREFILL_W8M2K32
-                                       : PREFILL_V3;
-    }
-    return kind;
-}
-
-template <typename T, int D, int WARPS, int MT, int KEYS>
+template <typename T, int D>
 static void attention_fa_launch(rlCuda *c, T *out, const T *qkv, const AttArgs &a, int g_max) {
-    constexpr int ROWS = 16 * MT * WARPS;
-    const int tiles = (c->max_new * g_max + ROWS - 1) / ROWS;
+    const int tiles = (c->max_new * g_max + FA_ROWS - 1) / FA_ROWS;
     if (tiles > 65535) {
         cuda_fail(c, RL_EUSAGE, "attention (prefill): %d query tiles in one sequence, more than "
                   "the 65,535 one launch takes; lower --max-num-batched-tokens", tiles);
         return;
     }
     const dim3 grid(c->n_seqs * a.n_kv, tiles);
-    attention_fa_kernel<T, D, WARPS, MT, KEYS><<<grid, WARPS * 32, attention_fa_smem<T, D, WARPS, MT, KEYS>(),
-                                           c->stream>>>(out, qkv, (const T *)c->k_cache,
-                                                        (const T *)c->v_cache, a);
-}
-
-template <typename T, int D>
-static void attention_fa_run(rlCuda *c, T *out, const T *qkv, const AttArgs &a, int g_max,
-                             int kind) {
-    if (kind == PREFILL_W4) attention_fa_launch<T, D, 4, 1, 64>(c, out, qkv, a, g_max);
-    else if (kind == PREFILL_W4M2) attention_fa_launch<T, D, 4, 2, 64>(c, out, qkv, a, g_max);
-    else if (kind == PREFILL_W4M2K32) attention_fa_launch<T, D, 4, 2, 32>(c, out, qkv, a, g_max);
-    else if (kind == PREFILL_W8M2K32) attention_fa_launch<T, D, 8, 2, 32>(c, out, qkv, a, g_max);
-    else attention_fa_launch<T, D, 8, 1, 64>(c, out, qkv, a, g_max);
+    attention_fa_kernel<T, D><<<grid, FA_WARPS * 32, attention_fa_smem<T, D>(), c->stream>>>(
+        out, qkv, (const T *)c->k_cache, (const T *)c->v_cache, a);
 }
 
 template <typename T>
 static void attention_mma_run(rlCuda *c, T *out, const T *qkv, const AttArgs &a, int g_max) {
-    const int kind = attention_prefill_kind();
-    if (kind == PREFILL_V3) {
-        int tiles = (c->max_new * g_max + MMA_ROWS - 1) / MMA_ROWS;
-        dim3 grid(tiles, c->n_seqs * a.n_kv);
-        PROF(c, "attention prefill (mma)");
-        const T *kc = (const T *)c->k_cache, *vc = (const T *)c->v_cache;
-        if (a.D == 64)
-            attention_mma_kernel<T, 64><<<grid, MMA_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
-        else
-            attention_mma_kernel<T, 128><<<grid, MMA_WARPS * 32, 0, c->stream>>>(out, qkv, kc, vc, a);
-    } else {
-        PROF(c, "attention prefill (mma, pipelined)");
-        if (a.D == 64) attention_fa_run<T, 64>(c, out, qkv, a, g_max, kind);
-        else attention_fa_run<T, 128>(c, out, qkv, a, g_max, kind);
-    }
+    PROF(c, "attention prefill (mma)");
+    if (a.D == 64) attention_fa_launch<T, 64>(c, out, qkv, a, g_max);
+    else attention_fa_launch<T, 128>(c, out, qkv, a, g_max);
     cuda_launched(c, "attention (prefill)");
 }
 
