@@ -246,11 +246,11 @@ attention_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
 #define FA_ROWS (16 * FA_MT * FA_WARPS)   /* query rows per block */
 #define FA_KEYS 64                        /* keys per K/V tile */
 
-/* Start copying keys kb .. kb + FA_KEYS - 1 of KV head hk into one stage (K to ks, V
- * to vs, 16-byte chunks XOR-swizzled by row so ldmatrix reads them without
- * bank conflicts); keys past k_end are zero-filled, since 0 x garbage could
- * still be NaN.  Every thread of the block takes FA_KEYS * D / 8 / threads
- * chunks of each. */
+/* Start copying keys kb .. kb + FA_KEYS - 1 of KV head hk into one stage (K
+ * to ks, V to vs, 16-byte chunks XOR-swizzled by row so ldmatrix reads them
+ * without bank conflicts); keys past k_end are zero-filled, since 0 x garbage
+ * could still be NaN.  Every thread of the block takes FA_KEYS * D / 8 /
+ * threads chunks of each. */
 template <typename T, int D>
 static __device__ __forceinline__ void fa_load_tile(T *ks, T *vs, const T *kc, const T *vc,
                                                     const AttArgs &a, const int32_t *btab,
@@ -350,8 +350,8 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
 
     for (int j = 0; j < n_tiles; j++) {
         if (j + 1 < n_tiles)
-            fa_load_tile<T, D>(k_s + ((j + 1) & 1) * TILE, v_s + ((j + 1) & 1) * TILE,
-                                           kc, vc, a, btab, hk, (j + 1) * FA_KEYS, k_end);
+            fa_load_tile<T, D>(k_s + ((j + 1) & 1) * TILE, v_s + ((j + 1) & 1) * TILE, kc, vc,
+                               a, btab, hk, (j + 1) * FA_KEYS, k_end);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();      /* tile j (and the queries) visible to every warp */
@@ -371,11 +371,13 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
                 uint32_t qa[FA_MT][4];
 #pragma unroll
                 for (int mt = 0; mt < FA_MT; mt++)
-                    ldsm_x4(qa[mt], qw + swz16<D>(mt * 16 + (mi & 1) * 8 + (lane & 7), 2 * kk + (mi >> 1)));
+                    ldsm_x4(qa[mt], qw + swz16<D>(mt * 16 + (mi & 1) * 8 + (lane & 7),
+                                                  2 * kk + (mi >> 1)));
 #pragma unroll
                 for (int np = 0; np < FA_KEYS / 16; np++) {
                     uint32_t b[4];
-                    ldsm_x4(b, ks + swz16<D>(np * 16 + (mi >> 1) * 8 + (lane & 7), 2 * kk + (mi & 1)));
+                    ldsm_x4(b, ks + swz16<D>(np * 16 + (mi >> 1) * 8 + (lane & 7),
+                                             2 * kk + (mi & 1)));
 #pragma unroll
                     for (int mt = 0; mt < FA_MT; mt++) {
                         mma16816(sc[mt][2 * np], qa[mt], b[0], b[1], T());
@@ -442,7 +444,8 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
 #pragma unroll
                 for (int dp = 0; dp < D / 16; dp++) {
                     uint32_t b[4];
-                    ldsm_x4_trans(b, vs + swz16<D>(kk * 16 + (mi & 1) * 8 + (lane & 7), 2 * dp + (mi >> 1)));
+                    ldsm_x4_trans(b, vs + swz16<D>(kk * 16 + (mi & 1) * 8 + (lane & 7),
+                                                   2 * dp + (mi >> 1)));
 #pragma unroll
                     for (int mt = 0; mt < FA_MT; mt++) {
                         mma16816(o[mt][2 * dp], pf[mt], b[0], b[1], T());
