@@ -331,6 +331,7 @@ static void cuda_destroy(rlBackend *be) {
     cudaFreeHost(c->stage_host);
     cudaFree(c->scratch);
     cudaFree(c->moe_ws);
+    cudaFree(c->moe_count);
     cudaFree(c->att_count);
     cudaFree(c->d_results);
     cudaFreeHost(c->h_results);
@@ -375,6 +376,7 @@ static const rlBackendOps cuda_ops = {
     .attention = cuda_attention,
     .swiglu = cuda_swiglu,
     .moe_route = cuda_moe_route,
+    .moe_gate = cuda_moe_gate,
     .moe_experts = cuda_moe_experts,
     .shared_gate = cuda_shared_gate,
     .gather_rows = cuda_gather_rows,
