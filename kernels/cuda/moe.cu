@@ -118,6 +118,7 @@ moe_gate_kernel(int *ids, float *weights, float *logits, const T *x, const T *ro
         for (int e = lane; e < E; e += 32) lg[warp][e] = __ldcg(logits + (size_t)t * E + e);
         __syncwarp();
         route_row(ids + (size_t)t * k, weights + (size_t)t * k, lg[warp], E, k, renorm, lane);
+        __syncwarp();
     }
     if (threadIdx.x == 0) *count = 0;
 }
