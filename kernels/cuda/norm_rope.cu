@@ -167,14 +167,17 @@ rope_kv_kernel(T *qkv, T *kc, T *vc, const int32_t *positions, const int32_t *sl
          * rounded before the weight multiplies it. */
         const T *w = h < n_q ? q_norm : k_norm;
         float ss = 0;
+#pragma unroll 4
         for (int j = lane; j < D; j += 32) {
             float v = ld(x + j);
             xw[j] = v;
             ss += v * v;
         }
         float rstd = rsqrtf(warp_sum(ss) / D + eps);
+#pragma unroll 4
         for (int j = lane; j < D; j += 32) xw[j] = round_to<T>(ld(w + j) * round_to<T>(xw[j] * rstd));
     } else {
+#pragma unroll 4
         for (int j = lane; j < D; j += 32) xw[j] = ld(x + j);
     }
     __syncwarp();
@@ -198,6 +201,7 @@ rope_kv_kernel(T *qkv, T *kc, T *vc, const int32_t *positions, const int32_t *sl
     }
     if (v) {
         const T *vs = x + (size_t)n_kv * D;
+#pragma unroll 4
         for (int j = lane; j < D; j += 32) v[j] = vs[j];
     }
 }
