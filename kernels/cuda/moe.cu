@@ -3,6 +3,8 @@
  * Routing is one kernel per step: a warp per token takes the softmax of the
  * router's fp32 logits, the top k (ties to the lower expert id, as the CPU
  * backend), renormalised when asked; ids and weights stay on the device.
+ * At decode (up to 8 rows) the router's GEMV and the routing are one kernel
+ * (moe_gate), a launch and a wait fewer in each MoE layer.
  *
  * The experts run in one of two shapes, neither reading the routing on the
  * host, so decode steps stay inside CUDA graphs:
