@@ -346,7 +346,11 @@ int cuda_kv_capacity(rlBackend *be, size_t bytes_per_block, int block_size, int 
 
 static int cuda_reserve(rlBackend *be, int max_rows, size_t moe_bytes, rlError *err) {
     rlCuda *c = cuda_of(be);
-    if ((moe_bytes && cuda_moe_ws(c, moe_bytes, "reserve")) || cuda_qlinear_reserve(c, max_rows)) {
+    /* An MoE model also takes moe_gate's block counter (moe.cu). */
+    if ((moe_bytes && (cuda_moe_ws(c, moe_bytes, "reserve") ||
+                       cuda_grow(c, (void **)&c->moe_count, &c->moe_count_cap, sizeof(int), 1,
+                                 "reserve"))) ||
+        cuda_qlinear_reserve(c, max_rows)) {
         rl_error(err, c->err.code, "%s", c->err.msg);
         memset(&c->err, 0, sizeof c->err);
         return -1;

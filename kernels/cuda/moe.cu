@@ -28,8 +28,6 @@
 #include "kernels/cuda/cuda_mma.cuh"
 
 #include <limits.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define MOE_GEMV_PAIRS 32   /* up to this many (token, expert) pairs: the GEMV kernels */
 #define MOE_BM 64           /* pairs per tile of the grouped GEMMs (rl_moe_scratch_bytes's 64) */
@@ -125,21 +123,11 @@ moe_gate_kernel(int *ids, float *weights, float *logits, const T *x, const T *ro
     if (threadIdx.x == 0) *count = 0;
 }
 
-/* The fused kernel unless RL_CUDA_MOE_GATE=0. */
-static bool moe_gate_fused(void) {
-    static int off = -1;
-    if (off < 0) {
-        const char *e = getenv("RL_CUDA_MOE_GATE");
-        off = e && !strcmp(e, "0");
-    }
-    return !off;
-}
-
 void cuda_moe_gate(rlBackend *be, int *ids, float *weights, float *logits, const void *x,
                    const void *router, int rows, int n_experts, int dim, int k, int renorm) {
     rlCuda *c = cuda_of(be);
     if (!rows) return;
-    if (!moe_gate_fused() || rows > GEMV_MAX_ROWS || dim % 8 || be->act_dtype == RL_F32 ||
+    if (rows > GEMV_MAX_ROWS || dim % 8 || be->act_dtype == RL_F32 ||
         be->weight_dtype != be->act_dtype || n_experts > MOE_MAX_EXPERTS || k > 32 ||
         (((uintptr_t)x | (uintptr_t)router) & 15)) {
         cuda_matmul_f32(be, logits, x, router, rows, n_experts, dim);
@@ -147,7 +135,7 @@ void cuda_moe_gate(rlBackend *be, int *ids, float *weights, float *logits, const
         return;
     }
     if (cuda_grow(c, (void **)&c->moe_count, &c->moe_count_cap, sizeof(int), 1, "moe_gate"))
-        return;
+        return;     /* taken by reserve already, except where an op runs alone (tests) */
     PROF(c, "moe_gate %dx%d", n_experts, dim);
     dim3 blocks((unsigned)((n_experts + GEMV_COLS - 1) / GEMV_COLS));
 #define MOE_GATE(T, R)                                                                         \
