@@ -104,6 +104,11 @@ typedef struct rlBackendOps {
      * id; weights[t, j] their p, divided by their sum when renorm. */
     void (*moe_route)(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
                       int n_experts, int k, int renorm);
+    /* Optional (NULL: the model calls matmul_f32, then moe_route): both in
+     * one, logits[rows, n_experts] = x . router^T in fp32, then moe_route's
+     * ids and weights from them, so a backend may fuse the two. */
+    void (*moe_gate)(rlBackend *be, int *ids, float *weights, float *logits, const void *x,
+                     const void *router, int rows, int n_experts, int dim, int k, int renorm);
     /* out[t] (+= when accumulate, else =) sum over j of weights[t, j] x
      * down_e(silu(gate_e x[t]) * up_e x[t]), e = ids[t, j]: each expert's
      * wgu (n_experts, 2 m, dim) gate rows then up rows, wdown (n_experts,

@@ -94,8 +94,13 @@ static void model_moe(rlModel *m, const rlLayer *w, int T) {
     rlBackend *be = m->be;
     const rlBackendOps *op = be->ops;
     int D = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok;
-    op->matmul_f32(be, m->moe_logits, m->x, w->router, T, E, D);
-    op->moe_route(be, m->moe_ids, m->moe_weights, m->moe_logits, T, E, K, c->norm_topk_prob);
+    if (op->moe_gate) {
+        op->moe_gate(be, m->moe_ids, m->moe_weights, m->moe_logits, m->x, w->router, T, E, D, K,
+                     c->norm_topk_prob);
+    } else {
+        op->matmul_f32(be, m->moe_logits, m->x, w->router, T, E, D);
+        op->moe_route(be, m->moe_ids, m->moe_weights, m->moe_logits, T, E, K, c->norm_topk_prob);
+    }
     if (w->wgu) {
         model_mlp(m, w, T, m->shard.n_shared);
         op->shared_gate(be, m->delta, m->x, w->wsgate, T, D);

@@ -250,6 +250,7 @@ static inline bf16Wrap *bf16_wrap(rlBackend *be, int round) {
     w->ops = *be->ops;
     w->ops.begin_step = bf16_begin_step;
     w->ops.moe_route = bf16_moe_route;
+    w->ops.moe_gate = NULL;     /* so the routing comes through bf16_moe_route */
     w->ops.graph_run = NULL;
     if (round) {
         w->ops.embed = bf16_embed;

@@ -711,6 +711,51 @@ static void moe_case(rlBackend *be, int rows, int k, int renorm) {
     free(ref), free(gw), free(gated);
 }
 
+/* The router and the routing in one op (moe_gate) give the same logits, ids
+ * and weights, bit for bit, as matmul_f32 then moe_route on the same input,
+ * twice in a row (the fused kernel's block counter starts over). */
+static void moe_gate_case(rlBackend *be, int rows, int E, int D, int k, int renorm) {
+    rlError err;
+    size_t nl = (size_t)rows * E, np = (size_t)rows * k;
+    float *x = rand_vec((size_t)rows * D, 1, be->act_dtype);
+    float *router = rand_vec((size_t)E * D, 0.1f, be->act_dtype);
+    void *d_x = to_dev(be, x, (size_t)rows * D), *d_r = to_dev(be, router, (size_t)E * D);
+    float *d_l[2];
+    int *d_ids[2];
+    float *d_w[2];
+    for (int i = 0; i < 2; i++) {
+        d_l[i] = be->ops->alloc(be, nl * 4, &err);
+        d_ids[i] = be->ops->alloc(be, np * 4, &err);
+        d_w[i] = be->ops->alloc(be, np * 4, &err);
+    }
+    be->ops->matmul_f32(be, d_l[0], d_x, d_r, rows, E, D);
+    be->ops->moe_route(be, d_ids[0], d_w[0], d_l[0], rows, E, k, renorm);
+    float *l[2] = {malloc(nl * 4), malloc(nl * 4)}, *w[2] = {malloc(np * 4), malloc(np * 4)};
+    int *ids[2] = {malloc(np * 4), malloc(np * 4)};
+    for (int rep = 0; rep < 2; rep++) {
+        be->ops->moe_gate(be, d_ids[1], d_w[1], d_l[1], d_x, d_r, rows, E, D, k, renorm);
+        assert_int_equal(be->ops->sync(be, &err), 0);
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(be->ops->download(be, l[i], d_l[i], nl * 4, &err), 0);
+            assert_int_equal(be->ops->download(be, ids[i], d_ids[i], np * 4, &err), 0);
+            assert_int_equal(be->ops->download(be, w[i], d_w[i], np * 4, &err), 0);
+        }
+        if (memcmp(l[0], l[1], nl * 4) || memcmp(ids[0], ids[1], np * 4) ||
+            memcmp(w[0], w[1], np * 4))
+            fail_msg("moe_gate (%s, %d rows, %d experts, top %d, call %d): logits, ids or "
+                     "weights differ from matmul_f32 + moe_route (first id %d against %d)",
+                     rl_dtype_name(be->act_dtype), rows, E, k, rep + 1, ids[1][0], ids[0][0]);
+        /* Spoil the fused results, so the second call must write them again. */
+        for (size_t i = 0; i < np; i++) w[1][i] = -1;
+        assert_int_equal(be->ops->upload(be, d_ids[1], RL_F32, w[1], RL_F32, np, &err), 0);
+        assert_int_equal(be->ops->upload(be, d_w[1], RL_F32, w[1], RL_F32, np, &err), 0);
+    }
+    void *bufs[] = {d_x, d_r, d_l[0], d_l[1], d_ids[0], d_ids[1], d_w[0], d_w[1]};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) be->ops->free(be, bufs[i]);
+    for (int i = 0; i < 2; i++) free(l[i]), free(w[i]), free(ids[i]);
+    free(x), free(router);
+}
+
 static void test_moe(void **state) {
     (void)state;
     for (int d = 0; d < 2; d++) {
@@ -719,6 +764,10 @@ static void test_moe(void **state) {
         moe_case(backends[d], 40, 2, 0);    /* 80 pairs: permutation + grouped GEMMs */
         moe_case(backends[d], 97, 3, 1);
         moe_case(backends[d], 200, 2, 1);   /* experts of more than one 64-row tile */
+        moe_gate_case(backends[d], 1, 128, 2048, 8, 1);    /* Qwen3-30B-A3B at batch 1 */
+        moe_gate_case(backends[d], 3, 60, 320, 4, 0);      /* Qwen2-MoE's 60, rows of 4 */
+        moe_gate_case(backends[d], 8, 6, 64, 2, 1);
+        moe_gate_case(backends[d], 9, 6, 64, 2, 1);        /* past the fused kernel's rows */
     }
 }
 

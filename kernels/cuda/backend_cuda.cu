@@ -331,6 +331,7 @@ static void cuda_destroy(rlBackend *be) {
     cudaFreeHost(c->stage_host);
     cudaFree(c->scratch);
     cudaFree(c->moe_ws);
+    cudaFree(c->moe_count);
     cudaFree(c->att_count);
     cudaFree(c->d_results);
     cudaFreeHost(c->h_results);
@@ -345,7 +346,11 @@ int cuda_kv_capacity(rlBackend *be, size_t bytes_per_block, int block_size, int 
 
 static int cuda_reserve(rlBackend *be, int max_rows, size_t moe_bytes, rlError *err) {
     rlCuda *c = cuda_of(be);
-    if ((moe_bytes && cuda_moe_ws(c, moe_bytes, "reserve")) || cuda_qlinear_reserve(c, max_rows)) {
+    /* An MoE model also takes moe_gate's block counter (moe.cu). */
+    if ((moe_bytes && (cuda_moe_ws(c, moe_bytes, "reserve") ||
+                       cuda_grow(c, (void **)&c->moe_count, &c->moe_count_cap, sizeof(int), 1,
+                                 "reserve"))) ||
+        cuda_qlinear_reserve(c, max_rows)) {
         rl_error(err, c->err.code, "%s", c->err.msg);
         memset(&c->err, 0, sizeof c->err);
         return -1;
@@ -375,6 +380,7 @@ static const rlBackendOps cuda_ops = {
     .attention = cuda_attention,
     .swiglu = cuda_swiglu,
     .moe_route = cuda_moe_route,
+    .moe_gate = cuda_moe_gate,
     .moe_experts = cuda_moe_experts,
     .shared_gate = cuda_shared_gate,
     .gather_rows = cuda_gather_rows,

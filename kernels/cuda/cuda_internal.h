@@ -96,6 +96,10 @@ typedef struct rlCuda {
     /* moe.cu: the experts' permutation, activations and outputs. */
     void *moe_ws;
     size_t moe_ws_cap;
+    /* moe.cu's router kernel: its blocks that have finished, zero between
+     * launches (the last block resets it). */
+    int *moe_count;
+    size_t moe_count_cap;
     /* Decode attention's per-(sequence, KV head) count of finished splits:
      * zero between launches (the last split resets it). */
     int *att_count;
@@ -206,6 +210,8 @@ int cuda_qlinear_reserve(rlCuda *c, int rows);
 /* moe.cu */
 void cuda_moe_route(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
                     int n_experts, int k, int renorm);
+void cuda_moe_gate(rlBackend *be, int *ids, float *weights, float *logits, const void *x,
+                   const void *router, int rows, int n_experts, int dim, int k, int renorm);
 void cuda_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
                       const void *wdown, const int *ids, const float *weights, int rows, int dim,
                       int m, int n_experts, int k, int accumulate);

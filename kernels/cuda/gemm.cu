@@ -18,20 +18,12 @@
  *
  * Up to 8 rows (decode at small batch) the product is a matrix-vector one,
  * bound by reading the weights; cuBLASLt's kernels for that shape leave much
- * of the bandwidth unused, so gemv_kernel does it: each block owns 4 output
- * columns, its threads stride over k in 16-byte chunks (4 weight loads in
- * flight per thread, the weights streamed past L1, the few input rows
- * cached), then reduce through shared memory. */
+ * of the bandwidth unused, so gemv_kernel (cuda_gemv.cuh) does it. */
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
-#include "kernels/cuda/cuda_launch.cuh"
-#include "kernels/cuda/cuda_reduce.cuh"
-#include "kernels/cuda/cuda_types.cuh"
+#include "kernels/cuda/cuda_gemv.cuh"
 
-#define GEMV_THREADS 128
-#define GEMV_COLS 4
-#define GEMV_MAX_ROWS 8
 #define GEMM_TUNE_ROWS 256
 #define GEMM_CANDIDATES 24
 
@@ -211,101 +203,11 @@ __global__ void gemm_empty_kernel(T *out, const T *bias, int rows, int n) {
         out[i] = bias ? bias[i % n] : (T)0.0f;
 }
 
-/* Eight packed 16-bit values times eight floats, accumulated into acc. */
-static __device__ __forceinline__ float dot8(uint4 w, const float *x, float acc, bf16) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&w;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(h[i]);
-        acc = fmaf(f.x, x[2 * i], fmaf(f.y, x[2 * i + 1], acc));
-    }
-    return acc;
-}
-static __device__ __forceinline__ float dot8(uint4 w, const float *x, float acc, f16) {
-    const __half2 *h = (const __half2 *)&w;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __half22float2(h[i]);
-        acc = fmaf(f.x, x[2 * i], fmaf(f.y, x[2 * i + 1], acc));
-    }
-    return acc;
-}
-static __device__ __forceinline__ void unpack8(uint4 v, float *x, bf16) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(h[i]);
-        x[2 * i] = f.x, x[2 * i + 1] = f.y;
-    }
-}
-static __device__ __forceinline__ void unpack8(uint4 v, float *x, f16) {
-    const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __half22float2(h[i]);
-        x[2 * i] = f.x, x[2 * i + 1] = f.y;
-    }
-}
-
-/* out[r, c] = in[r, :] . w[c, :] (+ bias[c]) for rows <= R; k a multiple of 8.
- * Each thread keeps the next chunk's weights loading while it uses the
- * current one; the first chunk is read before waiting on the kernel that
- * writes `in` (PDL: the weights are nobody's output). */
+/* out[r, c] = in[r, :] . w[c, :] (+ bias[c]) for rows <= R (cuda_gemv.cuh). */
 template <typename T, typename O, int R>
 __global__ void __launch_bounds__(GEMV_THREADS)
 gemv_kernel(O *out, const T *in, const T *w, const T *bias, int rows, int n, int k) {
-    __shared__ float red[GEMV_THREADS / 32][GEMV_COLS * R];
-    pdl_trigger();
-    const int c0 = blockIdx.x * GEMV_COLS, kc = k / 8;
-    const uint4 *wv[GEMV_COLS];
-#pragma unroll
-    for (int c = 0; c < GEMV_COLS; c++)
-        wv[c] = (const uint4 *)(w + (size_t)min(c0 + c, n - 1) * k);
-    const uint4 *xv = (const uint4 *)in;
-    float acc[GEMV_COLS][R];
-#pragma unroll
-    for (int c = 0; c < GEMV_COLS; c++)
-#pragma unroll
-        for (int r = 0; r < R; r++) acc[c][r] = 0;
-    uint4 wn[GEMV_COLS];
-    if (threadIdx.x < kc)
-#pragma unroll
-        for (int c = 0; c < GEMV_COLS; c++) wn[c] = __ldcs(wv[c] + threadIdx.x);
-    pdl_wait();
-    for (int j = threadIdx.x; j < kc; j += GEMV_THREADS) {
-        uint4 wq[GEMV_COLS];
-#pragma unroll
-        for (int c = 0; c < GEMV_COLS; c++) wq[c] = wn[c];
-        if (j + GEMV_THREADS < kc)
-#pragma unroll
-            for (int c = 0; c < GEMV_COLS; c++) wn[c] = __ldcs(wv[c] + j + GEMV_THREADS);
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            if (r >= rows) break;
-            float x[8];
-            unpack8(__ldg(xv + (size_t)r * kc + j), x, T());
-#pragma unroll
-            for (int c = 0; c < GEMV_COLS; c++) acc[c][r] = dot8(wq[c], x, acc[c][r], T());
-        }
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int c = 0; c < GEMV_COLS; c++)
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            float v = warp_sum(acc[c][r]);
-            if (lane == 0) red[warp][c * R + r] = v;
-        }
-    __syncthreads();
-    for (int i = threadIdx.x; i < GEMV_COLS * R; i += blockDim.x) {
-        int c = i / R, r = i % R, col = c0 + c;
-        if (r >= rows || col >= n) continue;
-        float v = 0;
-#pragma unroll
-        for (int wi = 0; wi < GEMV_THREADS / 32; wi++) v += red[wi][i];
-        if (bias) v += ld(bias + col);
-        st(out + (size_t)r * n + col, v);
-    }
+    gemv_block<T, O, R>(out, in, w, bias, rows, n, k);
 }
 
 template <typename T, typename O>

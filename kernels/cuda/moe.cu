@@ -3,6 +3,8 @@
  * Routing is one kernel per step: a warp per token takes the softmax of the
  * router's fp32 logits, the top k (ties to the lower expert id, as the CPU
  * backend), renormalised when asked; ids and weights stay on the device.
+ * At decode (up to 8 rows) the router's GEMV and the routing are one kernel
+ * (moe_gate), a launch and a wait fewer in each MoE layer.
  *
  * The experts run in one of two shapes, neither reading the routing on the
  * host, so decode steps stay inside CUDA graphs:
@@ -22,9 +24,8 @@
  * changes nothing: every output row of a GEMM depends on its own input row
  * alone, and the sum back to the token runs over j = 0..k-1. */
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_gemv.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
-#include "kernels/cuda/cuda_reduce.cuh"
-#include "kernels/cuda/cuda_types.cuh"
 
 #include <limits.h>
 
@@ -37,11 +38,11 @@
 
 /* ---- routing ---- */
 
-__global__ void moe_route_kernel(int *ids, float *weights, const float *logits, int rows, int E,
-                                 int k, int renorm) {
-    int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
-    if (t >= rows) return;
-    const float *l = logits + (size_t)t * E;
+/* One token's routing, by a warp: softmax of its logits l[0..E) in fp32,
+ * the top k (ties to the lower id) into ids[0..k) and their probabilities,
+ * renormalised when asked, into weights[0..k). */
+static __device__ void route_row(int *ids, float *weights, const float *l, int E, int k,
+                                 int renorm, int lane) {
     float mx = -INFINITY, sum = 0, chosen = 0;
     for (int e = lane; e < E; e += 32) mx = fmaxf(mx, l[e]);
     mx = warp_max(mx);
@@ -63,10 +64,18 @@ __global__ void moe_route_kernel(int *ids, float *weights, const float *logits, 
         if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
         float w = expf(best - mx) / sum;
         chosen += w;
-        if (lane == 0) ids[t * k + j] = bi, weights[t * k + j] = w;
+        if (lane == 0) ids[j] = bi, weights[j] = w;
     }
     if (renorm && lane == 0)
-        for (int j = 0; j < k; j++) weights[t * k + j] /= chosen;
+        for (int j = 0; j < k; j++) weights[j] /= chosen;
+}
+
+__global__ void moe_route_kernel(int *ids, float *weights, const float *logits, int rows, int E,
+                                 int k, int renorm) {
+    int t = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
+    if (t >= rows) return;
+    route_row(ids + (size_t)t * k, weights + (size_t)t * k, logits + (size_t)t * E, E, k, renorm,
+              lane);
 }
 
 void cuda_moe_route(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
@@ -82,6 +91,69 @@ void cuda_moe_route(rlBackend *be, int *ids, float *weights, const float *logits
     moe_route_kernel<<<(rows + 7) / 8, 256, 0, c->stream>>>(ids, weights, logits, rows,
                                                             n_experts, k, renorm);
     cuda_launched(c, "moe_route");
+}
+
+/* The router and the routing in one kernel at decode (rows <= GEMV_MAX_ROWS):
+ * each block computes its GEMV_COLS logits as gemm.cu's GEMV does
+ * (gemv_block, so they are the same logits), and the block that finishes
+ * last (a counter in device memory, set back to zero by that block for the
+ * next launch) routes every row from all of them, staged in shared memory.
+ * One launch and one wait fewer per MoE layer than the GEMV then
+ * moe_route_kernel. */
+template <typename T, int R>
+__global__ void __launch_bounds__(GEMV_THREADS)
+moe_gate_kernel(int *ids, float *weights, float *logits, const T *x, const T *router,
+                int *count, int rows, int E, int dim, int k, int renorm) {
+    __shared__ float lg[GEMV_THREADS / 32][MOE_MAX_EXPERTS];
+    __shared__ int last;
+    gemv_block<T, float, R>(logits, x, router, NULL, rows, E, dim);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(count, 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int t = warp; t < rows; t += GEMV_THREADS / 32) {
+        for (int e = lane; e < E; e += 32) lg[warp][e] = __ldcg(logits + (size_t)t * E + e);
+        __syncwarp();
+        route_row(ids + (size_t)t * k, weights + (size_t)t * k, lg[warp], E, k, renorm, lane);
+        __syncwarp();
+    }
+    if (threadIdx.x == 0) *count = 0;
+}
+
+void cuda_moe_gate(rlBackend *be, int *ids, float *weights, float *logits, const void *x,
+                   const void *router, int rows, int n_experts, int dim, int k, int renorm) {
+    rlCuda *c = cuda_of(be);
+    if (!rows) return;
+    if (rows > GEMV_MAX_ROWS || dim % 8 || be->act_dtype == RL_F32 ||
+        be->weight_dtype != be->act_dtype || n_experts > MOE_MAX_EXPERTS || k > 32 ||
+        (((uintptr_t)x | (uintptr_t)router) & 15)) {
+        cuda_matmul_f32(be, logits, x, router, rows, n_experts, dim);
+        cuda_moe_route(be, ids, weights, logits, rows, n_experts, k, renorm);
+        return;
+    }
+    if (cuda_grow(c, (void **)&c->moe_count, &c->moe_count_cap, sizeof(int), 1, "moe_gate"))
+        return;     /* taken by reserve already, except where an op runs alone (tests) */
+    PROF(c, "moe_gate %dx%d", n_experts, dim);
+    dim3 blocks((unsigned)((n_experts + GEMV_COLS - 1) / GEMV_COLS));
+#define MOE_GATE(T, R)                                                                         \
+    cuda_launch_pdl(c, "moe_gate", moe_gate_kernel<T, R>, blocks, GEMV_THREADS, 0, ids, weights, \
+                    logits, (const T *)x, (const T *)router, c->moe_count, rows, n_experts,     \
+                    dim, k, renorm)
+    if (be->act_dtype == RL_F16) {
+        if (rows <= 1) MOE_GATE(f16, 1);
+        else if (rows <= 2) MOE_GATE(f16, 2);
+        else if (rows <= 4) MOE_GATE(f16, 4);
+        else MOE_GATE(f16, 8);
+    } else {
+        if (rows <= 1) MOE_GATE(bf16, 1);
+        else if (rows <= 2) MOE_GATE(bf16, 2);
+        else if (rows <= 4) MOE_GATE(bf16, 4);
+        else MOE_GATE(bf16, 8);
+    }
+#undef MOE_GATE
 }
 
 /* ---- the shared expert's gate ---- */
@@ -120,10 +192,15 @@ template <typename T> static __device__ __forceinline__ float dot8(uint4 a, uint
 
 /* h[p, j] = silu(gate_e[j] . x_t) * (up_e[j] . x_t), pair p = (t, e = ids[p]);
  * a warp per column j, its loads unrolled so a lane keeps several 16-byte
- * reads of each row in flight (a decode step is bound by them). */
+ * reads of each row in flight (a decode step is bound by them).  Launched
+ * with PDL, it waits before anything (the rows it reads follow the routing)
+ * and only then lets the down projection launch, so that kernel's blocks
+ * may read the routing before their own wait. */
 template <typename T>
 __global__ void moe_gu_gemv_kernel(T *h, const T *__restrict__ x, const T *__restrict__ wgu,
                                    const int *ids, int k, int dim, int m) {
+    pdl_wait();
+    pdl_trigger();
     int p = blockIdx.y, j = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (j >= m) return;
     const uint4 *xr = (const uint4 *)(x + (size_t)(p / k) * dim);
@@ -142,26 +219,49 @@ __global__ void moe_gu_gemv_kernel(T *h, const T *__restrict__ x, const T *__res
 
 /* out[t, i] (+)= sum_j w[t, j] (down_e[i] . h[t k + j]); a warp per output
  * i, its lanes over every (expert, 8-column chunk) of the token at once, so
- * the k experts' rows are read in parallel rather than one after another. */
+ * the k experts' rows are read in parallel rather than one after another,
+ * DOWN_AHEAD 16-byte weight loads a lane in flight.  The routing is final
+ * when this kernel starts (moe_gu_gemv_kernel), so its blocks read it (past
+ * L1) and start loading their first weights before waiting for h (PDL). */
+#define DOWN_AHEAD 8
 template <typename T>
 __global__ void moe_down_gemv_kernel(T *out, const T *__restrict__ h,
                                      const T *__restrict__ wdown, const int *ids,
                                      const float *wts, int k, int dim, int m, int accumulate) {
     __shared__ int e_of[32];
     __shared__ float w_of[32];
+    pdl_trigger();
     int t = blockIdx.y, i = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (threadIdx.x < k) e_of[threadIdx.x] = ids[t * k + threadIdx.x],
-                         w_of[threadIdx.x] = wts[t * k + threadIdx.x];
+    if (threadIdx.x < k) e_of[threadIdx.x] = __ldcg(ids + t * k + threadIdx.x),
+                         w_of[threadIdx.x] = __ldcg(wts + t * k + threadIdx.x);
     __syncthreads();
     if (i >= dim) return;
-    int chunks = m / 8;
+    const int chunks = m / 8, n = k * chunks;
+    /* chunk c of this output's k rows: expert c / chunks, columns 8 (c % chunks) */
+    auto wchunk = [&](int c) {
+        int j = c / chunks;
+        return __ldcs((const uint4 *)(wdown + ((size_t)e_of[j] * dim + i) * m) + (c - j * chunks));
+    };
+    uint4 wn[DOWN_AHEAD];
+#pragma unroll
+    for (int a = 0; a < DOWN_AHEAD; a++)
+        if (lane + 32 * a < n) wn[a] = wchunk(lane + 32 * a);
+    pdl_wait();
     const uint4 *hv = (const uint4 *)(h + (size_t)t * k * m);
     float acc = 0;
-#pragma unroll 4
-    for (int c = lane; c < k * chunks; c += 32) {
-        int j = c / chunks, q = c - j * chunks;
-        const uint4 *wr = (const uint4 *)(wdown + ((size_t)e_of[j] * dim + i) * m);
-        acc += w_of[j] * dot8<T>(__ldcs(wr + q), __ldg(hv + c), 0.0f);
+    for (int c0 = lane; c0 < n; c0 += 32 * DOWN_AHEAD) {
+        uint4 wq[DOWN_AHEAD];
+#pragma unroll
+        for (int a = 0; a < DOWN_AHEAD; a++) {
+            wq[a] = wn[a];
+            int c = c0 + 32 * (DOWN_AHEAD + a);
+            if (c < n) wn[a] = wchunk(c);
+        }
+#pragma unroll
+        for (int a = 0; a < DOWN_AHEAD; a++) {
+            int c = c0 + 32 * a;
+            if (c < n) acc += w_of[c / chunks] * dot8<T>(wq[a], __ldg(hv + c), 0.0f);
+        }
     }
     acc = warp_sum(acc);
     if (lane == 0) {
@@ -314,12 +414,14 @@ static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown,
     if (pairs <= MOE_GEMV_PAIRS) {
         if (cuda_moe_ws(c, pairs * m * es, "moe_experts")) return;
         T *h = (T *)c->moe_ws;
-        PROF(c, "moe_gemv");
-        moe_gu_gemv_kernel<T><<<dim3((m + 7) / 8, (unsigned)pairs), 256, 0, c->stream>>>(
-            h, x, wgu, ids, k, dim, m);
-        moe_down_gemv_kernel<T><<<dim3((dim + 7) / 8, rows), 256, 0, c->stream>>>(
-            out, h, wdown, ids, wts, k, dim, m, accumulate);
-        cuda_launched(c, "moe_experts (GEMV)");
+        PROF(c, "moe_gemv gate_up");
+        cuda_launch_pdl(c, "moe_experts (gate/up GEMV)", moe_gu_gemv_kernel<T>,
+                        dim3((m + 7) / 8, (unsigned)pairs), dim3(256), 0, h, x, wgu, ids, k, dim,
+                        m);
+        PROF(c, "moe_gemv down");
+        cuda_launch_pdl(c, "moe_experts (down GEMV)", moe_down_gemv_kernel<T>,
+                        dim3((dim + 7) / 8, (unsigned)rows), dim3(256), 0, out, h, wdown, ids, wts,
+                        k, dim, m, accumulate);
         return;
     }
     /* Workspace (rl_moe_scratch_bytes, backend.h): tiles, their count,

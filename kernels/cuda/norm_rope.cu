@@ -126,22 +126,30 @@ void cuda_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out, cons
     cuda_launched(c, "add_rmsnorm");
 }
 
-/* One block per token: with q_norm / k_norm, RMSNorm each of its q and k
- * heads in place first (a warp per head; Qwen3), then rotate them in place
- * (rotate-half layout: element i pairs with i + head_dim/2), then store k
- * and v at the token's cache slot (slot < 0: a padding token, nothing
- * stored).  The token's head_dim/2 angles (position x rope_init's fp32
- * inverse frequencies, fp32 as Hugging Face computes them; cos and sin times
- * the attention factor, then rounded) are computed once, before waiting on
- * the kernel that wrote qkv (PDL), and shared by all its heads. */
+/* A warp per (token, q or k head): with q_norm / k_norm, RMSNorm the head
+ * first (Qwen3), then rotate it (rotate-half layout: element i pairs with
+ * i + head_dim/2) and store it back, and for a k head store it and its v
+ * head at the token's cache slot (slot < 0: a padding token, nothing
+ * stored).  ROPE_WARPS heads a block, so a decode token spreads its heads
+ * over many SMs.  The normalised head waits in shared memory for its
+ * rotation, holding the values Hugging Face's 16-bit norm stores (rounded
+ * before and after the weight), and each lane sums its squares in the
+ * order j = lane, lane + 32, ...: the same rounding steps as a norm written
+ * to memory and read back.  The token's head_dim/2 angles (position x
+ * rope_init's fp32 inverse frequencies, fp32 as Hugging Face computes them;
+ * cos and sin times the attention factor, then rounded) are computed by each
+ * block before it waits on the kernel that wrote qkv (PDL). */
+#define ROPE_WARPS 4
 template <typename T>
-__global__ void rope_kv_kernel(T *qkv, T *kc, T *vc, const int32_t *positions,
-                               const int32_t *slots, const float *inv_freq, float scale,
-                               const T *q_norm, const T *k_norm, float eps, int n_q, int n_kv,
-                               int D, size_t layer_off, int bs) {
+__global__ void __launch_bounds__(ROPE_WARPS * 32)
+rope_kv_kernel(T *qkv, T *kc, T *vc, const int32_t *positions, const int32_t *slots,
+               const float *inv_freq, float scale, const T *q_norm, const T *k_norm, float eps,
+               int n_q, int n_kv, int D, size_t layer_off, int bs) {
     __shared__ float cs[2][128];     /* cos, sin of each frequency; head_dim <= 256 */
+    __shared__ float xs[ROPE_WARPS][256];
     pdl_trigger();
-    int t = blockIdx.x, half = D / 2;
+    const int t = blockIdx.x, half = D / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int h = blockIdx.y * ROPE_WARPS + warp;
     float pos = (float)positions[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float s, co;
@@ -149,53 +157,59 @@ __global__ void rope_kv_kernel(T *qkv, T *kc, T *vc, const int32_t *positions,
         cs[0][i] = round_to<T>(co * scale);
         cs[1][i] = round_to<T>(s * scale);
     }
+    __syncthreads();
     pdl_wait();
-    T *row = qkv + (size_t)t * (n_q + 2 * n_kv) * D;
+    if (h >= n_q + n_kv) return;
+    T *x = qkv + ((size_t)t * (n_q + 2 * n_kv) + h) * D;
+    float *xw = xs[warp];
     if (q_norm) {
         /* As Hugging Face's RMSNorm in 16 bits: the normalised value is
          * rounded before the weight multiplies it. */
-        int lane = threadIdx.x & 31;
-        for (int h = threadIdx.x >> 5; h < n_q + n_kv; h += blockDim.x >> 5) {
-            T *x = row + (size_t)h * D;
-            const T *w = h < n_q ? q_norm : k_norm;
-            float ss = 0;
-            for (int j = lane; j < D; j += 32) {
-                float v = ld(x + j);
-                ss += v * v;
-            }
-            float rstd = rsqrtf(warp_sum(ss) / D + eps);
-            for (int j = lane; j < D; j += 32) st(x + j, ld(w + j) * round_to<T>(ld(x + j) * rstd));
+        const T *w = h < n_q ? q_norm : k_norm;
+        float ss = 0;
+#pragma unroll 4
+        for (int j = lane; j < D; j += 32) {
+            float v = ld(x + j);
+            xw[j] = v;
+            ss += v * v;
         }
+        float rstd = rsqrtf(warp_sum(ss) / D + eps);
+#pragma unroll 4
+        for (int j = lane; j < D; j += 32) xw[j] = round_to<T>(ld(w + j) * round_to<T>(xw[j] * rstd));
+    } else {
+#pragma unroll 4
+        for (int j = lane; j < D; j += 32) xw[j] = ld(x + j);
     }
-    __syncthreads();
-    int slot = slots[t];
-    size_t cache_base = 0;
-    if (slot >= 0) cache_base = layer_off + (size_t)(slot / bs) * n_kv * bs * D + (size_t)(slot % bs) * D;
-    for (int e = threadIdx.x; e < (n_q + n_kv) * half; e += blockDim.x) {
-        int h = e / half, i = e % half;
+    __syncwarp();
+    const int slot = slots[t];
+    T *k = NULL, *v = NULL;
+    if (h >= n_q && slot >= 0) {
+        size_t off = layer_off + (size_t)(slot / bs) * n_kv * bs * D + (size_t)(slot % bs) * D +
+                     (size_t)(h - n_q) * bs * D;
+        k = kc + off, v = vc + off;
+    }
+    for (int i = lane; i < half; i += 32) {
         float co = cs[0][i], s = cs[1][i];
-        T *x = row + (size_t)h * D;
-        float x1 = ld(x + i), x2 = ld(x + i + half);
+        float x1 = xw[i], x2 = xw[i + half];
         float y1 = x1 * co - x2 * s, y2 = x2 * co + x1 * s;
         st(x + i, y1);
         st(x + i + half, y2);
-        if (h >= n_q && slot >= 0) {
-            T *k = kc + cache_base + (size_t)(h - n_q) * bs * D;
+        if (k) {
             st(k + i, y1);
             st(k + i + half, y2);
         }
     }
-    if (slot < 0) return;
-    for (int e = threadIdx.x; e < n_kv * D; e += blockDim.x) {
-        int h = e / D, d = e % D;
-        vc[cache_base + (size_t)h * bs * D + d] = row[(size_t)(n_q + n_kv + h) * D + d];
+    if (v) {
+        const T *vs = x + (size_t)n_kv * D;
+#pragma unroll 4
+        for (int j = lane; j < D; j += 32) v[j] = vs[j];
     }
 }
 
 void cuda_rope_kv_store(rlBackend *be, void *qkv, const void *q_norm, const void *k_norm,
                         float eps, int layer, const rlAttnShape *s) {
     rlCuda *c = cuda_of(be);
-    if (!c->n_tokens) return;
+    if (!c->n_tokens || s->n_q + s->n_kv == 0) return;
     if (!c->k_cache || s->n_kv != c->kv_heads || s->head_dim != c->kv_head_dim ||
         layer < 0 || layer >= c->kv_layers || c->rope_n != s->head_dim / 2) {
         cuda_fail(c, RL_EINTERNAL,
@@ -209,8 +223,9 @@ void cuda_rope_kv_store(rlBackend *be, void *qkv, const void *q_norm, const void
     size_t layer_off = (size_t)layer * c->kv_blocks * c->kv_heads * c->kv_block_size * s->head_dim;
     PROF(c, "rope_kv_store");
     RL_DISPATCH(be->act_dtype, T,
-                cuda_launch_pdl(c, "rope_kv_store", rope_kv_kernel<T>, dim3(c->n_tokens),
-                                dim3(256), 0, (T *)qkv, (T *)c->k_cache, (T *)c->v_cache,
+                cuda_launch_pdl(c, "rope_kv_store", rope_kv_kernel<T>,
+                                dim3(c->n_tokens, (s->n_q + s->n_kv + ROPE_WARPS - 1) / ROPE_WARPS),
+                                dim3(ROPE_WARPS * 32), 0, (T *)qkv, (T *)c->k_cache, (T *)c->v_cache,
                                 (const int32_t *)c->d_positions, (const int32_t *)c->d_slots,
                                 (const float *)c->rope_inv_freq, c->rope_scale,
                                 (const T *)q_norm, (const T *)k_norm, eps, s->n_q, s->n_kv,
