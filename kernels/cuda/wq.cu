@@ -134,21 +134,26 @@ template <> struct WqDeq<bf16, RL_WQ_INT8> {
     }
 };
 
-/* fp16: the e4m3 bits moved into fp16's fields are the value times 2^-8
- * (exact, subnormals included); the 256 goes into the scale. */
-template <> struct WqDeq<f16, RL_WQ_FP8> {
-    static constexpr float fold = 256.0f;
+/* fp8 has no zero points; each 32-bit word's four e4m3 bytes become two
+ * 16-bit pairs through the type's own bit move, D::pair. */
+template <typename D> struct WqFp8Unit {
     static __device__ __forceinline__ uint32_t zz(uint32_t) { return 0; }
-    static __device__ __forceinline__ uint32_t pair(uint32_t t) {
-        return ((t >> 1) & 0x3f803f80u) | (t & 0x80008000u);
-    }
     static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t, uint32_t *b) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             uint32_t word = w[2 * u + h];
-            b[2 * h] = pair(__byte_perm(word, 0, 0x1404));
-            b[2 * h + 1] = pair(__byte_perm(word, 0, 0x3424));
+            b[2 * h] = D::pair(__byte_perm(word, 0, 0x1404));
+            b[2 * h + 1] = D::pair(__byte_perm(word, 0, 0x3424));
         }
+    }
+};
+
+/* fp16: the e4m3 bits moved into fp16's fields are the value times 2^-8
+ * (exact, subnormals included); the 256 goes into the scale. */
+template <> struct WqDeq<f16, RL_WQ_FP8> : WqFp8Unit<WqDeq<f16, RL_WQ_FP8>> {
+    static constexpr float fold = 256.0f;
+    static __device__ __forceinline__ uint32_t pair(uint32_t t) {
+        return ((t >> 1) & 0x3f803f80u) | (t & 0x80008000u);
     }
 };
 
@@ -157,20 +162,11 @@ template <> struct WqDeq<f16, RL_WQ_FP8> {
  * 2^120 (exact: bf16 multiplies keep subnormal inputs, there is no .ftz)
  * restores it, so no value goes through fp32 (PERF.md v22: fp8 at 1 row
  * 154.5 -> 136.6 us a 7B layer). */
-template <> struct WqDeq<bf16, RL_WQ_FP8> {
+template <> struct WqDeq<bf16, RL_WQ_FP8> : WqFp8Unit<WqDeq<bf16, RL_WQ_FP8>> {
     static constexpr float fold = 1.0f;
-    static __device__ __forceinline__ uint32_t zz(uint32_t) { return 0; }
     static __device__ __forceinline__ uint32_t pair(uint32_t t) {
         uint32_t r = ((t >> 4) & 0x07f007f0u) | (t & 0x80008000u);
         return wq_mul2(r, 0x7b807b80u);   /* 2^120 in both halves */
-    }
-    static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t, uint32_t *b) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            uint32_t word = w[2 * u + h];
-            b[2 * h] = pair(__byte_perm(word, 0, 0x1404));
-            b[2 * h + 1] = pair(__byte_perm(word, 0, 0x3424));
-        }
     }
 };
 
