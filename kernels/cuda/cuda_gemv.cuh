@@ -7,6 +7,8 @@
 #ifndef RL_CUDA_GEMV_CUH
 #define RL_CUDA_GEMV_CUH
 
+#include <type_traits>
+
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
 #include "kernels/cuda/cuda_types.cuh"
@@ -15,38 +17,27 @@
 #define GEMV_COLS 4
 #define GEMV_MAX_ROWS 8
 
+/* A packed pair of 16-bit values as two floats. */
+static __device__ __forceinline__ float2 pair_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+static __device__ __forceinline__ float2 pair_float2(__half2 h) { return __half22float2(h); }
+template <typename T>
+using pair16 = typename std::conditional<std::is_same<T, bf16>::value, __nv_bfloat162, __half2>::type;
+
 /* Eight packed 16-bit values times eight floats, accumulated into acc. */
-static __device__ __forceinline__ float dot8(uint4 w, const float *x, float acc, bf16) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&w;
+template <typename T> static __device__ __forceinline__ float dot8(uint4 w, const float *x, float acc, T) {
+    const pair16<T> *h = (const pair16<T> *)&w;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(h[i]);
+        float2 f = pair_float2(h[i]);
         acc = fmaf(f.x, x[2 * i], fmaf(f.y, x[2 * i + 1], acc));
     }
     return acc;
 }
-static __device__ __forceinline__ float dot8(uint4 w, const float *x, float acc, f16) {
-    const __half2 *h = (const __half2 *)&w;
+template <typename T> static __device__ __forceinline__ void unpack8(uint4 v, float *x, T) {
+    const pair16<T> *h = (const pair16<T> *)&v;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float2 f = __half22float2(h[i]);
-        acc = fmaf(f.x, x[2 * i], fmaf(f.y, x[2 * i + 1], acc));
-    }
-    return acc;
-}
-static __device__ __forceinline__ void unpack8(uint4 v, float *x, bf16) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __bfloat1622float2(h[i]);
-        x[2 * i] = f.x, x[2 * i + 1] = f.y;
-    }
-}
-static __device__ __forceinline__ void unpack8(uint4 v, float *x, f16) {
-    const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 f = __half22float2(h[i]);
+        float2 f = pair_float2(h[i]);
         x[2 * i] = f.x, x[2 * i + 1] = f.y;
     }
 }
