@@ -138,12 +138,10 @@ int rl_wq_host_alloc(rlWqHost *h, rlWqType type, int64_t n, int64_t k, int group
 static size_t quant_align(size_t b) { return (b + 255) & ~(size_t)255; }
 
 size_t rl_quant_scratch_bytes(size_t max_nk, int max_k, int w8a8, int max_rows) {
-    size_t bytes = quant_align(max_nk * 2);
-    if (!w8a8) return bytes;
-    bytes += quant_align(max_nk);
-    if (max_rows >= RL_QUANT_W8A8_MIN_ROWS) {
-        size_t rows = (size_t)max_rows, groups = ((size_t)max_k + 127) / 128;
-        bytes += quant_align(rows * (size_t)max_k) + quant_align(groups * ((rows + 3) & ~(size_t)3) * 4);
-    }
-    return bytes;
+    size_t dequant = quant_align(max_nk * 2);
+    if (!w8a8 || max_rows < RL_QUANT_W8A8_MIN_ROWS) return dequant;
+    size_t rows = (size_t)max_rows, groups = ((size_t)max_k + 127) / 128;
+    size_t fp8 = quant_align(max_nk) + quant_align(rows * (size_t)max_k) +
+                 quant_align(groups * ((rows + 3) & ~(size_t)3) * 4);
+    return fp8 > dequant ? fp8 : dequant;
 }

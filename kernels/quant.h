@@ -66,11 +66,11 @@ size_t rl_quant_linear_bytes(const rlQuant *q, int64_t n, int64_t k, int64_t k_f
 #define RL_QUANT_W8A8_MIN_ROWS 1024
 
 /* The scratch a GPU backend's quantized layers take beyond their own bytes
- * for steps of up to max_rows rows: a batch past the fast kernels' rows
- * dequantizes a layer (max_nk: the largest n x k, 16 bits each; W8A8 also
- * rounds it back to e4m3, one byte each), and a W8A8 step quantizes its
- * activations (max_rows x max_k e4m3 and their 1x128 scales), each part
- * 256-byte aligned. */
+ * for steps of up to max_rows rows, the larger of its two roads: a batch
+ * past the fast kernels' rows dequantizes a layer (max_nk: the largest
+ * n x k, 16 bits each); a W8A8 step instead writes the layer's e4m3 values
+ * (one byte each) and quantizes its activations (max_rows x max_k e4m3 and
+ * their 1x128 scales), each part 256-byte aligned. */
 size_t rl_quant_scratch_bytes(size_t max_nk, int max_k, int w8a8, int max_rows);
 
 /* One rank's shard of a quantized linear layer in one plain form, whatever

@@ -209,15 +209,16 @@ static void each_config(const char *name, rlModelConfig *cfg, void *ctx) {
  * norm 2048: 5099345920 parameters x 2 bytes = 10198691840.  One card alone
  * cannot hold the 61 GB; one 80 GiB card holds it at TP 1. */
 /* The scratch quantized layers take (kernels/cuda/qlinear.cu), worked by
- * hand.  7B FP8 at 16,384 rows: gate|up dequantized (37,888 x 3,584 x 2),
- * rounded back to e4m3 (x 1), the down projection's input in e4m3
- * (16,384 x 18,944) and its 1x128 scales (148 x 16,384 x 4); AWQ only the
- * dequantized layer.  72B AWQ on one GPU: gate|up, 59,392 x 8,192 x 2 (the
+ * hand.  7B FP8 at 16,384 rows, the larger of gate|up dequantized
+ * (37,888 x 3,584 x 2 = 271,581,184) and W8A8's operands: gate|up's e4m3
+ * values (x 1), the down projection's input in e4m3 (16,384 x 18,944) and
+ * its 1x128 scales (148 x 16,384 x 4); below 1,024 rows and for AWQ only
+ * the dequantized layer.  72B AWQ on one GPU: gate|up, 59,392 x 8,192 x 2 (the
  * AWQ checkpoint pads its MLP to 29,696 columns). */
 static void test_quant_scratch(void **state) {
     (void)state;
-    assert_int_equal(rl_quant_scratch_bytes(37888ULL * 3584, 18944, 1, 16384), 727449600ULL);
-    assert_int_equal(rl_quant_scratch_bytes(37888ULL * 3584, 18944, 1, 1000), 407371776ULL);
+    assert_int_equal(rl_quant_scratch_bytes(37888ULL * 3584, 18944, 1, 16384), 455868416ULL);
+    assert_int_equal(rl_quant_scratch_bytes(37888ULL * 3584, 18944, 1, 1000), 271581184ULL);
     assert_int_equal(rl_quant_scratch_bytes(37888ULL * 3584, 18944, 0, 16384), 271581184ULL);
     rlModelConfig cfg;
     fixture_config("configs/qwen2.5-72b-awq.json", &cfg);

@@ -10,10 +10,9 @@
  *     RL_QUANT_W8A8_MIN_ROWS rows: W8A8.  The
  *     activations are quantized to e4m3 here, per token or per 1x128 group
  *     (block FP8, as DeepSeek-V3 and vLLM do), or with the checkpoint's static
- *     input_scale; the weights are rl_wq_dequant'ed into a 16-bit workspace
- *     and rounded back to their exact e4m3 values (w / scale is within 2^-9
- *     of the stored integer-like value, far inside half an e4m3 step), so no
- *     second copy of the weights is held; cuBLASLt multiplies e4m3 x e4m3 in
+ *     input_scale; rl_wq_fp8_values writes the layer's e4m3 bytes row-major
+ *     into the workspace (2 bytes moved a weight), so no second copy of the
+ *     weights is held; cuBLASLt multiplies e4m3 x e4m3 in
  *     fp32 with the scales applied through its scale modes (BLK128x128 /
  *     VEC128, OUTER_VEC per channel or token, SCALAR per tensor) and writes
  *     16-bit with the bias in its epilogue.  Prefill is compute-bound, and
@@ -43,12 +42,9 @@
 #define QL_THREADS 128
 #define QL_PLANS 64
 #define QL_E4M3_MAX 448.0f
-/* W8A8 pays for rounding the dequantized weights back to e4m3 (one pass
- * over them, ~5 ms for a 7B model on an H200) only where the GEMM's time
- * dominates: FP8 saves about 9 us a row of a 7B model's bf16 GEMMs, so
- * from some 500 rows; below 1024 the 16-bit path runs (a 64-row decode
- * step measured 10.6 ms on it, 52.7 ms on W8A8 with the first requant
- * kernel). */
+/* W8A8 pays for writing the weights' e4m3 bytes row-major (one pass over
+ * them) and quantizing the activations only where the GEMM's time
+ * dominates: from RL_QUANT_W8A8_MIN_ROWS rows (kernels/quant.h says why). */
 
 typedef cublasLtMatmulMatrixScale_t qlMode;
 enum { QL_MODES = 6 };          /* SCALAR_32F .. BLK128x128_32F */
@@ -206,30 +202,6 @@ ql_quant_act128(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k,
         o.b[i] = __nv_cvt_float_to_fp8(fminf(fmaxf(v[i] / s, -QL_E4M3_MAX), QL_E4M3_MAX),
                                        __NV_SATFINITE, __NV_E4M3);
     *(uint32_t *)(q + (size_t)row * k + col) = o.u;
-}
-
-/* The dequantized weights back to their e4m3 values: w times the inverse of
- * its scale (w = RN(q * s) is within 2^-9 of q * s, the inverse within
- * 2^-24 of 1 / s: far inside half an e4m3 step, so q comes back exactly).
- * One thread per 8 columns of a row (k % 16 == 0 on this path, and groups
- * along k are 128 or all of k, so the 8 share a scale): one 16-byte load,
- * one 8-byte store, one division. */
-template <typename T>
-__global__ void ql_requant(__nv_fp8_e4m3 *q, const T *w, const float *scale, int n, int k,
-                           int group_n, int group_k) {
-    int c8 = blockIdx.x * blockDim.x + threadIdx.x, groups = (k + group_k - 1) / group_k;
-    if (c8 * 8 >= k) return;
-    for (int r = blockIdx.y; r < n; r += gridDim.y) {
-        float inv = 1.0f / scale[(size_t)(r / group_n) * groups + c8 * 8 / group_k];
-        const T *src = w + (size_t)r * k + (size_t)c8 * 8;
-        uint4 v = *(const uint4 *)src;
-        const T *e = (const T *)&v;
-        union { __nv_fp8_storage_t b[8]; uint2 u; } o;
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            o.b[i] = __nv_cvt_float_to_fp8(ld(e + i) * inv, __NV_SATFINITE, __NV_E4M3);
-        *(uint2 *)(q + (size_t)r * k + (size_t)c8 * 8) = o.u;
-    }
 }
 
 template <typename T>
@@ -551,9 +523,9 @@ void *cuda_upload_quant(rlBackend *be, const rlWqHost *h, float input_scale, siz
     size_t sbytes = ns * 4 + (w->w8a8 && !same ? nl * 4 : 0) + (input_scale > 0 ? 4 : 0);
     float *lt = NULL;
     if (h->type == RL_WQ_FP8) {
-        /* FP8 layers keep their scales in the host layout too (W8A8 rounds
-         * the dequantized weights back with them), on every GPU, so the
-         * memory plan's count holds whichever path runs. */
+        /* FP8 layers keep their scales in the host layout too (cuBLASLt's
+         * when they are the same), on every GPU, so the memory plan's count
+         * holds whichever path runs. */
         if (cuda_check(c, cudaMalloc((void **)&w->scale, sbytes), "upload_quant")) goto fail;
         w->lt_scale = w->scale;
         if (w->w8a8 && !same) {
@@ -636,28 +608,29 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
         return;
     }
     int w8a8 = rows >= RL_QUANT_W8A8_MIN_ROWS && (w->w8a8 == 1 || (w->w8a8 == 2 && rows % 16 == 0));
-    size_t deq = ql_align((size_t)n * k * 2), w8b = w8a8 ? ql_align((size_t)n * k) : 0;
-    size_t a8b = w8a8 ? ql_align((size_t)rows * k) : 0;
-    size_t asb = w8a8 ? ql_align(ql_scale_count(w->b_mode, w->b_var, rows, k) * 4) : 0;
-    char *ws = ql_ws(c, deq + w8b + a8b + asb, "matmul_quant");
-    if (!ws) return;
-    PROF(c, "wq dequant %dx%d", n, k);
-    if (rl_wq_dequant(w->wq, dt, ws, c->stream)) {
-        cuda_fail(c, RL_EDEVICE, "matmul_quant: dequantizing a %d x %d layer failed", n, k);
-        return;
-    }
     if (!w8a8) {
+        char *ws = ql_ws(c, (size_t)n * k * 2, "matmul_quant");
+        if (!ws) return;
+        PROF(c, "wq dequant %dx%d", n, k);
+        if (rl_wq_dequant(w->wq, dt, ws, c->stream)) {
+            cuda_fail(c, RL_EDEVICE, "matmul_quant: dequantizing a %d x %d layer failed", n, k);
+            return;
+        }
         cuda_gemm(c, dt, out, in, ws, bias, rows, n, k, 0, "matmul_quant");
         return;
     }
-    char *w8 = ws + deq, *a8 = w8 + w8b;
+    size_t w8b = ql_align((size_t)n * k), a8b = ql_align((size_t)rows * k);
+    size_t asb = ql_align(ql_scale_count(w->b_mode, w->b_var, rows, k) * 4);
+    char *w8 = ql_ws(c, w8b + a8b + asb, "matmul_quant");
+    if (!w8) return;
+    char *a8 = w8 + w8b;
     float *as = (float *)(a8 + a8b);
+    PROF(c, "fp8 weights %dx%d", n, k);
+    if (rl_wq_fp8_values(w->wq, w8, c->stream)) {
+        cuda_fail(c, RL_EDEVICE, "matmul_quant: the e4m3 values of a %d x %d layer failed", n, k);
+        return;
+    }
     PROF(c, "fp8 quantize %dx%d", n, k);
-    dim3 grid((unsigned)ql_ceil(k / 8, 256), (unsigned)(n < 65535 ? n : 65535));
-    if (dt == RL_F16)
-        ql_requant<f16><<<grid, 256, 0, c->stream>>>((__nv_fp8_e4m3 *)w8, (const f16 *)ws, w->scale, n, k, w->group_n, w->group_k);
-    else
-        ql_requant<bf16><<<grid, 256, 0, c->stream>>>((__nv_fp8_e4m3 *)w8, (const bf16 *)ws, w->scale, n, k, w->group_n, w->group_k);
     ql_quant_act_run(c, dt, a8, as, in, rows, k, w->act_group, w->in_scale, w->b_mode, w->b_var);
     if (cuda_check(c, cudaGetLastError(), "matmul_quant")) return;
     PROF(c, "fp8 gemm %dx%d", n, k);

@@ -11,7 +11,8 @@
  * q - zero (int4 / int8) and e4m3 are exact in bf16 and fp16, so the B
  * fragments are exact and the fp32 scale multiplies an fp32 partial sum once
  * per group.  The warps' partial sums meet in shared memory and are rounded
- * once into y.  rl_wq_dequant writes the dense matrix for larger batches.
+ * once into y.  rl_wq_dequant writes the dense matrix for larger batches;
+ * rl_wq_fp8_values an FP8 layer's e4m3 bytes as they came, for FP8 GEMMs.
  *
  * Speed (kernels/PERF.md v17): correct at every size, but not yet at the
  * weight-read floor: the blocks hold 124-255 registers, so one or two of 8
@@ -452,6 +453,32 @@ extern "C" int rl_wq_dequant(const rlWq *w, rlDtype dt, void *dst, cudaStream_t 
     if (!w || !dst || ((uintptr_t)dst & 15) || (dt != RL_BF16 && dt != RL_F16)) return RL_EINPUT;
     if (dt == RL_F16) wq_dequant_launch<f16>(w, dst, s);
     else wq_dequant_launch<bf16>(w, dst, s);
+    return cudaGetLastError() == cudaSuccess ? RL_OK : RL_EDEVICE;
+}
+
+/* FP8 layers hold their checkpoint's e4m3 bytes unchanged: each lane's 16
+ * bytes are two units' 8 consecutive columns of one row, so a thread per
+ * lane writes them back as two 8-byte runs of the row-major matrix. */
+__global__ void wq_fp8_values_kernel(const uint8_t *qw, uint8_t *dst, int n, int k, int nchunks,
+                                     size_t total) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const int lane = (int)(i & 31), q = lane & 3;
+    const size_t tc = i >> 5;
+    const int c = (int)(tc % nchunks), row = (int)(tc / nchunks) * WQ_TILE_N + (lane >> 2);
+    if (row >= n) return;
+    const uint4 v = wq_ld_stream(qw + i * WQ_LANE_BYTES);
+    const int col0 = 2 * c * WQ_UNIT_K + 8 * q;
+    uint8_t *out = dst + (size_t)row * k;
+    if (col0 < k) *(uint2 *)(out + col0) = make_uint2(v.x, v.y);
+    if (col0 + WQ_UNIT_K < k) *(uint2 *)(out + col0 + WQ_UNIT_K) = make_uint2(v.z, v.w);
+}
+
+extern "C" int rl_wq_fp8_values(const rlWq *w, void *dst, cudaStream_t s) {
+    if (!w || !dst || w->type != RL_WQ_FP8 || ((uintptr_t)dst & 15)) return RL_EINPUT;
+    const size_t total = (size_t)w->ntiles * w->nchunks * 32;
+    wq_fp8_values_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(
+        w->qw, (uint8_t *)dst, w->n, w->k, w->nchunks, total);
     return cudaGetLastError() == cudaSuccess ? RL_OK : RL_EDEVICE;
 }
 

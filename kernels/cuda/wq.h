@@ -50,6 +50,11 @@ int rl_wq_max_rows(const rlWq *w);
  * y = x . dst^T; exactly the CPU backend's values rounded once.  Returns
  * like rl_wq_gemm. */
 int rl_wq_dequant(const rlWq *w, rlDtype dt, void *dst, cudaStream_t s);
+/* FP8 layers: their e4m3 values, unscaled and bit for bit as the checkpoint
+ * holds them, into dst [n][k] row-major (16-byte aligned), for a GEMM that
+ * reads e4m3 with the scales beside it; one pass moving 2 bytes a weight.
+ * Returns like rl_wq_gemm (RL_EINPUT for int4 / int8 layers). */
+int rl_wq_fp8_values(const rlWq *w, void *dst, cudaStream_t s);
 void rl_wq_free(rlWq *w);
 
 #ifdef __cplusplus
