@@ -472,8 +472,27 @@ static void run_attention_case(rlBackend *be, const AttCase *ac, int decode) {
     be->ops->free(be, dqn), be->ops->free(be, dkn);
 }
 
+/* Set (value NULL: unset) an environment switch the backend reads at each
+ * call; returns the caller's value for env_restore. */
+static char *env_swap(const char *name, const char *value) {
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+    return saved;
+}
+
+static void env_restore(const char *name, char *saved) {
+    if (saved) setenv(name, saved, 1);
+    else unsetenv(name);
+    free(saved);
+}
+
 static void test_attention(void **state) {
     (void)state;
+    /* Prefill, decode, then decode with finer key splits at the decode
+     * kernel's head dims (RL_CUDA_DECODE_SPLIT, attention.cu). */
+    static const char *splits[] = {NULL, "16", "64"};
     const AttCase cases[] = {
         {6, 2, 0, 0, 3, 64},     /* GQA 3 */
         {7, 1, 0, 0, 7, 128},    /* Qwen2.5-7B's group of 7 */
@@ -484,8 +503,13 @@ static void test_attention(void **state) {
     };
     for (int d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            for (int decode = 0; decode < 2; decode++)
-                run_attention_case(backends[d], &cases[i], decode);
+            for (int run = 0; run < 4; run++) {
+                if (run > 1 && cases[i].head_dim != 64 && cases[i].head_dim != 128) continue;
+                char *saved = env_swap("RL_CUDA_DECODE_SPLIT", run ? splits[run - 1] : NULL);
+                if (run > 1) printf("  RL_CUDA_DECODE_SPLIT=%s\n", splits[run - 1]);
+                run_attention_case(backends[d], &cases[i], run > 0);
+                env_restore("RL_CUDA_DECODE_SPLIT", saved);
+            }
 }
 
 /* ---- sampling: equal to the CPU backend's sampler on the same logits ---- */
@@ -629,86 +653,134 @@ static void test_sample_penalties(void **state) {
 
 /* Mixture of experts: routing (ids equal to the float64 reference's, weights
  * close), the experts on both paths (a few pairs: GEMV; many: the grouped
- * GEMMs, with experts of one and of several 64-row tiles) accumulating onto
- * out, and the shared expert's gate. */
-static void moe_case(rlBackend *be, int rows, int k, int renorm) {
-    const int E = 6, D = 320, M = 48;
+ * GEMMs, with experts of one and of several 64-row tiles) onto out (added
+ * to it, or written over a poisoned buffer), and the shared expert's gate.
+ * Each case runs the experts under both RL_MOE_GEMV settings, twice each:
+ * every run against float64, each setting bit-identical to itself; the
+ * grouped path (more than 32 pairs) is the same code under both, so there
+ * the settings agree bit for bit too.  The GEMV pairs sum in other fp32
+ * orders (a warp per output against 128 threads met in shared memory), so
+ * they are held to the reference, and their largest difference is printed. */
+typedef struct tMoeShape {
+    int rows, k, renorm, E, D, M, accumulate;
+} tMoeShape;
+
+#define MOE_GEMV_PAIRS 32   /* moe.cu's: up to this many (token, expert) pairs take the GEMVs */
+
+static void moe_case(rlBackend *be, tMoeShape s) {
+    const int rows = s.rows, k = s.k, E = s.E, D = s.D, M = s.M;
     rlError err;
-    size_t nl = (size_t)rows * E, np = (size_t)rows * k;
+    size_t nl = (size_t)rows * E, np = (size_t)rows * k, no = (size_t)rows * D;
     float *logits = malloc(nl * sizeof(float));
     for (size_t i = 0; i < nl; i++) logits[i] = srand_f(2);
     float *x = rand_vec((size_t)rows * D, 1, be->act_dtype);
     float *wgu = rand_vec((size_t)E * 2 * M * D, 0.2f, be->act_dtype);
     float *wdn = rand_vec((size_t)E * D * M, 0.2f, be->act_dtype);
-    float *out0 = rand_vec((size_t)rows * D, 1, be->act_dtype);
+    float *out0 = rand_vec(no, 1, be->act_dtype);
     float *d_logits = be->ops->alloc(be, nl * 4, &err);
     int *d_ids = be->ops->alloc(be, np * 4, &err);
     float *d_w = be->ops->alloc(be, np * 4, &err);
     assert_int_equal(be->ops->upload(be, d_logits, RL_F32, logits, RL_F32, nl, &err), 0);
     void *d_x = to_dev(be, x, (size_t)rows * D), *d_gu = to_dev(be, wgu, (size_t)E * 2 * M * D);
-    void *d_dn = to_dev(be, wdn, (size_t)E * D * M), *d_out = to_dev(be, out0, (size_t)rows * D);
-    be->ops->moe_route(be, d_ids, d_w, d_logits, rows, E, k, renorm);
-    be->ops->moe_experts(be, d_out, d_x, d_gu, d_dn, d_ids, d_w, rows, D, M, E, k, 1);
+    void *d_dn = to_dev(be, wdn, (size_t)E * D * M);
+    be->ops->moe_route(be, d_ids, d_w, d_logits, rows, E, k, s.renorm);
     int *ids = malloc(np * 4);
     float *w = malloc(np * 4);
     assert_int_equal(be->ops->sync(be, &err), 0);
     assert_int_equal(be->ops->download(be, ids, d_ids, np * 4, &err), 0);
     assert_int_equal(be->ops->download(be, w, d_w, np * 4, &err), 0);
-    float *out = from_dev(be, d_out, (size_t)rows * D);
-    double *ref = malloc((size_t)rows * D * sizeof(double)), h[48];
+    double *ref = malloc(no * sizeof(double)), *h = malloc((size_t)M * sizeof(double));
+    double *p = malloc((size_t)E * sizeof(double));
     for (int t = 0; t < rows; t++) {
         const float *l = logits + (size_t)t * E;
-        double p[6], sum = 0, chosen = 0;
+        double sum = 0, chosen = 0;
         for (int e = 0; e < E; e++) sum += p[e] = exp(l[e]);
-        int pick[6], taken = 0;
+        int pick[32];
         for (int j = 0; j < k; j++) {
             int best = -1;
-            for (int e = 0; e < E; e++)
-                if (!(taken >> e & 1) && (best < 0 || p[e] > p[best])) best = e;
-            taken |= 1 << best, pick[j] = best, chosen += p[best] / sum;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int i = 0; i < j; i++) taken |= pick[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            pick[j] = best, chosen += p[best] / sum;
         }
-        for (int i = 0; i < D; i++) ref[(size_t)t * D + i] = out0[(size_t)t * D + i];
+        for (int i = 0; i < D; i++)
+            ref[(size_t)t * D + i] = s.accumulate ? out0[(size_t)t * D + i] : 0;
         for (int j = 0; j < k; j++) {
             int e = pick[j];
-            double pw = p[e] / sum / (renorm ? chosen : 1);
+            double pw = p[e] / sum / (s.renorm ? chosen : 1);
             if (ids[t * k + j] != e)
                 fail_msg("moe_route (%s) token %d choice %d: expert %d, reference %d",
                          rl_dtype_name(be->act_dtype), t, j, ids[t * k + j], e);
             if (fabs(w[t * k + j] - pw) > 1e-5)
                 fail_msg("moe_route: weight %g, reference %g", w[t * k + j], pw);
+            const float *xt = x + (size_t)t * D;
             for (int c = 0; c < M; c++) {
+                const float *gr = wgu + ((size_t)e * 2 * M + c) * D, *ur = gr + (size_t)M * D;
                 double g = 0, u = 0;
-                for (int i = 0; i < D; i++) {
-                    g += (double)wgu[((size_t)e * 2 * M + c) * D + i] * x[(size_t)t * D + i];
-                    u += (double)wgu[((size_t)e * 2 * M + M + c) * D + i] * x[(size_t)t * D + i];
-                }
+                for (int i = 0; i < D; i++) g += (double)gr[i] * xt[i], u += (double)ur[i] * xt[i];
                 h[c] = g / (1 + exp(-g)) * u;
             }
             for (int i = 0; i < D; i++) {
+                const float *dr = wdn + ((size_t)e * D + i) * M;
                 double y = 0;
-                for (int c = 0; c < M; c++) y += (double)wdn[((size_t)e * D + i) * M + c] * h[c];
+                for (int c = 0; c < M; c++) y += (double)dr[c] * h[c];
                 ref[(size_t)t * D + i] += pw * y;
             }
         }
     }
-    char what[64];
-    snprintf(what, sizeof(what), "moe %d tokens top %d%s", rows, k, renorm ? " renorm" : "");
-    check_close(be, what, out, ref, (size_t)rows * D);
+    /* [setting][run]: RL_MOE_GEMV unset, then 2. */
+    float *out[2][2];
+    void *d_out = s.accumulate ? to_dev(be, out0, no) : poisoned(be, no);
+    for (int set = 0; set < 2; set++) {
+        char *saved = env_swap("RL_MOE_GEMV", set ? "2" : NULL);
+        for (int run = 0; run < 2; run++) {
+            if (s.accumulate)
+                assert_int_equal(be->ops->upload(be, d_out, RL_F32, out0, RL_F32, no, &err), 0);
+            else
+                be->ops->free(be, d_out), d_out = poisoned(be, no);
+            be->ops->moe_experts(be, d_out, d_x, d_gu, d_dn, d_ids, d_w, rows, D, M, E, k,
+                                 s.accumulate);
+            out[set][run] = from_dev(be, d_out, no);
+        }
+        env_restore("RL_MOE_GEMV", saved);
+    }
+    const int gemv = np <= MOE_GEMV_PAIRS;
+    for (int set = 0; set < 2; set++) {
+        char what[96];
+        snprintf(what, sizeof(what), "moe %s %d tok top %d/%d %dx%d%s%s",
+                 !gemv ? (set ? "grouped,2" : "grouped") : set ? "gemv2" : "gemv", rows, k, E, D, M,
+                 s.renorm ? " renorm" : "", s.accumulate ? " +=" : "");
+        check_close(be, what, out[set][0], ref, no);
+        if (memcmp(out[set][0], out[set][1], no * sizeof(float)))
+            fail_msg("%s (%s): two runs differ", what, rl_dtype_name(be->act_dtype));
+    }
+    double diff = 0;
+    for (size_t i = 0; i < no; i++) diff = fmax(diff, fabs((double)out[0][0][i] - out[1][0][i]));
+    if (!gemv && diff != 0)
+        fail_msg("moe grouped (%s): RL_MOE_GEMV=2 changed the grouped path's result by %g",
+                 rl_dtype_name(be->act_dtype), diff);
+    if (gemv)
+        printf("  %-28s %-5s largest |gemv - gemv2| %.2e\n", "moe", rl_dtype_name(be->act_dtype),
+               diff);
     /* The shared expert's gate: out *= sigmoid(x . w). */
     float *gw = rand_vec(D, 0.3f, be->act_dtype);
     void *d_gw = to_dev(be, gw, D);
     be->ops->shared_gate(be, d_out, d_x, d_gw, rows, D);
-    float *gated = from_dev(be, d_out, (size_t)rows * D);
+    float *gated = from_dev(be, d_out, no);
     for (int t = 0; t < rows; t++) {
-        double s = 0;
-        for (int i = 0; i < D; i++) s += (double)x[(size_t)t * D + i] * gw[i];
-        for (int i = 0; i < D; i++) ref[(size_t)t * D + i] = out[(size_t)t * D + i] / (1 + exp(-s));
+        double g = 0;
+        for (int i = 0; i < D; i++) g += (double)x[(size_t)t * D + i] * gw[i];
+        for (int i = 0; i < D; i++)
+            ref[(size_t)t * D + i] = out[1][1][(size_t)t * D + i] / (1 + exp(-g));
     }
-    check_close(be, "shared_gate", gated, ref, (size_t)rows * D);
+    check_close(be, "shared_gate", gated, ref, no);
     void *bufs[] = {d_logits, d_ids, d_w, d_x, d_gu, d_dn, d_out, d_gw};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) be->ops->free(be, bufs[i]);
-    free(logits), free(x), free(wgu), free(wdn), free(out0), free(ids), free(w), free(out);
-    free(ref), free(gw), free(gated);
+    for (int i = 0; i < 4; i++) free(out[i / 2][i % 2]);
+    free(logits), free(x), free(wgu), free(wdn), free(out0), free(ids), free(w), free(ref);
+    free(h), free(p), free(gw), free(gated);
 }
 
 /* The router and the routing in one op (moe_gate) give the same logits, ids
@@ -759,11 +831,25 @@ static void moe_gate_case(rlBackend *be, int rows, int E, int D, int k, int reno
 static void test_moe(void **state) {
     (void)state;
     for (int d = 0; d < 2; d++) {
-        moe_case(backends[d], 3, 2, 1);     /* 6 pairs: GEMV */
-        moe_case(backends[d], 1, 3, 0);
-        moe_case(backends[d], 40, 2, 0);    /* 80 pairs: permutation + grouped GEMMs */
-        moe_case(backends[d], 97, 3, 1);
-        moe_case(backends[d], 200, 2, 1);   /* experts of more than one 64-row tile */
+        /* rows, top k, renormalised, experts, hidden, expert width, += */
+        static const tMoeShape shapes[] = {
+            {3, 2, 1, 6, 320, 48, 1},       /* 6 pairs: GEMV; hidden not a multiple of 256 */
+            {1, 3, 0, 6, 320, 48, 0},
+            {1, 8, 1, 128, 2048, 128, 0},   /* Qwen3-30B-A3B batch 1, 6 ranks' 128 columns */
+            {1, 8, 1, 16, 2048, 768, 1},    /* its whole expert width (16 of its experts) */
+            {4, 8, 1, 16, 2048, 768, 0},    /* 32 pairs, the GEMVs' most */
+            {2, 8, 0, 8, 3584, 1280, 1},    /* Qwen2-57B-A14B, 2 ranks' columns, 8 experts */
+            {8, 2, 1, 8, 256, 128, 0},      /* qwen3-moe-tiny */
+            {8, 2, 0, 4, 192, 96, 1},       /* qwen2-moe-tiny */
+            {8, 4, 0, 60, 320, 48, 1},      /* Qwen1.5-MoE's 60 experts, 32 pairs */
+            {5, 6, 1, 6, 320, 16, 0},       /* every expert; rows of 2 chunks */
+            {40, 2, 0, 6, 320, 48, 1},      /* 80 pairs: permutation + grouped GEMMs */
+            {97, 3, 1, 6, 320, 48, 0},
+            {200, 2, 1, 6, 320, 48, 1},     /* experts of more than one 64-row tile */
+            {8, 8, 1, 16, 2048, 768, 1},    /* Qwen3-30B-A3B batch 8: 64 pairs, grouped */
+        };
+        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+            moe_case(backends[d], shapes[i]);
         moe_gate_case(backends[d], 1, 128, 2048, 8, 1);    /* Qwen3-30B-A3B at batch 1 */
         moe_gate_case(backends[d], 3, 60, 320, 4, 0);      /* Qwen2-MoE's 60, rows of 4 */
         moe_gate_case(backends[d], 8, 6, 64, 2, 1);

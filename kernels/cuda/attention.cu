@@ -862,15 +862,21 @@ static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a) {
      * pays a fixed start (the batch's indices, Q, the first tiles' latency)
      * and a split its merge, so more blocks than the GPU holds at once cost
      * more than they balance (PERF.md v7).  Splits are whole numbers of
-     * DEC_MIN_SPLIT keys. */
+     * DEC_MIN_SPLIT keys.  RL_CUDA_DECODE_SPLIT=16|32|64 takes that many
+     * instead, for a GPU call to measure whether a step with few sequences
+     * (batch 1: 4 KV heads, 4-8 blocks at 512-1024 keys) gains from more,
+     * shorter blocks; read at each call, so one test process checks each. */
+    const char *env = getenv("RL_CUDA_DECODE_SPLIT");
+    int unit = env ? atoi(env) : 0;
+    if (unit != 16 && unit != 32 && unit != 64) unit = DEC_MIN_SPLIT;
     int base = c->n_seqs * a.n_kv;
     int slots = c->sm_count * c->dec_blocks_per_sm[a.D == 128];
-    int splits = slots / base, most = (c->att_len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT;
+    int splits = slots / base, most = (c->att_len + unit - 1) / unit;
     if (splits > most) splits = most;
     if (splits > DEC_MAX_SPLITS) splits = DEC_MAX_SPLITS;
     if (splits < 1) splits = 1;
     int len = (c->att_len + splits - 1) / splits;
-    len = (len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT * DEC_MIN_SPLIT;
+    len = (len + unit - 1) / unit * unit;
     splits = (c->att_len + len - 1) / len;
     a.split_len = 0;
     if (splits > 1) {

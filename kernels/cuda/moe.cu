@@ -12,7 +12,9 @@
  *    the pairs, each warp one output column, reading only the chosen
  *    experts' rows (batch 1 reads the 8 chosen experts of 128 and nothing
  *    else); the down projection sums each token's k experts, weighted, in
- *    the same warp, so there is no scatter and no atomics.
+ *    the same warp, so there is no scatter and no atomics.  RL_MOE_GEMV=2
+ *    runs a second pair on the dense GEMV's occupancy model instead (short
+ *    128-thread blocks, <= 40 registers), for a GPU call to measure.
  *  - more pairs: a permutation of the pairs by expert made on the device
  *    (one block: counts, offsets, a list of 64-row tiles of each expert's
  *    pairs), then two grouped GEMMs on tensor cores (mma.sync) over that
@@ -26,8 +28,11 @@
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_gemv.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
+#include "kernels/cuda/moe_chunks.h"
 
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define MOE_GEMV_PAIRS 32   /* up to this many (token, expert) pairs: the GEMV kernels */
 #define MOE_BM 64           /* pairs per tile of the grouped GEMMs (rl_moe_scratch_bytes's 64) */
@@ -270,6 +275,133 @@ __global__ void moe_down_gemv_kernel(T *out, const T *__restrict__ h,
     }
 }
 
+/* ---- few pairs, RL_MOE_GEMV=2: the GEMVs on cuda_gemv.cuh's occupancy model ---- */
+
+/* The dense GEMV (gemv_block) reads at ~94 % of the copy bandwidth with
+ * short blocks of GEMV_THREADS threads that all stride over the same rows'
+ * 16-byte chunks and meet in shared memory.  These two kernels do the same
+ * over the chosen experts: each lane keeps its next chunk loading while it
+ * uses the current one, in two buffers of static registers that take turns
+ * (a register copied from a buffer whose load is in flight would wait for
+ * it: PERF.md v22), at most 40 registers, so 12 blocks fit an SM. */
+#define MOE_DN_COLS 2   /* outputs per down-projection block */
+
+/* h[p, j] = silu(gate_e[j] . x_t) * (up_e[j] . x_t), pair p = (t, e = ids[p]):
+ * a block per (column j, pair), the grid over every chosen expert's rows at
+ * once.  PDL as moe_gu_gemv_kernel: the rows it reads follow the routing, so
+ * it waits first, then lets the down projection launch. */
+template <typename T>
+__global__ void __launch_bounds__(GEMV_THREADS, 12)
+moe_gu_gemv2_kernel(T *h, const T *__restrict__ x, const T *__restrict__ wgu, const int *ids,
+                    int k, int dim, int m) {
+    __shared__ float red[GEMV_THREADS / 32][2];
+    pdl_wait();
+    pdl_trigger();
+    const int p = blockIdx.y, j = blockIdx.x, kc = dim / 8;
+    const uint4 *g = (const uint4 *)(wgu + ((size_t)ids[p] * 2 * m + j) * dim);
+    const uint4 *u = g + (size_t)m * kc;
+    const uint4 *xv = (const uint4 *)(x + (size_t)(p / k) * dim);
+    float sg = 0, su = 0;
+    uint4 ga, ua, gb, ub;
+    auto use = [&](uint4 gw, uint4 uw, int i) {
+        float xf[8];
+        unpack8(__ldg(xv + i), xf, T());
+        sg = dot8(gw, xf, sg, T());
+        su = dot8(uw, xf, su, T());
+    };
+    int i = threadIdx.x;
+    if (i < kc) ga = __ldcs(g + i), ua = __ldcs(u + i);
+    while (i < kc) {
+        int i1 = i + GEMV_THREADS;
+        if (i1 < kc) gb = __ldcs(g + i1), ub = __ldcs(u + i1);
+        use(ga, ua, i);
+        if (i1 >= kc) break;
+        i = i1 + GEMV_THREADS;
+        if (i < kc) ga = __ldcs(g + i), ua = __ldcs(u + i);
+        use(gb, ub, i1);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    sg = warp_sum(sg), su = warp_sum(su);
+    if (lane == 0) red[warp][0] = sg, red[warp][1] = su;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float gs = 0, us = 0;
+#pragma unroll
+        for (int w = 0; w < GEMV_THREADS / 32; w++) gs += red[w][0], us += red[w][1];
+        st(h + (size_t)p * m + j, gs / (1.0f + expf(-gs)) * us);
+    }
+}
+
+/* out[t, i] (+)= sum_j w[t, j] (down_e[i] . h[t k + j]) for the block's
+ * MOE_DN_COLS outputs i: its threads stride over the token's k experts'
+ * chunks at once (chunk c: expert c / (m / 8), so a lane meets its experts
+ * in order), each chunk of h scaled by its expert's weight, one fp32 sum per
+ * output, rounded once.  The routing is final when this kernel starts
+ * (moe_gu_gemv2_kernel waited before it triggered), so its blocks read it
+ * and load their first weights before waiting for h (PDL). */
+template <typename T>
+__global__ void __launch_bounds__(GEMV_THREADS, 12)
+moe_down_gemv2_kernel(T *out, const T *__restrict__ h, const T *__restrict__ wdown,
+                      const int *ids, const float *wts, int k, int dim, int m, int accumulate) {
+    __shared__ const uint4 *rows[32];  /* expert j's row i0, in chunks */
+    __shared__ float scale[32];
+    __shared__ float red[GEMV_THREADS / 32][MOE_DN_COLS];
+    pdl_trigger();
+    const int t = blockIdx.y, i0 = blockIdx.x * MOE_DN_COLS, mc = m / 8, n = k * mc;
+    if (threadIdx.x < k) {
+        int e = __ldcg(ids + t * k + threadIdx.x);
+        rows[threadIdx.x] = (const uint4 *)(wdown + ((size_t)e * dim + i0) * m);
+        scale[threadIdx.x] = __ldcg(wts + t * k + threadIdx.x);
+    }
+    __syncthreads();
+    /* A lane's chunks c, c + GEMV_THREADS, ... (moe_chunks.h). */
+    const rlMoeChunk step = moe_chunk_at(GEMV_THREADS, mc);
+    int c = threadIdx.x;
+    rlMoeChunk at = moe_chunk_at(c, mc);
+    auto load = [&](uint4 (&w)[MOE_DN_COLS], rlMoeChunk p) {
+#pragma unroll
+        for (int d = 0; d < MOE_DN_COLS; d++) w[d] = __ldcs(rows[p.j] + (size_t)d * mc + p.q);
+    };
+    uint4 a[MOE_DN_COLS], b[MOE_DN_COLS];
+    if (c < n) load(a, at);
+    pdl_wait();
+    const uint4 *hv = (const uint4 *)(h + (size_t)t * k * m);   /* chunk c of the token's h */
+    float acc[MOE_DN_COLS] = {};
+    auto use = [&](const uint4 (&w)[MOE_DN_COLS], int cu, rlMoeChunk p) {
+        float hf[8];
+        unpack8(__ldg(hv + cu), hf, T());
+        const float s = scale[p.j];
+#pragma unroll
+        for (int e = 0; e < 8; e++) hf[e] *= s;
+#pragma unroll
+        for (int d = 0; d < MOE_DN_COLS; d++) acc[d] = dot8(w[d], hf, acc[d], T());
+    };
+    while (c < n) {
+        const int c1 = c + GEMV_THREADS;
+        const rlMoeChunk at1 = moe_chunk_next(at, step, mc);
+        if (c1 < n) load(b, at1);
+        use(a, c, at);
+        if (c1 >= n) break;
+        c = c1 + GEMV_THREADS, at = moe_chunk_next(at1, step, mc);
+        if (c < n) load(a, at);
+        use(b, c1, at1);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int d = 0; d < MOE_DN_COLS; d++) {
+        float v = warp_sum(acc[d]);
+        if (lane == 0) red[warp][d] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < MOE_DN_COLS) {
+        float s = 0;
+#pragma unroll
+        for (int w = 0; w < GEMV_THREADS / 32; w++) s += red[w][threadIdx.x];
+        T *o = out + (size_t)t * dim + i0 + threadIdx.x;
+        st(o, (accumulate ? ld(o) : 0.0f) + s);
+    }
+}
+
 /* ---- many pairs: permutation by expert, grouped GEMMs ---- */
 
 /* One block: count the pairs of each expert, lay the experts' runs out one
@@ -407,6 +539,14 @@ __global__ void moe_combine_kernel(T *out, const float *y, const int *pos, const
     }
 }
 
+/* RL_MOE_GEMV=2: the few-pairs path's second pair of kernels, until a GPU
+ * call measures which pair stays.  Read at each call, so one test process
+ * can check both. */
+static bool moe_gemv2(void) {
+    const char *e = getenv("RL_MOE_GEMV");
+    return e && !strcmp(e, "2");
+}
+
 template <typename T>
 static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown, const int *ids,
                     const float *wts, int rows, int dim, int m, int E, int k, int accumulate) {
@@ -414,6 +554,18 @@ static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown,
     if (pairs <= MOE_GEMV_PAIRS) {
         if (cuda_moe_ws(c, pairs * m * es, "moe_experts")) return;
         T *h = (T *)c->moe_ws;
+        if (moe_gemv2()) {
+            PROF(c, "moe_gemv2 gate_up");
+            cuda_launch_pdl(c, "moe_experts (gate/up GEMV)", moe_gu_gemv2_kernel<T>,
+                            dim3((unsigned)m, (unsigned)pairs), dim3(GEMV_THREADS), 0, h, x, wgu,
+                            ids, k, dim, m);
+            PROF(c, "moe_gemv2 down");
+            cuda_launch_pdl(c, "moe_experts (down GEMV)", moe_down_gemv2_kernel<T>,
+                            dim3((unsigned)(dim / MOE_DN_COLS), (unsigned)rows),
+                            dim3(GEMV_THREADS), 0, out, h, wdown, ids, wts, k, dim, m,
+                            accumulate);
+            return;
+        }
         PROF(c, "moe_gemv gate_up");
         cuda_launch_pdl(c, "moe_experts (gate/up GEMV)", moe_gu_gemv_kernel<T>,
                         dim3((m + 7) / 8, (unsigned)pairs), dim3(256), 0, h, x, wgu, ids, k, dim,
