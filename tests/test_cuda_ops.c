@@ -655,12 +655,14 @@ static void test_sample_penalties(void **state) {
  * close), the experts on both paths (a few pairs: GEMV; many: the grouped
  * GEMMs, with experts of one and of several 64-row tiles) onto out (added
  * to it, or written over a poisoned buffer), and the shared expert's gate.
- * Each case runs the experts under both RL_MOE_GEMV settings, twice each:
- * every run against float64, each setting bit-identical to itself; the
- * grouped path (more than 32 pairs) is the same code under both, so there
- * the settings agree bit for bit too.  The GEMV pairs sum in other fp32
- * orders (a warp per output against 128 threads met in shared memory), so
- * they are held to the reference, and their largest difference is printed. */
+ * Each case runs the experts under every RL_MOE_GEMV setting (unset, 2, 3),
+ * twice each: every run against float64, each setting bit-identical to
+ * itself.  Where two settings run the same sums they agree bit for bit: 2
+ * and 3 (3 only adds L2 prefetches), and all three on the grouped path
+ * (more than 32 pairs), which the switch does not touch.  The two GEMV pairs
+ * sum in other fp32 orders (a warp per output against 128 threads met in
+ * shared memory), so they are held to the reference, and their largest
+ * difference is printed. */
 typedef struct tMoeShape {
     int rows, k, renorm, E, D, M, accumulate;
 } tMoeShape;
@@ -730,11 +732,12 @@ static void moe_case(rlBackend *be, tMoeShape s) {
             }
         }
     }
-    /* [setting][run]: RL_MOE_GEMV unset, then 2. */
-    float *out[2][2];
+    /* [setting][run]: RL_MOE_GEMV unset, 2, 3. */
+    static const char *settings[3] = {NULL, "2", "3"};
+    float *out[3][2];
     void *d_out = s.accumulate ? to_dev(be, out0, no) : poisoned(be, no);
-    for (int set = 0; set < 2; set++) {
-        char *saved = env_swap("RL_MOE_GEMV", set ? "2" : NULL);
+    for (int set = 0; set < 3; set++) {
+        char *saved = env_swap("RL_MOE_GEMV", settings[set]);
         for (int run = 0; run < 2; run++) {
             if (s.accumulate)
                 assert_int_equal(be->ops->upload(be, d_out, RL_F32, out0, RL_F32, no, &err), 0);
@@ -747,20 +750,21 @@ static void moe_case(rlBackend *be, tMoeShape s) {
         env_restore("RL_MOE_GEMV", saved);
     }
     const int gemv = np <= MOE_GEMV_PAIRS;
-    for (int set = 0; set < 2; set++) {
-        char what[96];
-        snprintf(what, sizeof(what), "moe %s %d tok top %d/%d %dx%d%s%s",
-                 !gemv ? (set ? "grouped,2" : "grouped") : set ? "gemv2" : "gemv", rows, k, E, D, M,
+    char what[3][96];
+    for (int set = 0; set < 3; set++) {
+        snprintf(what[set], sizeof(what[set]), "moe %s%s %d tok top %d/%d %dx%d%s%s",
+                 gemv ? "gemv" : "grouped", set ? settings[set] : "", rows, k, E, D, M,
                  s.renorm ? " renorm" : "", s.accumulate ? " +=" : "");
-        check_close(be, what, out[set][0], ref, no);
+        check_close(be, what[set], out[set][0], ref, no);
         if (memcmp(out[set][0], out[set][1], no * sizeof(float)))
-            fail_msg("%s (%s): two runs differ", what, rl_dtype_name(be->act_dtype));
+            fail_msg("%s (%s): two runs differ", what[set], rl_dtype_name(be->act_dtype));
     }
+    for (int set = gemv ? 2 : 1; set < 3; set++)
+        if (memcmp(out[set][0], out[gemv ? 1 : 0][0], no * sizeof(float)))
+            fail_msg("%s (%s): differs from %s, which runs the same sums", what[set],
+                     rl_dtype_name(be->act_dtype), what[gemv ? 1 : 0]);
     double diff = 0;
     for (size_t i = 0; i < no; i++) diff = fmax(diff, fabs((double)out[0][0][i] - out[1][0][i]));
-    if (!gemv && diff != 0)
-        fail_msg("moe grouped (%s): RL_MOE_GEMV=2 changed the grouped path's result by %g",
-                 rl_dtype_name(be->act_dtype), diff);
     if (gemv)
         printf("  %-28s %-5s largest |gemv - gemv2| %.2e\n", "moe", rl_dtype_name(be->act_dtype),
                diff);
@@ -773,12 +777,12 @@ static void moe_case(rlBackend *be, tMoeShape s) {
         double g = 0;
         for (int i = 0; i < D; i++) g += (double)x[(size_t)t * D + i] * gw[i];
         for (int i = 0; i < D; i++)
-            ref[(size_t)t * D + i] = out[1][1][(size_t)t * D + i] / (1 + exp(-g));
+            ref[(size_t)t * D + i] = out[2][1][(size_t)t * D + i] / (1 + exp(-g));
     }
     check_close(be, "shared_gate", gated, ref, no);
     void *bufs[] = {d_logits, d_ids, d_w, d_x, d_gu, d_dn, d_out, d_gw};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) be->ops->free(be, bufs[i]);
-    for (int i = 0; i < 4; i++) free(out[i / 2][i % 2]);
+    for (int i = 0; i < 6; i++) free(out[i / 2][i % 2]);
     free(logits), free(x), free(wgu), free(wdn), free(out0), free(ids), free(w), free(ref);
     free(h), free(p), free(gw), free(gated);
 }

@@ -14,7 +14,8 @@
  *    else); the down projection sums each token's k experts, weighted, in
  *    the same warp, so there is no scatter and no atomics.  RL_MOE_GEMV=2
  *    runs a second pair on the dense GEMV's occupancy model instead (short
- *    128-thread blocks, <= 40 registers), for a GPU call to measure.
+ *    128-thread blocks, <= 40 registers), 3 the same with the down weights
+ *    prefetched into L2 before its PDL wait, for a GPU call to measure.
  *  - more pairs: a permutation of the pairs by expert made on the device
  *    (one block: counts, offsets, a list of 64-row tiles of each expert's
  *    pairs), then two grouped GEMMs on tensor cores (mma.sync) over that
@@ -332,14 +333,22 @@ moe_gu_gemv2_kernel(T *h, const T *__restrict__ x, const T *__restrict__ wgu, co
     }
 }
 
+/* Bring the 128-byte line holding p into L2 (a hint: no register waits). */
+static __device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 /* out[t, i] (+)= sum_j w[t, j] (down_e[i] . h[t k + j]) for the block's
  * MOE_DN_COLS outputs i: its threads stride over the token's k experts'
  * chunks at once (chunk c: expert c / (m / 8), so a lane meets its experts
  * in order), each chunk of h scaled by its expert's weight, one fp32 sum per
  * output, rounded once.  The routing is final when this kernel starts
  * (moe_gu_gemv2_kernel waited before it triggered), so its blocks read it
- * and load their first weights before waiting for h (PDL). */
-template <typename T>
+ * and load their first weights before waiting for h (PDL); with PREFETCH
+ * (RL_MOE_GEMV=3) they also ask L2 for every later chunk of theirs, so the
+ * weights stream in while gate/up's last blocks finish.  The same sums
+ * either way. */
+template <typename T, bool PREFETCH>
 __global__ void __launch_bounds__(GEMV_THREADS, 12)
 moe_down_gemv2_kernel(T *out, const T *__restrict__ h, const T *__restrict__ wdown,
                       const int *ids, const float *wts, int k, int dim, int m, int accumulate) {
@@ -364,6 +373,14 @@ moe_down_gemv2_kernel(T *out, const T *__restrict__ h, const T *__restrict__ wdo
     };
     uint4 a[MOE_DN_COLS], b[MOE_DN_COLS];
     if (c < n) load(a, at);
+    if (PREFETCH) {
+        rlMoeChunk p = at;
+        for (int cp = c + GEMV_THREADS; cp < n; cp += GEMV_THREADS) {
+            p = moe_chunk_next(p, step, mc);
+#pragma unroll
+            for (int d = 0; d < MOE_DN_COLS; d++) prefetch_l2(rows[p.j] + (size_t)d * mc + p.q);
+        }
+    }
     pdl_wait();
     const uint4 *hv = (const uint4 *)(h + (size_t)t * k * m);   /* chunk c of the token's h */
     float acc[MOE_DN_COLS] = {};
@@ -539,12 +556,13 @@ __global__ void moe_combine_kernel(T *out, const float *y, const int *pos, const
     }
 }
 
-/* RL_MOE_GEMV=2: the few-pairs path's second pair of kernels, until a GPU
- * call measures which pair stays.  Read at each call, so one test process
- * can check both. */
-static bool moe_gemv2(void) {
+/* RL_MOE_GEMV=2: the few-pairs path's second pair of kernels; 3: the same
+ * with the down projection's weights asked of L2 before its PDL wait; until
+ * a GPU call measures which stays (0: the first pair).  Read at each call,
+ * so one test process can check every setting. */
+static int moe_gemv_version(void) {
     const char *e = getenv("RL_MOE_GEMV");
-    return e && !strcmp(e, "2");
+    return e && (!strcmp(e, "2") || !strcmp(e, "3")) ? *e - '0' : 0;
 }
 
 template <typename T>
@@ -554,13 +572,15 @@ static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown,
     if (pairs <= MOE_GEMV_PAIRS) {
         if (cuda_moe_ws(c, pairs * m * es, "moe_experts")) return;
         T *h = (T *)c->moe_ws;
-        if (moe_gemv2()) {
-            PROF(c, "moe_gemv2 gate_up");
+        int v = moe_gemv_version();
+        if (v) {
+            PROF(c, "moe_gemv%d gate_up", v);
             cuda_launch_pdl(c, "moe_experts (gate/up GEMV)", moe_gu_gemv2_kernel<T>,
                             dim3((unsigned)m, (unsigned)pairs), dim3(GEMV_THREADS), 0, h, x, wgu,
                             ids, k, dim, m);
-            PROF(c, "moe_gemv2 down");
-            cuda_launch_pdl(c, "moe_experts (down GEMV)", moe_down_gemv2_kernel<T>,
+            PROF(c, "moe_gemv%d down", v);
+            cuda_launch_pdl(c, "moe_experts (down GEMV)",
+                            v == 3 ? moe_down_gemv2_kernel<T, true> : moe_down_gemv2_kernel<T, false>,
                             dim3((unsigned)(dim / MOE_DN_COLS), (unsigned)rows),
                             dim3(GEMV_THREADS), 0, out, h, wdown, ids, wts, k, dim, m,
                             accumulate);
