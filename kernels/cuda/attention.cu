@@ -863,9 +863,10 @@ static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a) {
      * and a split its merge, so more blocks than the GPU holds at once cost
      * more than they balance (PERF.md v7).  Splits are whole numbers of
      * DEC_MIN_SPLIT keys.  RL_CUDA_DECODE_SPLIT=16|32|64 takes that many
-     * instead, for a GPU call to measure whether a step with few sequences
-     * (batch 1: 4 KV heads, 4-8 blocks at 512-1024 keys) gains from more,
-     * shorter blocks; read at each call, so one test process checks each. */
+     * instead, for a GPU call to measure whether a step of few blocks
+     * (Qwen3-30B-A3B batch 1: 4 KV heads x 4-8 splits of 128 keys) gains
+     * from more, shorter ones; read at each call, so one test process
+     * checks each. */
     const char *env = getenv("RL_CUDA_DECODE_SPLIT");
     int unit = env ? atoi(env) : 0;
     if (unit != 16 && unit != 32 && unit != 64) unit = DEC_MIN_SPLIT;
