@@ -579,8 +579,8 @@ static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown,
                             dim3((unsigned)m, (unsigned)pairs), dim3(GEMV_THREADS), 0, h, x, wgu,
                             ids, k, dim, m);
             PROF(c, "moe_gemv%d down", v);
-            cuda_launch_pdl(c, "moe_experts (down GEMV)",
-                            v == 3 ? moe_down_gemv2_kernel<T, true> : moe_down_gemv2_kernel<T, false>,
+            auto down = v == 3 ? moe_down_gemv2_kernel<T, true> : moe_down_gemv2_kernel<T, false>;
+            cuda_launch_pdl(c, "moe_experts (down GEMV)", down,
                             dim3((unsigned)(dim / MOE_DN_COLS), (unsigned)rows),
                             dim3(GEMV_THREADS), 0, out, h, wdown, ids, wts, k, dim, m,
                             accumulate);
