@@ -197,8 +197,9 @@ typedef struct rlBackendOptions {
     int device;             /* CUDA: device ordinal */
     rlDtype dtype;          /* CUDA: weight/activation dtype */
     int profile;            /* CUDA: time every operation with events (no graphs) */
-    int batch_invariant;    /* CPU: every row's products computed the same way whatever
-                             * else is in the step (kernels/cpu/matmul.c) */
+    int batch_invariant;    /* every row computed the same way whatever else is in the
+                             * step and however its prompt was chunked: CPU
+                             * (kernels/cpu/matmul.c) and CUDA (kernels/cuda/README.md) */
 } rlBackendOptions;
 
 rlBackend *rl_backend_cpu_create(const rlBackendOptions *opt, rlError *err);

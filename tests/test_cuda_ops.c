@@ -183,6 +183,88 @@ static void test_matmul(void **state) {
     }
 }
 
+/* A device buffer's bytes, on the host. */
+static unsigned char *raw_from_dev(rlBackend *be, const void *d, size_t bytes) {
+    rlError err;
+    assert_int_equal(be->ops->sync(be, &err), 0);
+    unsigned char *h = malloc(bytes);
+    assert_int_equal(be->ops->download(be, h, d, bytes, &err), 0);
+    return h;
+}
+
+/* --batch-invariant's GEMM (kernels/cuda/cuda_tile_gemm.cuh): close to a
+ * float64 reference, and every row bit-identical whether it is computed in
+ * a call of 1, 7, 64 or 300 rows and wherever it sits in the call's tiles;
+ * for matmul with and without bias and for matmul_f32, on ragged shapes
+ * (n not a multiple of 64, k a multiple of 8 but not of 32). */
+static void test_matmul_invariant(void **state) {
+    (void)state;
+    for (int d = 0; d < 2; d++) {
+        rlError err;
+        rlBackendOptions o = {.dtype = d ? RL_F16 : RL_BF16, .batch_invariant = 1};
+        rlBackend *be = rl_backend_cuda_create(&o, &err);
+        assert_non_null(be);
+        rlDtype t = be->act_dtype;
+        size_t es = rl_dtype_size(t);
+        int shapes[3][2] = {{301, 264}, {130, 1024}, {64, 72}};
+        for (int si = 0; si < 3; si++) {
+            const int R = 300, n = shapes[si][0], k = shapes[si][1];
+            float *x = rand_vec((size_t)R * k, 1, t), *w = rand_vec((size_t)n * k, 0.1f, t);
+            float *bias = rand_vec(n, 0.5f, t);
+            void *dx = to_dev(be, x, (size_t)R * k), *dw = to_dev(be, w, (size_t)n * k);
+            void *db = to_dev(be, bias, n);
+            for (int f32 = 0; f32 < 2; f32++)
+                for (int with_bias = 0; with_bias < 2 - f32; with_bias++) {
+                    size_t ob = f32 ? 4 : es, row_bytes = (size_t)n * ob;
+                    void *dout = poisoned(be, (size_t)R * n * (f32 ? 2 : 1));
+                    const void *b = with_bias ? db : NULL;
+                    if (f32) be->ops->matmul_f32(be, dout, dx, dw, R, n, k);
+                    else be->ops->matmul(be, dout, dx, dw, b, R, n, k);
+                    unsigned char *all = raw_from_dev(be, dout, R * row_bytes);
+                    /* Against float64 (the whole 300-row call). */
+                    float *got = f32 ? (float *)all : from_dev(be, dout, (size_t)R * n);
+                    double *ref = malloc((size_t)R * n * sizeof *ref);
+                    for (int r = 0; r < R; r++)
+                        for (int j = 0; j < n; j++) {
+                            double acc = with_bias ? bias[j] : 0;
+                            for (int i = 0; i < k; i++)
+                                acc += (double)x[(size_t)r * k + i] * w[(size_t)j * k + i];
+                            ref[(size_t)r * n + j] = acc;
+                        }
+                    char what[80];
+                    snprintf(what, sizeof what, "invariant %s %dx%dx%d%s",
+                             f32 ? "matmul_f32" : "matmul", R, n, k, with_bias ? " +bias" : "");
+                    check_close(be, what, got, ref, (size_t)R * n);
+                    /* The same rows in calls of 1, 7 and 64 rows, starting
+                     * off tile boundaries, must equal the 300-row call. */
+                    int calls[][2] = {{0, 1}, {203, 1}, {299, 1}, {3, 7}, {121, 7}, {70, 64},
+                                      {236, 64}, {0, 64}};
+                    for (size_t ci = 0; ci < sizeof calls / sizeof calls[0]; ci++) {
+                        int r0 = calls[ci][0], nr = calls[ci][1];
+                        void *dsub = poisoned(be, (size_t)nr * n * (f32 ? 2 : 1));
+                        const char *xin = (const char *)dx + (size_t)r0 * k * es;
+                        if (f32) be->ops->matmul_f32(be, dsub, xin, dw, nr, n, k);
+                        else be->ops->matmul(be, dsub, xin, dw, b, nr, n, k);
+                        unsigned char *sub = raw_from_dev(be, dsub, nr * row_bytes);
+                        if (memcmp(sub, all + (size_t)r0 * row_bytes, nr * row_bytes))
+                            fail_msg("%s: rows %d..%d computed in a call of %d rows differ from "
+                                     "the 300-row call", what, r0, r0 + nr - 1, nr);
+                        free(sub);
+                        be->ops->free(be, dsub);
+                    }
+                    printf("  %-40s rows bit-identical in calls of 1, 7, 64 and 300 rows\n",
+                           what);
+                    if (!f32) free(got);
+                    free(all), free(ref);
+                    be->ops->free(be, dout);
+                }
+            be->ops->free(be, dx), be->ops->free(be, dw), be->ops->free(be, db);
+            free(x), free(w), free(bias);
+        }
+        be->ops->destroy(be);
+    }
+}
+
 static void test_norms(void **state) {
     (void)state;
     for (int d = 0; d < 2; d++) {
@@ -968,7 +1050,8 @@ int main(int argc, char **argv) {
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL);
     printf("test_cuda_ops: RL_TEST_SEED=%llu\n", (unsigned long long)rng_state);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul),     cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_matmul),     cmocka_unit_test(test_matmul_invariant),
+        cmocka_unit_test(test_norms),
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_attention),
         cmocka_unit_test(test_sample),     cmocka_unit_test(test_sample_penalties),
         cmocka_unit_test(test_moe),        cmocka_unit_test(test_errors),

@@ -33,6 +33,7 @@
 typedef struct benchOpts {
     const char *backend, *model, *load_format, *quantization;
     int threads, prompt_len, gen, max_tokens, json, profile;
+    int invariant;          /* --batch-invariant: the engine's batch-invariant kernels */
     int copy_mib;           /* the bandwidth copy: far larger than any cache */
     int batches[BENCH_MAX_BATCHES], n_batches;
 } benchOpts;
@@ -216,6 +217,8 @@ static int bench_parse(int argc, char **argv, benchOpts *o) {
     flags_bool(&fs, "--json", &o->json, "one JSON object instead of the table");
     flags_bool(&fs, "--profile", &o->profile,
                "device time per operation kind (CUDA, with graphs off)");
+    flags_bool(&fs, "--batch-invariant", &o->invariant,
+               "time the batch-invariant kernels (generate's and\nworker's --batch-invariant)");
     return flags_main(&fs, argc, argv);
 }
 
@@ -267,9 +270,9 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         printf("{\"backend\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"quantization\":\"%s\","
                "\"weight_bytes\":%zu,\"decode_bytes_per_step\":%zu,\"bandwidth_bytes_per_s\":%.0f,"
                "\"quant_bytes_held\":%zu,\"quant_bytes_planned\":%zu,"
-               "\"prompt_len\":%d,\"gen\":%d,\"results\":[",
+               "\"batch_invariant\":%s,\"prompt_len\":%d,\"gen\":%d,\"results\":[",
                m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), quant, wb, step_bytes,
-               bw, q_held, q_plan, o->prompt_len, o->gen);
+               bw, q_held, q_plan, o->invariant ? "true" : "false", o->prompt_len, o->gen);
         for (int i = 0; i < n; i++)
             printf("%s{\"batch\":%d,\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.2f,"
                    "\"decode_ms_per_step\":%.3f,\"floor_ms_per_step\":%.3f}",
@@ -280,9 +283,9 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         printf("]}\n");
         return;
     }
-    printf("backend %s, %s (%s weights%s%s%s, %.2f GB; a decode step reads %.2f GB of them)\n",
-           m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), how,
-           m->cfg.quant.method ? quant : "",
+    printf("backend %s%s, %s (%s weights%s%s%s, %.2f GB; a decode step reads %.2f GB of them)\n",
+           m->be->ops->name, o->invariant ? " (batch-invariant)" : "", base,
+           rl_dtype_name(m->be->weight_dtype), how, m->cfg.quant.method ? quant : "",
            m->cfg.quant.method && !m->quant_bytes ? " at load" : "", wb / 1e9, step_bytes / 1e9);
     if (m->quant_bytes)
         printf("quantized layers: %zu bytes held on the device, %zu counted by the memory plan "
@@ -330,7 +333,8 @@ int cmd_bench(int argc, char **argv) {
         goto fail;
     if (quant_apply_flag(&cfg, o.quantization, dummy, &err)) goto fail;
     quant_dummy_init(&qdummy, &cfg, 1);
-    rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16, .profile = o.profile};
+    rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16, .profile = o.profile,
+                           .batch_invariant = o.invariant};
     /* --backend is cpu or cuda: the flag's choices */
     be = strcmp(o.backend, "cuda") ? rl_backend_cpu_create(&bo, &err)
                                    : rl_backend_cuda_create(&bo, &err);

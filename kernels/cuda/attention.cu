@@ -183,9 +183,9 @@ attention_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
             float x = (kpos < k_end && kpos <= my_pos[i]) ? sc[i] * a.scale_log2 : -INFINITY;
             float m_new = fmaxf(m[i], warp_max(x));
             float pj = 0, corr = 1;
-            if (m_new != -INFINITY) {
+            if (m_new != -INFINITY) {   /* an unchanged max keeps l and o exactly */
                 pj = exp2f(x - m_new);
-                corr = exp2f(m[i] - m_new);
+                corr = m_new == m[i] ? 1.0f : exp2f(m[i] - m_new);
             }
             l[i] = l[i] * corr + warp_sum(pj);
             m[i] = m_new;
@@ -285,7 +285,16 @@ static __device__ __forceinline__ void fa_load_tile(T *ks, T *vs, const T *kc, c
  * as the A operand of P.V, and the online softmax runs in exp2 with the
  * scale folded into one FMA.  Causal masking happens only where a warp's
  * rows reach into the tile (the diagonal) or the tile passes the keys' end;
- * a warp whose rows all precede the tile skips it. */
+ * a warp whose rows all precede the tile skips it.
+ *
+ * Batch-invariant by construction (--batch-invariant runs every step here,
+ * decode rows too): a row's key tiles are absolute (keys 64 j ..), walked
+ * from key 0 whatever chunk of its prompt the step holds; a tile wholly past
+ * the row's position (there because a later row of its block needs it)
+ * masks all its scores to -inf, so its max is unchanged, corr is exactly 1,
+ * every p is 0 and P.V adds zeros: the row's m, l and o stay bit-identical,
+ * as if the tile were skipped.  Keys past the row but before k_end are this
+ * sequence's own (finite) values, keys past k_end zero-filled. */
 template <typename T, int D>
 __global__ void __launch_bounds__(FA_WARPS * 32)
 attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
@@ -412,7 +421,11 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
                     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
                     const float mn = fmaxf(m[mt][h], mx[h]);
                     mb[h] = mn == -INFINITY ? 0.0f : mn * sl2;   /* all masked so far: p = 0 */
-                    const float corr = ex2(fmaf(m[mt][h], sl2, -mb[h]));
+                    /* A tile that leaves the max as it was (one wholly past
+                     * the row's position among them) must leave l and o as
+                     * they were: the FMA would give m * sl2's rounding error,
+                     * whose ex2 need not be 1. */
+                    const float corr = mn == m[mt][h] ? 1.0f : ex2(fmaf(m[mt][h], sl2, -mb[h]));
                     m[mt][h] = mn;
                     l[mt][h] *= corr;
 #pragma unroll
@@ -931,7 +944,10 @@ static void attention_run(rlCuda *c, T *out, const T *qkv, AttArgs a, int tiles)
      * fill the GPU: decode, where each sequence has one tile. */
     int base = c->n_seqs * a.n_kv * tiles, splits = 1;
     int want = 4 * c->sm_count;
-    if (base < want && c->att_len > 2 * ATT_KEYS * 4) {
+    /* --batch-invariant: one split, keys in 32-key chunks from key 0 (a chunk
+     * past a row's position leaves it as it was: max unchanged, exp2(0) = 1,
+     * p = 0), since splits chosen by the batch would regroup the sums. */
+    if (!c->invariant && base < want && c->att_len > 2 * ATT_KEYS * 4) {
         splits = (want + base - 1) / base;
         int most = (c->att_len + 4 * ATT_KEYS - 1) / (4 * ATT_KEYS);
         if (splits > most) splits = most;
@@ -995,14 +1011,17 @@ void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const 
     }
     int tiles = (c->max_new * g_max + ATT_ROWS - 1) / ATT_ROWS;
     if (tiles <= 0) return;
-    if (attention_decode_fits(c, a.D, g_max)) {
+    /* --batch-invariant: the prefill kernel for every step, decode rows too
+     * (the decode kernel's splits and warp merge follow the batch), else the
+     * tiled kernel unsplit (attention_run). */
+    if (!c->invariant && attention_decode_fits(c, a.D, g_max)) {
         if (be->act_dtype == RL_F16)
             attention_decode_run<f16>(c, (f16 *)out, (const f16 *)qkv, a);
         else
             attention_decode_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a);
         return;
     }
-    if (c->max_new > 1 && attention_mma_fits(a.D)) {
+    if ((c->max_new > 1 || c->invariant) && attention_mma_fits(a.D)) {
         if (be->act_dtype == RL_F16)
             attention_mma_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, g_max);
         else

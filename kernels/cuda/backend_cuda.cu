@@ -470,6 +470,7 @@ extern "C" rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlErro
     }
     c->used_at_open = used_before;
     c->device = opt->device;
+    c->invariant = opt->batch_invariant;
     c->be.ops = &cuda_ops;
     c->be.act_dtype = c->be.weight_dtype = opt->dtype;
     c->be.impl = c;

@@ -51,6 +51,12 @@ typedef struct rlCuda {
     int device;
     int sm_count;
     rlCudaArch arch;
+    /* --batch-invariant (rlBackendOptions.batch_invariant): every operation
+     * computes a row the same way whatever else the step holds: one GEMM
+     * (cuda_tile_gemm.cuh) for every product, the prefill attention kernel for
+     * every step, the grouped MoE path, quantized layers dequantized, the
+     * sampler's chunks fixed. */
+    int invariant;
     size_t used_at_open;        /* device memory in use before this backend's context (NVML) */
     cudaStream_t stream;
     cublasLtHandle_t lt;

@@ -18,11 +18,20 @@
  *
  * Up to 8 rows (decode at small batch) the product is a matrix-vector one,
  * bound by reading the weights; cuBLASLt's kernels for that shape leave much
- * of the bandwidth unused, so gemv_kernel (cuda_gemv.cuh) does it. */
+ * of the bandwidth unused, so gemv_kernel (cuda_gemv.cuh) does it.
+ *
+ * --batch-invariant (rlCuda.invariant): the GEMV, cuBLASLt's algorithms (one
+ * per row bucket, split-K and stream-K among them) and their choice by row
+ * count each sum k in their own order, so a row's product would depend on
+ * how many rows share its step.  Then every product takes one kernel,
+ * tile_gemm_kernel (cuda_tile_gemm.cuh, moe.cu's grouped GEMM with a dense
+ * tile list): one fixed chain of mma steps over k per output element, no
+ * split, whatever the row count. */
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_gemv.cuh"
+#include "kernels/cuda/cuda_tile_gemm.cuh"
 
 #define GEMM_TUNE_ROWS 256
 #define GEMM_CANDIDATES 24
@@ -245,6 +254,37 @@ static int gemv_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void
     return 1;
 }
 
+/* The batch-invariant product (see the top of this file). */
+template <typename T>
+static void gemm_invariant_launch(rlCuda *c, void *out, const void *in, const void *w,
+                                  const void *bias, int rows, int n, int k, int f32out) {
+    const dim3 grid((unsigned)((n + TG_BN - 1) / TG_BN), (unsigned)((rows + TG_BM - 1) / TG_BM));
+    if (f32out)
+        tile_gemm_kernel<T, TG_F32><<<grid, TG_THREADS, 0, c->stream>>>(
+            out, (const T *)in, (const T *)w, NULL, NULL, NULL, NULL, 1, k, n, 0, rows);
+    else
+        tile_gemm_kernel<T, TG_ACT><<<grid, TG_THREADS, 0, c->stream>>>(
+            out, (const T *)in, (const T *)w, (const T *)bias, NULL, NULL, NULL, 1, k, n, 0,
+            rows);
+}
+
+static void gemm_invariant(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
+                           const void *bias, int rows, int n, int k, int f32out,
+                           const char *op) {
+    if (k % 8 || (wt != RL_BF16 && wt != RL_F16) || (((uintptr_t)in | (uintptr_t)w) & 15) ||
+        (rows + TG_BM - 1) / TG_BM > 65535) {
+        cuda_fail(c, RL_EUSAGE, "%s: --batch-invariant's GEMM takes 16-bit weights, k a "
+                  "multiple of 8, 16-byte aligned rows and at most %d rows; this %d x %d x %d "
+                  "product does not fit: run it without --batch-invariant", op, 65535 * TG_BM,
+                  rows, n, k);
+        return;
+    }
+    PROF(c, "gemm invariant %dx%d%s", n, k, f32out ? " f32" : "");
+    if (wt == RL_F16) gemm_invariant_launch<f16>(c, out, in, w, bias, rows, n, k, f32out);
+    else gemm_invariant_launch<bf16>(c, out, in, w, bias, rows, n, k, f32out);
+    cuda_launched(c, op);
+}
+
 void cuda_gemm(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
                      const void *bias, int rows, int n, int k, int f32out, const char *op) {
     if (!rows || !n || c->err.code != RL_OK) return;
@@ -259,6 +299,10 @@ void cuda_gemm(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
             gemm_empty_kernel<__nv_bfloat16><<<blocks, 256, 0, c->stream>>>(
                 (__nv_bfloat16 *)out, (const __nv_bfloat16 *)bias, rows, n);
         cuda_launched(c, op);
+        return;
+    }
+    if (c->invariant) {
+        gemm_invariant(c, wt, out, in, w, bias, rows, n, k, f32out, op);
         return;
     }
     if (gemv_run(c, wt, out, in, w, bias, rows, n, k, f32out, op)) return;

@@ -18,17 +18,20 @@
  *    prefetched into L2 before its PDL wait, for a GPU call to measure.
  *  - more pairs: a permutation of the pairs by expert made on the device
  *    (one block: counts, offsets, a list of 64-row tiles of each expert's
- *    pairs), then two grouped GEMMs on tensor cores (mma.sync) over that
- *    tile list, one launch each for every expert: gate/up with SwiGLU in the
+ *    pairs), then two grouped GEMMs on tensor cores (mma.sync,
+ *    cuda_tile_gemm.cuh) over that tile list, one launch each for every expert: gate/up with SwiGLU in the
  *    epilogue, then down; then each token's k rows weighted and summed back
  *    in a fixed order.  The grid is sized for the most tiles the pairs can
  *    make, so no host sync is needed; spare blocks return at once.
  * Within an expert the pairs' order is whatever the atomics give, which
  * changes nothing: every output row of a GEMM depends on its own input row
- * alone, and the sum back to the token runs over j = 0..k-1. */
+ * alone, and the sum back to the token runs over j = 0..k-1.  So the grouped
+ * path is batch-invariant, and --batch-invariant (rlCuda.invariant) takes it
+ * for every step, with the router's logits from gemm.cu's invariant GEMM:
+ * the GEMV kernels sum in another order. */
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_gemv.cuh"
-#include "kernels/cuda/cuda_mma.cuh"
+#include "kernels/cuda/cuda_tile_gemm.cuh"
 #include "kernels/cuda/moe_chunks.h"
 
 #include <limits.h>
@@ -36,10 +39,7 @@
 #include <string.h>
 
 #define MOE_GEMV_PAIRS 32   /* up to this many (token, expert) pairs: the GEMV kernels */
-#define MOE_BM 64           /* pairs per tile of the grouped GEMMs (rl_moe_scratch_bytes's 64) */
-#define MOE_BN 64           /* weight rows per tile (gate/up: 32 gate + 32 up) */
-#define MOE_BK 32
-#define MOE_LD (MOE_BK + 8) /* padded shared-memory row: ldmatrix rows in distinct banks */
+#define MOE_BM TG_BM        /* pairs per tile of the grouped GEMMs (rl_moe_scratch_bytes's 64) */
 #define MOE_MAX_EXPERTS 1024
 
 /* ---- routing ---- */
@@ -133,7 +133,7 @@ void cuda_moe_gate(rlBackend *be, int *ids, float *weights, float *logits, const
                    const void *router, int rows, int n_experts, int dim, int k, int renorm) {
     rlCuda *c = cuda_of(be);
     if (!rows) return;
-    if (rows > GEMV_MAX_ROWS || dim % 8 || be->act_dtype == RL_F32 ||
+    if (c->invariant || rows > GEMV_MAX_ROWS || dim % 8 || be->act_dtype == RL_F32 ||
         be->weight_dtype != be->act_dtype || n_experts > MOE_MAX_EXPERTS || k > 32 ||
         (((uintptr_t)x | (uintptr_t)router) & 15)) {
         cuda_matmul_f32(be, logits, x, router, rows, n_experts, dim);
@@ -449,99 +449,6 @@ __global__ void moe_sort_kernel(int4 *tiles, int *n_tiles, int *perm, int *pos, 
     }
 }
 
-/* One 64 x 64 tile of a grouped GEMM, C = A . B^T with K-contiguous A rows
- * and B rows (the weights' own layout), on tensor cores.  GATE_UP: A rows
- * are the tokens' x (gathered through perm), B rows 32 gate then 32 up rows
- * of the tile's expert, and the epilogue writes silu(gate) * up to h.
- * Else (down): A rows are h in run order, B rows down_proj rows, C goes to y
- * in fp32, so a token's k experts are summed before its one rounding, as
- * the GEMV path sums them (tests/test_moe_rounding.c). */
-template <typename T, bool GATE_UP>
-__global__ void __launch_bounds__(128)
-moe_gemm_kernel(void *out, const T *a, const T *w, const int4 *tiles, const int *n_tiles,
-                const int *perm, int k_top, int K, int N, int m) {
-    __shared__ __align__(16) T As[MOE_BM * MOE_LD];
-    __shared__ __align__(16) T Bs[MOE_BN * MOE_LD];
-    __shared__ float Cs[MOE_BM][MOE_BN + 4];
-    if ((int)blockIdx.y >= *n_tiles) return;
-    int4 tile = tiles[blockIdx.y];
-    int e = tile.x, row0 = tile.y, nrows = tile.z;
-    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
-    int col0 = blockIdx.x * (GATE_UP ? MOE_BN / 2 : MOE_BN);
-    const T *we = w + (size_t)e * (GATE_UP ? 2 * (size_t)m : (size_t)N) * K;
-
-    /* This thread's two 8-element chunks of each tile: row c / 4, column 8 (c % 4). */
-    const T *arow[2], *brow[2];
-    int chunk_row[2], chunk_k[2];
-    for (int i = 0; i < 2; i++) {
-        int ch = tid + i * 128, r = ch >> 2;
-        chunk_row[i] = r, chunk_k[i] = (ch & 3) * 8;
-        arow[i] = NULL;
-        if (r < nrows)
-            arow[i] = GATE_UP ? a + (size_t)(perm[row0 + r] / k_top) * K
-                              : a + (size_t)(row0 + r) * K;
-        int br;
-        bool ok;
-        if (GATE_UP) {
-            int j = col0 + (r & 31);
-            ok = j < m, br = r < 32 ? j : m + j;
-        } else {
-            br = col0 + r, ok = br < N;
-        }
-        brow[i] = ok ? we + (size_t)br * K : NULL;
-    }
-
-    float acc[2][4][4] = {};
-    for (int k0 = 0; k0 < K; k0 += MOE_BK) {
-        for (int i = 0; i < 2; i++) {
-            int kk = k0 + chunk_k[i];
-            uint4 av = make_uint4(0, 0, 0, 0), bv = make_uint4(0, 0, 0, 0);
-            if (arow[i] && kk < K) av = *(const uint4 *)(arow[i] + kk);
-            if (brow[i] && kk < K) bv = *(const uint4 *)(brow[i] + kk);
-            *(uint4 *)&As[chunk_row[i] * MOE_LD + chunk_k[i]] = av;
-            *(uint4 *)&Bs[chunk_row[i] * MOE_LD + chunk_k[i]] = bv;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int ks = 0; ks < MOE_BK; ks += 16) {
-            uint32_t af[2][4], bfr[2][4];
-            for (int mi = 0; mi < 2; mi++)
-                ldsm_x4(af[mi], &As[(wm * 32 + mi * 16 + (lane & 15)) * MOE_LD + ks +
-                                    (lane >> 4) * 8]);
-            for (int nj = 0; nj < 2; nj++)
-                ldsm_x4(bfr[nj], &Bs[(wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) *
-                                         MOE_LD + ks + ((lane >> 3) & 1) * 8]);
-            for (int mi = 0; mi < 2; mi++)
-                for (int ni = 0; ni < 4; ni++)
-                    mma16816(acc[mi][ni], af[mi], bfr[ni >> 1][(ni & 1) * 2],
-                             bfr[ni >> 1][(ni & 1) * 2 + 1], T());
-        }
-        __syncthreads();
-    }
-    int g = lane >> 2, q = lane & 3;
-    for (int mi = 0; mi < 2; mi++)
-        for (int ni = 0; ni < 4; ni++) {
-            int r = wm * 32 + mi * 16 + g, cc = wn * 32 + ni * 8 + 2 * q;
-            Cs[r][cc] = acc[mi][ni][0], Cs[r][cc + 1] = acc[mi][ni][1];
-            Cs[r + 8][cc] = acc[mi][ni][2], Cs[r + 8][cc + 1] = acc[mi][ni][3];
-        }
-    __syncthreads();
-    if (GATE_UP) {
-        for (int i = tid; i < MOE_BM * 32; i += 128) {
-            int r = i >> 5, cc = i & 31;
-            if (r >= nrows || col0 + cc >= m) continue;
-            float gv = Cs[r][cc], uv = Cs[r][32 + cc];
-            st((T *)out + (size_t)(row0 + r) * m + col0 + cc, gv / (1.0f + expf(-gv)) * uv);
-        }
-    } else {
-        for (int i = tid; i < MOE_BM * MOE_BN; i += 128) {
-            int r = i >> 6, cc = i & 63;
-            if (r >= nrows || col0 + cc >= N) continue;
-            ((float *)out)[(size_t)(row0 + r) * N + col0 + cc] = Cs[r][cc];
-        }
-    }
-}
-
 /* out[t] (+)= sum_j w[t, j] y[pos[t k + j]], j in order. */
 template <typename T>
 __global__ void moe_combine_kernel(T *out, const float *y, const int *pos, const float *wts,
@@ -569,7 +476,7 @@ template <typename T>
 static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown, const int *ids,
                     const float *wts, int rows, int dim, int m, int E, int k, int accumulate) {
     size_t pairs = (size_t)rows * k, es = sizeof(T);
-    if (pairs <= MOE_GEMV_PAIRS) {
+    if (pairs <= MOE_GEMV_PAIRS && !c->invariant) {
         if (cuda_moe_ws(c, pairs * m * es, "moe_experts")) return;
         T *h = (T *)c->moe_ws;
         int v = moe_gemv_version();
@@ -609,10 +516,12 @@ static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown,
     float *y = (float *)(ws + ints + hb);
     PROF(c, "moe_grouped");
     moe_sort_kernel<<<1, 1024, 0, c->stream>>>(tiles, n_tiles, perm, pos, ids, (int)pairs, E);
-    moe_gemm_kernel<T, true><<<dim3((m + 31) / 32, (unsigned)max_tiles), 128, 0, c->stream>>>(
-        h, x, wgu, tiles, n_tiles, perm, k, dim, 2 * m, m);
-    moe_gemm_kernel<T, false><<<dim3((dim + 63) / 64, (unsigned)max_tiles), 128, 0,
-                                c->stream>>>(y, h, wdown, tiles, n_tiles, perm, k, m, dim, m);
+    tile_gemm_kernel<T, TG_SWIGLU><<<dim3((m + 31) / 32, (unsigned)max_tiles), TG_THREADS, 0,
+                                     c->stream>>>(h, x, wgu, NULL, tiles, n_tiles, perm, k, dim,
+                                                  2 * m, m, 0);
+    tile_gemm_kernel<T, TG_F32><<<dim3((dim + TG_BN - 1) / TG_BN, (unsigned)max_tiles),
+                                  TG_THREADS, 0, c->stream>>>(y, h, wdown, NULL, tiles, n_tiles,
+                                                              perm, k, m, dim, m, 0);
     moe_combine_kernel<T><<<rows, 256, 0, c->stream>>>(out, y, pos, wts, k, dim, accumulate);
     cuda_launched(c, "moe_experts (grouped GEMM)");
 }

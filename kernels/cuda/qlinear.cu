@@ -26,6 +26,7 @@
  * and at 18 (the H200's cuBLAS 13.1 runs 128x128 weight blocks with 1x128
  * activation groups for multiples of 16 rows only); a pair that cuBLASLt
  * refuses or gets wrong falls back to W8A16, saying so on stderr.
+ * With --batch-invariant every product takes the last road (matmul_quant).
  * Everything a captured decode step calls is asynchronous and allocation
  * free once its shape has run eagerly (graph.cu's rule). */
 #include <cuda_fp8.h>
@@ -607,7 +608,12 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
                   w->n, w->k);
         return;
     }
-    if (rows <= w->max_rows) {
+    /* --batch-invariant: rl_wq_gemm sums by scale group in its own order and
+     * W8A8 (through cuBLASLt's algorithms) takes only steps of 1,024 rows or
+     * more, so a row's product would depend on its step's size; every step
+     * dequantizes and takes the invariant GEMM (cuda_gemm) instead: a decode
+     * step writes and reads each layer's 16-bit weights once more. */
+    if (rows <= w->max_rows && !c->invariant) {
         PROF(c, "wq gemm %dx%d", n, k);
         if (rl_wq_gemm(w->wq, dt, in, k, out, n, rows, c->stream)) {
             cuda_fail(c, RL_EDEVICE, "matmul_quant: the quantized kernel refused %d rows of a "
@@ -622,7 +628,8 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
         cuda_launched(c, "matmul_quant");
         return;
     }
-    int w8a8 = rows >= RL_QUANT_W8A8_MIN_ROWS && (w->w8a8 == 1 || (w->w8a8 == 2 && rows % 16 == 0));
+    int w8a8 = !c->invariant && rows >= RL_QUANT_W8A8_MIN_ROWS &&
+               (w->w8a8 == 1 || (w->w8a8 == 2 && rows % 16 == 0));
     if (!w8a8) {
         char *ws = ql_ws(c, (size_t)n * k * 2, "matmul_quant");
         if (!ws) return;

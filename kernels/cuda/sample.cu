@@ -44,6 +44,7 @@ extern "C" {
 #define SAMPLE_THREADS 512
 #define STATS_THREADS 256
 #define STATS_MAX_CHUNKS 64
+#define STATS_INVARIANT_CHUNKS 32   /* chunks of every row with --batch-invariant */
 
 /* One chunk of one row: its largest logit (lowest id among ties) and
  * sum exp(l - max) in double; for a row drawn from adjusted logits, also
@@ -533,8 +534,12 @@ int cuda_sample(rlBackend *be, const float *logits, int vocab, int row0, int n, 
     rlCuda *c = cuda_of(be);
     cudaSetDevice(c->device);
     const rlRowSpec *rows = c->d_rows + row0;
-    /* Enough blocks over all rows to fill the GPU twice. */
-    int chunks = n > 0 ? (2 * c->sm_count + n - 1) / n : 1;
+    /* Enough blocks over all rows to fill the GPU twice; with
+     * --batch-invariant a fixed count, since a row's exp sum adds its chunks'
+     * sums in chunk order (and each chunk's in its block's order). */
+    int chunks = c->invariant ? STATS_INVARIANT_CHUNKS
+                 : n > 0      ? (2 * c->sm_count + n - 1) / n
+                              : 1;
     if (chunks > STATS_MAX_CHUNKS) chunks = STATS_MAX_CHUNKS;
     if (chunks < (vocab + STATS_MAX_CHUNK - 1) / STATS_MAX_CHUNK)
         chunks = (vocab + STATS_MAX_CHUNK - 1) / STATS_MAX_CHUNK;

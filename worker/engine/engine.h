@@ -32,7 +32,7 @@ typedef struct rlEngineOptions {
                                  * as vLLM does (engine_default_batched_tokens) */
     int offline;                /* redlm generate: vLLM's offline (LLM class) defaults */
     int batch_invariant;        /* --batch-invariant: a token's numbers independent of the
-                                 * batch and of the prompt's chunking (CPU backend) */
+                                 * batch and of the prompt's chunking (CPU; CUDA up to --tp 2) */
     int max_model_len;          /* default: max_position_embeddings */
     int prefix_caching;         /* default 1 */
     int tp, pp;                 /* default 1, 1 */

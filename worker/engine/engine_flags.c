@@ -66,7 +66,8 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
     flags_bool(fs, "--batch-invariant", &o->batch_invariant,
                "bit-identical tokens and logprobs whatever else is\n"
                "in the batch and however a prompt is chunked, at a\n"
-               "cost in speed (CPU backend only, for now)");
+               "cost in speed (CPU: sgemm off; CUDA: one tiled GEMM,\n"
+               "no cuBLAS, no decode attention kernel; --tp 1 or 2)");
     layout_flags_add(fs, &f->lay);
 }
 

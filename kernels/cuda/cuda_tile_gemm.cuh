@@ -1,0 +1,139 @@
+/* cuda_tile_gemm.cuh: one 64 x 64 tile of C = A . B^T on tensor cores, the
+ * kernel of moe.cu's grouped expert GEMMs and of gemm.cu's batch-invariant
+ * path (--batch-invariant), so the two share one GEMM instead of two.
+ *
+ * A rows and B rows are K-contiguous (the weights' own layout); K must be a
+ * multiple of 8 and the rows 16-byte aligned (one 16-byte load per 8
+ * elements, zero past K).  A block takes a tile of up to 64 rows: from the
+ * grouped GEMMs' tile list on the device (tiles != NULL: expert, first row,
+ * row count), else rows blockIdx.y * 64 ... of a dense product of `rows`
+ * rows.  4 warps of 32 x 32 each, K in steps of 32 through shared memory.
+ *
+ * Why it is batch-invariant: every output element is one chain of
+ * m16n8k16 mma steps over k = 0, 16, 32 ... from a zero accumulator, then
+ * the epilogue's per-element arithmetic.  No split of K, no choice of tile
+ * by shape: an element's value depends on its own row of A and column of B
+ * only, never on the tile's other rows, where in the tile the row sits, or
+ * how many rows the call has.
+ *
+ * Epilogues: TG_SWIGLU (gate/up of the experts: A rows gathered through
+ * perm, B rows 32 gate then 32 up rows of the tile's expert, silu(gate) * up
+ * written to T), TG_F32 (fp32 out: the experts' down projections, summed
+ * per token before one rounding; the LM head), TG_ACT (T out, + bias[col]
+ * when given, one rounding: a linear layer). */
+#ifndef RL_CUDA_TILE_GEMM_CUH
+#define RL_CUDA_TILE_GEMM_CUH
+
+#include "kernels/cuda/cuda_mma.cuh"
+#include "kernels/cuda/cuda_types.cuh"
+
+#define TG_BM 64            /* rows per tile (rl_moe_scratch_bytes's 64) */
+#define TG_BN 64            /* weight rows per tile (gate/up: 32 gate + 32 up) */
+#define TG_BK 32
+#define TG_LD (TG_BK + 8)   /* padded shared-memory row: ldmatrix rows in distinct banks */
+#define TG_THREADS 128
+
+enum { TG_SWIGLU, TG_F32, TG_ACT };
+
+/* out (N columns, or m for TG_SWIGLU) = a . w^T over K; the tile's expert's
+ * weights start at w + e * (TG_SWIGLU ? 2 m : N) * K. */
+template <typename T, int EPI>
+__global__ void __launch_bounds__(TG_THREADS)
+tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *tiles,
+                 const int *n_tiles, const int *perm, int k_top, int K, int N, int m, int rows) {
+    __shared__ __align__(16) T As[TG_BM * TG_LD];
+    __shared__ __align__(16) T Bs[TG_BN * TG_LD];
+    __shared__ float Cs[TG_BM][TG_BN + 4];
+    constexpr bool GATE_UP = EPI == TG_SWIGLU;
+    int e = 0, row0, nrows;
+    if (tiles) {
+        if ((int)blockIdx.y >= *n_tiles) return;
+        const int4 tile = tiles[blockIdx.y];
+        e = tile.x, row0 = tile.y, nrows = tile.z;
+    } else {
+        row0 = blockIdx.y * TG_BM, nrows = min(TG_BM, rows - row0);
+    }
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
+    int col0 = blockIdx.x * (GATE_UP ? TG_BN / 2 : TG_BN);
+    const T *we = w + (size_t)e * (GATE_UP ? 2 * (size_t)m : (size_t)N) * K;
+
+    /* This thread's two 8-element chunks of each tile: row c / 4, column 8 (c % 4). */
+    const T *arow[2], *brow[2];
+    int chunk_row[2], chunk_k[2];
+    for (int i = 0; i < 2; i++) {
+        int ch = tid + i * TG_THREADS, r = ch >> 2;
+        chunk_row[i] = r, chunk_k[i] = (ch & 3) * 8;
+        arow[i] = NULL;
+        if (r < nrows)
+            arow[i] = GATE_UP ? a + (size_t)(perm[row0 + r] / k_top) * K
+                              : a + (size_t)(row0 + r) * K;
+        int br;
+        bool ok;
+        if (GATE_UP) {
+            int j = col0 + (r & 31);
+            ok = j < m, br = r < 32 ? j : m + j;
+        } else {
+            br = col0 + r, ok = br < N;
+        }
+        brow[i] = ok ? we + (size_t)br * K : NULL;
+    }
+
+    float acc[2][4][4] = {};
+    for (int k0 = 0; k0 < K; k0 += TG_BK) {
+        for (int i = 0; i < 2; i++) {
+            int kk = k0 + chunk_k[i];
+            uint4 av = make_uint4(0, 0, 0, 0), bv = make_uint4(0, 0, 0, 0);
+            if (arow[i] && kk < K) av = *(const uint4 *)(arow[i] + kk);
+            if (brow[i] && kk < K) bv = *(const uint4 *)(brow[i] + kk);
+            *(uint4 *)&As[chunk_row[i] * TG_LD + chunk_k[i]] = av;
+            *(uint4 *)&Bs[chunk_row[i] * TG_LD + chunk_k[i]] = bv;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int ks = 0; ks < TG_BK; ks += 16) {
+            uint32_t af[2][4], bfr[2][4];
+            for (int mi = 0; mi < 2; mi++)
+                ldsm_x4(af[mi], &As[(wm * 32 + mi * 16 + (lane & 15)) * TG_LD + ks +
+                                    (lane >> 4) * 8]);
+            for (int nj = 0; nj < 2; nj++)
+                ldsm_x4(bfr[nj], &Bs[(wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) *
+                                         TG_LD + ks + ((lane >> 3) & 1) * 8]);
+            for (int mi = 0; mi < 2; mi++)
+                for (int ni = 0; ni < 4; ni++)
+                    mma16816(acc[mi][ni], af[mi], bfr[ni >> 1][(ni & 1) * 2],
+                             bfr[ni >> 1][(ni & 1) * 2 + 1], T());
+        }
+        __syncthreads();
+    }
+    int g = lane >> 2, q = lane & 3;
+    for (int mi = 0; mi < 2; mi++)
+        for (int ni = 0; ni < 4; ni++) {
+            int r = wm * 32 + mi * 16 + g, cc = wn * 32 + ni * 8 + 2 * q;
+            Cs[r][cc] = acc[mi][ni][0], Cs[r][cc + 1] = acc[mi][ni][1];
+            Cs[r + 8][cc] = acc[mi][ni][2], Cs[r + 8][cc + 1] = acc[mi][ni][3];
+        }
+    __syncthreads();
+    if (GATE_UP) {
+        for (int i = tid; i < TG_BM * 32; i += TG_THREADS) {
+            int r = i >> 5, cc = i & 31;
+            if (r >= nrows || col0 + cc >= m) continue;
+            float gv = Cs[r][cc], uv = Cs[r][32 + cc];
+            st((T *)out + (size_t)(row0 + r) * m + col0 + cc, gv / (1.0f + expf(-gv)) * uv);
+        }
+    } else {
+        for (int i = tid; i < TG_BM * TG_BN; i += TG_THREADS) {
+            int r = i >> 6, cc = i & 63;
+            if (r >= nrows || col0 + cc >= N) continue;
+            const size_t o = (size_t)(row0 + r) * N + col0 + cc;
+            if (EPI == TG_F32) {
+                ((float *)out)[o] = Cs[r][cc];
+            } else {
+                float v = Cs[r][cc];
+                if (bias) v += ld(bias + col0 + cc);
+                st((T *)out + o, v);
+            }
+        }
+    }
+}
+
+#endif
