@@ -7,7 +7,12 @@
  * elements, zero past K).  A block takes a tile of up to 64 rows: from the
  * grouped GEMMs' tile list on the device (tiles != NULL: expert, first row,
  * row count), else rows blockIdx.y * 64 ... of a dense product of `rows`
- * rows.  4 warps of 32 x 32 each, K in steps of 32 through shared memory.
+ * rows.  4 warps of 32 x 32 each, K in steps of 32 through shared memory:
+ * either loaded through registers one step at a time (STAGES = 1, what the
+ * expert GEMMs were measured with) or pipelined through cp.async, STAGES - 1
+ * steps in flight while one is multiplied (what a block with few tiles
+ * needs to stream its weights: a decode step's down projection has 56
+ * blocks of 592 K steps at the 7B shape); RL_CUDA_TILE_PIPE picks.
  *
  * Why it is batch-invariant: every output element is one chain of
  * m16n8k16 mma steps over k = 0, 16, 32 ... from a zero accumulator, then
@@ -27,23 +32,54 @@
 #include "kernels/cuda/cuda_mma.cuh"
 #include "kernels/cuda/cuda_types.cuh"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define TG_BM 64            /* rows per tile (rl_moe_scratch_bytes's 64) */
 #define TG_BN 64            /* weight rows per tile (gate/up: 32 gate + 32 up) */
 #define TG_BK 32
 #define TG_LD (TG_BK + 8)   /* padded shared-memory row: ldmatrix rows in distinct banks */
 #define TG_THREADS 128
+#define TG_STAGES 4         /* K steps in flight in the pipelined loop */
 
 enum { TG_SWIGLU, TG_F32, TG_ACT };
 
+/* Shared memory of one block: STAGES pairs of A and B tiles and the
+ * epilogue's fp32 C tile, which the pipelined loop lays over its stages once
+ * they are done (40 KiB, under the 48 KiB of static shared memory); the
+ * plain loop keeps it apart, as it was measured (ptxas spills the plain
+ * loop's registers when C overlaps its tiles). */
+#define TG_TILE_ELEMS (TG_BM * TG_LD)
+#define TG_C_BYTES (TG_BM * (TG_BN + 4) * 4)
+#define TG_AB_BYTES(STAGES, T) ((STAGES) * 2 * TG_TILE_ELEMS * sizeof(T))
+#define TG_C_OFFSET(STAGES, T) ((STAGES) == 1 ? TG_AB_BYTES(1, T) : 0)
+#define TG_SMEM(STAGES, T)                                                   \
+    ((STAGES) == 1 ? TG_AB_BYTES(1, T) + TG_C_BYTES                          \
+     : TG_AB_BYTES(STAGES, T) > TG_C_BYTES ? TG_AB_BYTES(STAGES, T) : TG_C_BYTES)
+
+/* Which loop a caller's tile GEMMs take: RL_CUDA_TILE_PIPE=1 the pipelined
+ * one (STAGES = TG_STAGES: cp.async, TG_STAGES - 1 K steps loading while
+ * one is multiplied), =0 the plain one (STAGES = 1: registers to shared
+ * memory, then the mma), else the caller's default.  Both give the same
+ * bits: only when the tiles arrive changes. */
+static inline bool tile_gemm_pipelined(bool dflt) {
+    static int v = -2;
+    if (v == -2) {
+        const char *e = getenv("RL_CUDA_TILE_PIPE");
+        v = !e || !*e ? -1 : strcmp(e, "0") != 0;
+    }
+    return v < 0 ? dflt : v != 0;
+}
+
 /* out (N columns, or m for TG_SWIGLU) = a . w^T over K; the tile's expert's
  * weights start at w + e * (TG_SWIGLU ? 2 m : N) * K. */
-template <typename T, int EPI>
+template <typename T, int EPI, int STAGES>
 __global__ void __launch_bounds__(TG_THREADS)
 tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *tiles,
                  const int *n_tiles, const int *perm, int k_top, int K, int N, int m, int rows) {
-    __shared__ __align__(16) T As[TG_BM * TG_LD];
-    __shared__ __align__(16) T Bs[TG_BN * TG_LD];
-    __shared__ float Cs[TG_BM][TG_BN + 4];
+    __shared__ __align__(16) unsigned char smem[TG_SMEM(STAGES, T)];
+    T *const st0 = (T *)smem;     /* stage s: A tile at st0 + 2 s TILE, B tile after it */
+    float (*Cs)[TG_BN + 4] = (float (*)[TG_BN + 4])(smem + TG_C_OFFSET(STAGES, T));
     constexpr bool GATE_UP = EPI == TG_SWIGLU;
     int e = 0, row0, nrows;
     if (tiles) {
@@ -59,10 +95,11 @@ tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *t
 
     /* This thread's two 8-element chunks of each tile: row c / 4, column 8 (c % 4). */
     const T *arow[2], *brow[2];
-    int chunk_row[2], chunk_k[2];
+    int chunk_off[2], chunk_k[2];
+#pragma unroll
     for (int i = 0; i < 2; i++) {
         int ch = tid + i * TG_THREADS, r = ch >> 2;
-        chunk_row[i] = r, chunk_k[i] = (ch & 3) * 8;
+        chunk_off[i] = r * TG_LD + (ch & 3) * 8, chunk_k[i] = (ch & 3) * 8;
         arow[i] = NULL;
         if (r < nrows)
             arow[i] = GATE_UP ? a + (size_t)(perm[row0 + r] / k_top) * K
@@ -78,17 +115,10 @@ tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *t
         brow[i] = ok ? we + (size_t)br * K : NULL;
     }
 
+    /* One K step of the tile from shared memory: per warp 32 x 32, two
+     * 16-deep mma steps, k in increasing order. */
     float acc[2][4][4] = {};
-    for (int k0 = 0; k0 < K; k0 += TG_BK) {
-        for (int i = 0; i < 2; i++) {
-            int kk = k0 + chunk_k[i];
-            uint4 av = make_uint4(0, 0, 0, 0), bv = make_uint4(0, 0, 0, 0);
-            if (arow[i] && kk < K) av = *(const uint4 *)(arow[i] + kk);
-            if (brow[i] && kk < K) bv = *(const uint4 *)(brow[i] + kk);
-            *(uint4 *)&As[chunk_row[i] * TG_LD + chunk_k[i]] = av;
-            *(uint4 *)&Bs[chunk_row[i] * TG_LD + chunk_k[i]] = bv;
-        }
-        __syncthreads();
+    auto multiply = [&](const T *As, const T *Bs) {
 #pragma unroll
         for (int ks = 0; ks < TG_BK; ks += 16) {
             uint32_t af[2][4], bfr[2][4];
@@ -103,7 +133,55 @@ tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *t
                     mma16816(acc[mi][ni], af[mi], bfr[ni >> 1][(ni & 1) * 2],
                              bfr[ni >> 1][(ni & 1) * 2 + 1], T());
         }
-        __syncthreads();
+    };
+    if constexpr (STAGES == 1) {
+        T *As = st0, *Bs = st0 + TG_TILE_ELEMS;
+        for (int k0 = 0; k0 < K; k0 += TG_BK) {
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                int kk = k0 + chunk_k[i];
+                uint4 av = make_uint4(0, 0, 0, 0), bv = make_uint4(0, 0, 0, 0);
+                if (arow[i] && kk < K) av = *(const uint4 *)(arow[i] + kk);
+                if (brow[i] && kk < K) bv = *(const uint4 *)(brow[i] + kk);
+                *(uint4 *)&As[chunk_off[i]] = av;
+                *(uint4 *)&Bs[chunk_off[i]] = bv;
+            }
+            __syncthreads();
+            multiply(As, Bs);
+            __syncthreads();
+        }
+    } else {
+        /* K step t lives in stage t % STAGES; chunks past K or past the
+         * tile's rows are zero-filled (the source then is only a valid
+         * address, not read). */
+        const int steps = (K + TG_BK - 1) / TG_BK;
+        auto load = [&](int t) {
+            T *As = st0 + (t % STAGES) * 2 * TG_TILE_ELEMS, *Bs = As + TG_TILE_ELEMS;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int kk = t * TG_BK + chunk_k[i];
+                const bool av = arow[i] && kk < K, bv = brow[i] && kk < K;
+                cp_async16(&As[chunk_off[i]], av ? arow[i] + kk : a, av);
+                cp_async16(&Bs[chunk_off[i]], bv ? brow[i] + kk : w, bv);
+            }
+        };
+#pragma unroll
+        for (int t = 0; t < STAGES - 1; t++) {
+            if (t < steps) load(t);
+            cp_async_commit();
+        }
+        for (int t = 0; t < steps; t++) {
+            /* One commit group per K step (empty past the end), so
+             * all but the newest STAGES - 2 done means step t is here. */
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();      /* step t visible; every warp done with step t - 1's stage */
+            if (t + STAGES - 1 < steps) load(t + STAGES - 1);
+            cp_async_commit();
+            const T *As = st0 + (t % STAGES) * 2 * TG_TILE_ELEMS;
+            multiply(As, As + TG_TILE_ELEMS);
+        }
+        cp_async_wait<0>();
+        __syncthreads();          /* every warp done with the stages: C goes over them */
     }
     int g = lane >> 2, q = lane & 3;
     for (int mi = 0; mi < 2; mi++)

@@ -259,13 +259,21 @@ template <typename T>
 static void gemm_invariant_launch(rlCuda *c, void *out, const void *in, const void *w,
                                   const void *bias, int rows, int n, int k, int f32out) {
     const dim3 grid((unsigned)((n + TG_BN - 1) / TG_BN), (unsigned)((rows + TG_BM - 1) / TG_BM));
-    if (f32out)
-        tile_gemm_kernel<T, TG_F32><<<grid, TG_THREADS, 0, c->stream>>>(
-            out, (const T *)in, (const T *)w, NULL, NULL, NULL, NULL, 1, k, n, 0, rows);
-    else
-        tile_gemm_kernel<T, TG_ACT><<<grid, TG_THREADS, 0, c->stream>>>(
-            out, (const T *)in, (const T *)w, (const T *)bias, NULL, NULL, NULL, 1, k, n, 0,
-            rows);
+    const T *x = (const T *)in, *wt = (const T *)w, *b = (const T *)bias;
+    if (tile_gemm_pipelined(true)) {
+        if (f32out)
+            tile_gemm_kernel<T, TG_F32, TG_STAGES><<<grid, TG_THREADS, 0, c->stream>>>(
+                out, x, wt, NULL, NULL, NULL, NULL, 1, k, n, 0, rows);
+        else
+            tile_gemm_kernel<T, TG_ACT, TG_STAGES><<<grid, TG_THREADS, 0, c->stream>>>(
+                out, x, wt, b, NULL, NULL, NULL, 1, k, n, 0, rows);
+    } else if (f32out) {
+        tile_gemm_kernel<T, TG_F32, 1><<<grid, TG_THREADS, 0, c->stream>>>(
+            out, x, wt, NULL, NULL, NULL, NULL, 1, k, n, 0, rows);
+    } else {
+        tile_gemm_kernel<T, TG_ACT, 1><<<grid, TG_THREADS, 0, c->stream>>>(
+            out, x, wt, b, NULL, NULL, NULL, 1, k, n, 0, rows);
+    }
 }
 
 static void gemm_invariant(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
