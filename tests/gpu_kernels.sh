@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # gpu_kernels.sh: the CUDA op test on a GPU machine (a GPU that nvidia-smi
 # lists but CUDA cannot use is a failure, not a skip); two runs on different
-# random inputs.
+# random inputs, then the tests of the tile GEMM's other loop.
 set -eu
 source "$(dirname "$0")/skip_without_gpu.sh"
 RL_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_ops"
 RL_REQUIRE_GPU=1 RL_TEST_SEED=$(( $(date +%s) + 1 )) "$BUILD/tests/test_cuda_ops"
+# The tile GEMM's other K loop (cuda_tile_gemm.cuh): the plain one for
+# --batch-invariant's products, the pipelined one for the expert GEMMs.
+RL_REQUIRE_GPU=1 RL_CUDA_TILE_PIPE=0 "$BUILD/tests/test_cuda_ops" test_matmul_invariant
+RL_REQUIRE_GPU=1 RL_CUDA_TILE_PIPE=1 "$BUILD/tests/test_cuda_ops" test_moe
