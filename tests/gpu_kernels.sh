@@ -6,7 +6,9 @@ set -eu
 source "$(dirname "$0")/skip_without_gpu.sh"
 RL_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_ops"
 RL_REQUIRE_GPU=1 RL_TEST_SEED=$(( $(date +%s) + 1 )) "$BUILD/tests/test_cuda_ops"
-# The tile GEMM's other K loop (cuda_tile_gemm.cuh): the plain one for
+# The tile GEMM's other K loops (cuda_tile_gemm.cuh): each one alone for
 # --batch-invariant's products, the pipelined one for the expert GEMMs.
-RL_REQUIRE_GPU=1 RL_CUDA_TILE_PIPE=0 "$BUILD/tests/test_cuda_ops" test_matmul_invariant
-RL_REQUIRE_GPU=1 RL_CUDA_TILE_PIPE=1 "$BUILD/tests/test_cuda_ops" test_moe
+for pipe in 0 4 8; do
+    RL_REQUIRE_GPU=1 RL_CUDA_TILE_PIPE=$pipe "$BUILD/tests/test_cuda_ops" test_matmul_invariant
+done
+RL_REQUIRE_GPU=1 RL_CUDA_TILE_PIPE=4 "$BUILD/tests/test_cuda_ops" test_moe

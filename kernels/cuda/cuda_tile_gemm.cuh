@@ -12,7 +12,10 @@
  * expert GEMMs were measured with) or pipelined through cp.async, STAGES - 1
  * steps in flight while one is multiplied (what a block with few tiles
  * needs to stream its weights: a decode step's down projection has 56
- * blocks of 592 K steps at the 7B shape); RL_CUDA_TILE_PIPE picks.
+ * blocks of 592 K steps at the 7B shape, so the fewer a call's blocks, the
+ * deeper its pipeline should be); RL_CUDA_TILE_PIPE overrides the callers'
+ * choices.  The kernel is static: each .cu file that includes this holds
+ * its own instantiations (and sets the deep loop's shared memory for them).
  *
  * Why it is batch-invariant: every output element is one chain of
  * m16n8k16 mma steps over k = 0, 16, 32 ... from a zero accumulator, then
@@ -40,15 +43,17 @@
 #define TG_BK 32
 #define TG_LD (TG_BK + 8)   /* padded shared-memory row: ldmatrix rows in distinct banks */
 #define TG_THREADS 128
-#define TG_STAGES 4         /* K steps in flight in the pipelined loop */
+#define TG_STAGES 4         /* K steps in flight - 1 in the pipelined loop */
+#define TG_DEEP_STAGES 8    /* the deep loop: for calls of few blocks (dynamic shared memory) */
 
 enum { TG_SWIGLU, TG_F32, TG_ACT };
 
 /* Shared memory of one block: STAGES pairs of A and B tiles and the
- * epilogue's fp32 C tile, which the pipelined loop lays over its stages once
- * they are done (40 KiB, under the 48 KiB of static shared memory); the
- * plain loop keeps it apart, as it was measured (ptxas spills the plain
- * loop's registers when C overlaps its tiles). */
+ * epilogue's fp32 C tile, which the pipelined loops lay over their stages
+ * once they are done (40 KiB at 4 stages, under the 48 KiB of static shared
+ * memory; 80 KiB at 8, dynamic); the plain loop keeps it apart, as it was
+ * measured (ptxas spills the plain loop's registers when C overlaps its
+ * tiles). */
 #define TG_TILE_ELEMS (TG_BM * TG_LD)
 #define TG_C_BYTES (TG_BM * (TG_BN + 4) * 4)
 #define TG_AB_BYTES(STAGES, T) ((STAGES) * 2 * TG_TILE_ELEMS * sizeof(T))
@@ -56,28 +61,31 @@ enum { TG_SWIGLU, TG_F32, TG_ACT };
 #define TG_SMEM(STAGES, T)                                                   \
     ((STAGES) == 1 ? TG_AB_BYTES(1, T) + TG_C_BYTES                          \
      : TG_AB_BYTES(STAGES, T) > TG_C_BYTES ? TG_AB_BYTES(STAGES, T) : TG_C_BYTES)
+/* The dynamic part of a launch's shared memory (the deep loop's). */
+#define TG_DYN_SMEM(STAGES, T) ((STAGES) > TG_STAGES ? TG_SMEM(STAGES, T) : 0)
 
-/* Which loop a caller's tile GEMMs take: RL_CUDA_TILE_PIPE=1 the pipelined
- * one (STAGES = TG_STAGES: cp.async, TG_STAGES - 1 K steps loading while
- * one is multiplied), =0 the plain one (STAGES = 1: registers to shared
- * memory, then the mma), else the caller's default.  Both give the same
- * bits: only when the tiles arrive changes. */
-static inline bool tile_gemm_pipelined(bool dflt) {
+/* RL_CUDA_TILE_PIPE, the K loop every tile GEMM takes: 0 the plain one
+ * (registers to shared memory, then the mma), 4 or 8 that many cp.async
+ * stages (the expert GEMMs take 4 for 8); unset (-1): each caller's
+ * default.  All give the same bits: only when the tiles arrive changes. */
+static inline int tile_gemm_pipe_env(void) {
     static int v = -2;
     if (v == -2) {
         const char *e = getenv("RL_CUDA_TILE_PIPE");
-        v = !e || !*e ? -1 : strcmp(e, "0") != 0;
+        v = !e || !*e ? -1 : !strcmp(e, "0") ? 0 : !strcmp(e, "8") ? 8 : TG_STAGES;
     }
-    return v < 0 ? dflt : v != 0;
+    return v;
 }
 
 /* out (N columns, or m for TG_SWIGLU) = a . w^T over K; the tile's expert's
  * weights start at w + e * (TG_SWIGLU ? 2 m : N) * K. */
 template <typename T, int EPI, int STAGES>
-__global__ void __launch_bounds__(TG_THREADS)
+static __global__ void __launch_bounds__(TG_THREADS)
 tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *tiles,
                  const int *n_tiles, const int *perm, int k_top, int K, int N, int m, int rows) {
-    __shared__ __align__(16) unsigned char smem[TG_SMEM(STAGES, T)];
+    __shared__ __align__(16) unsigned char smem_static[TG_DYN_SMEM(STAGES, T) ? 16 : TG_SMEM(STAGES, T)];
+    extern __shared__ __align__(16) unsigned char tg_smem_dyn[];
+    unsigned char *const smem = TG_DYN_SMEM(STAGES, T) ? tg_smem_dyn : smem_static;
     T *const st0 = (T *)smem;     /* stage s: A tile at st0 + 2 s TILE, B tile after it */
     float (*Cs)[TG_BN + 4] = (float (*)[TG_BN + 4])(smem + TG_C_OFFSET(STAGES, T));
     constexpr bool GATE_UP = EPI == TG_SWIGLU;

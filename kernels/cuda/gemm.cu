@@ -68,6 +68,78 @@ static int gemm_tune(rlCuda *c, rlGemmAlgo *g, const cublasLtMatmulHeuristicResu
     return best;
 }
 
+/* ---- --batch-invariant: the tile GEMM (see the top of this file) ---- */
+
+/* Up to this many rows (decode batches: one or two row tiles, so as few
+ * blocks as the weights have 64-row tiles) the deep K loop, whose 7 steps
+ * in flight per block stream the weights where few blocks share the GPU;
+ * above it 4 stages, which leave room for more resident blocks.  Which loop
+ * runs changes no bit; RL_CUDA_TILE_PIPE overrides. */
+#define GEMM_DEEP_ROWS 128
+
+template <typename T, int E>
+static void gemm_invariant_launch(rlCuda *c, void *out, const void *in, const void *w,
+                                  const void *bias, int rows, int n, int k) {
+    const dim3 grid((unsigned)((n + TG_BN - 1) / TG_BN), (unsigned)((rows + TG_BM - 1) / TG_BM));
+    const T *x = (const T *)in, *wt = (const T *)w, *b = (const T *)bias;
+    const int pipe = tile_gemm_pipe_env();
+    const int stages = pipe >= 0 ? pipe : rows <= GEMM_DEEP_ROWS ? TG_DEEP_STAGES : TG_STAGES;
+    if (stages == 0)
+        tile_gemm_kernel<T, E, 1><<<grid, TG_THREADS, 0, c->stream>>>(
+            out, x, wt, b, NULL, NULL, NULL, 1, k, n, 0, rows);
+    else if (stages == TG_STAGES)
+        tile_gemm_kernel<T, E, TG_STAGES><<<grid, TG_THREADS, 0, c->stream>>>(
+            out, x, wt, b, NULL, NULL, NULL, 1, k, n, 0, rows);
+    else
+        tile_gemm_kernel<T, E, TG_DEEP_STAGES>
+            <<<grid, TG_THREADS, TG_DYN_SMEM(TG_DEEP_STAGES, T), c->stream>>>(
+                out, x, wt, b, NULL, NULL, NULL, 1, k, n, 0, rows);
+}
+
+static void gemm_invariant(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
+                           const void *bias, int rows, int n, int k, int f32out,
+                           const char *op) {
+    if (k % 8 || (wt != RL_BF16 && wt != RL_F16) || (((uintptr_t)in | (uintptr_t)w) & 15) ||
+        (rows + TG_BM - 1) / TG_BM > 65535) {
+        cuda_fail(c, RL_EUSAGE, "%s: --batch-invariant's GEMM takes 16-bit weights, k a "
+                  "multiple of 8, 16-byte aligned rows and at most %d rows; this %d x %d x %d "
+                  "product does not fit: run it without --batch-invariant", op, 65535 * TG_BM,
+                  rows, n, k);
+        return;
+    }
+    PROF(c, "gemm invariant %dx%d%s", n, k, f32out ? " f32" : "");
+    if (wt == RL_F16) {
+        if (f32out) gemm_invariant_launch<f16, TG_F32>(c, out, in, w, NULL, rows, n, k);
+        else gemm_invariant_launch<f16, TG_ACT>(c, out, in, w, bias, rows, n, k);
+    } else {
+        if (f32out) gemm_invariant_launch<bf16, TG_F32>(c, out, in, w, NULL, rows, n, k);
+        else gemm_invariant_launch<bf16, TG_ACT>(c, out, in, w, bias, rows, n, k);
+    }
+    cuda_launched(c, op);
+}
+
+template <typename T, int E> static cudaError_t gemm_invariant_allow_smem() {
+    return cudaFuncSetAttribute(tile_gemm_kernel<T, E, TG_DEEP_STAGES>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)TG_DYN_SMEM(TG_DEEP_STAGES, T));
+}
+
+/* The deep loop's shared memory, allowed once per device, outside any capture. */
+static int gemm_invariant_init(rlCuda *c, rlError *err) {
+    const size_t need = TG_DYN_SMEM(TG_DEEP_STAGES, bf16);
+    cudaError_t e = need > c->arch.smem_block ? cudaErrorInvalidValue : cudaSuccess;
+    if (e == cudaSuccess) e = gemm_invariant_allow_smem<bf16, TG_F32>();
+    if (e == cudaSuccess) e = gemm_invariant_allow_smem<bf16, TG_ACT>();
+    if (e == cudaSuccess) e = gemm_invariant_allow_smem<f16, TG_F32>();
+    if (e == cudaSuccess) e = gemm_invariant_allow_smem<f16, TG_ACT>();
+    if (e != cudaSuccess)
+        return rl_error(err, RL_EDEVICE,
+                        "CUDA backend, device %d: --batch-invariant's GEMM needs %zu KiB of "
+                        "shared memory per block (this GPU allows %zu KiB): %s", c->device,
+                        need >> 10, c->arch.smem_block >> 10, cudaGetErrorString(e));
+    return 0;
+}
+
 cudaDataType_t cuda_lt_type(rlDtype t) {
     return t == RL_F32 ? CUDA_R_32F : t == RL_F16 ? CUDA_R_16F : CUDA_R_16BF;
 }
@@ -83,7 +155,7 @@ int cuda_gemm_init(rlCuda *c, rlError *err) {
         return rl_error(err, RL_EMEMORY,
                         "CUDA backend, device %d: cannot allocate the GEMM workspace: %s",
                         c->device, cudaGetErrorString(e));
-    return 0;
+    return c->invariant ? gemm_invariant_init(c, err) : 0;
 }
 
 void cuda_gemm_free(rlCuda *c) {
@@ -252,45 +324,6 @@ static int gemv_run(rlCuda *c, rlDtype wt, void *out, const void *in, const void
         else gemv_launch(c, (bf16 *)out, (const bf16 *)in, (const bf16 *)w, (const bf16 *)bias, rows, n, k, op);
     }
     return 1;
-}
-
-/* The batch-invariant product (see the top of this file). */
-template <typename T>
-static void gemm_invariant_launch(rlCuda *c, void *out, const void *in, const void *w,
-                                  const void *bias, int rows, int n, int k, int f32out) {
-    const dim3 grid((unsigned)((n + TG_BN - 1) / TG_BN), (unsigned)((rows + TG_BM - 1) / TG_BM));
-    const T *x = (const T *)in, *wt = (const T *)w, *b = (const T *)bias;
-    if (tile_gemm_pipelined(true)) {
-        if (f32out)
-            tile_gemm_kernel<T, TG_F32, TG_STAGES><<<grid, TG_THREADS, 0, c->stream>>>(
-                out, x, wt, NULL, NULL, NULL, NULL, 1, k, n, 0, rows);
-        else
-            tile_gemm_kernel<T, TG_ACT, TG_STAGES><<<grid, TG_THREADS, 0, c->stream>>>(
-                out, x, wt, b, NULL, NULL, NULL, 1, k, n, 0, rows);
-    } else if (f32out) {
-        tile_gemm_kernel<T, TG_F32, 1><<<grid, TG_THREADS, 0, c->stream>>>(
-            out, x, wt, NULL, NULL, NULL, NULL, 1, k, n, 0, rows);
-    } else {
-        tile_gemm_kernel<T, TG_ACT, 1><<<grid, TG_THREADS, 0, c->stream>>>(
-            out, x, wt, b, NULL, NULL, NULL, 1, k, n, 0, rows);
-    }
-}
-
-static void gemm_invariant(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
-                           const void *bias, int rows, int n, int k, int f32out,
-                           const char *op) {
-    if (k % 8 || (wt != RL_BF16 && wt != RL_F16) || (((uintptr_t)in | (uintptr_t)w) & 15) ||
-        (rows + TG_BM - 1) / TG_BM > 65535) {
-        cuda_fail(c, RL_EUSAGE, "%s: --batch-invariant's GEMM takes 16-bit weights, k a "
-                  "multiple of 8, 16-byte aligned rows and at most %d rows; this %d x %d x %d "
-                  "product does not fit: run it without --batch-invariant", op, 65535 * TG_BM,
-                  rows, n, k);
-        return;
-    }
-    PROF(c, "gemm invariant %dx%d%s", n, k, f32out ? " f32" : "");
-    if (wt == RL_F16) gemm_invariant_launch<f16>(c, out, in, w, bias, rows, n, k, f32out);
-    else gemm_invariant_launch<bf16>(c, out, in, w, bias, rows, n, k, f32out);
-    cuda_launched(c, op);
 }
 
 void cuda_gemm(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,

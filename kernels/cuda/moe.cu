@@ -518,7 +518,7 @@ static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown,
     moe_sort_kernel<<<1, 1024, 0, c->stream>>>(tiles, n_tiles, perm, pos, ids, (int)pairs, E);
     const dim3 gu_grid((m + 31) / 32, (unsigned)max_tiles);
     const dim3 down_grid((dim + TG_BN - 1) / TG_BN, (unsigned)max_tiles);
-    if (tile_gemm_pipelined(false)) {    /* RL_CUDA_TILE_PIPE=1 (cuda_tile_gemm.cuh) */
+    if (tile_gemm_pipe_env() > 0) {    /* RL_CUDA_TILE_PIPE=4 or 8 (cuda_tile_gemm.cuh) */
         tile_gemm_kernel<T, TG_SWIGLU, TG_STAGES><<<gu_grid, TG_THREADS, 0, c->stream>>>(
             h, x, wgu, NULL, tiles, n_tiles, perm, k, dim, 2 * m, m, 0);
         tile_gemm_kernel<T, TG_F32, TG_STAGES><<<down_grid, TG_THREADS, 0, c->stream>>>(
