@@ -13,7 +13,9 @@
  * of the vocabulary slices; pipeline parallelism as a receive before the
  * first layer and a send after the last.  A TP communicator of one rank
  * (--collectives always) is used like any other, so one device runs the
- * same collectives a TP group does.  Everything else is the backend's. */
+ * same collectives a TP group does.  With --batch-invariant over 3 or more
+ * TP ranks an all-reduce is an all-gather and a sum in rank order
+ * (rl_model_invariant_reduce).  Everything else is the backend's. */
 #include "kernels/model.h"
 
 #include <stddef.h>
@@ -23,8 +25,18 @@
 static int model_all_reduce(rlModel *m, void *buf, size_t n, rlError *err) {
     if (!m->tp) return 0;
     /* Collectives read device memory: queued work must have produced it. */
-    if (m->be->ops->sync(m->be, err) != 0) return -1;
-    return m->tp->ops->all_reduce_sum(m->tp, buf, n, m->be->act_dtype, err);
+    rlBackend *be = m->be;
+    if (be->ops->sync(be, err) != 0) return -1;
+    if (!m->reduce_gather)
+        return m->tp->ops->all_reduce_sum(m->tp, buf, n, be->act_dtype, err);
+    /* rl_model_invariant_reduce: every rank's part, then their sum in rank
+     * order, each add rounded to the activation type as a ring's hops are. */
+    size_t bytes = n * rl_dtype_size(be->act_dtype);
+    char *parts = m->reduce_gather;
+    if (m->tp->ops->all_gather(m->tp, buf, parts, n, be->act_dtype, err) != 0) return -1;
+    be->ops->copy2d(be, buf, bytes, parts, bytes, bytes, 1);
+    for (int r = 1; r < m->tp->size; r++) be->ops->add(be, buf, parts + r * bytes, n);
+    return 0;
 }
 
 static int model_check(const rlModel *m, const rlBatch *b, rlError *err) {

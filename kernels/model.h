@@ -140,6 +140,9 @@ typedef struct rlModel {
     float *logits, *logits_full;
     /* with tp: every TP rank's vocabulary slice, gathered ([tp][max_rows * vocab_pad]) */
     float *logits_gather;
+    /* rl_model_invariant_reduce: every TP rank's part of an all-reduce,
+     * gathered ([tp][max_tokens * hidden]); NULL: all-reduces as they are */
+    void *reduce_gather;
     int vocab_pad;       /* the largest slice; all_gather needs equal parts */
     int *tp_vocab0, *tp_n_vocab;   /* [tp] each TP rank's vocabulary rows */
     /* a decode step padded to its bucket (model.c), and its rows' results */
@@ -165,6 +168,13 @@ int rl_model_init(rlModel *m, const rlModelConfig *cfg, const rlShard *shard, rl
                   rlComm *tp, rlComm *pp, rlTensorLookup src, void *src_ctx, uint64_t dummy_seed,
                   int max_tokens, int max_rows, rlError *err);
 
+
+/* --batch-invariant over 3 or more TP ranks: each all-reduce becomes an
+ * all-gather and a sum in rank order, the same whatever the step's size
+ * (NCCL orders a sum of 3 or more ranks by the message's size: ring chunks,
+ * its choice of algorithm); takes the gather buffer now, tp x max_tokens x
+ * hidden activations.  Nothing to do for fewer ranks (2: one a + b). */
+int rl_model_invariant_reduce(rlModel *m, rlError *err);
 
 /* One step.  Non-first stages receive the hidden state from the previous
  * stage, non-last stages send theirs on and return 0 results; the last stage

@@ -411,6 +411,16 @@ fail:
     return -1;
 }
 
+int rl_model_invariant_reduce(rlModel *m, rlError *err) {
+    if (!m->tp || m->tp->size <= 2 || m->reduce_gather) return 0;
+    if (!m->be->ops->copy2d)
+        return rl_error(err, RL_EINTERNAL, "the %s backend cannot sum gathered parts (no "
+                        "copy2d)", m->be->ops->name);
+    size_t n = (size_t)m->tp->size * (size_t)m->max_tokens * (size_t)m->cfg.hidden_size;
+    m->reduce_gather = model_act(m, n, m->be->act_dtype, err);
+    return m->reduce_gather ? 0 : rl_error_wrap(err, "--batch-invariant's all-reduce buffer");
+}
+
 static void model_release(rlBackend *be, void *p) {
     if (p) be->ops->free(be, p);
 }
@@ -433,7 +443,7 @@ void rl_model_free(rlModel *m) {
     if (m->logits_full != m->logits) model_release(be, m->logits_full);
     void *ps[] = {m->embed, m->norm, m->x, m->resid, m->delta, m->qkv, m->att, m->gu,
                   m->mlp, m->rows_x, m->logits, m->logits_gather, m->moe_logits,
-                  m->moe_weights, m->moe_ids};
+                  m->moe_weights, m->moe_ids, m->reduce_gather};
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++) model_release(be, ps[i]);
     free(m->tp_vocab0);
     free(m->tp_n_vocab);

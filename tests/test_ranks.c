@@ -13,7 +13,9 @@
  * up to the first margin under 1e-3.  Models of two layers must refuse the
  * three-stage layouts with a reason instead.  1x1 runs a second time as
  * `--collectives always` does, on a rank thread with communicators of one
- * rank (NCCL on GPUs), under the same checks.  The prompts are those of up
+ * rank (NCCL on GPUs), under the same checks, and 3x1 again with
+ * --batch-invariant (its all-reduces an all-gather and a sum in rank
+ * order).  The prompts are those of up
  * to 100 tokens; RL_TEST_FULL=1 takes all of them. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -181,10 +183,10 @@ static int steps_above(json_t *ref, double m) {
     return n;
 }
 
-static void run_layout(tFix *f, int tp, int pp, int collectives) {
+static void run_layout(tFix *f, int tp, int pp, int collectives, int invariant) {
     rlRanksOptions o = {
         .cfg = f->cfg, .backend = BACKEND, .dtype = DTYPE, .threads = 2, .tp = tp, .pp = pp,
-        .collectives = collectives,
+        .collectives = collectives, .batch_invariant = invariant,
         .src = checkpoint_lookup, .src_ctx = f->ck, .block_size = BLOCK,
         .n_blocks = f->n_blocks, .max_tokens = MAX_TOKENS, .max_rows = MAX_TOKENS, .quiet = 1,
     };
@@ -263,7 +265,7 @@ static void run_layout(tFix *f, int tp, int pp, int collectives) {
 }
 
 #define LAYOUT(tp, pp)                                                  \
-    static void test_##tp##x##pp(void **state) { run_layout(*state, tp, pp, 0); }
+    static void test_##tp##x##pp(void **state) { run_layout(*state, tp, pp, 0, 0); }
 LAYOUT(1, 1)
 LAYOUT(2, 1)
 LAYOUT(3, 1)
@@ -274,7 +276,11 @@ LAYOUT(1, 3)
 LAYOUT(3, 2)
 LAYOUT(2, 3)
 
-static void test_1x1_collectives(void **state) { run_layout(*state, 1, 1, 1); }
+static void test_1x1_collectives(void **state) { run_layout(*state, 1, 1, 1, 0); }
+/* --batch-invariant over 3 TP ranks: the all-reduces as an all-gather and a
+ * sum in rank order (rl_model_invariant_reduce), within the reference's
+ * bounds and the 1x1 run's greedy tokens like any layout. */
+static void test_3x1_invariant(void **state) { run_layout(*state, 3, 1, 0, 1); }
 
 /* A layout the model cannot take fails cleanly at open. */
 static void test_bad_layout(void **state) {
@@ -358,7 +364,7 @@ int main(void) {
         cmocka_unit_test(test_1x1), cmocka_unit_test(test_2x1), cmocka_unit_test(test_3x1),
         cmocka_unit_test(test_4x1), cmocka_unit_test(test_6x1), cmocka_unit_test(test_1x2),
         cmocka_unit_test(test_1x3), cmocka_unit_test(test_3x2), cmocka_unit_test(test_2x3),
-        cmocka_unit_test(test_1x1_collectives),
+        cmocka_unit_test(test_1x1_collectives), cmocka_unit_test(test_3x1_invariant),
         cmocka_unit_test(test_bad_layout), cmocka_unit_test(test_bad_token),
         cmocka_unit_test(test_no_gpu),
     };

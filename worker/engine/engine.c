@@ -296,17 +296,6 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         goto fail;
     }
     if (quant_apply_flag(&e->cfg, o->quantization, !e->ckpt, err)) goto fail;
-    /* NCCL's all-reduce of 3 or more ranks adds them in an order that
-     * follows the message's size (ring chunks, its algorithm choice), so a
-     * row's sum would depend on the step's token count; 2 ranks add once
-     * (a + b is commutative) and the CPU's shared-memory sum runs in rank
-     * order. */
-    if (o->batch_invariant && strcmp(o->backend, "cpu") && o->tp > 2) {
-        rl_error(err, RL_EUSAGE, "--batch-invariant on --backend cuda takes --tp 1 or 2 (NCCL "
-                 "sums 3 or more ranks in an order that depends on the step's size); use "
-                 "--tp 2 with --pp for more GPUs, or drop --batch-invariant");
-        goto fail;
-    }
     quant_dummy_init(&e->qdummy, &e->cfg, o->seed);
     rl_quant_name(&e->cfg.quant, e->quant, sizeof(e->quant));
     if (e->cfg.quant.method)

@@ -166,6 +166,7 @@ static int rank_setup(ranksRank *k, rlError *err) {
                       o->dummy_seed, o->max_tokens, o->max_rows, err))
         return -1;
     k->model_ready = 1;
+    if (o->batch_invariant && rl_model_invariant_reduce(&k->model, err)) return -1;
     long long n_blocks = o->n_blocks;
     if (n_blocks == 0) {
         /* A failure here reaches ranks_fail in rank_main, which releases
