@@ -204,5 +204,8 @@ size_t rl_model_quant_scratch_bytes(const rlModelConfig *cfg, const rlShard *s, 
  * them before any device exists. */
 size_t rl_model_activation_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype act_dtype,
                                  int max_tokens, int max_rows);
+/* Bytes of rl_model_invariant_reduce's gather buffer (0 under 3 TP ranks). */
+size_t rl_model_invariant_reduce_bytes(const rlModelConfig *cfg, const rlShard *s,
+                                       rlDtype act_dtype, int max_tokens);
 
 #endif

@@ -416,8 +416,9 @@ int rl_model_invariant_reduce(rlModel *m, rlError *err) {
     if (!m->be->ops->copy2d)
         return rl_error(err, RL_EINTERNAL, "the %s backend cannot sum gathered parts (no "
                         "copy2d)", m->be->ops->name);
-    size_t n = (size_t)m->tp->size * (size_t)m->max_tokens * (size_t)m->cfg.hidden_size;
-    m->reduce_gather = model_act(m, n, m->be->act_dtype, err);
+    rlDtype act = m->be->act_dtype;
+    size_t bytes = rl_model_invariant_reduce_bytes(&m->cfg, &m->shard, act, m->max_tokens);
+    m->reduce_gather = model_act(m, bytes / rl_dtype_size(act), act, err);
     return m->reduce_gather ? 0 : rl_error_wrap(err, "--batch-invariant's all-reduce buffer");
 }
 

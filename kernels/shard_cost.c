@@ -148,6 +148,13 @@ size_t rl_model_quant_scratch_bytes(const rlModelConfig *cfg, const rlShard *s, 
     return rl_quant_scratch_bytes(max_nk, (int)max_k, cfg->quant.method == RL_QUANT_FP8, max_tokens);
 }
 
+size_t rl_model_invariant_reduce_bytes(const rlModelConfig *cfg, const rlShard *s,
+                                       rlDtype act_dtype, int max_tokens) {
+    if (s->tp_size <= 2) return 0;
+    return (size_t)s->tp_size * (size_t)max_tokens * (size_t)cfg->hidden_size *
+           rl_dtype_size(act_dtype);
+}
+
 /* Mirrors the buffers of rl_model_init (model_weights.c): keep the two in step. */
 size_t rl_model_activation_bytes(const rlModelConfig *cfg, const rlShard *s, rlDtype act_dtype,
                                  int max_tokens, int max_rows) {

@@ -138,6 +138,13 @@ static void test_hand_7b_two_tp3(void **state) {
     assert_int_equal(l->kv_blocks[1], 31251);
     assert_int_equal(l->kv_tokens, 500016);
     assert_int_equal(l->max_seqs, 61);
+    plan_free(&p);
+    /* --batch-invariant over 3 TP ranks: the all-reduce's gather buffer,
+     * 3 x 2048 x 3584 x 2 = 44040192 bytes, counted as activations. */
+    o.batch_invariant = 1;
+    assert_int_equal(plan_compute(&cfg, &o, &p, &err), 0);
+    l = find_layout(&p, 2, 3, 1);
+    assert_int_equal(l->ranks[2].activations, 500432896 + 44040192);
     /* the second instance sits on GPUs 3-5 */
     assert_int_equal(l->ranks[3].gpu, 3);
     assert_int_equal(l->ranks[5].gpu, 5);

@@ -22,6 +22,7 @@ static int engine_plan_options(const rlEngineOptions *o, rlPlanOptions *po, int 
     po->max_num_batched_tokens = o->max_num_batched_tokens;
     po->block_size = o->block_size;
     po->gpu_memory_utilization = o->gpu_memory_utilization;
+    po->batch_invariant = o->batch_invariant;
     return plan_read_devices(dev, n, po, err);
 }
 

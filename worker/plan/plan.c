@@ -112,6 +112,9 @@ static void plan_rank_costs(const rlModelConfig *cfg, const rlPlanOptions *o, rl
     r->weights = rl_model_weight_bytes(cfg, s, o->dtype);
     r->activations =
         rl_model_activation_bytes(cfg, s, o->dtype, o->max_num_batched_tokens, rows);
+    if (o->batch_invariant)
+        r->activations += rl_model_invariant_reduce_bytes(cfg, s, o->dtype,
+                                                          o->max_num_batched_tokens);
     size_t scratch = 0;
     if (s->pp_rank == s->pp_size - 1)
         scratch = (size_t)(PLAN_SCRATCH_SLACK * (double)rl_model_head_rows(rows) *

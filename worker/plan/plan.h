@@ -36,6 +36,7 @@ typedef struct rlPlanOptions {
     int max_num_batched_tokens;    /* default 2048 */
     int block_size;                /* default 16 */
     double gpu_memory_utilization; /* this instance's share of each GPU's total memory */
+    int batch_invariant;           /* --batch-invariant: its all-reduce buffer counted */
     int n_gpus;
     size_t gpu_total[RL_PLAN_MAX_GPUS]; /* each GPU's memory */
     size_t gpu_used[RL_PLAN_MAX_GPUS];  /* held by other processes */
