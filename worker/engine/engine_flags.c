@@ -67,7 +67,8 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
                "bit-identical tokens and logprobs whatever else is\n"
                "in the batch and however a prompt is chunked, at a\n"
                "cost in speed (CPU: sgemm off; CUDA: one tiled GEMM,\n"
-               "no cuBLAS, no decode attention kernel; --tp 1 or 2)");
+               "no cuBLAS, no decode attention kernel; TP over 2\n"
+               "ranks: all-reduces as all-gathers and ordered sums)");
     layout_flags_add(fs, &f->lay);
 }
 
