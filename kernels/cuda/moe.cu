@@ -19,8 +19,8 @@
  *  - more pairs: a permutation of the pairs by expert made on the device
  *    (one block: counts, offsets, a list of 64-row tiles of each expert's
  *    pairs), then two grouped GEMMs on tensor cores (mma.sync,
- *    cuda_tile_gemm.cuh) over that tile list, one launch each for every expert: gate/up with SwiGLU in the
- *    epilogue, then down; then each token's k rows weighted and summed back
+ *    cuda_tile_gemm.cuh) over that tile list, one launch each for every
+ *    expert: gate/up with SwiGLU in the epilogue, then down; then each token's k rows weighted and summed back
  *    in a fixed order.  The grid is sized for the most tiles the pairs can
  *    make, so no host sync is needed; spare blocks return at once.
  * Within an expert the pairs' order is whatever the atomics give, which
