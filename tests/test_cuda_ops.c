@@ -594,6 +594,106 @@ static void test_attention(void **state) {
             }
 }
 
+/* --batch-invariant's attention (kernels/cuda/README.md): one sequence of
+ * 300 tokens whose output rows must be the same bits however its queries
+ * come: the whole prompt in one step; 37-token chunks with a second
+ * sequence's chunks in every step; a 295-token chunk, then one token a step
+ * beside the other sequence's decode rows (the decode steps).  A step's
+ * batch is one to two sequences, each on its own blocks. */
+typedef struct AttInv {
+    rlBackend *be;
+    int n_q, n_kv, D, W;
+    float *qkv[2];          /* every token's q | k | v, by sequence */
+    int32_t tab[2][20];     /* block tables */
+    unsigned char *rows;    /* sequence 0's output rows, by position */
+} AttInv;
+
+/* One step: sequence 0's positions [a0, a1) and sequence 1's [b0, b1). */
+static void att_inv_step(AttInv *v, int a0, int a1, int b0, int b1) {
+    rlError err;
+    const int bs = 16, span[2][2] = {{a0, a1}, {b0, b1}};
+    int32_t tokens[512], pos[512], slots[512], start[3], len[2], btab[2 * 20];
+    int n = 0, ns = 0;
+    float *in = malloc(512 * (size_t)v->W * sizeof *in);
+    for (int s = 0; s < 2; s++) {
+        if (span[s][1] <= span[s][0]) continue;
+        start[ns] = n, len[ns] = span[s][1];
+        memcpy(btab + ns * 20, v->tab[s], sizeof v->tab[s]);
+        for (int p = span[s][0]; p < span[s][1]; p++, n++) {
+            tokens[n] = 0, pos[n] = p, slots[n] = v->tab[s][p / bs] * bs + p % bs;
+            memcpy(in + (size_t)n * v->W, v->qkv[s] + (size_t)p * v->W, v->W * sizeof *in);
+        }
+        ns++;
+    }
+    start[ns] = n;
+    rlBatch b = {ns, n, tokens, pos, slots, start, len, btab, 20, 0, NULL, 0, NULL, 0, NULL};
+    rlBackend *be = v->be;
+    assert_int_equal(be->ops->begin_step(be, &b, &err), 0);
+    void *dqkv = to_dev(be, in, (size_t)n * v->W);
+    rlAttnShape sh = {v->n_q, v->n_kv, 0, 0, v->n_q / v->n_kv, v->D};
+    be->ops->rope_kv_store(be, dqkv, NULL, NULL, 1e-6f, 0, &sh);
+    size_t row = (size_t)v->n_q * v->D * rl_dtype_size(be->act_dtype);
+    void *dout = poisoned(be, (size_t)n * v->n_q * v->D);
+    be->ops->attention(be, dout, dqkv, 0, &sh);
+    unsigned char *out = raw_from_dev(be, dout, n * row);
+    memcpy(v->rows + (size_t)a0 * row, out, (size_t)(a1 - a0) * row);   /* sequence 0 first */
+    free(out), free(in);
+    be->ops->free(be, dqkv), be->ops->free(be, dout);
+}
+
+static void attention_invariant_case(rlBackend *be, int n_q, int n_kv, int D) {
+    enum { L = 300, L1 = 120 };
+    rlError err;
+    AttInv v = {.be = be, .n_q = n_q, .n_kv = n_kv, .D = D, .W = (n_q + 2 * n_kv) * D};
+    assert_int_equal(be->ops->kv_init(be, 1, 40, 16, n_kv, D, &err), 0);
+    double table[128], scale;
+    rope_table(table, D, 0, &scale);
+    assert_int_equal(be->ops->rope_init(be, table, D / 2, scale, &err), 0);
+    v.qkv[0] = rand_vec((size_t)L * v.W, 1, be->act_dtype);
+    v.qkv[1] = rand_vec((size_t)L1 * v.W, 1, be->act_dtype);
+    for (int b = 0; b < 20; b++) v.tab[0][b] = 39 - b, v.tab[1][b] = b;   /* disjoint blocks */
+    size_t row = (size_t)n_q * D * rl_dtype_size(be->act_dtype);
+    unsigned char *ways[3];
+    for (int w = 0; w < 3; w++) {
+        v.rows = ways[w] = malloc(L * row);
+        if (w == 0) {
+            att_inv_step(&v, 0, L, 0, 0);
+        } else if (w == 1) {
+            for (int p = 0, q = 0; p < L; p += 37, q += 23)
+                att_inv_step(&v, p, p + 37 < L ? p + 37 : L, q < L1 ? q : 0,
+                             q + 23 < L1 ? q + 23 : q < L1 ? L1 : 0);
+        } else {
+            att_inv_step(&v, 0, L - 5, 0, L1 - 5);
+            for (int p = L - 5; p < L; p++) att_inv_step(&v, p, p + 1, p - L + L1, p - L + L1 + 1);
+        }
+    }
+    for (int w = 1; w < 3; w++)
+        for (int p = 0; p < L; p++)
+            if (memcmp(ways[0] + (size_t)p * row, ways[w] + (size_t)p * row, row))
+                fail_msg("invariant attention hd%d q%d/kv%d (%s): position %d differs between "
+                         "the whole prompt and %s", D, n_q, n_kv, rl_dtype_name(be->act_dtype),
+                         p, w == 1 ? "37-token chunks beside another sequence"
+                                   : "decode steps beside another sequence");
+    printf("  invariant attention hd%d q%d/kv%d %-4s 300 rows bit-identical: one step, 37-token "
+           "chunks, decode steps\n", D, n_q, n_kv, rl_dtype_name(be->act_dtype));
+    for (int w = 0; w < 3; w++) free(ways[w]);
+    free(v.qkv[0]), free(v.qkv[1]);
+}
+
+static void test_attention_invariant(void **state) {
+    (void)state;
+    /* the prefill kernel (64, 128) and the tiled kernel unsplit (32, 96) */
+    const int cases[4][3] = {{6, 2, 64}, {7, 1, 128}, {4, 4, 32}, {2, 1, 96}};
+    for (int d = 0; d < 2; d++) {
+        rlError err;
+        rlBackendOptions o = {.dtype = d ? RL_F16 : RL_BF16, .batch_invariant = 1};
+        rlBackend *be = rl_backend_cuda_create(&o, &err);
+        assert_non_null(be);
+        for (int i = 0; i < 4; i++) attention_invariant_case(be, cases[i][0], cases[i][1], cases[i][2]);
+        be->ops->destroy(be);
+    }
+}
+
 /* ---- sampling: equal to the CPU backend's sampler on the same logits ---- */
 
 /* The rows below on the GPU and on the CPU backend, with adjs (NULL:
@@ -1051,7 +1151,7 @@ int main(int argc, char **argv) {
     printf("test_cuda_ops: RL_TEST_SEED=%llu\n", (unsigned long long)rng_state);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),     cmocka_unit_test(test_matmul_invariant),
-        cmocka_unit_test(test_norms),
+        cmocka_unit_test(test_norms),       cmocka_unit_test(test_attention_invariant),
         cmocka_unit_test(test_elementwise), cmocka_unit_test(test_attention),
         cmocka_unit_test(test_sample),     cmocka_unit_test(test_sample_penalties),
         cmocka_unit_test(test_moe),        cmocka_unit_test(test_errors),
