@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_bench.sh: `redlm bench` runs end to end on a tiny model (dummy weights
-# from a config, and real ones from a checkpoint) and prints its table/JSON;
+# from a config, and real ones from a checkpoint) and prints its table/JSON,
+# with --batch-invariant too;
 # bad options fail with a usage error.  Timing numbers are not checked.
 set -euo pipefail
 m=$FIXTURES/models/qwen2-tiny-gqa3
@@ -15,6 +16,16 @@ echo "$out"
 out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 8 --gen 2 --batch 2 --copy-mib 16)
 echo "$out"
 [[ $out == *"x floor"* ]] || fail "table header missing"
+[[ $out == *'"batch_invariant":true'* || $out == *"(batch-invariant)"* ]] &&
+    fail "batch-invariant without --batch-invariant"
+
+# --batch-invariant: the engine's invariant kernels timed, and said so.
+out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 8 --gen 2 --batch 2 --copy-mib 16 \
+      --threads 2 --batch-invariant)
+[[ $out == *"backend cpu (batch-invariant),"* ]] || fail "--batch-invariant: table header: $out"
+out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 8 --gen 2 --batch 2 --copy-mib 16 \
+      --threads 2 --batch-invariant --json)
+[[ $out == *'"batch_invariant":true'* ]] || fail "--batch-invariant: JSON: $out"
 
 set +e
 err=$("$REDLM" bench --load-format dummy 2>&1); rc=$?
