@@ -19,8 +19,9 @@ source "$(dirname "$0")/generate_lib.sh"
 source "$(dirname "$0")/invariant_lib.sh"
 inv_requests "$tmp/in.jsonl"
 bundled=$PWD/$BUILD/models/qwen2-brown-5m
-for model in "$bundled" "$FIXTURES"/models-quant/qwen3-tiny-awq "$FIXTURES"/models/qwen2-moe-tiny \
-             "$FIXTURES"/models/qwen3-moe-tiny "$FIXTURES"/models-quant/qwen2-tiny-hd128-fp8block; do
+for model in "$bundled" "$FIXTURES"/models-quant/qwen3-tiny-awq \
+             "$FIXTURES"/models/qwen2-moe-tiny "$FIXTURES"/models/qwen3-moe-tiny \
+             "$FIXTURES"/models-quant/qwen2-tiny-hd128-fp8block; do
     name=$(basename "$model")
     inv_runs "$name" "$model" --backend cuda
     echo "  $name: batch ($(inv_steps "$name-batch") steps), alone ($(inv_steps "$name-alone")" \
@@ -36,10 +37,12 @@ for pipe in 0 4; do
         fail "RL_CUDA_TILE_PIPE=$pipe changes qwen3-moe-tiny's results" \
              "($(inv_differ qwen3-moe-tiny-batch "pipe$pipe") requests)"
 done
-echo "  RL_CUDA_TILE_PIPE=0 and 4 (the tile GEMM's plain and 4-stage loops) bit-identical to the default"
+echo "  RL_CUDA_TILE_PIPE=0 and 4 (the tile GEMM's plain and 4-stage loops) bit-identical" \
+     "to the default"
 inv_run plain "$bundled" --backend cuda
 inv_run plain-alone "$bundled" --backend cuda --max-num-seqs 1 --max-num-batched-tokens 37
 echo "  without --batch-invariant $(inv_differ plain plain-alone) of 64 differ between the batch" \
      "and alone (qwen2-brown-5m)"
 echo "  cost (qwen2-brown-5m, the batch of 64, start-up included):" \
-     "$(cat "$tmp/qwen2-brown-5m-batch.secs") s with --batch-invariant, $(cat "$tmp/plain.secs") s without"
+     "$(cat "$tmp/qwen2-brown-5m-batch.secs") s with --batch-invariant," \
+     "$(cat "$tmp/plain.secs") s without"

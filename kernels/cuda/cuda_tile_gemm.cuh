@@ -83,7 +83,8 @@ template <typename T, int EPI, int STAGES>
 static __global__ void __launch_bounds__(TG_THREADS)
 tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *tiles,
                  const int *n_tiles, const int *perm, int k_top, int K, int N, int m, int rows) {
-    __shared__ __align__(16) unsigned char smem_static[TG_DYN_SMEM(STAGES, T) ? 16 : TG_SMEM(STAGES, T)];
+    __shared__ __align__(16)
+        unsigned char smem_static[TG_DYN_SMEM(STAGES, T) ? 16 : TG_SMEM(STAGES, T)];
     extern __shared__ __align__(16) unsigned char tg_smem_dyn[];
     unsigned char *const smem = TG_DYN_SMEM(STAGES, T) ? tg_smem_dyn : smem_static;
     T *const st0 = (T *)smem;     /* stage s: A tile at st0 + 2 s TILE, B tile after it */

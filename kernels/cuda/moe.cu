@@ -20,9 +20,10 @@
  *    (one block: counts, offsets, a list of 64-row tiles of each expert's
  *    pairs), then two grouped GEMMs on tensor cores (mma.sync,
  *    cuda_tile_gemm.cuh) over that tile list, one launch each for every
- *    expert: gate/up with SwiGLU in the epilogue, then down; then each token's k rows weighted and summed back
- *    in a fixed order.  The grid is sized for the most tiles the pairs can
- *    make, so no host sync is needed; spare blocks return at once.
+ *    expert: gate/up with SwiGLU in the epilogue, then down; then each
+ *    token's k rows weighted and summed back in a fixed order.  The grid is
+ *    sized for the most tiles the pairs can make, so no host sync is needed;
+ *    spare blocks return at once.
  * Within an expert the pairs' order is whatever the atomics give, which
  * changes nothing: every output row of a GEMM depends on its own input row
  * alone, and the sum back to the token runs over j = 0..k-1.  So the grouped
