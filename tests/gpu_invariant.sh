@@ -27,18 +27,20 @@ for model in "$bundled" "$FIXTURES"/models-quant/qwen3-tiny-awq \
     echo "  $name: batch ($(inv_steps "$name-batch") steps), alone ($(inv_steps "$name-alone")" \
          "steps) and drifting ($(inv_steps "$name-drift") steps) bit-identical over 64 requests"
 done
-# The tile GEMM's K loops give the same bits (cuda_tile_gemm.cuh): the
-# plain one everywhere, 4 stages everywhere (the default mixes 8 and 4;
-# gpu_kernels.sh runs 8 everywhere on test_cuda_ops' shapes).
+# The tile GEMM's K loops and tiles give the same bits (cuda_tile_gemm.cuh):
+# the plain loop everywhere, 4 stages everywhere (the default mixes 8 and 4;
+# gpu_kernels.sh runs 8 everywhere on test_cuda_ops' shapes), the 128 x 128
+# tile for the prefill's products.
 moe=$FIXTURES/models/qwen3-moe-tiny
-for pipe in 0 4; do
-    RL_CUDA_TILE_PIPE=$pipe inv_run "pipe$pipe" "$moe" --backend cuda --batch-invariant
-    cmp -s "$tmp/qwen3-moe-tiny-batch.res" "$tmp/pipe$pipe.res" ||
-        fail "RL_CUDA_TILE_PIPE=$pipe changes qwen3-moe-tiny's results" \
-             "($(inv_differ qwen3-moe-tiny-batch "pipe$pipe") requests)"
+for v in RL_CUDA_TILE_PIPE=0 RL_CUDA_TILE_PIPE=4 RL_CUDA_TILE_BIG=1; do
+    export "$v"
+    inv_run var "$moe" --backend cuda --batch-invariant
+    unset "${v%%=*}"
+    cmp -s "$tmp/qwen3-moe-tiny-batch.res" "$tmp/var.res" ||
+        fail "$v changes qwen3-moe-tiny's results ($(inv_differ qwen3-moe-tiny-batch var) requests)"
 done
-echo "  RL_CUDA_TILE_PIPE=0 and 4 (the tile GEMM's plain and 4-stage loops) bit-identical" \
-     "to the default"
+echo "  RL_CUDA_TILE_PIPE=0, =4 and RL_CUDA_TILE_BIG=1 (the tile GEMM's other loops and tile)" \
+     "bit-identical to the default"
 inv_run plain "$bundled" --backend cuda
 inv_run plain-alone "$bundled" --backend cuda --max-num-seqs 1 --max-num-batched-tokens 37
 echo "  without --batch-invariant $(inv_differ plain plain-alone) of 64 differ between the batch" \

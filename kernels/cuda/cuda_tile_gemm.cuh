@@ -45,24 +45,30 @@
 #define TG_THREADS 128
 #define TG_STAGES 4         /* K steps in flight - 1 in the pipelined loop */
 #define TG_DEEP_STAGES 8    /* the deep loop: for calls of few blocks (dynamic shared memory) */
+/* The big tile (BIG = 1): 128 x 128, 4 warps of 64 x 64, twice the mma per
+ * ldmatrix of the 64 x 64 tile's 32 x 32 warps; dense products only. */
+#define TG_ROWS(BIG) ((BIG) ? 128 : TG_BM)
+#define TG_COLS(BIG) ((BIG) ? 128 : TG_BN)
 
 enum { TG_SWIGLU, TG_F32, TG_ACT };
 
 /* Shared memory of one block: STAGES pairs of A and B tiles and the
  * epilogue's fp32 C tile, which the pipelined loops lay over their stages
  * once they are done (40 KiB at 4 stages, under the 48 KiB of static shared
- * memory; 80 KiB at 8, dynamic); the plain loop keeps it apart, as it was
- * measured (ptxas spills the plain loop's registers when C overlaps its
- * tiles). */
-#define TG_TILE_ELEMS (TG_BM * TG_LD)
-#define TG_C_BYTES (TG_BM * (TG_BN + 4) * 4)
-#define TG_AB_BYTES(STAGES, T) ((STAGES) * 2 * TG_TILE_ELEMS * sizeof(T))
-#define TG_C_OFFSET(STAGES, T) ((STAGES) == 1 ? TG_AB_BYTES(1, T) : 0)
-#define TG_SMEM(STAGES, T)                                                   \
-    ((STAGES) == 1 ? TG_AB_BYTES(1, T) + TG_C_BYTES                          \
-     : TG_AB_BYTES(STAGES, T) > TG_C_BYTES ? TG_AB_BYTES(STAGES, T) : TG_C_BYTES)
-/* The dynamic part of a launch's shared memory (the deep loop's). */
-#define TG_DYN_SMEM(STAGES, T) ((STAGES) > TG_STAGES ? TG_SMEM(STAGES, T) : 0)
+ * memory; 80 KiB at 8 stages or the big tile's 4, dynamic); the plain loop
+ * keeps it apart, as it was measured (ptxas spills the plain loop's
+ * registers when C overlaps its tiles). */
+#define TG_TILE_ELEMS(BIG) (TG_ROWS(BIG) * TG_LD)
+#define TG_C_BYTES(BIG) (TG_ROWS(BIG) * (TG_COLS(BIG) + 4) * 4)
+#define TG_AB_BYTES(STAGES, BIG, T) ((STAGES) * 2 * TG_TILE_ELEMS(BIG) * sizeof(T))
+#define TG_C_OFFSET(STAGES, BIG, T) ((STAGES) == 1 ? TG_AB_BYTES(1, BIG, T) : 0)
+#define TG_SMEM(STAGES, BIG, T)                                                    \
+    ((STAGES) == 1 ? TG_AB_BYTES(1, BIG, T) + TG_C_BYTES(BIG)                      \
+     : TG_AB_BYTES(STAGES, BIG, T) > TG_C_BYTES(BIG) ? TG_AB_BYTES(STAGES, BIG, T) \
+                                                     : TG_C_BYTES(BIG))
+/* The dynamic part of a launch's shared memory (past the static 48 KiB). */
+#define TG_DYN_SMEM(STAGES, BIG, T) \
+    (TG_SMEM(STAGES, BIG, T) > 48 * 1024 ? TG_SMEM(STAGES, BIG, T) : 0)
 
 /* RL_CUDA_TILE_PIPE, the K loop every tile GEMM takes: 0 the plain one
  * (registers to shared memory, then the mma), 4 or 8 that many cp.async
@@ -78,35 +84,40 @@ static inline int tile_gemm_pipe_env(void) {
 }
 
 /* out (N columns, or m for TG_SWIGLU) = a . w^T over K; the tile's expert's
- * weights start at w + e * (TG_SWIGLU ? 2 m : N) * K. */
-template <typename T, int EPI, int STAGES>
+ * weights start at w + e * (TG_SWIGLU ? 2 m : N) * K.  BIG: the 128 x 128
+ * tile (no tile list, no SwiGLU, a pipelined loop). */
+template <typename T, int EPI, int STAGES, int BIG = 0>
 static __global__ void __launch_bounds__(TG_THREADS)
 tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *tiles,
                  const int *n_tiles, const int *perm, int k_top, int K, int N, int m, int rows) {
-    __shared__ __align__(16)
-        unsigned char smem_static[TG_DYN_SMEM(STAGES, T) ? 16 : TG_SMEM(STAGES, T)];
-    extern __shared__ __align__(16) unsigned char tg_smem_dyn[];
-    unsigned char *const smem = TG_DYN_SMEM(STAGES, T) ? tg_smem_dyn : smem_static;
-    T *const st0 = (T *)smem;     /* stage s: A tile at st0 + 2 s TILE, B tile after it */
-    float (*Cs)[TG_BN + 4] = (float (*)[TG_BN + 4])(smem + TG_C_OFFSET(STAGES, T));
+    constexpr int BM = TG_ROWS(BIG), BN = TG_COLS(BIG), TILE = TG_TILE_ELEMS(BIG);
+    constexpr int MT = BM / 32, NT = BN / 16;   /* a warp's m16 and n8 tiles: 2 x 4 or 4 x 8 */
+    constexpr int CH = BM * (TG_BK / 8) / TG_THREADS;   /* 16-byte chunks a thread loads per tile */
     constexpr bool GATE_UP = EPI == TG_SWIGLU;
+    static_assert(BM == BN && (!BIG || (!GATE_UP && STAGES > 1)), "the big tile: dense, pipelined");
+    __shared__ __align__(16)
+        unsigned char smem_static[TG_DYN_SMEM(STAGES, BIG, T) ? 16 : TG_SMEM(STAGES, BIG, T)];
+    extern __shared__ __align__(16) unsigned char tg_smem_dyn[];
+    unsigned char *const smem = TG_DYN_SMEM(STAGES, BIG, T) ? tg_smem_dyn : smem_static;
+    T *const st0 = (T *)smem;     /* stage s: A tile at st0 + 2 s TILE, B tile after it */
+    float (*Cs)[BN + 4] = (float (*)[BN + 4])(smem + TG_C_OFFSET(STAGES, BIG, T));
     int e = 0, row0, nrows;
     if (tiles) {
         if ((int)blockIdx.y >= *n_tiles) return;
         const int4 tile = tiles[blockIdx.y];
         e = tile.x, row0 = tile.y, nrows = tile.z;
     } else {
-        row0 = blockIdx.y * TG_BM, nrows = min(TG_BM, rows - row0);
+        row0 = blockIdx.y * BM, nrows = min(BM, rows - row0);
     }
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 1, wn = warp & 1;
-    int col0 = blockIdx.x * (GATE_UP ? TG_BN / 2 : TG_BN);
+    int col0 = blockIdx.x * (GATE_UP ? BN / 2 : BN);
     const T *we = w + (size_t)e * (GATE_UP ? 2 * (size_t)m : (size_t)N) * K;
 
-    /* This thread's two 8-element chunks of each tile: row c / 4, column 8 (c % 4). */
-    const T *arow[2], *brow[2];
-    int chunk_off[2], chunk_k[2];
+    /* This thread's CH 8-element chunks of each tile: row c / 4, column 8 (c % 4). */
+    const T *arow[CH], *brow[CH];
+    int chunk_off[CH], chunk_k[CH];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < CH; i++) {
         int ch = tid + i * TG_THREADS, r = ch >> 2;
         chunk_off[i] = r * TG_LD + (ch & 3) * 8, chunk_k[i] = (ch & 3) * 8;
         arow[i] = NULL;
@@ -124,30 +135,30 @@ tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *t
         brow[i] = ok ? we + (size_t)br * K : NULL;
     }
 
-    /* One K step of the tile from shared memory: per warp 32 x 32, two
-     * 16-deep mma steps, k in increasing order. */
-    float acc[2][4][4] = {};
+    /* One K step of the tile from shared memory: per warp (16 MT) x (8 NT),
+     * two 16-deep mma steps, k in increasing order. */
+    float acc[MT][NT][4] = {};
     auto multiply = [&](const T *As, const T *Bs) {
 #pragma unroll
         for (int ks = 0; ks < TG_BK; ks += 16) {
-            uint32_t af[2][4], bfr[2][4];
-            for (int mi = 0; mi < 2; mi++)
-                ldsm_x4(af[mi], &As[(wm * 32 + mi * 16 + (lane & 15)) * TG_LD + ks +
+            uint32_t af[MT][4], bfr[NT / 2][4];
+            for (int mi = 0; mi < MT; mi++)
+                ldsm_x4(af[mi], &As[(wm * 16 * MT + mi * 16 + (lane & 15)) * TG_LD + ks +
                                     (lane >> 4) * 8]);
-            for (int nj = 0; nj < 2; nj++)
-                ldsm_x4(bfr[nj], &Bs[(wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) *
+            for (int nj = 0; nj < NT / 2; nj++)
+                ldsm_x4(bfr[nj], &Bs[(wn * 8 * NT + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) *
                                          TG_LD + ks + ((lane >> 3) & 1) * 8]);
-            for (int mi = 0; mi < 2; mi++)
-                for (int ni = 0; ni < 4; ni++)
+            for (int mi = 0; mi < MT; mi++)
+                for (int ni = 0; ni < NT; ni++)
                     mma16816(acc[mi][ni], af[mi], bfr[ni >> 1][(ni & 1) * 2],
                              bfr[ni >> 1][(ni & 1) * 2 + 1], T());
         }
     };
     if constexpr (STAGES == 1) {
-        T *As = st0, *Bs = st0 + TG_TILE_ELEMS;
+        T *As = st0, *Bs = st0 + TILE;
         for (int k0 = 0; k0 < K; k0 += TG_BK) {
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < CH; i++) {
                 int kk = k0 + chunk_k[i];
                 uint4 av = make_uint4(0, 0, 0, 0), bv = make_uint4(0, 0, 0, 0);
                 if (arow[i] && kk < K) av = *(const uint4 *)(arow[i] + kk);
@@ -165,9 +176,9 @@ tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *t
          * address, not read). */
         const int steps = (K + TG_BK - 1) / TG_BK;
         auto load = [&](int t) {
-            T *As = st0 + (t % STAGES) * 2 * TG_TILE_ELEMS, *Bs = As + TG_TILE_ELEMS;
+            T *As = st0 + (t % STAGES) * 2 * TILE, *Bs = As + TILE;
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
+            for (int i = 0; i < CH; i++) {
                 const int kk = t * TG_BK + chunk_k[i];
                 const bool av = arow[i] && kk < K, bv = brow[i] && kk < K;
                 cp_async16(&As[chunk_off[i]], av ? arow[i] + kk : a, av);
@@ -186,30 +197,30 @@ tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *t
             __syncthreads();      /* step t visible; every warp done with step t - 1's stage */
             if (t + STAGES - 1 < steps) load(t + STAGES - 1);
             cp_async_commit();
-            const T *As = st0 + (t % STAGES) * 2 * TG_TILE_ELEMS;
-            multiply(As, As + TG_TILE_ELEMS);
+            const T *As = st0 + (t % STAGES) * 2 * TILE;
+            multiply(As, As + TILE);
         }
         cp_async_wait<0>();
         __syncthreads();          /* every warp done with the stages: C goes over them */
     }
     int g = lane >> 2, q = lane & 3;
-    for (int mi = 0; mi < 2; mi++)
-        for (int ni = 0; ni < 4; ni++) {
-            int r = wm * 32 + mi * 16 + g, cc = wn * 32 + ni * 8 + 2 * q;
+    for (int mi = 0; mi < MT; mi++)
+        for (int ni = 0; ni < NT; ni++) {
+            int r = wm * 16 * MT + mi * 16 + g, cc = wn * 8 * NT + ni * 8 + 2 * q;
             Cs[r][cc] = acc[mi][ni][0], Cs[r][cc + 1] = acc[mi][ni][1];
             Cs[r + 8][cc] = acc[mi][ni][2], Cs[r + 8][cc + 1] = acc[mi][ni][3];
         }
     __syncthreads();
     if (GATE_UP) {
-        for (int i = tid; i < TG_BM * 32; i += TG_THREADS) {
+        for (int i = tid; i < BM * 32; i += TG_THREADS) {
             int r = i >> 5, cc = i & 31;
             if (r >= nrows || col0 + cc >= m) continue;
             float gv = Cs[r][cc], uv = Cs[r][32 + cc];
             st((T *)out + (size_t)(row0 + r) * m + col0 + cc, gv / (1.0f + expf(-gv)) * uv);
         }
     } else {
-        for (int i = tid; i < TG_BM * TG_BN; i += TG_THREADS) {
-            int r = i >> 6, cc = i & 63;
+        for (int i = tid; i < BM * BN; i += TG_THREADS) {
+            int r = i / BN, cc = i % BN;
             if (r >= nrows || col0 + cc >= N) continue;
             const size_t o = (size_t)(row0 + r) * N + col0 + cc;
             if (EPI == TG_F32) {

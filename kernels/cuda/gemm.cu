@@ -73,27 +73,41 @@ static int gemm_tune(rlCuda *c, rlGemmAlgo *g, const cublasLtMatmulHeuristicResu
 /* Up to this many rows (decode batches: one or two row tiles, so as few
  * blocks as the weights have 64-row tiles) the deep K loop, whose 7 steps
  * in flight per block stream the weights where few blocks share the GPU;
- * above it 4 stages, which leave room for more resident blocks.  Which loop
- * runs changes no bit; RL_CUDA_TILE_PIPE overrides. */
+ * above it 4 stages, which leave room for more resident blocks, and with
+ * RL_CUDA_TILE_BIG=1 the 128 x 128 tile (prefill: fewer shared-memory reads
+ * per mma; a GPU call to measure it).  Neither the loop nor the tile changes
+ * an output element's chain of mma steps, so no bit; RL_CUDA_TILE_PIPE
+ * forces one loop (the 64 x 64 tile). */
 #define GEMM_DEEP_ROWS 128
+
+static int gemm_tile_big(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("RL_CUDA_TILE_BIG");
+        v = e && !strcmp(e, "1");
+    }
+    return v;
+}
+
+template <typename T, int E, int S, int BIG>
+static void gemm_tile_launch(rlCuda *c, void *out, const void *in, const void *w,
+                             const void *bias, int rows, int n, int k) {
+    const dim3 grid((unsigned)((n + TG_COLS(BIG) - 1) / TG_COLS(BIG)),
+                    (unsigned)((rows + TG_ROWS(BIG) - 1) / TG_ROWS(BIG)));
+    tile_gemm_kernel<T, E, S, BIG><<<grid, TG_THREADS, TG_DYN_SMEM(S, BIG, T), c->stream>>>(
+        out, (const T *)in, (const T *)w, (const T *)bias, NULL, NULL, NULL, 1, k, n, 0, rows);
+}
 
 template <typename T, int E>
 static void gemm_invariant_launch(rlCuda *c, void *out, const void *in, const void *w,
                                   const void *bias, int rows, int n, int k) {
-    const dim3 grid((unsigned)((n + TG_BN - 1) / TG_BN), (unsigned)((rows + TG_BM - 1) / TG_BM));
-    const T *x = (const T *)in, *wt = (const T *)w, *b = (const T *)bias;
     const int pipe = tile_gemm_pipe_env();
-    const int stages = pipe >= 0 ? pipe : rows <= GEMM_DEEP_ROWS ? TG_DEEP_STAGES : TG_STAGES;
-    if (stages == 0)
-        tile_gemm_kernel<T, E, 1><<<grid, TG_THREADS, 0, c->stream>>>(
-            out, x, wt, b, NULL, NULL, NULL, 1, k, n, 0, rows);
-    else if (stages == TG_STAGES)
-        tile_gemm_kernel<T, E, TG_STAGES><<<grid, TG_THREADS, 0, c->stream>>>(
-            out, x, wt, b, NULL, NULL, NULL, 1, k, n, 0, rows);
-    else
-        tile_gemm_kernel<T, E, TG_DEEP_STAGES>
-            <<<grid, TG_THREADS, TG_DYN_SMEM(TG_DEEP_STAGES, T), c->stream>>>(
-                out, x, wt, b, NULL, NULL, NULL, 1, k, n, 0, rows);
+    if (pipe == 0) gemm_tile_launch<T, E, 1, 0>(c, out, in, w, bias, rows, n, k);
+    else if (pipe == TG_STAGES) gemm_tile_launch<T, E, TG_STAGES, 0>(c, out, in, w, bias, rows, n, k);
+    else if (pipe > 0 || rows <= GEMM_DEEP_ROWS)
+        gemm_tile_launch<T, E, TG_DEEP_STAGES, 0>(c, out, in, w, bias, rows, n, k);
+    else if (gemm_tile_big()) gemm_tile_launch<T, E, TG_STAGES, 1>(c, out, in, w, bias, rows, n, k);
+    else gemm_tile_launch<T, E, TG_STAGES, 0>(c, out, in, w, bias, rows, n, k);
 }
 
 static void gemm_invariant(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,
@@ -118,15 +132,22 @@ static void gemm_invariant(rlCuda *c, rlDtype wt, void *out, const void *in, con
     cuda_launched(c, op);
 }
 
+/* The dynamic shared memory of the deep loop and the big tile. */
 template <typename T, int E> static cudaError_t gemm_invariant_allow_smem() {
-    return cudaFuncSetAttribute(tile_gemm_kernel<T, E, TG_DEEP_STAGES>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)TG_DYN_SMEM(TG_DEEP_STAGES, T));
+    cudaError_t e = cudaFuncSetAttribute(tile_gemm_kernel<T, E, TG_DEEP_STAGES, 0>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)TG_DYN_SMEM(TG_DEEP_STAGES, 0, T));
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(tile_gemm_kernel<T, E, TG_STAGES, 1>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)TG_DYN_SMEM(TG_STAGES, 1, T));
+    return e;
 }
 
-/* The deep loop's shared memory, allowed once per device, outside any capture. */
+/* Allowed once per device, outside any capture. */
 static int gemm_invariant_init(rlCuda *c, rlError *err) {
-    const size_t need = TG_DYN_SMEM(TG_DEEP_STAGES, bf16);
+    size_t need = TG_DYN_SMEM(TG_DEEP_STAGES, 0, bf16);
+    if (TG_DYN_SMEM(TG_STAGES, 1, bf16) > need) need = TG_DYN_SMEM(TG_STAGES, 1, bf16);
     cudaError_t e = need > c->arch.smem_block ? cudaErrorInvalidValue : cudaSuccess;
     if (e == cudaSuccess) e = gemm_invariant_allow_smem<bf16, TG_F32>();
     if (e == cudaSuccess) e = gemm_invariant_allow_smem<bf16, TG_ACT>();
