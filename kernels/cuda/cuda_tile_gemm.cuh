@@ -19,10 +19,11 @@
  *
  * Why it is batch-invariant: every output element is one chain of
  * m16n8k16 mma steps over k = 0, 16, 32 ... from a zero accumulator, then
- * the epilogue's per-element arithmetic.  No split of K, no choice of tile
- * by shape: an element's value depends on its own row of A and column of B
- * only, never on the tile's other rows, where in the tile the row sits, or
- * how many rows the call has.
+ * the epilogue's per-element arithmetic.  No split of K; the tile (64 x 64,
+ * or BIG's 128 x 128) and the K loop's depth only change which warp runs an
+ * element's chain and when its operands arrive: its value depends on its
+ * own row of A and column of B only, never on the tile's other rows, where
+ * in the tile the row sits, or how many rows the call has.
  *
  * Epilogues: TG_SWIGLU (gate/up of the experts: A rows gathered through
  * perm, B rows 32 gate then 32 up rows of the tile's expert, silu(gate) * up
