@@ -4,7 +4,8 @@
  * Each case is a random layer of one format (int4 / int8 with groups of
  * 32 / 64 / 128 / all of k, act-order, fp8 with block, channel and tensor
  * scales, odd n and k), multiplied by bf16- or fp16-rounded activations at
- * m = 1 .. 128 rows.  The reference is float64 over the weights the CPU
+ * m = 1 .. 128 rows, and both decode kernels (the mma kernel and the GEMV,
+ * RL_WQ_KERNEL) at every m from 1 to 8.  The reference is float64 over the weights the CPU
  * backend dequantizes ((float)(s * (q - z)), worker/model/quant.c's e4m3
  * decoder); the check is the largest |y - ref| over the row's sum of
  * |x| |w| (fp32 sums and one rounding of y: bf16 about 2e-3, bound 1e-2),
@@ -19,7 +20,8 @@
  * `test_cuda_wq bench [int4|int8|fp8]...`: the Qwen2.5-7B layer shapes,
  * time per launch (CUDA graphs over copies that do not fit L2), GB/s of the
  * bytes the layout holds and % of the copy bandwidth measured in the same
- * run, and at 64 rows the ratio to the CUDA backend's bf16 matmul. */
+ * run, and at 64 rows the ratio to the CUDA backend's bf16 matmul; up to 8
+ * rows both decode kernels (RL_WQ_KERNEL=gemv picks the one in the table). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -125,6 +127,8 @@ static const Case cases[] = {
     {"int4 g=k (n 75, k 200)", RL_WQ_INT4, 75, 200, 200, 1, 0},
     {"int4 g128 act-order", RL_WQ_INT4, 96, 768, 128, 1, 1},
     {"int4 g128 k 3584", RL_WQ_INT4, 40, 3584, 128, 1, 0},
+    {"int4 g384 (3 chunks a group)", RL_WQ_INT4, 48, 1152, 384, 1, 0},
+    {"int4 g128 n 20000 (tiles > a wave)", RL_WQ_INT4, 20000, 256, 128, 1, 0},
     {"int8 g32", RL_WQ_INT8, 80, 320, 32, 1, 0},
     {"int8 g64 (n 33)", RL_WQ_INT8, 33, 384, 64, 1, 0},
     {"int8 g128", RL_WQ_INT8, 128, 640, 128, 1, 0},
@@ -136,8 +140,9 @@ static const Case cases[] = {
 };
 /* ------------------------------------------------------------ the layout */
 
-/* wq_pack's output read back by wq_internal.h's description, independently
- * of the kernels: every value, the zero padding, every scale and zero. */
+/* wq_pack's output read back through wq_internal.h's lane helpers (the
+ * kernels' index math), independently of the kernels: every value of every
+ * lane's 16 bytes, the zero padding, every scale and zero. */
 static void test_layout(void **state) {
     (void)state;
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
@@ -150,23 +155,22 @@ static void test_layout(void **state) {
         float *scale;
         assert_int_equal(wq_layout(&l.h, &w, msg, sizeof(msg)), 0);
         if (wq_pack(&l.h, &w, &qw, &scale, &zero, msg, sizeof(msg))) fail_msg("%s: %s", c->name, msg);
-        int chunk_k = w.chunk_units * WQ_UNIT_K, npad = w.ntiles * WQ_TILE_N, groups = w.ngroups;
-        for (int r = 0; r < npad; r++)
-            for (int j = 0; j < w.nchunks * chunk_k; j++) {
-                int in = j % chunk_k, u = in / WQ_UNIT_K, qd = in % WQ_UNIT_K / 8, i = in % 8;
-                const uint8_t *lane16 = qw + (((size_t)(r / WQ_TILE_N) * w.nchunks + j / chunk_k) * 32 +
-                                              (r % WQ_TILE_N) * 4 + qd) * WQ_LANE_BYTES;
-                unsigned v;
-                if (c->type == RL_WQ_INT4) {
-                    uint32_t word;
-                    memcpy(&word, lane16 + 4 * u, 4);
-                    v = word >> ((i & 1) * 16 + (i >> 1) * 4) & 15;
-                } else {
-                    v = lane16[8 * u + i];
+        int npad = w.ntiles * WQ_TILE_N, groups = w.ngroups, int4 = c->type == RL_WQ_INT4;
+        for (int t = 0; t < w.ntiles; t++)
+            for (int ch = 0; ch < w.nchunks; ch++)
+                for (int lane = 0; lane < 32; lane++) {
+                    uint32_t words[4];
+                    memcpy(words, qw + wq_lane_offset(w.nchunks, t, ch, lane), 16);
+                    int r = wq_lane_row(t, lane);
+                    for (int e = 0; e < 8 * w.chunk_units; e++) {
+                        int j = wq_lane_col(w.chunk_units, ch, lane, e);
+                        unsigned v = wq_lane_value(words, int4, e);
+                        unsigned want = r < c->n && j < c->k ? l.q[(size_t)r * c->k + j] : 0;
+                        if (v != want)
+                            fail_msg("%s: tile %d chunk %d lane %d value %d ([%d][%d]) = %u, not %u",
+                                     c->name, t, ch, lane, e, r, j, v, want);
+                    }
                 }
-                unsigned want = r < c->n && j < c->k ? l.q[(size_t)r * c->k + j] : 0;
-                if (v != want) fail_msg("%s: packed [%d][%d] = %u, not %u", c->name, r, j, v, want);
-            }
         for (int g = 0; g < groups; g++)
             for (int r = 0; r < c->n; r++) {
                 float s = scale[(size_t)g * w.scale_rows + (r >> w.gshift)];
@@ -233,7 +237,8 @@ static void test_refusals(void **state) {
 
 static int gpu_ok;
 
-static const int ms[] = {1, 2, 3, 7, 8, 16, 33, 64, 100, 128};
+static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 16, 33, 64, 100, 128};
+static const char *kernel_name[] = {"mma", "gemv"};
 #define MAX_M WQ_MAX_ROWS
 
 static void *dev_alloc(size_t bytes) {
@@ -280,30 +285,39 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
     void *xdv = dev_alloc((size_t)MAX_M * ldx * 2), *ydv = dev_alloc((size_t)MAX_M * ldy * 2);
     assert_int_equal(cudaMemcpy(xdv, xh, (size_t)MAX_M * ldx * 2, cudaMemcpyHostToDevice), cudaSuccess);
     uint16_t *yh = malloc((size_t)MAX_M * ldy * 2);
-    for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
-        int m = ms[mi];
-        assert_int_equal(cudaMemsetAsync(ydv, 0xff, (size_t)MAX_M * ldy * 2, stream), cudaSuccess);
-        assert_int_equal(rl_wq_gemm(w, dt, xdv, ldx, ydv, ldy, m, stream), 0);
-        assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
-        assert_int_equal(cudaMemcpy(yh, ydv, (size_t)MAX_M * ldy * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-        double err = 0;
-        for (int r = 0; r < MAX_M; r++)
-            for (int o = 0; o < ldy; o++) {
-                uint16_t b = yh[(size_t)r * ldy + o];
-                if (r >= m || o >= n) {
-                    if (b != 0xffff) fail_msg("%s m=%d: y[%d][%d] outside the output was written", c->name, m, r, o);
-                    continue;
+    /* Both decode kernels (RL_WQ_KERNEL) up to 8 rows; past 8 the mma kernel either way. */
+    for (int kern = WQ_KERNEL_MMA; kern <= WQ_KERNEL_GEMV; kern++) {
+        wq_decode_kernel_force(kern);
+        for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+            int m = ms[mi];
+            if (kern == WQ_KERNEL_GEMV && m > 8) break;
+            assert_int_equal(cudaMemsetAsync(ydv, 0xff, (size_t)MAX_M * ldy * 2, stream), cudaSuccess);
+            assert_int_equal(rl_wq_gemm(w, dt, xdv, ldx, ydv, ldy, m, stream), 0);
+            assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
+            assert_int_equal(cudaMemcpy(yh, ydv, (size_t)MAX_M * ldy * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+            double err = 0;
+            for (int r = 0; r < MAX_M; r++)
+                for (int o = 0; o < ldy; o++) {
+                    uint16_t b = yh[(size_t)r * ldy + o];
+                    if (r >= m || o >= n) {
+                        if (b != 0xffff)
+                            fail_msg("%s %s m=%d: y[%d][%d] outside the output was written", c->name,
+                                     kernel_name[kern], m, r, o);
+                        continue;
+                    }
+                    float v = from_half(b, dt);
+                    if (!isfinite(v))
+                        fail_msg("%s %s m=%d: y[%d][%d] = %f (unwritten?)", c->name, kernel_name[kern], m, r, o, v);
+                    double e = fabs(v - ref[(size_t)r * n + o]) / (mag[(size_t)r * n + o] > 0 ? mag[(size_t)r * n + o] : 1);
+                    if (e > err) err = e;
                 }
-                float v = from_half(b, dt);
-                if (!isfinite(v)) fail_msg("%s m=%d: y[%d][%d] = %f (unwritten?)", c->name, m, r, o, v);
-                double e = fabs(v - ref[(size_t)r * n + o]) / (mag[(size_t)r * n + o] > 0 ? mag[(size_t)r * n + o] : 1);
-                if (e > err) err = e;
-            }
-        if (err > *worst) *worst = err;
-        if (!(err < 1e-2))
-            fail_msg("%s %s m=%d: error %.3e of the row's |x||w| sum, over 1e-2", c->name,
-                     rl_dtype_name(dt), m, err);
+            if (err > *worst) *worst = err;
+            if (!(err < 1e-2))
+                fail_msg("%s %s %s m=%d: error %.3e of the row's |x||w| sum, over 1e-2", c->name,
+                         rl_dtype_name(dt), kernel_name[kern], m, err);
+        }
     }
+    wq_decode_kernel_force(-1);
     /* rl_wq_dequant: exactly the CPU's values, rounded once. */
     void *ddv = dev_alloc((size_t)n * k * 2);
     assert_int_equal(cudaMemsetAsync(ddv, 0xff, (size_t)n * k * 2, stream), cudaSuccess);
@@ -319,7 +333,7 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
                 fail_msg("%s %s dequant [%d][%d]: 0x%04x, the CPU's value rounds to 0x%04x",
                          c->name, rl_dtype_name(dt), r, j, got, want);
         }
-    printf("  %-28s %-5s %8zu bytes  max err %.2e of |x||w| (m 1..128), dequant exact\n", c->name,
+    printf("  %-34s %-5s %8zu bytes  max err %.2e of |x||w| (m 1..128; gemv m 1..8), dequant exact\n", c->name,
            rl_dtype_name(dt), bytes, *worst);
     cudaFree(xdv);
     cudaFree(ydv);
@@ -470,8 +484,10 @@ static int bench(int argc, char **argv) {
     static const int bm[] = {1, 2, 4, 8, 16, 32, 64, 128};
     enum { NBM = sizeof(bm) / sizeof(bm[0]) };
     const char *nw = getenv("RL_WQ_NW");
-    printf("copy bandwidth %.0f GB/s (read + written), bf16 GEMM %.0f TFLOP/s; RL_WQ_NW=%s\n",
-           copy_bw / 1e9, flops / 1e12, nw ? nw : "(default)");
+    const int kdef = wq_decode_kernel();
+    printf("copy bandwidth %.0f GB/s (read + written), bf16 GEMM %.0f TFLOP/s; RL_WQ_NW=%s; "
+           "up to 8 rows the %s kernel (RL_WQ_KERNEL), both timed there\n",
+           copy_bw / 1e9, flops / 1e12, nw ? nw : "(default)", kernel_name[kdef]);
     /* The dense path at the row counts where the threshold may fall. */
     static const int dm[] = {1, 16, 32, 64};
     enum { NDM = sizeof(dm) / sizeof(dm[0]) };
@@ -486,7 +502,7 @@ static int bench(int argc, char **argv) {
     for (int t = 0; t < nt; t++) {
         const char *tn = argc > 2 ? argv[2 + t] : all[t];
         rlWqType type = !strcmp(tn, "int8") ? RL_WQ_INT8 : !strcmp(tn, "fp8") ? RL_WQ_FP8 : RL_WQ_INT4;
-        double layer_us[NBM] = {0}, layer_bytes = 0, layer_std = 0, layer_deq = 0;
+        double layer_us[NBM] = {0}, layer_ab[2][NBM] = {{0}}, layer_bytes = 0, layer_std = 0, layer_deq = 0;
         for (int s = 0; s < 4; s++) {
             int n = shapes[s].n, k = shapes[s].k;
             Layer l;
@@ -516,7 +532,16 @@ static int bench(int argc, char **argv) {
             printf("%-4s %-7s n %5d k %5d dequant to bf16: %8.2f us  %6.0f GB/s read + written\n", tn,
                    shapes[s].name, n, k, deq, (bytes + 2.0 * n * k) / deq * 1e-3);
             for (int mi = 0; mi < NBM; mi++) {
-                double us = bench_time(copies, nc, x, y, bm[mi]);
+                /* Up to 8 rows both decode kernels, the selected one's in the table. */
+                double ab[2] = {0, 0};
+                if (bm[mi] <= 8)
+                    for (int kern = WQ_KERNEL_MMA; kern <= WQ_KERNEL_GEMV; kern++) {
+                        wq_decode_kernel_force(kern);
+                        ab[kern] = bench_time(copies, nc, x, y, bm[mi]);
+                        layer_ab[kern][mi] += ab[kern];
+                    }
+                wq_decode_kernel_force(-1);
+                double us = bm[mi] <= 8 ? ab[kdef] : bench_time(copies, nc, x, y, bm[mi]);
                 layer_us[mi] += us;
                 double gbs = bytes / us * 1e-3;
                 printf("%-4s %-7s n %5d k %5d m %3d: %8.2f us  %6.0f GB/s  %5.1f %% of copy bw",
@@ -524,6 +549,7 @@ static int bench(int argc, char **argv) {
                 for (int j = 0; j < NDM; j++)
                     if (dm[j] == bm[mi])
                         printf("  bf16 %8.2f us  bf16/%s %.2fx", bf16_us[s][j], tn, bf16_us[s][j] / us);
+                if (bm[mi] <= 8) printf("  [mma %.2f  gemv %.2f us]", ab[0], ab[1]);
                 printf("\n");
             }
             for (int i = 0; i < nc; i++) rl_wq_free(copies[i]);
@@ -536,6 +562,10 @@ static int bench(int argc, char **argv) {
                    "%.1f %% of the checkpoint-bytes floor %.2f us)\n",
                    tn, bm[mi], layer_us[mi], layer_us[mi] * 28e-3, floor_us,
                    100 * floor_us / layer_us[mi], 100 * std_floor_us / layer_us[mi], std_floor_us);
+        for (int mi = 0; mi < NBM && bm[mi] <= 8; mi++)
+            printf("%-4s layer m %3d: mma %8.2f us (%.1f %% of the floor), gemv %8.2f us (%.1f %%): "
+                   "gemv/mma time %.2fx\n", tn, bm[mi], layer_ab[0][mi], 100 * floor_us / layer_ab[0][mi],
+                   layer_ab[1][mi], 100 * floor_us / layer_ab[1][mi], layer_ab[1][mi] / layer_ab[0][mi]);
         for (int j = 0; j < NDM; j++)
             for (int mi = 0; mi < NBM; mi++)
                 if (bm[mi] == dm[j])

@@ -13,6 +13,9 @@
  * per group.  The warps' partial sums meet in shared memory and are rounded
  * once into y.  rl_wq_dequant writes the dense matrix for larger batches;
  * rl_wq_fp8_values an FP8 layer's e4m3 bytes as they came, for FP8 GEMMs.
+ * RL_WQ_KERNEL=gemv runs 1-8 rows through a second kernel on the dense
+ * GEMV's occupancy model instead (wq_gemv_kernel below, not yet measured);
+ * the GPU check keeps the faster of the two.
  *
  * Speed (kernels/PERF.md v17): correct at every size, but not yet at the
  * weight-read floor: the blocks hold 124-255 registers, so one or two of 8
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <atomic>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_mma.cuh"
@@ -50,6 +54,7 @@ template <typename T> struct WqArgs {
     T *y;
     int ldx, ldy, m, n, k;
     int ntiles, nchunks, ngroups, group_units, scale_rows, gshift;
+    int cshift;   /* a chunk's group is c >> cshift (groups of 2^i whole chunks or all of K), else -1 */
 };
 
 /* The weight stream: read once, so kept out of L1. */
@@ -59,6 +64,21 @@ static __device__ __forceinline__ uint4 wq_ld_stream(const uint8_t *p) {
         : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
         : "l"(p));
     return r;
+}
+
+/* Zero points and scales: small, reread by a tile's warps. */
+static __device__ __forceinline__ void wq_prefetch_l1(const void *p) {
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+/* p, hidden from the compiler's loop algebra, which otherwise rebuilds a
+ * per-chunk pointer from the loop counter for every use. */
+template <typename P> static __device__ __forceinline__ P *wq_opaque(P *p) {
+    asm("mov.b64 %0, %0;\n" : "+l"(p));
+    return p;
+}
+/* Weights a warp reads next but one: on their way without a register. */
+static __device__ __forceinline__ void wq_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 static __device__ __forceinline__ uint32_t wq_sub2(uint32_t a, uint32_t b, f16) {
@@ -320,6 +340,136 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
     }
 }
 
+/* The decode GEMV (RL_WQ_KERNEL=gemv), 1-8 rows, on the dense GEMV's
+ * occupancy model (cuda_gemv.cuh) over the same layout.  A block of W warps
+ * (4-16) owns one 8-column tile at a time and its warps take every W-th
+ * chunk of the tile's K, so a narrow layer (o, down: 448 tiles) spreads over
+ * enough warps in one wave; a wide one (more tiles than the GPU holds
+ * blocks) runs one wave of blocks that stride over the tiles.  Each lane
+ * keeps one 16-byte load in flight while it uses the last (a double buffer
+ * in fixed registers; the next item possibly the block's next tile, so loads
+ * stay in flight across a tile's reduction), and the next chunk's zero
+ * points and scales are prefetched into L1, holding no registers.  At most
+ * 40 registers, so 48 warps fit an SM (PERF.md v22: the
+ * earlier kernels' 58-255 registers left too few warps, each waiting on its
+ * own loads).  The math is the mma kernel's: exact B fragments (q - z,
+ * e4m3), x's rows 0-7 in the A fragment's first 8 rows (rows 8-15 zero),
+ * mma.sync with fp32 accumulation, the fp32 scales once per group, the
+ * warps' sums met in shared memory in a fixed order. */
+#define WQG_MAX_ROWS 8
+#define WQG_MAX_WARPS 16
+
+template <typename T, int TY, bool PLAIN>
+__global__ void __launch_bounds__(WQG_MAX_WARPS * 32, PLAIN ? 3 : 2) wq_gemv_kernel(WqArgs<T> a) {
+    typedef WqDeq<T, TY> D;
+    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2;
+    __shared__ float red[WQG_MAX_WARPS][2][32];
+    const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, q = lane & 3, npad = a.ntiles * WQ_TILE_N;
+    const bool chunk_meta = PLAIN || a.group_units % UPC == 0, busy = warp < a.nchunks;
+
+    /* Row g's zero point and the scales of columns 2q, 2q + 1 of tile t in
+     * group G (one scale for both where scale rows span several columns). */
+    auto meta = [&](int t, int G, uint32_t &z, float2 &s) {
+        const int n0 = t * WQ_TILE_N;
+        const float *srow = a.scale + (unsigned)(G * a.scale_rows);
+        z = a.zero ? __ldg(a.zero + (unsigned)(G * npad + n0 + g)) : 0u;
+        if (a.gshift) {
+            s.x = s.y = __ldg(srow + ((n0 + 2 * q) >> a.gshift)) * D::fold;
+        } else {
+            s = __ldg((const float2 *)(srow + n0 + 2 * q));
+            s.x *= D::fold, s.y *= D::fold;
+        }
+    };
+    /* Unit u (32 columns of K) of a lane's chunk c into tmp; xr: row g of x
+     * at the lane's first column of the chunk, kl: columns left in x from
+     * there.  Rows past m read row m - 1 (no predicate, no zeros to move):
+     * their sums are never stored. */
+    auto unit = [&](const uint4 &w, int c, int u, const T *xr, int kl, uint32_t zz, float *tmp) {
+        const uint4 x = !PLAIN ? wq_load_x(a, g, wq_lane_col(UPC, c, lane, 8 * u))
+                        : 32 * u < kl ? __ldg((const uint4 *)(xr + 32 * u)) : make_uint4(0, 0, 0, 0);
+        uint32_t b[4];
+        D::unit((const uint32_t *)&w, u, zz, b);
+        const uint32_t a0[4] = {x.x, 0u, x.y, 0u}, a1[4] = {x.z, 0u, x.w, 0u};
+        mma16816(tmp, a0, b[0], b[1], T());
+        mma16816(tmp, a1, b[2], b[3], T());
+    };
+
+    /* The next chunk's weights in flight, its zero points' and scales' lines
+     * prefetched into L1, and the chunk after it prefetched into L2: two
+     * chunks a warp on their way, one of them holding no registers. */
+    uint4 wn = make_uint4(0, 0, 0, 0);
+    auto fetch = [&](int t, int c) {
+        wn = wq_ld_stream(a.qw + wq_lane_offset(a.nchunks, t, c, lane));
+        const int G = PLAIN ? c >> a.cshift : min(c * UPC / a.group_units, a.ngroups - 1), n0 = t * WQ_TILE_N;
+        if (a.zero) wq_prefetch_l1(a.zero + (unsigned)(G * npad + n0));
+        wq_prefetch_l1(a.scale + (unsigned)(G * a.scale_rows + (n0 >> a.gshift)));
+    };
+    /* The warp's item after (t, c): this tile's next chunk, else the first of
+     * the block's next tile. */
+    auto advance = [&](int &t, int &c) {
+        c += nwarps;
+        if (c >= a.nchunks) c = warp, t += gridDim.x;
+    };
+    auto ahead = [&](int t, int c) {
+        advance(t, c);
+        if (t < a.ntiles) wq_prefetch_l2(a.qw + wq_lane_offset(a.nchunks, t, c, lane));
+    };
+    int t = blockIdx.x;
+    if (busy && t < a.ntiles) fetch(t, warp), ahead(t, warp);
+    for (; t < a.ntiles; t += gridDim.x) {
+        float acc0 = 0.0f, acc1 = 0.0f;   /* (row g, column 2q), (row g, column 2q + 1) */
+#pragma unroll 1
+        for (int c = busy ? warp : a.nchunks; c < a.nchunks; c += nwarps) {
+            const uint4 w = wn;
+            int tn = t, cn = c;
+            advance(tn, cn);
+            if (tn < a.ntiles) fetch(tn, cn), ahead(tn, cn);
+            float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const int col0 = wq_lane_col(UPC, c, lane, 0);
+            const T *xr = wq_opaque(a.x + (size_t)min(g, a.m - 1) * a.ldx + col0);
+            const int kl = a.k - col0;
+            if (chunk_meta) {
+                uint32_t z;
+                float2 s;
+                meta(t, PLAIN ? c >> a.cshift : min(c * UPC / a.group_units, a.ngroups - 1), z, s);
+                const uint32_t zz = D::zz(z);
+#pragma unroll
+                for (int u = 0; u < UPC; u++) unit(w, c, u, xr, kl, zz, tmp);
+                acc0 += s.x * tmp[0];
+                acc1 += s.y * tmp[1];
+            } else {
+                /* Groups of 32 or 64 columns, or straddling chunks: each
+                 * unit's group's metadata. */
+#pragma unroll
+                for (int u = 0; u < UPC; u++) {
+                    const int U = c * UPC + u;
+                    uint32_t z;
+                    float2 s;
+                    meta(t, min(U / a.group_units, a.ngroups - 1), z, s);
+                    unit(w, c, u, xr, kl, D::zz(z), tmp);
+                    if ((U + 1) % a.group_units == 0 || u == UPC - 1) {
+                        acc0 += s.x * tmp[0];
+                        acc1 += s.y * tmp[1];
+                        tmp[0] = tmp[1] = tmp[2] = tmp[3] = 0.0f;
+                    }
+                }
+            }
+        }
+        red[warp][0][lane] = acc0;
+        red[warp][1][lane] = acc1;
+        __syncthreads();
+        if (threadIdx.x < 64) {
+            const int j = threadIdx.x >> 5, ln = threadIdx.x & 31;
+            float s = 0.0f;
+            for (int wi = 0; wi < nwarps; wi++) s += red[wi][j][ln];
+            const int row = ln >> 2, col = t * WQ_TILE_N + 2 * (ln & 3) + j;
+            if (row < a.m && col < a.n) st(a.y + (size_t)row * a.ldy + col, s);
+        }
+        __syncthreads();
+    }
+}
+
 /* One thread per lane's 16 bytes: the values the CPU dequantizes, s * (q - z)
  * or e4m3 * s rounded once to fp32 then to T, at x's column (perm undone);
  * without a permutation each unit's 8 columns are one 16-byte store. */
@@ -327,9 +477,9 @@ template <typename T, int TY> __global__ void wq_dequant_kernel(WqArgs<T> a, siz
     constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2;
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
-    const int lane = (int)(i & 31), q = lane & 3;
+    const int lane = (int)(i & 31);
     const size_t tc = i >> 5;
-    const int c = (int)(tc % a.nchunks), row = (int)(tc / a.nchunks) * WQ_TILE_N + (lane >> 2);
+    const int c = (int)(tc % a.nchunks), row = wq_lane_row((int)(tc / a.nchunks), lane);
     if (row >= a.n) return;
     const uint4 v = *(const uint4 *)(a.qw + i * WQ_LANE_BYTES);
     const uint32_t *w = (const uint32_t *)&v;
@@ -337,7 +487,7 @@ template <typename T, int TY> __global__ void wq_dequant_kernel(WqArgs<T> a, siz
     T *dst = a.y + (size_t)row * a.k;
 #pragma unroll
     for (int u = 0; u < UPC; u++) {
-        const int U = c * UPC + u, col0 = U * WQ_UNIT_K + 8 * q;
+        const int U = c * UPC + u, col0 = wq_lane_col(UPC, c, lane, 8 * u);
         if (col0 >= a.k) break;
         const int G = min(U / a.group_units, a.ngroups - 1);
         const float s = a.scale[(size_t)G * a.scale_rows + (row >> a.gshift)];
@@ -345,9 +495,7 @@ template <typename T, int TY> __global__ void wq_dequant_kernel(WqArgs<T> a, siz
         T out[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            uint32_t qv;
-            if (TY == RL_WQ_INT4) qv = (w[u] >> ((e & 1) * 16 + (e >> 1) * 4)) & 15u;
-            else qv = (w[2 * u + (e >> 2)] >> (8 * (e & 3))) & 255u;
+            const uint32_t qv = wq_lane_value(w, TY == RL_WQ_INT4, 8 * u + e);
             const float val = TY == RL_WQ_FP8 ? __fmul_rn(wq_e4m3(qv), s) : __fmul_rn(s, (float)((int)qv - z));
             st(&out[e], val);
         }
@@ -378,6 +526,9 @@ template <typename T> static WqArgs<T> wq_args(const rlWq *w, const void *x, int
     a.group_units = w->group_units;
     a.scale_rows = w->scale_rows;
     a.gshift = w->gshift;
+    const int cpg = w->group_units / w->chunk_units;
+    a.cshift = w->group_k >= w->k ? 30 : w->group_units % w->chunk_units || (cpg & (cpg - 1)) ? -1 : 0;
+    while (a.cshift >= 0 && a.cshift < 30 && (1 << a.cshift) < cpg) a.cshift++;
     return a;
 }
 
@@ -407,7 +558,54 @@ static void wq_launch_mt(const WqArgs<T> &a, int nw, cudaStream_t s) {
         wq_gemm_kernel<T, TY, MT, (MT >= 4 ? 1 : 4)><<<(a.ntiles + 3) / 4, WQ_WARPS * 32, 0, s>>>(a);
 }
 
+/* The decode kernel RL_WQ_KERNEL names (read once), unless forced. */
+static std::atomic<int> wq_kernel_forced(-1);
+extern "C" void wq_decode_kernel_force(int kernel) { wq_kernel_forced.store(kernel); }
+extern "C" int wq_decode_kernel(void) {
+    static const int from_env = [] {
+        const char *e = getenv("RL_WQ_KERNEL");
+        return e && !strcmp(e, "gemv") ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA;
+    }();
+    const int f = wq_kernel_forced.load(std::memory_order_relaxed);
+    return f >= 0 ? f : from_env;
+}
+
+/* The GEMV's grid: the most warps that one wave of blocks holds (blocks per
+ * SM at W warps from the occupancy calculator, once per W), each warp on at
+ * least one chunk (W = 4 excepted); with more tiles than a wave of 4-warp
+ * blocks holds (gate_up), that wave strides over the tiles.  PLAIN: no
+ * act-order and groups of 2^i whole chunks (g128 and up, fp8 blocks) or all
+ * of K, the kernel that fits 40 registers; the rest (act-order, g32, g64,
+ * g384) takes the general one (up to 64). */
+template <typename T, int TY, bool PLAIN> static void wq_gemv_grid(const WqArgs<T> &a, cudaStream_t s) {
+    static std::atomic<int> occ[WQG_MAX_WARPS + 1];
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (sms < 1) sms = 1;
+    int best_w = 0;
+    long best = 0;
+    for (int w = 4; w <= WQG_MAX_WARPS && (w == 4 || w <= a.nchunks); w += 2) {
+        if (!occ[w].load(std::memory_order_relaxed)) {
+            int nb = 0;
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, wq_gemv_kernel<T, TY, PLAIN>, 32 * w, 0);
+            occ[w].store(nb > 0 ? nb : 1, std::memory_order_relaxed);
+        }
+        const long warps = (long)a.ntiles * min(w, a.nchunks);
+        if (a.ntiles <= (long)sms * occ[w].load(std::memory_order_relaxed) && warps > best)
+            best = warps, best_w = w;
+    }
+    if (best_w) wq_gemv_kernel<T, TY, PLAIN><<<a.ntiles, 32 * best_w, 0, s>>>(a);
+    else wq_gemv_kernel<T, TY, PLAIN><<<sms * occ[4].load(std::memory_order_relaxed), 128, 0, s>>>(a);
+}
+
+template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, cudaStream_t s) {
+    if (!a.perm && a.cshift >= 0) wq_gemv_grid<T, TY, true>(a, s);
+    else wq_gemv_grid<T, TY, false>(a, s);
+}
+
 template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, cudaStream_t s) {
+    if (a.m <= WQG_MAX_ROWS && wq_decode_kernel() == WQ_KERNEL_GEMV) return wq_gemv_launch<T, TY>(a, s);
     const int mt = (a.m + 15) / 16, *nw = wq_nw[TY == RL_WQ_INT4 ? 0 : 1];
     if (mt <= 1) wq_launch_mt<T, TY, 1>(a, nw[0], s);
     else if (mt <= 2) wq_launch_mt<T, TY, 2>(a, nw[1], s);
@@ -463,15 +661,15 @@ __global__ void wq_fp8_values_kernel(const uint8_t *qw, uint8_t *dst, int n, int
                                      size_t total) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
-    const int lane = (int)(i & 31), q = lane & 3;
+    const int lane = (int)(i & 31);
     const size_t tc = i >> 5;
-    const int c = (int)(tc % nchunks), row = (int)(tc / nchunks) * WQ_TILE_N + (lane >> 2);
+    const int c = (int)(tc % nchunks), row = wq_lane_row((int)(tc / nchunks), lane);
     if (row >= n) return;
     const uint4 v = wq_ld_stream(qw + i * WQ_LANE_BYTES);
-    const int col0 = 2 * c * WQ_UNIT_K + 8 * q;
+    const int col0 = wq_lane_col(2, c, lane, 0), col1 = wq_lane_col(2, c, lane, 8);
     uint8_t *out = dst + (size_t)row * k;
     if (col0 < k) *(uint2 *)(out + col0) = make_uint2(v.x, v.y);
-    if (col0 + WQ_UNIT_K < k) *(uint2 *)(out + col0 + WQ_UNIT_K) = make_uint2(v.z, v.w);
+    if (col1 < k) *(uint2 *)(out + col1) = make_uint2(v.z, v.w);
 }
 
 extern "C" int rl_wq_fp8_values(const rlWq *w, void *dst, cudaStream_t s) {

@@ -66,11 +66,46 @@ int wq_layout(const rlWqHost *h, rlWq *w, char *msg, size_t msg_n);
  * each is malloc'd (zero NULL for fp8); 0, or nonzero with msg filled. */
 int wq_pack(const rlWqHost *h, const rlWq *w, uint8_t **qw, float **scale, uint8_t **zero,
             char *msg, size_t msg_n);
+/* The kernel rl_wq_gemm runs for 1-8 rows: the decode GEMV where the
+ * environment says RL_WQ_KERNEL=gemv, else the mma kernel (PERF.md v17-v22);
+ * the tests and the benchmark force one (-1: the environment's again). */
+enum { WQ_KERNEL_MMA = 0, WQ_KERNEL_GEMV = 1 };
+int wq_decode_kernel(void);
+void wq_decode_kernel_force(int kernel);
 #ifdef __cplusplus
 }
 #endif
 static inline size_t wq_qw_bytes(const rlWq *w) {
     return (size_t)w->ntiles * w->nchunks * WQ_CHUNK_BYTES;
+}
+
+/* Where a lane's 16 bytes sit and what they hold, for the kernels and the
+ * host's tests alike (wq_pack.c writes the layout; test_cuda_wq checks
+ * these against it on the CPU). */
+#ifdef __CUDACC__
+#define WQ_HD static __host__ __device__ __forceinline__
+#else
+#define WQ_HD static inline
+#endif
+/* Byte offset in qw of lane `lane`'s 16 bytes of chunk c of tile t (the
+ * lane's index in 32 bits, cheap in a kernel's loop: layers under 64 GiB). */
+WQ_HD size_t wq_lane_offset(int nchunks, int t, int c, int lane) {
+    return (size_t)(((unsigned)t * (unsigned)nchunks + (unsigned)c) * 32u + (unsigned)lane) * WQ_LANE_BYTES;
+}
+/* The weight row (output column n) every value of the lane belongs to. */
+WQ_HD int wq_lane_row(int t, int lane) { return t * WQ_TILE_N + (lane >> 2); }
+/* The packed column (along K, before an act-order permutation) of value e
+ * (0 .. 8 * chunk_units - 1) of the lane's 16 bytes in chunk c: unit e / 8,
+ * column 8q + e % 8 of it. */
+WQ_HD int wq_lane_col(int chunk_units, int c, int lane, int e) {
+    return (c * chunk_units + e / 8) * WQ_UNIT_K + 8 * (lane & 3) + e % 8;
+}
+/* Value e of the lane's 16 bytes as 4 little-endian words: int4 word e / 8,
+ * nibble (e % 8) / 2 of its low half for even e, of its high half for odd;
+ * 8-bit: byte e. */
+WQ_HD unsigned wq_lane_value(const uint32_t *w, int int4, int e) {
+    if (int4) return w[e / 8] >> ((e & 1) * 16 + (e % 8 >> 1) * 4) & 15u;
+    return w[e / 4] >> (8 * (e % 4)) & 255u;
 }
 
 #endif
