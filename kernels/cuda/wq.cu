@@ -346,11 +346,13 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
  * chunk of the tile's K, so a narrow layer (o, down: 448 tiles) spreads over
  * enough warps in one wave; a wide one (more tiles than the GPU holds
  * blocks) runs one wave of blocks that stride over the tiles.  Each lane
- * keeps one 16-byte load in flight while it uses the last (a double buffer
- * in fixed registers; the next item possibly the block's next tile, so loads
- * stay in flight across a tile's reduction), and the next chunk's zero
- * points and scales are prefetched into L1, holding no registers.  At most
- * 40 registers, so 48 warps fit an SM (PERF.md v22: the
+ * has two 16-byte buffers in fixed registers that take turns: the next
+ * chunk loads into one while the warp works on the other, which is refilled
+ * with the chunk after as soon as it is used, and the chunk after that is
+ * prefetched into L2 (the items run on into the block's next tile, so loads
+ * stay in flight across a tile's reduction); a chunk's zero points and
+ * scales are prefetched into L1 with its load, holding no registers.  At
+ * most 40 registers, so 48 warps fit an SM (PERF.md v22: the
  * earlier kernels' 58-255 registers left too few warps, each waiting on its
  * own loads).  The math is the mma kernel's: exact B fragments (q - z,
  * e4m3), x's rows 0-7 in the A fragment's first 8 rows (rows 8-15 zero),
@@ -395,15 +397,39 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32, PLAIN ? 3 : 2) wq_gemv_ker
         mma16816(tmp, a1, b[2], b[3], T());
     };
 
-    /* The next chunk's weights in flight, its zero points' and scales' lines
-     * prefetched into L1, and the chunk after it prefetched into L2: two
-     * chunks a warp on their way, one of them holding no registers. */
-    uint4 wn = make_uint4(0, 0, 0, 0);
-    auto fetch = [&](int t, int c) {
-        wn = wq_ld_stream(a.qw + wq_lane_offset(a.nchunks, t, c, lane));
-        const int G = PLAIN ? c >> a.cshift : min(c * UPC / a.group_units, a.ngroups - 1), n0 = t * WQ_TILE_N;
-        if (a.zero) wq_prefetch_l1(a.zero + (unsigned)(G * npad + n0));
-        wq_prefetch_l1(a.scale + (unsigned)(G * a.scale_rows + (n0 >> a.gshift)));
+    /* Chunk c of tile t, whose weights are w, into the lane's sums. */
+    float acc0 = 0.0f, acc1 = 0.0f;   /* (row g, column 2q), (row g, column 2q + 1) */
+    auto chunk = [&](const uint4 &w, int t, int c) {
+        float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const int col0 = wq_lane_col(UPC, c, lane, 0);
+        const T *xr = wq_opaque(a.x + (size_t)min(g, a.m - 1) * a.ldx + col0);
+        const int kl = a.k - col0;
+        if (chunk_meta) {
+            uint32_t z;
+            float2 s;
+            meta(t, PLAIN ? c >> a.cshift : min(c * UPC / a.group_units, a.ngroups - 1), z, s);
+            const uint32_t zz = D::zz(z);
+#pragma unroll
+            for (int u = 0; u < UPC; u++) unit(w, c, u, xr, kl, zz, tmp);
+            acc0 += s.x * tmp[0];
+            acc1 += s.y * tmp[1];
+        } else {
+            /* Groups of 32 or 64 columns, or straddling chunks: each unit's
+             * group's metadata. */
+#pragma unroll
+            for (int u = 0; u < UPC; u++) {
+                const int U = c * UPC + u;
+                uint32_t z;
+                float2 s;
+                meta(t, min(U / a.group_units, a.ngroups - 1), z, s);
+                unit(w, c, u, xr, kl, D::zz(z), tmp);
+                if ((U + 1) % a.group_units == 0 || u == UPC - 1) {
+                    acc0 += s.x * tmp[0];
+                    acc1 += s.y * tmp[1];
+                    tmp[0] = tmp[1] = tmp[2] = tmp[3] = 0.0f;
+                }
+            }
+        }
     };
     /* The warp's item after (t, c): this tile's next chunk, else the first of
      * the block's next tile. */
@@ -411,50 +437,46 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32, PLAIN ? 3 : 2) wq_gemv_ker
         c += nwarps;
         if (c >= a.nchunks) c = warp, t += gridDim.x;
     };
-    auto ahead = [&](int t, int c) {
+    /* Item (t, c)'s weights into w, its zero points' and scales' lines into
+     * L1, and the warp's item after it into L2. */
+    auto fetch = [&](uint4 &w, int t, int c) {
+        w = wq_ld_stream(a.qw + wq_lane_offset(a.nchunks, t, c, lane));
+        const int G = PLAIN ? c >> a.cshift : min(c * UPC / a.group_units, a.ngroups - 1), n0 = t * WQ_TILE_N;
+        if (a.zero) wq_prefetch_l1(a.zero + (unsigned)(G * npad + n0));
+        wq_prefetch_l1(a.scale + (unsigned)(G * a.scale_rows + (n0 >> a.gshift)));
         advance(t, c);
         if (t < a.ntiles) wq_prefetch_l2(a.qw + wq_lane_offset(a.nchunks, t, c, lane));
     };
+    /* Two weight buffers in fixed registers take turns (no copies, so no
+     * move waits on a load: PERF.md v22): while a warp works on one item the
+     * next is in flight in the other buffer; the item after that is loaded
+     * into the first buffer as soon as it is free, and the one after that is
+     * on its way into L2: three chunks a warp on their way, two holding
+     * registers. */
+    uint4 wa = make_uint4(0, 0, 0, 0), wb = wa;
     int t = blockIdx.x;
-    if (busy && t < a.ntiles) fetch(t, warp), ahead(t, warp);
+    if (busy && t < a.ntiles) {
+        int t1 = t, c1 = warp;
+        fetch(wa, t1, c1);
+        advance(t1, c1);
+        if (t1 < a.ntiles) fetch(wb, t1, c1);
+    }
+    bool in_b = false;   /* the warp's current item is in wb */
     for (; t < a.ntiles; t += gridDim.x) {
-        float acc0 = 0.0f, acc1 = 0.0f;   /* (row g, column 2q), (row g, column 2q + 1) */
+        acc0 = acc1 = 0.0f;
 #pragma unroll 1
         for (int c = busy ? warp : a.nchunks; c < a.nchunks; c += nwarps) {
-            const uint4 w = wn;
-            int tn = t, cn = c;
-            advance(tn, cn);
-            if (tn < a.ntiles) fetch(tn, cn), ahead(tn, cn);
-            float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            const int col0 = wq_lane_col(UPC, c, lane, 0);
-            const T *xr = wq_opaque(a.x + (size_t)min(g, a.m - 1) * a.ldx + col0);
-            const int kl = a.k - col0;
-            if (chunk_meta) {
-                uint32_t z;
-                float2 s;
-                meta(t, PLAIN ? c >> a.cshift : min(c * UPC / a.group_units, a.ngroups - 1), z, s);
-                const uint32_t zz = D::zz(z);
-#pragma unroll
-                for (int u = 0; u < UPC; u++) unit(w, c, u, xr, kl, zz, tmp);
-                acc0 += s.x * tmp[0];
-                acc1 += s.y * tmp[1];
+            int t2 = t, c2 = c;
+            advance(t2, c2);
+            advance(t2, c2);
+            if (!in_b) {
+                chunk(wa, t, c);
+                if (t2 < a.ntiles) fetch(wa, t2, c2);
             } else {
-                /* Groups of 32 or 64 columns, or straddling chunks: each
-                 * unit's group's metadata. */
-#pragma unroll
-                for (int u = 0; u < UPC; u++) {
-                    const int U = c * UPC + u;
-                    uint32_t z;
-                    float2 s;
-                    meta(t, min(U / a.group_units, a.ngroups - 1), z, s);
-                    unit(w, c, u, xr, kl, D::zz(z), tmp);
-                    if ((U + 1) % a.group_units == 0 || u == UPC - 1) {
-                        acc0 += s.x * tmp[0];
-                        acc1 += s.y * tmp[1];
-                        tmp[0] = tmp[1] = tmp[2] = tmp[3] = 0.0f;
-                    }
-                }
+                chunk(wb, t, c);
+                if (t2 < a.ntiles) fetch(wb, t2, c2);
             }
+            in_b = !in_b;
         }
         red[warp][0][lane] = acc0;
         red[warp][1][lane] = acc1;
@@ -570,15 +592,36 @@ extern "C" int wq_decode_kernel(void) {
     return f >= 0 ? f : from_env;
 }
 
-/* The GEMV's grid: the most warps that one wave of blocks holds (blocks per
- * SM at W warps from the occupancy calculator, once per W), each warp on at
- * least one chunk (W = 4 excepted); with more tiles than a wave of 4-warp
- * blocks holds (gate_up), that wave strides over the tiles.  PLAIN: no
- * act-order and groups of 2^i whole chunks (g128 and up, fp8 blocks) or all
- * of K, the kernel that fits 40 registers; the rest (act-order, g32, g64,
- * g384) takes the general one (up to 64). */
-template <typename T, int TY, bool PLAIN> static void wq_gemv_grid(const WqArgs<T> &a, cudaStream_t s) {
+/* Blocks of W warps one SM holds of this GEMV, from the occupancy
+ * calculator once per process (first asked at upload, outside any graph
+ * capture). */
+template <typename T, int TY, bool PLAIN> static int wq_gemv_occupancy(int w) {
     static std::atomic<int> occ[WQG_MAX_WARPS + 1];
+    int nb = occ[w].load(std::memory_order_relaxed);
+    if (!nb) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, wq_gemv_kernel<T, TY, PLAIN>, 32 * w, 0);
+        if (nb < 1) nb = 1;
+        occ[w].store(nb, std::memory_order_relaxed);
+    }
+    return nb;
+}
+
+template <int TY> static void wq_gemv_prepare(void) {
+    for (int w = 4; w <= WQG_MAX_WARPS; w += 2) {
+        wq_gemv_occupancy<bf16, TY, true>(w);
+        wq_gemv_occupancy<bf16, TY, false>(w);
+        wq_gemv_occupancy<f16, TY, true>(w);
+        wq_gemv_occupancy<f16, TY, false>(w);
+    }
+}
+
+/* The GEMV's grid: the most warps that one wave of blocks holds, each warp
+ * on at least one chunk (W = 4 excepted); with more tiles than a wave of
+ * 4-warp blocks holds (gate_up), that wave strides over the tiles.  PLAIN:
+ * no act-order and groups of 2^i whole chunks (g128 and up, fp8 blocks) or
+ * all of K, the kernel that fits 40 registers; the rest (act-order, g32,
+ * g64, g384) takes the general one (up to 64). */
+template <typename T, int TY, bool PLAIN> static void wq_gemv_grid(const WqArgs<T> &a, cudaStream_t s) {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -586,17 +629,12 @@ template <typename T, int TY, bool PLAIN> static void wq_gemv_grid(const WqArgs<
     int best_w = 0;
     long best = 0;
     for (int w = 4; w <= WQG_MAX_WARPS && (w == 4 || w <= a.nchunks); w += 2) {
-        if (!occ[w].load(std::memory_order_relaxed)) {
-            int nb = 0;
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, wq_gemv_kernel<T, TY, PLAIN>, 32 * w, 0);
-            occ[w].store(nb > 0 ? nb : 1, std::memory_order_relaxed);
-        }
         const long warps = (long)a.ntiles * min(w, a.nchunks);
-        if (a.ntiles <= (long)sms * occ[w].load(std::memory_order_relaxed) && warps > best)
+        if (a.ntiles <= (long)sms * wq_gemv_occupancy<T, TY, PLAIN>(w) && warps > best)
             best = warps, best_w = w;
     }
     if (best_w) wq_gemv_kernel<T, TY, PLAIN><<<a.ntiles, 32 * best_w, 0, s>>>(a);
-    else wq_gemv_kernel<T, TY, PLAIN><<<sms * occ[4].load(std::memory_order_relaxed), 128, 0, s>>>(a);
+    else wq_gemv_kernel<T, TY, PLAIN><<<sms * wq_gemv_occupancy<T, TY, PLAIN>(4), 128, 0, s>>>(a);
 }
 
 template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, cudaStream_t s) {
@@ -719,6 +757,11 @@ extern "C" int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_
     if (!rc) rc = wq_copy((void **)&w->scale, scale, sb, s, msg, msg_n, "scales");
     if (!rc && zb) rc = wq_copy((void **)&w->zero, zero, zb, s, msg, msg_n, "zero points");
     if (!rc && pb) rc = wq_copy((void **)&w->perm, h->perm, pb, s, msg, msg_n, "act-order permutation");
+    if (!rc) {   /* the GEMV's grid sizes, asked here rather than inside a capture */
+        if (h->type == RL_WQ_INT4) wq_gemv_prepare<RL_WQ_INT4>();
+        else if (h->type == RL_WQ_INT8) wq_gemv_prepare<RL_WQ_INT8>();
+        else wq_gemv_prepare<RL_WQ_FP8>();
+    }
     /* The host copies are freed below: wait for the transfers. */
     if (!rc && cudaStreamSynchronize(s) != cudaSuccess) {
         snprintf(msg, msg_n, "quantized weights: upload: %s", cudaGetErrorString(cudaGetLastError()));
