@@ -29,7 +29,7 @@ CUDA_ARCHS ?= 80 86 89 90
 CUDA_PTX  ?= $(lastword $(sort $(CUDA_ARCHS)))
 SANITIZE ?= 0
 
-DEPS_DEB = build-essential pkg-config xz-utils jq libhiredis-dev libev-dev libmsgpack-dev \
+DEPS_DEB = build-essential pkg-config xz-utils jq python3 libhiredis-dev libev-dev libmsgpack-dev \
            libopenblas-dev libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev \
            libcmocka-dev redis-server redis-tools clang libclang-rt-14-dev
 
