@@ -932,7 +932,8 @@ static void moe_case(rlBackend *be, tMoeShape s) {
         char *saved = env_swap("RL_MOE_GEMV", settings[set]);
         for (int run = 0; run < 2; run++) {
             if (s.accumulate)
-                assert_int_equal(be->ops->upload(be, d_out, RL_F32, out0, RL_F32, no, &err), 0);
+                assert_int_equal(
+                    be->ops->upload(be, d_out, be->act_dtype, out0, RL_F32, no, &err), 0);
             else
                 be->ops->free(be, d_out), d_out = poisoned(be, no);
             be->ops->moe_experts(be, d_out, d_x, d_gu, d_dn, d_ids, d_w, rows, D, M, E, k,
