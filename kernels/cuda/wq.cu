@@ -594,25 +594,35 @@ extern "C" int wq_decode_kernel(void) {
 
 /* Blocks of W warps one SM holds of this GEMV, from the occupancy
  * calculator once per process (first asked at upload, outside any graph
- * capture). */
-template <typename T, int TY, bool PLAIN> static int wq_gemv_occupancy(int w) {
+ * capture).  A failed query is reported through err (its error taken off
+ * the runtime, so no later launch check inherits it) and not cached. */
+template <typename T, int TY, bool PLAIN>
+static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
     static std::atomic<int> occ[WQG_MAX_WARPS + 1];
     int nb = occ[w].load(std::memory_order_relaxed);
     if (!nb) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, wq_gemv_kernel<T, TY, PLAIN>, 32 * w, 0);
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &nb, wq_gemv_kernel<T, TY, PLAIN>, 32 * w, 0);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            if (err && *err == cudaSuccess) *err = e;
+            return 1;
+        }
         if (nb < 1) nb = 1;
         occ[w].store(nb, std::memory_order_relaxed);
     }
     return nb;
 }
 
-template <int TY> static void wq_gemv_prepare(void) {
+template <int TY> static cudaError_t wq_gemv_prepare(void) {
+    cudaError_t e = cudaSuccess;
     for (int w = 4; w <= WQG_MAX_WARPS; w += 2) {
-        wq_gemv_occupancy<bf16, TY, true>(w);
-        wq_gemv_occupancy<bf16, TY, false>(w);
-        wq_gemv_occupancy<f16, TY, true>(w);
-        wq_gemv_occupancy<f16, TY, false>(w);
+        wq_gemv_occupancy<bf16, TY, true>(w, &e);
+        wq_gemv_occupancy<bf16, TY, false>(w, &e);
+        wq_gemv_occupancy<f16, TY, true>(w, &e);
+        wq_gemv_occupancy<f16, TY, false>(w, &e);
     }
+    return e;
 }
 
 /* The GEMV's grid: the most warps that one wave of blocks holds, each warp
@@ -758,9 +768,14 @@ extern "C" int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_
     if (!rc && zb) rc = wq_copy((void **)&w->zero, zero, zb, s, msg, msg_n, "zero points");
     if (!rc && pb) rc = wq_copy((void **)&w->perm, h->perm, pb, s, msg, msg_n, "act-order permutation");
     if (!rc) {   /* the GEMV's grid sizes, asked here rather than inside a capture */
-        if (h->type == RL_WQ_INT4) wq_gemv_prepare<RL_WQ_INT4>();
-        else if (h->type == RL_WQ_INT8) wq_gemv_prepare<RL_WQ_INT8>();
-        else wq_gemv_prepare<RL_WQ_FP8>();
+        cudaError_t e = h->type == RL_WQ_INT4   ? wq_gemv_prepare<RL_WQ_INT4>()
+                        : h->type == RL_WQ_INT8 ? wq_gemv_prepare<RL_WQ_INT8>()
+                                                : wq_gemv_prepare<RL_WQ_FP8>();
+        if (e != cudaSuccess) {
+            snprintf(msg, msg_n, "quantized weights: the decode GEMV's occupancy query: %s",
+                     cudaGetErrorString(e));
+            rc = RL_EDEVICE;
+        }
     }
     /* The host copies are freed below: wait for the transfers. */
     if (!rc && cudaStreamSynchronize(s) != cudaSuccess) {
