@@ -110,6 +110,15 @@ expect 5 "weights alone need" "$REDLM" plan --model "$CONFIGS/qwen2.5-14b.json" 
 expect 5 "less than one --max-model-len 32768 sequence" \
     "$REDLM" plan --model "$CONFIGS/qwen2.5-14b.json" --gpus 2 --gpu-memory 21GiB --tp 2 --pp 1 --max-model-len 32768
 expect 0 "For throughput" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24GiB --max-model-len 8192
+# Without --max-num-batched-tokens, plan counts the step a worker on such
+# GPUs starts with (8192 from 70 GiB, 2048 below), so its KV figures are
+# the worker's.
+expect 0 "--max-num-batched-tokens 8192: as \`redlm serve\` would start" \
+    "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpu-memory 141GiB
+expect 0 "--max-num-batched-tokens 2048: as \`redlm serve\` would start" \
+    "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24GiB
+expect 0 "--max-num-batched-tokens 4096, --block-size 16" \
+    "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpu-memory 141GiB --max-num-batched-tokens 4096
 # The worker runs the plan of its own layout on its GPUs' free memory before
 # any weight is loaded: 72B at TP 1 stops there, in seconds (without a
 # driver, at reading the GPUs' memory).

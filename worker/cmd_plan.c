@@ -14,6 +14,7 @@
 #include "worker/model/checkpoint.h"
 #include "worker/commands.h"
 #include "worker/engine/engine_flags.h"
+#include "worker/engine/engine_plan.h"
 #include "worker/engine/layout.h"
 #include "worker/lib/flags.h"
 #include "worker/model/modelcfg.h"
@@ -28,6 +29,7 @@ typedef struct planArgs {
     const char *topology;
     double bandwidth;       /* GB/s, 0: by the GPUs' size */
     int one;                /* --tp and --pp given: check that layout only */
+    int tokens_given;       /* --max-num-batched-tokens given */
     rlPlanOptions opt;
 } planArgs;
 
@@ -90,6 +92,7 @@ static int plan_args(int argc, char **argv, planArgs *a) {
     flags_requires(&fs, "--pp", "--tp");
     int rc = flags_main(&fs, argc, argv);
     a->one = flags_given(&fs, "--tp") > 0;
+    a->tokens_given = flags_given(&fs, "--max-num-batched-tokens") > 0;
     return rc;
 }
 
@@ -135,6 +138,32 @@ static int plan_gpus(planArgs *a, rlError *err) {
     return a->topology ? plan_read_topology(a->topology, a->gpus, o, err) : 0;
 }
 
+/* Without --max-num-batched-tokens the plan counts the step a `redlm serve`
+ * on these GPUs would start with (engine_plan.h), so its KV figures are the
+ * ones the worker prints at start.  For one layout that is the worker's
+ * exact value; over all layouts, vLLM's before the halving a start does
+ * where a step's activations would crowd a rank. */
+static void plan_default_tokens(planArgs *a, const rlModelConfig *cfg, char *why, size_t len) {
+    char name[96] = "a GPU";
+    if (a->n_devices) engine_gpu_name(a->devices, a->n_devices, name, sizeof name);
+    if (a->one) {
+        rlEngineOptions eo;
+        engine_options_init(&eo);
+        eo.tp = a->tp, eo.pp = a->pp;
+        char how[400];
+        a->opt.max_num_batched_tokens =
+            engine_batched_tokens_for(cfg, &eo, &a->opt, name, how, sizeof how);
+        snprintf(why, len, "as `redlm serve` would start: %s", how);
+    } else {
+        const char *rule;
+        a->opt.max_num_batched_tokens = engine_batched_tokens_vllm(&a->opt, name, 0, &rule);
+        snprintf(why, len, "as `redlm serve` would start: vLLM's server default (%s), halved "
+                 "where a layout's step would take over an eighth of what its weights leave",
+                 rule);
+    }
+    a->opt.batched_tokens_from = why;
+}
+
 int cmd_plan(int argc, char **argv) {
     rlError err = {0};
     planArgs a;
@@ -145,6 +174,8 @@ int cmd_plan(int argc, char **argv) {
     if (checkpoint_read_config(a.model, &cfg, &err) ||
         modelcfg_dtype(&cfg, a.dtype, &a.opt.dtype, &err) || plan_gpus(&a, &err))
         goto fail;
+    char why[512];
+    if (!a.tokens_given) plan_default_tokens(&a, &cfg, why, sizeof why);
     if (a.one) rc = plan_layout(&cfg, &a.opt, a.instances, a.tp, a.pp, &plan, &err);
     else rc = plan_compute(&cfg, &a.opt, &plan, &err);
     /* A layout that does not fit is printed too: its numbers are the evidence. */

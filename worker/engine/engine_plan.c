@@ -54,16 +54,30 @@ static int plan_act_eighths(const rlPlan *p, double *act, double *room) {
     return worst;
 }
 
+/* The smallest GPU's memory: the defaults go by it. */
+static size_t least_gpu(const rlPlanOptions *devices) {
+    size_t least = 0;
+    for (int i = 0; i < devices->n_gpus; i++)
+        if (!least || devices->gpu_total[i] < least) least = devices->gpu_total[i];
+    return least;
+}
+
+int engine_batched_tokens_vllm(const rlPlanOptions *devices, const char *gpu_name, int offline,
+                               const char **rule) {
+    size_t least = least_gpu(devices);
+    int big = least >= (size_t)70 << 30 && !strstr(gpu_name, "A100");
+    *rule = big ? "70 GiB or more, not an A100: 16384 offline, 8192 serving"
+                : "under 70 GiB or an A100: 8192 offline, 2048 serving";
+    return big ? (offline ? 16384 : 8192) : (offline ? 8192 : 2048);
+}
+
 int engine_batched_tokens_for(const rlModelConfig *cfg, const rlEngineOptions *o,
                               const rlPlanOptions *devices, const char *gpu_name, char *why,
                               size_t why_len) {
     int tp = o->tp > 0 ? o->tp : 1, pp = o->pp > 0 ? o->pp : 1;
     rlPlanOptions po = *devices;
-    size_t least = 0;
-    for (int i = 0; i < po.n_gpus; i++)
-        if (!least || po.gpu_total[i] < least) least = po.gpu_total[i];
-    int big = least >= (size_t)70 << 30 && !strstr(gpu_name, "A100");
-    int T = big ? (o->offline ? 16384 : 8192) : (o->offline ? 8192 : 2048), first = T;
+    const char *rule;
+    int T = engine_batched_tokens_vllm(devices, gpu_name, o->offline, &rule), first = T;
     double act = 0, room = 0;
     for (;;) {
         po.max_num_batched_tokens = T;
@@ -77,11 +91,24 @@ int engine_batched_tokens_for(const rlModelConfig *cfg, const rlEngineOptions *o
     }
     snprintf(why, why_len, "vLLM's %s default for %s, %.0f GiB (%s)%s; the step's activations "
              "take %.1f of the %.0f GiB the weights leave (at most an eighth)",
-             o->offline ? "offline" : "server", gpu_name, (double)least / (1 << 30),
-             big ? "70 GiB or more, not an A100: 16384 offline, 8192 serving"
-                 : "under 70 GiB or an A100: 8192 offline, 2048 serving",
-             T < first ? ", halved to fit" : "", act / (1 << 30), room / (1 << 30));
+             o->offline ? "offline" : "server", gpu_name,
+             (double)least_gpu(devices) / (1 << 30), rule, T < first ? ", halved to fit" : "",
+             act / (1 << 30), room / (1 << 30));
     return T;
+}
+
+void engine_gpu_name(const int *dev, int n, char *name, size_t len) {
+    /* The A100 test reads every device's name; the name is the last one's,
+     * or an A100's where there is one. */
+    rlGpuHost host;
+    char no[256];
+    snprintf(name, len, "GPU");
+    if (rl_gpu_probe(&host, no, sizeof no)) return;
+    for (int i = 0; i < n; i++) {
+        if (dev[i] < 0 || dev[i] >= host.count) continue;
+        if (strstr(host.gpus[dev[i]].name, "A100") || !strstr(name, "A100"))
+            snprintf(name, len, "%s", host.gpus[dev[i]].name);
+    }
 }
 
 int engine_default_batched_tokens(const rlModelConfig *cfg, const rlEngineOptions *o, char *why,
@@ -93,14 +120,7 @@ int engine_default_batched_tokens(const rlModelConfig *cfg, const rlEngineOption
     int dev[RL_PLAN_MAX_GPUS];
     rlPlanOptions po;
     if (engine_plan_options(o, &po, dev, err)) return -1;
-    /* The A100 test reads every device's name; the line names the last. */
-    rlGpuHost host;
-    char name[96] = "GPU", no[256];
-    if (rl_gpu_probe(&host, no, sizeof no) == 0)
-        for (int i = 0; i < po.n_gpus; i++) {
-            if (dev[i] >= host.count) continue;
-            if (strstr(host.gpus[dev[i]].name, "A100") || !strstr(name, "A100"))
-                snprintf(name, sizeof name, "%s", host.gpus[dev[i]].name);
-        }
+    char name[96];
+    engine_gpu_name(dev, po.n_gpus, name, sizeof name);
     return engine_batched_tokens_for(cfg, o, &po, name, why, why_len);
 }

@@ -30,6 +30,14 @@ int engine_check_plan(const rlModelConfig *cfg, const rlEngineOptions *o, FILE *
  * keeps 2048.  why: the reason, for the line printed at start. */
 int engine_default_batched_tokens(const rlModelConfig *cfg, const rlEngineOptions *o, char *why,
                                   size_t why_len, rlError *err);
+/* vLLM's value before any halving, for the devices of a plan's options
+ * (real or hypothetical) of type gpu_name; *rule: the rule, in words. */
+int engine_batched_tokens_vllm(const rlPlanOptions *devices, const char *gpu_name, int offline,
+                               const char **rule);
+/* The device type of devices dev[0..n) for the rule above: a name NVML
+ * gives ("NVIDIA A100-SXM4-80GB"), an A100's where any is one; "GPU"
+ * where none can be read. */
+void engine_gpu_name(const int *dev, int n, char *name, size_t len);
 /* The same rule on the devices of a plan's options (real or hypothetical),
  * gpu_name the device type (an A100 takes the smaller defaults). */
 int engine_batched_tokens_for(const rlModelConfig *cfg, const rlEngineOptions *o,

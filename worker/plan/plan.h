@@ -34,6 +34,7 @@ typedef struct rlPlanOptions {
     int max_model_len;             /* 0: the model's max_position_embeddings */
     int max_num_seqs;              /* default 256 (the engine's) */
     int max_num_batched_tokens;    /* default 2048 */
+    const char *batched_tokens_from; /* why that value, printed beside it, or NULL */
     int block_size;                /* default 16 */
     double gpu_memory_utilization; /* this instance's share of each GPU's total memory */
     int batch_invariant;           /* --batch-invariant: its all-reduce buffer counted */

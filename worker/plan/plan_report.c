@@ -138,8 +138,12 @@ void plan_print(FILE *f, const rlPlan *p) {
     }
     plan_print_gpus(f, p);
     fprintf(f, "engine: --max-model-len %d, --max-num-seqs %d, --max-num-batched-tokens %d, "
-               "--block-size %d\n\n",
+               "--block-size %d\n",
             o->max_model_len, o->max_num_seqs, o->max_num_batched_tokens, o->block_size);
+    if (o->batched_tokens_from)
+        fprintf(f, "        --max-num-batched-tokens %d: %s\n", o->max_num_batched_tokens,
+                o->batched_tokens_from);
+    fputc('\n', f);
     fprintf(f, "Per GPU in GiB, for the rank of each layout with the least room for KV:\n");
     fprintf(f, "%-14s %-6s %-8s %7s %6s %6s %6s %5s %7s %7s %11s %8s %6s\n", "layout", "GPUs",
             "rank", "weights", "activ", "work", "graphs", "NCCL", "runtime", "KV",
