@@ -14,8 +14,11 @@
  * once into y.  rl_wq_dequant writes the dense matrix for larger batches;
  * rl_wq_fp8_values an FP8 layer's e4m3 bytes as they came, for FP8 GEMMs.
  * RL_WQ_KERNEL=gemv runs 1-8 rows through a second kernel on the dense
- * GEMV's occupancy model instead (wq_gemv_kernel below, not yet measured);
- * the GPU check keeps the faster of the two.
+ * GEMV's occupancy model instead (wq_gemv_kernel below), and RL_WQ_TILE=1
+ * 9-128 rows through a tiled one that stages the activations in shared
+ * memory once per block (wq_tile_kernel; then rl_wq_max_rows is 128, so
+ * those products skip the dequantize + dense GEMM road); neither is
+ * measured yet, and the GPU check keeps the faster of each pair.
  *
  * Speed (kernels/PERF.md v17): correct at every size, but not yet at the
  * weight-read floor: the blocks hold 124-255 registers, so one or two of 8
@@ -208,31 +211,27 @@ static __device__ __forceinline__ uint4 wq_load_x(const WqArgs<T> &a, int row, i
     return v;
 }
 
-template <typename T, int TY, int MT, int NW>
-__global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
+/* One warp's sums over NW tiles of 8 output columns and MT tiles of 16
+ * rows: each unit's exact B fragments multiplied into per-group partial sums
+ * (tmp), which flush multiplies by the group's fp32 scales into acc.  The
+ * mma kernel below feeds it activations from global memory, the tiled one
+ * (wq_tile_kernel) from shared memory. */
+template <typename T, int TY, int MT, int NW> struct WqSums {
     typedef WqDeq<T, TY> D;
-    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2;
-    /* Chunks in flight per warp: all of a 3584-wide layer's share at decode. */
-    constexpr int DEPTH = MT == 1 ? 4 : 2;
-    __shared__ float red[WQ_WARPS][MT * NW * 4][32];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int tile0 = blockIdx.x * NW, npad = a.ntiles * WQ_TILE_N;
-    /* Groups of whole chunks (g128 and up, fp8, one group): a chunk's zero
-     * points and scales are fetched with its weights; smaller groups fetch
-     * them per unit. */
-    const bool chunk_meta = a.group_units % UPC == 0;
     float acc[MT][NW][4], tmp[MT][NW][4];
+    __device__ __forceinline__ WqSums() {
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int nt = 0; nt < NW; nt++)
+            for (int nt = 0; nt < NW; nt++)
 #pragma unroll
-            for (int j = 0; j < 4; j++) acc[mt][nt][j] = tmp[mt][nt][j] = 0.0f;
-
-    /* The zero-point byte of row n0 + g and the scales of columns
-     * n0 + 2q, n0 + 2q + 1 of group G, for each of the block's tiles. */
-    auto fetch_meta = [&](int G, uint32_t *zz, float (*sc)[2]) {
-        const int gc = min(G, a.ngroups - 1);
+                for (int j = 0; j < 4; j++) acc[mt][nt][j] = tmp[mt][nt][j] = 0.0f;
+    }
+    /* The zero-point byte of row n0 + g and the scales of columns n0 + 2q,
+     * n0 + 2q + 1 of group G, for tiles tile0 ... tile0 + NW - 1. */
+    static __device__ __forceinline__ void meta(const WqArgs<T> &a, int G, int tile0, int g, int q,
+                                                uint32_t *zz, float (*sc)[2]) {
+        const int gc = min(G, a.ngroups - 1), npad = a.ntiles * WQ_TILE_N;
         const float *srow = a.scale + (size_t)gc * a.scale_rows;
 #pragma unroll
         for (int nt = 0; nt < NW; nt++) {
@@ -242,8 +241,8 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
             sc[nt][0] = in ? __ldg(srow + ((n0 + 2 * q) >> a.gshift)) * D::fold : 0.0f;
             sc[nt][1] = in ? __ldg(srow + ((n0 + 2 * q + 1) >> a.gshift)) * D::fold : 0.0f;
         }
-    };
-    auto flush = [&](const float (*sc)[2]) {
+    }
+    __device__ __forceinline__ void flush(const float (*sc)[2]) {
 #pragma unroll
         for (int nt = 0; nt < NW; nt++)
 #pragma unroll
@@ -255,15 +254,10 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
 #pragma unroll
                 for (int j = 0; j < 4; j++) tmp[mt][nt][j] = 0.0f;
             }
-    };
-    /* One unit (32 columns) of one chunk into tmp. */
-    auto unit = [&](const uint4 *w, int u, int col, const uint32_t *zz) {
-        uint4 xa[MT][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            xa[mt][0] = wq_load_x(a, mt * 16 + g, col);
-            xa[mt][1] = wq_load_x(a, mt * 16 + 8 + g, col);
-        }
+    }
+    /* Unit u of the tiles' chunk w into tmp; xa: the lane's 8 activations of
+     * rows 16 mt + g and 16 mt + 8 + g at the unit's columns 8q ... */
+    __device__ __forceinline__ void mul(const uint4 (*xa)[2], const uint4 *w, int u, const uint32_t *zz) {
 #pragma unroll
         for (int nt = 0; nt < NW; nt++) {
             uint32_t b[4];
@@ -276,6 +270,31 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
                 mma16816(tmp[mt][nt], a1, b[2], b[3], T());
             }
         }
+    }
+};
+
+template <typename T, int TY, int MT, int NW>
+__global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
+    typedef WqSums<T, TY, MT, NW> S;
+    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2;
+    /* Chunks in flight per warp: all of a 3584-wide layer's share at decode. */
+    constexpr int DEPTH = MT == 1 ? 4 : 2;
+    __shared__ float red[WQ_WARPS][MT * NW * 4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int tile0 = blockIdx.x * NW;
+    /* Groups of whole chunks (g128 and up, fp8, one group): a chunk's zero
+     * points and scales are fetched with its weights; smaller groups fetch
+     * them per unit. */
+    const bool chunk_meta = a.group_units % UPC == 0;
+    S sums;
+    auto unit = [&](const uint4 *w, int u, int col, const uint32_t *zz) {
+        uint4 xa[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            xa[mt][0] = wq_load_x(a, mt * 16 + g, col);
+            xa[mt][1] = wq_load_x(a, mt * 16 + 8 + g, col);
+        }
+        sums.mul(xa, w, u, zz);
     };
 
     /* A ring of DEPTH chunks per warp (every WQ_WARPS-th chunk of K). */
@@ -291,7 +310,7 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
                                                   WQ_LANE_BYTES)
                         : make_uint4(0, 0, 0, 0);
         }
-        if (chunk_meta) fetch_meta(c * UPC / a.group_units, zz, sc);
+        if (chunk_meta) S::meta(a, c * UPC / a.group_units, tile0, g, q, zz, sc);
     };
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
@@ -305,16 +324,16 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
             if (chunk_meta) {
 #pragma unroll
                 for (int u = 0; u < UPC; u++) unit(wb[d], u, (U0 + u) * WQ_UNIT_K + 8 * q, zb[d]);
-                flush(sb[d]);
+                sums.flush(sb[d]);
             } else {
                 /* Groups of 32 or 64 columns: the unit's group's metadata. */
 #pragma unroll
                 for (int u = 0; u < UPC; u++) {
                     uint32_t zz[NW];
                     float sc[NW][2];
-                    fetch_meta((U0 + u) / a.group_units, zz, sc);
+                    S::meta(a, (U0 + u) / a.group_units, tile0, g, q, zz, sc);
                     unit(wb[d], u, (U0 + u) * WQ_UNIT_K + 8 * q, zz);
-                    if ((U0 + u + 1) % a.group_units == 0 || u == UPC - 1) flush(sc);
+                    if ((U0 + u + 1) % a.group_units == 0 || u == UPC - 1) sums.flush(sc);
                 }
             }
             if (c + DEPTH * WQ_WARPS < a.nchunks) fetch(c + DEPTH * WQ_WARPS, wb[d], zb[d], sb[d]);
@@ -326,7 +345,7 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
 #pragma unroll
         for (int nt = 0; nt < NW; nt++)
 #pragma unroll
-            for (int j = 0; j < 4; j++) red[warp][(mt * NW + nt) * 4 + j][lane] = acc[mt][nt][j];
+            for (int j = 0; j < 4; j++) red[warp][(mt * NW + nt) * 4 + j][lane] = sums.acc[mt][nt][j];
     __syncthreads();
     for (int i = threadIdx.x; i < MT * NW * 4 * 32; i += WQ_WARPS * 32) {
         const int reg = i >> 5, ln = i & 31;
@@ -338,6 +357,124 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
         const int col = (tile0 + nt) * WQ_TILE_N + 2 * (ln & 3) + (j & 1);
         if (row < a.m && col < a.n) st(a.y + (size_t)row * a.ldy + col, s);
     }
+}
+
+/* 9-128 rows with RL_WQ_TILE=1 (not yet measured; the GPU check keeps it
+ * or drops it): the structure Marlin uses, so the activations are read once
+ * per block instead of once per warp.  A block's WQT_WARPS warps own NW
+ * tiles of 8 output columns each and 16 MT rows (blockIdx.y the rows' block),
+ * over all of K; chunk by chunk, the rows' activations and the tiles' packed
+ * weights go through shared memory with cp.async, WQT_STAGES - 1 chunks in
+ * flight while one is multiplied.  The math per unit is the mma kernel's
+ * (WqSums); the next chunk's zero points and scales are fetched into
+ * registers while this one is multiplied.  No act-order: its activations
+ * would be gathered, so those layers keep the mma kernel. */
+#define WQT_WARPS 4
+#define WQT_STAGES 3
+/* A staged row of activations: a chunk's 32 UPC columns plus 32, so a row
+ * starts 64 bytes past a multiple of 128 and the 8 lanes of a 16-byte
+ * shared load (rows g and g + 1, columns 8q) fall in distinct banks. */
+template <int TY> static constexpr int wqt_lda() { return 32 * (TY == RL_WQ_INT4 ? 4 : 2) + 32; }
+template <int TY, int MT, int NW> static constexpr int wqt_stage_bytes() {
+    return 16 * MT * wqt_lda<TY>() * 2 + WQT_WARPS * NW * WQ_CHUNK_BYTES;
+}
+template <int TY, int MT, int NW> static constexpr int wqt_smem() {
+    return WQT_STAGES * wqt_stage_bytes<TY, MT, NW>();
+}
+
+template <typename T, int TY, int MT, int NW>
+__global__ void __launch_bounds__(WQT_WARPS * 32) wq_tile_kernel(WqArgs<T> a) {
+    typedef WqSums<T, TY, MT, NW> S;
+    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2, LDA = wqt_lda<TY>(), BM = 16 * MT;
+    constexpr int A_PIECES = BM * UPC * 4;                 /* 16-byte pieces of a stage's activations */
+    constexpr int B_PIECES = WQT_WARPS * NW * 32;          /* one per (tile, lane) */
+    extern __shared__ __align__(16) unsigned char wqt_smem_dyn[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int btile0 = blockIdx.x * WQT_WARPS * NW, tile0 = btile0 + warp * NW;
+    const int row0 = blockIdx.y * BM;
+    const bool chunk_meta = a.group_units % UPC == 0;
+    auto stage_a = [&](int st) {
+        return (T *)(wqt_smem_dyn + (size_t)st * wqt_stage_bytes<TY, MT, NW>());
+    };
+    auto stage_b = [&](int st) { return (uint4 *)(stage_a(st) + BM * LDA); };
+    /* Chunk c into stage c % WQT_STAGES: rows past m, columns past k and
+     * tiles past the layer zero-filled (the source then only a valid address). */
+    auto load = [&](int c) {
+        T *As = stage_a(c % WQT_STAGES);
+        uint4 *Bs = stage_b(c % WQT_STAGES);
+#pragma unroll
+        for (int i = threadIdx.x; i < A_PIECES; i += WQT_WARPS * 32) {
+            const int r = i / (UPC * 4), pc = i % (UPC * 4), col = c * UPC * WQ_UNIT_K + 8 * pc;
+            const bool ok = row0 + r < a.m && col < a.k;
+            cp_async16(As + r * LDA + 8 * pc, ok ? a.x + (size_t)(row0 + r) * a.ldx + col : a.x, ok);
+        }
+#pragma unroll
+        for (int i = threadIdx.x; i < B_PIECES; i += WQT_WARPS * 32) {
+            const int t = btile0 + (i >> 5);
+            const bool ok = t < a.ntiles;
+            cp_async16(Bs + i, a.qw + (ok ? wq_lane_offset(a.nchunks, t, c, i & 31) : 0), ok);
+        }
+    };
+    S sums;
+    uint32_t zz[NW];
+    float sc[NW][2];
+    if (chunk_meta) S::meta(a, 0, tile0, g, q, zz, sc);
+#pragma unroll
+    for (int c = 0; c < WQT_STAGES - 1; c++) {
+        if (c < a.nchunks) load(c);
+        cp_async_commit();
+    }
+    for (int c = 0; c < a.nchunks; c++) {
+        /* One commit group per chunk (empty past the end): all but the
+         * newest WQT_STAGES - 2 done means chunk c is here. */
+        cp_async_wait<WQT_STAGES - 2>();
+        __syncthreads();   /* chunk c visible; every warp done with chunk c - 1's stage */
+        if (c + WQT_STAGES - 1 < a.nchunks) load(c + WQT_STAGES - 1);
+        cp_async_commit();
+        const T *As = stage_a(c % WQT_STAGES);
+        const uint4 *Bs = stage_b(c % WQT_STAGES);
+        uint4 w[NW];
+#pragma unroll
+        for (int nt = 0; nt < NW; nt++) w[nt] = Bs[(warp * NW + nt) * 32 + lane];
+        uint32_t zn[NW];
+        float sn[NW][2];
+        if (chunk_meta && c + 1 < a.nchunks) S::meta(a, (c + 1) * UPC / a.group_units, tile0, g, q, zn, sn);
+#pragma unroll
+        for (int u = 0; u < UPC; u++) {
+            uint4 xa[MT][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                xa[mt][0] = *(const uint4 *)(As + (mt * 16 + g) * LDA + u * WQ_UNIT_K + 8 * q);
+                xa[mt][1] = *(const uint4 *)(As + (mt * 16 + 8 + g) * LDA + u * WQ_UNIT_K + 8 * q);
+            }
+            if (!chunk_meta) {
+                /* Groups of 32 or 64 columns, or straddling chunks: each
+                 * unit's group's metadata. */
+                const int U = c * UPC + u;
+                S::meta(a, U / a.group_units, tile0, g, q, zz, sc);
+                sums.mul(xa, w, u, zz);
+                if ((U + 1) % a.group_units == 0 || u == UPC - 1) sums.flush(sc);
+            } else {
+                sums.mul(xa, w, u, zz);
+            }
+        }
+        if (chunk_meta) {
+            sums.flush(sc);
+#pragma unroll
+            for (int nt = 0; nt < NW; nt++) zz[nt] = zn[nt], sc[nt][0] = sn[nt][0], sc[nt][1] = sn[nt][1];
+        }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NW; nt++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int row = row0 + mt * 16 + g + (j >= 2 ? 8 : 0);
+                const int col = (tile0 + nt) * WQ_TILE_N + 2 * q + (j & 1);
+                if (row < a.m && col < a.n) st(a.y + (size_t)row * a.ldy + col, sums.acc[mt][nt][j]);
+            }
 }
 
 /* The decode GEMV (RL_WQ_KERNEL=gemv), 1-8 rows, on the dense GEMV's
@@ -580,17 +717,21 @@ static void wq_launch_mt(const WqArgs<T> &a, int nw, cudaStream_t s) {
         wq_gemm_kernel<T, TY, MT, (MT >= 4 ? 1 : 4)><<<(a.ntiles + 3) / 4, WQ_WARPS * 32, 0, s>>>(a);
 }
 
-/* The decode kernel RL_WQ_KERNEL names (read once), unless forced. */
-static std::atomic<int> wq_kernel_forced(-1);
-extern "C" void wq_decode_kernel_force(int kernel) { wq_kernel_forced.store(kernel); }
-extern "C" int wq_decode_kernel(void) {
-    static const int from_env = [] {
-        const char *e = getenv("RL_WQ_KERNEL");
-        return e && !strcmp(e, "gemv") ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA;
-    }();
-    const int f = wq_kernel_forced.load(std::memory_order_relaxed);
-    return f >= 0 ? f : from_env;
+/* The kernels the environment picks (read once): RL_WQ_KERNEL=gemv for 1-8
+ * rows, RL_WQ_TILE=1 for 9-128; either forced by the tests and the
+ * benchmark (-1: the environment's again). */
+static std::atomic<int> wq_forced[2] = {{-1}, {-1}};
+static int wq_choice(int which) {
+    static const int from_env[2] = {
+        [] { const char *e = getenv("RL_WQ_KERNEL"); return e && !strcmp(e, "gemv") ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA; }(),
+        [] { const char *e = getenv("RL_WQ_TILE"); return e && !strcmp(e, "1") ? WQ_KERNEL_TILE : WQ_KERNEL_MMA; }()};
+    const int f = wq_forced[which].load(std::memory_order_relaxed);
+    return f >= 0 ? f : from_env[which];
 }
+extern "C" int wq_decode_kernel(void) { return wq_choice(0); }
+extern "C" void wq_decode_kernel_force(int kernel) { wq_forced[0].store(kernel); }
+extern "C" int wq_wide_kernel(void) { return wq_choice(1); }
+extern "C" void wq_wide_kernel_force(int kernel) { wq_forced[1].store(kernel); }
 
 /* Blocks of W warps one SM holds of this GEMV, from the occupancy
  * calculator once per process (first asked at upload, outside any graph
@@ -614,7 +755,24 @@ static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
     return nb;
 }
 
-template <int TY> static cudaError_t wq_gemv_prepare(void) {
+/* The tiled kernel's shared memory (past 48 KiB at 64 rows of int4), lifted
+ * per device, so at each upload. */
+template <typename T, int TY, int MT, int NW> static cudaError_t wq_tile_allow_smem(void) {
+    return cudaFuncSetAttribute(wq_tile_kernel<T, TY, MT, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                wqt_smem<TY, MT, NW>());
+}
+template <typename T, int TY> static cudaError_t wq_tile_prepare(void) {
+    cudaError_t e = wq_tile_allow_smem<T, TY, 2, 1>();
+    if (e == cudaSuccess) e = wq_tile_allow_smem<T, TY, 2, 2>();
+    if (e == cudaSuccess) e = wq_tile_allow_smem<T, TY, 4, 1>();
+    if (e == cudaSuccess) e = wq_tile_allow_smem<T, TY, 4, 2>();
+    return e;
+}
+
+/* What a layer of type TY needs before its first launch, asked at upload
+ * rather than inside a graph capture: the GEMV's grid sizes and the tiled
+ * kernel's shared memory. */
+template <int TY> static cudaError_t wq_prepare(void) {
     cudaError_t e = cudaSuccess;
     for (int w = 4; w <= WQG_MAX_WARPS; w += 2) {
         wq_gemv_occupancy<bf16, TY, true>(w, &e);
@@ -622,6 +780,9 @@ template <int TY> static cudaError_t wq_gemv_prepare(void) {
         wq_gemv_occupancy<f16, TY, true>(w, &e);
         wq_gemv_occupancy<f16, TY, false>(w, &e);
     }
+    if (e == cudaSuccess) e = wq_tile_prepare<bf16, TY>();
+    if (e == cudaSuccess) e = wq_tile_prepare<f16, TY>();
+    if (e != cudaSuccess) cudaGetLastError();
     return e;
 }
 
@@ -652,8 +813,28 @@ template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, cud
     else wq_gemv_grid<T, TY, false>(a, s);
 }
 
+/* The tiled kernel: 16 MT rows a block (32 up to 32 rows, else 64), 2 tiles
+ * a warp where that still gives every SM two blocks (gate_up), else 1. */
+template <typename T, int TY, int MT> static void wq_tile_launch_mt(const WqArgs<T> &a, int sms, cudaStream_t s) {
+    const unsigned rows = (unsigned)((a.m + 16 * MT - 1) / (16 * MT));
+    const int wide = (a.ntiles + 2 * WQT_WARPS - 1) / (2 * WQT_WARPS);
+    if (wide >= 2 * sms)
+        wq_tile_kernel<T, TY, MT, 2><<<dim3(wide, rows), WQT_WARPS * 32, wqt_smem<TY, MT, 2>(), s>>>(a);
+    else
+        wq_tile_kernel<T, TY, MT, 1><<<dim3((a.ntiles + WQT_WARPS - 1) / WQT_WARPS, rows), WQT_WARPS * 32,
+                                       wqt_smem<TY, MT, 1>(), s>>>(a);
+}
+template <typename T, int TY> static void wq_tile_launch(const WqArgs<T> &a, cudaStream_t s) {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (a.m <= 32) wq_tile_launch_mt<T, TY, 2>(a, sms, s);
+    else wq_tile_launch_mt<T, TY, 4>(a, sms, s);
+}
+
 template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, cudaStream_t s) {
     if (a.m <= WQG_MAX_ROWS && wq_decode_kernel() == WQ_KERNEL_GEMV) return wq_gemv_launch<T, TY>(a, s);
+    if (a.m > WQG_MAX_ROWS && !a.perm && wq_wide_kernel() == WQ_KERNEL_TILE) return wq_tile_launch<T, TY>(a, s);
     const int mt = (a.m + 15) / 16, *nw = wq_nw[TY == RL_WQ_INT4 ? 0 : 1];
     if (mt <= 1) wq_launch_mt<T, TY, 1>(a, nw[0], s);
     else if (mt <= 2) wq_launch_mt<T, TY, 2>(a, nw[1], s);
@@ -682,7 +863,9 @@ extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, voi
     return cudaGetLastError() == cudaSuccess ? RL_OK : RL_EDEVICE;
 }
 
-extern "C" int rl_wq_max_rows(const rlWq *) { return WQ_FAST_ROWS; }
+extern "C" int rl_wq_max_rows(const rlWq *w) {
+    return !w->perm && wq_wide_kernel() == WQ_KERNEL_TILE ? WQ_MAX_ROWS : WQ_FAST_ROWS;
+}
 
 template <typename T> static void wq_dequant_launch(const rlWq *w, void *dst, cudaStream_t s) {
     WqArgs<T> a = wq_args<T>(w, NULL, 0, dst, w->k, 0);
@@ -767,12 +950,12 @@ extern "C" int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_
     if (!rc) rc = wq_copy((void **)&w->scale, scale, sb, s, msg, msg_n, "scales");
     if (!rc && zb) rc = wq_copy((void **)&w->zero, zero, zb, s, msg, msg_n, "zero points");
     if (!rc && pb) rc = wq_copy((void **)&w->perm, h->perm, pb, s, msg, msg_n, "act-order permutation");
-    if (!rc) {   /* the GEMV's grid sizes, asked here rather than inside a capture */
-        cudaError_t e = h->type == RL_WQ_INT4   ? wq_gemv_prepare<RL_WQ_INT4>()
-                        : h->type == RL_WQ_INT8 ? wq_gemv_prepare<RL_WQ_INT8>()
-                                                : wq_gemv_prepare<RL_WQ_FP8>();
+    if (!rc) {
+        cudaError_t e = h->type == RL_WQ_INT4   ? wq_prepare<RL_WQ_INT4>()
+                        : h->type == RL_WQ_INT8 ? wq_prepare<RL_WQ_INT8>()
+                                                : wq_prepare<RL_WQ_FP8>();
         if (e != cudaSuccess) {
-            snprintf(msg, msg_n, "quantized weights: the decode GEMV's occupancy query: %s",
+            snprintf(msg, msg_n, "quantized weights: preparing the kernels (occupancy, shared memory): %s",
                      cudaGetErrorString(e));
             rc = RL_EDEVICE;
         }

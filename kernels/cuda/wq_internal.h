@@ -35,8 +35,9 @@
 #define WQ_UNIT_K 32
 #define WQ_LANE_BYTES 16
 #define WQ_CHUNK_BYTES (32 * WQ_LANE_BYTES)
-/* rl_wq_gemm takes up to WQ_MAX_ROWS rows; up to WQ_FAST_ROWS it beats
- * rl_wq_dequant + the dense GEMM at the 7B shapes on an H200 (PERF.md). */
+/* rl_wq_gemm takes up to WQ_MAX_ROWS rows; up to WQ_FAST_ROWS the mma
+ * kernel beats rl_wq_dequant + the dense GEMM at the 7B shapes on an H200
+ * (PERF.md). */
 #define WQ_MAX_ROWS 128
 #define WQ_FAST_ROWS 32
 
@@ -66,12 +67,17 @@ int wq_layout(const rlWqHost *h, rlWq *w, char *msg, size_t msg_n);
  * each is malloc'd (zero NULL for fp8); 0, or nonzero with msg filled. */
 int wq_pack(const rlWqHost *h, const rlWq *w, uint8_t **qw, float **scale, uint8_t **zero,
             char *msg, size_t msg_n);
-/* The kernel rl_wq_gemm runs for 1-8 rows: the decode GEMV where the
- * environment says RL_WQ_KERNEL=gemv, else the mma kernel (PERF.md v17-v22);
- * the tests and the benchmark force one (-1: the environment's again). */
-enum { WQ_KERNEL_MMA = 0, WQ_KERNEL_GEMV = 1 };
+/* The kernels rl_wq_gemm runs: for 1-8 rows the decode GEMV where the
+ * environment says RL_WQ_KERNEL=gemv, else the mma kernel (PERF.md
+ * v17-v22); for 9-128 rows the tiled kernel where it says RL_WQ_TILE=1 (and
+ * the layer has no act-order), else the mma kernel, which then takes only up
+ * to WQ_FAST_ROWS (rl_wq_max_rows).  The tests and the benchmark force one
+ * (-1: the environment's again). */
+enum { WQ_KERNEL_MMA = 0, WQ_KERNEL_GEMV = 1, WQ_KERNEL_TILE = 2 };
 int wq_decode_kernel(void);
 void wq_decode_kernel_force(int kernel);
+int wq_wide_kernel(void);
+void wq_wide_kernel_force(int kernel);
 #ifdef __cplusplus
 }
 #endif
