@@ -44,6 +44,9 @@
 
 static uint64_t rng_state;
 static cudaStream_t stream;
+/* rl_wq_gemm's launches with PDL where the backend's would be (arch.cu:
+ * a Hopper GPU, neither RL_CUDA_GENERIC=1 nor RL_CUDA_PDL=0). */
+static int pdl;
 
 static uint32_t rnd32(void) {
     rng_state = rl_mix64(rng_state);
@@ -297,7 +300,7 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
             int m = ms[mi];
             if ((kern == WQ_KERNEL_GEMV && m > 8) || (kern == WQ_KERNEL_TILE && m <= 8)) continue;
             assert_int_equal(cudaMemsetAsync(ydv, 0xff, (size_t)MAX_M * ldy * 2, stream), cudaSuccess);
-            assert_int_equal(rl_wq_gemm(w, dt, xdv, ldx, ydv, ldy, m, stream), 0);
+            assert_int_equal(rl_wq_gemm(w, dt, xdv, ldx, ydv, ldy, m, pdl, stream), 0);
             assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
             assert_int_equal(cudaMemcpy(yh, ydv, (size_t)MAX_M * ldy * 2, cudaMemcpyDeviceToHost), cudaSuccess);
             double err = 0;
@@ -372,14 +375,14 @@ static void test_bad_calls(void **state) {
     rlWq *w;
     assert_int_equal(rl_wq_upload(&l.h, stream, &w, NULL, msg, sizeof(msg)), 0);
     void *x = dev_alloc(4096), *y = dev_alloc(4096);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, 0, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, WQ_MAX_ROWS + 1, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_F32, x, 64, y, 16, 1, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 60, y, 16, 1, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, (char *)x + 2, 64, y, 16, 1, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, NULL, 64, y, 16, 1, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, 0, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, WQ_MAX_ROWS + 1, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_F32, x, 64, y, 16, 1, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 60, y, 16, 1, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, (char *)x + 2, 64, y, 16, 1, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, NULL, 64, y, 16, 1, pdl, stream), RL_EINPUT);
     assert_int_equal(rl_wq_dequant(w, RL_BF16, (char *)y + 2, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, 1, stream), 0);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, 1, pdl, stream), 0);
     assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
     cudaFree(x);
     cudaFree(y);
@@ -417,7 +420,7 @@ static double bench_time(rlWq **copies, int nc, const void *x, void *y, int m) {
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
     for (int i = 0; i < per; i++) {
-        if (m) rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, m, stream);
+        if (m) rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, m, pdl, stream);
         else rl_wq_dequant(copies[i % nc], RL_BF16, y, stream);
     }
     cudaStreamEndCapture(stream, &g);
@@ -601,6 +604,10 @@ int main(int argc, char **argv) {
     int n_dev = 0;
     gpu_ok = cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 0 &&
              cudaSetDevice(0) == cudaSuccess && cudaStreamCreate(&stream) == cudaSuccess;
+    int major = 0;
+    const char *generic = getenv("RL_CUDA_GENERIC"), *pdl_env = getenv("RL_CUDA_PDL");
+    pdl = gpu_ok && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+          major >= 9 && !(generic && *generic && strcmp(generic, "0")) && !(pdl_env && !strcmp(pdl_env, "0"));
     if (argc > 1 && !strcmp(argv[1], "bench")) {
         if (!gpu_ok) {
             fprintf(stderr, "test_cuda_wq bench: no usable GPU\n");

@@ -31,23 +31,31 @@ static __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-/* kernel<<<grid, block, shm, c->stream>>>(args...), with the PDL attribute
- * where the GPU and the code allow it; the launch's error is checked under
- * op's name. */
+/* kernel<<<grid, block, shm, s>>>(args...), with the PDL attribute where pdl
+ * is set; the launch's error. */
 template <typename... P, typename... A>
-static void cuda_launch_pdl(rlCuda *c, const char *op, void (*kernel)(P...), dim3 grid,
-                            dim3 block, size_t shm, A... args) {
+static cudaError_t cuda_launch_ex(cudaStream_t s, int pdl, void (*kernel)(P...), dim3 grid, dim3 block,
+                                  size_t shm, A... args) {
     cudaLaunchAttribute attr;
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = c->arch.pdl;
+    attr.val.programmaticStreamSerializationAllowed = pdl;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = shm;
-    cfg.stream = c->stream;
+    cfg.stream = s;
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
-    cuda_check(c, cudaLaunchKernelEx(&cfg, kernel, (P)args...), op);
+    return cudaLaunchKernelEx(&cfg, kernel, (P)args...);
+}
+
+/* The same on the backend's stream, where the GPU and the code allow PDL,
+ * the launch's error checked under op's name (C: rlCuda, a parameter so
+ * that wq.cu, which has no backend, can include this header). */
+template <typename C, typename... P, typename... A>
+static void cuda_launch_pdl(C *c, const char *op, void (*kernel)(P...), dim3 grid, dim3 block,
+                            size_t shm, A... args) {
+    cuda_check(c, cuda_launch_ex(c->stream, c->arch.pdl, kernel, grid, block, shm, args...), op);
 }
 
 #endif

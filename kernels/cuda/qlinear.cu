@@ -615,7 +615,7 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
      * step writes and reads each layer's 16-bit weights once more. */
     if (rows <= w->max_rows && !c->invariant) {
         PROF(c, "wq gemm %dx%d", n, k);
-        if (rl_wq_gemm(w->wq, dt, in, k, out, n, rows, c->stream)) {
+        if (rl_wq_gemm(w->wq, dt, in, k, out, n, rows, c->arch.pdl, c->stream)) {
             cuda_fail(c, RL_EDEVICE, "matmul_quant: the quantized kernel refused %d rows of a "
                       "%d x %d layer", rows, n, k);
             return;

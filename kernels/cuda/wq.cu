@@ -26,6 +26,10 @@
  * block re-reads all of x from L2.  The fixes are written there; v22
  * records a decode kernel with fewer registers tried against it (lost).
  *
+ * rl_wq_gemm's kernels launch with PDL where the caller says so (the
+ * backend's arch.pdl): each starts its first weight loads before it waits for
+ * x, the kernel before's output (cuda_launch.cuh).
+ *
  * Errors: rl_wq_upload fills the caller's message (the loader names the
  * tensor around it); rl_wq_gemm and rl_wq_dequant run inside a step and
  * return an rlErrorCode (RL_EINPUT for arguments the weights cannot take,
@@ -38,6 +42,7 @@
 #include <atomic>
 #include <type_traits>
 
+#include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
 #include "kernels/cuda/cuda_types.cuh"
 #include "kernels/cuda/wq_internal.h"
@@ -58,6 +63,18 @@ template <typename T> struct WqArgs {
     int ldx, ldy, m, n, k;
     int ntiles, nchunks, ngroups, group_units, scale_rows, gshift;
     int cshift;   /* a chunk's group is c >> cshift (groups of 2^i whole chunks or all of K), else -1 */
+};
+
+/* Where rl_wq_gemm's kernel goes: the caller's stream, with programmatic
+ * dependent launch or not (cuda_launch.cuh), and the launch's error. */
+struct WqLaunch {
+    cudaStream_t s;
+    int pdl;
+    cudaError_t err;
+    template <typename T>
+    void operator()(void (*kernel)(WqArgs<T>), dim3 grid, int threads, size_t shm, const WqArgs<T> &a) {
+        err = cuda_launch_ex(s, pdl, kernel, grid, dim3(threads), shm, a);
+    }
 };
 
 /* The weight stream: read once, so kept out of L1. */
@@ -286,6 +303,7 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
      * points and scales are fetched with its weights; smaller groups fetch
      * them per unit. */
     const bool chunk_meta = a.group_units % UPC == 0;
+    pdl_trigger();
     S sums;
     auto unit = [&](const uint4 *w, int u, int col, const uint32_t *zz) {
         uint4 xa[MT][2];
@@ -315,6 +333,7 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
 #pragma unroll
     for (int d = 0; d < DEPTH; d++)
         if (warp + d * WQ_WARPS < a.nchunks) fetch(warp + d * WQ_WARPS, wb[d], zb[d], sb[d]);
+    pdl_wait();   /* x is the kernel before's output; the weights were not */
     for (int c0 = warp; c0 < a.nchunks; c0 += DEPTH * WQ_WARPS) {
 #pragma unroll
         for (int d = 0; d < DEPTH; d++) {
@@ -415,10 +434,17 @@ __global__ void __launch_bounds__(WQT_WARPS * 32) wq_tile_kernel(WqArgs<T> a) {
             cp_async16(Bs + i, a.qw + (ok ? wq_lane_offset(a.nchunks, t, c, i & 31) : 0), ok);
         }
     };
+    pdl_trigger();
     S sums;
     uint32_t zz[NW];
     float sc[NW][2];
     if (chunk_meta) S::meta(a, 0, tile0, g, q, zz, sc);
+    /* The first chunks' weights on their way into L2 before x may be read. */
+    for (int c = 0; c < WQT_STAGES - 1 && c < a.nchunks; c++)
+        for (int i = threadIdx.x; i < B_PIECES; i += WQT_WARPS * 32)
+            if (btile0 + (i >> 5) < a.ntiles)
+                wq_prefetch_l2(a.qw + wq_lane_offset(a.nchunks, btile0 + (i >> 5), c, i & 31));
+    pdl_wait();   /* x is the kernel before's output */
 #pragma unroll
     for (int c = 0; c < WQT_STAGES - 1; c++) {
         if (c < a.nchunks) load(c);
@@ -590,6 +616,7 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32, PLAIN ? 3 : 2) wq_gemv_ker
      * into the first buffer as soon as it is free, and the one after that is
      * on its way into L2: three chunks a warp on their way, two holding
      * registers. */
+    pdl_trigger();
     uint4 wa = make_uint4(0, 0, 0, 0), wb = wa;
     int t = blockIdx.x;
     if (busy && t < a.ntiles) {
@@ -598,6 +625,7 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32, PLAIN ? 3 : 2) wq_gemv_ker
         advance(t1, c1);
         if (t1 < a.ntiles) fetch(wb, t1, c1);
     }
+    pdl_wait();   /* x is the kernel before's output; the weights were not */
     bool in_b = false;   /* the warp's current item is in wb */
     for (; t < a.ntiles; t += gridDim.x) {
         acc0 = acc1 = 0.0f;
@@ -708,13 +736,13 @@ static bool wq_nw_parse(void) {
 }
 
 template <typename T, int TY, int MT>
-static void wq_launch_mt(const WqArgs<T> &a, int nw, cudaStream_t s) {
+static void wq_launch_mt(const WqArgs<T> &a, int nw, WqLaunch &L) {
     if (MT == 8 || nw == 1)
-        wq_gemm_kernel<T, TY, MT, 1><<<a.ntiles, WQ_WARPS * 32, 0, s>>>(a);
+        L(wq_gemm_kernel<T, TY, MT, 1>, a.ntiles, WQ_WARPS * 32, 0, a);
     else if (MT == 4 || nw == 2)
-        wq_gemm_kernel<T, TY, MT, (MT == 8 ? 1 : 2)><<<(a.ntiles + 1) / 2, WQ_WARPS * 32, 0, s>>>(a);
+        L(wq_gemm_kernel<T, TY, MT, (MT == 8 ? 1 : 2)>, (a.ntiles + 1) / 2, WQ_WARPS * 32, 0, a);
     else
-        wq_gemm_kernel<T, TY, MT, (MT >= 4 ? 1 : 4)><<<(a.ntiles + 3) / 4, WQ_WARPS * 32, 0, s>>>(a);
+        L(wq_gemm_kernel<T, TY, MT, (MT >= 4 ? 1 : 4)>, (a.ntiles + 3) / 4, WQ_WARPS * 32, 0, a);
 }
 
 /* The kernels the environment picks (read once): RL_WQ_KERNEL=gemv for 1-8
@@ -792,7 +820,7 @@ template <int TY> static cudaError_t wq_prepare(void) {
  * no act-order and groups of 2^i whole chunks (g128 and up, fp8 blocks) or
  * all of K, the kernel that fits 40 registers; the rest (act-order, g32,
  * g64, g384) takes the general one (up to 64). */
-template <typename T, int TY, bool PLAIN> static void wq_gemv_grid(const WqArgs<T> &a, cudaStream_t s) {
+template <typename T, int TY, bool PLAIN> static void wq_gemv_grid(const WqArgs<T> &a, WqLaunch &L) {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
@@ -804,63 +832,65 @@ template <typename T, int TY, bool PLAIN> static void wq_gemv_grid(const WqArgs<
         if (a.ntiles <= (long)sms * wq_gemv_occupancy<T, TY, PLAIN>(w) && warps > best)
             best = warps, best_w = w;
     }
-    if (best_w) wq_gemv_kernel<T, TY, PLAIN><<<a.ntiles, 32 * best_w, 0, s>>>(a);
-    else wq_gemv_kernel<T, TY, PLAIN><<<sms * wq_gemv_occupancy<T, TY, PLAIN>(4), 128, 0, s>>>(a);
+    if (best_w) L(wq_gemv_kernel<T, TY, PLAIN>, a.ntiles, 32 * best_w, 0, a);
+    else L(wq_gemv_kernel<T, TY, PLAIN>, sms * wq_gemv_occupancy<T, TY, PLAIN>(4), 128, 0, a);
 }
 
-template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, cudaStream_t s) {
-    if (!a.perm && a.cshift >= 0) wq_gemv_grid<T, TY, true>(a, s);
-    else wq_gemv_grid<T, TY, false>(a, s);
+template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqLaunch &L) {
+    if (!a.perm && a.cshift >= 0) wq_gemv_grid<T, TY, true>(a, L);
+    else wq_gemv_grid<T, TY, false>(a, L);
 }
 
 /* The tiled kernel: 16 MT rows a block (32 up to 32 rows, else 64), 2 tiles
  * a warp where that still gives every SM two blocks (gate_up), else 1. */
-template <typename T, int TY, int MT> static void wq_tile_launch_mt(const WqArgs<T> &a, int sms, cudaStream_t s) {
+template <typename T, int TY, int MT> static void wq_tile_launch_mt(const WqArgs<T> &a, int sms, WqLaunch &L) {
     const unsigned rows = (unsigned)((a.m + 16 * MT - 1) / (16 * MT));
     const int wide = (a.ntiles + 2 * WQT_WARPS - 1) / (2 * WQT_WARPS);
     if (wide >= 2 * sms)
-        wq_tile_kernel<T, TY, MT, 2><<<dim3(wide, rows), WQT_WARPS * 32, wqt_smem<TY, MT, 2>(), s>>>(a);
+        L(wq_tile_kernel<T, TY, MT, 2>, dim3(wide, rows), WQT_WARPS * 32, wqt_smem<TY, MT, 2>(), a);
     else
-        wq_tile_kernel<T, TY, MT, 1><<<dim3((a.ntiles + WQT_WARPS - 1) / WQT_WARPS, rows), WQT_WARPS * 32,
-                                       wqt_smem<TY, MT, 1>(), s>>>(a);
+        L(wq_tile_kernel<T, TY, MT, 1>, dim3((a.ntiles + WQT_WARPS - 1) / WQT_WARPS, rows), WQT_WARPS * 32,
+          wqt_smem<TY, MT, 1>(), a);
 }
-template <typename T, int TY> static void wq_tile_launch(const WqArgs<T> &a, cudaStream_t s) {
+template <typename T, int TY> static void wq_tile_launch(const WqArgs<T> &a, WqLaunch &L) {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (a.m <= 32) wq_tile_launch_mt<T, TY, 2>(a, sms, s);
-    else wq_tile_launch_mt<T, TY, 4>(a, sms, s);
+    if (a.m <= 32) wq_tile_launch_mt<T, TY, 2>(a, sms, L);
+    else wq_tile_launch_mt<T, TY, 4>(a, sms, L);
 }
 
-template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, cudaStream_t s) {
-    if (a.m <= WQG_MAX_ROWS && wq_decode_kernel() == WQ_KERNEL_GEMV) return wq_gemv_launch<T, TY>(a, s);
-    if (a.m > WQG_MAX_ROWS && !a.perm && wq_wide_kernel() == WQ_KERNEL_TILE) return wq_tile_launch<T, TY>(a, s);
+template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, WqLaunch &L) {
+    if (a.m <= WQG_MAX_ROWS && wq_decode_kernel() == WQ_KERNEL_GEMV) return wq_gemv_launch<T, TY>(a, L);
+    if (a.m > WQG_MAX_ROWS && !a.perm && wq_wide_kernel() == WQ_KERNEL_TILE) return wq_tile_launch<T, TY>(a, L);
     const int mt = (a.m + 15) / 16, *nw = wq_nw[TY == RL_WQ_INT4 ? 0 : 1];
-    if (mt <= 1) wq_launch_mt<T, TY, 1>(a, nw[0], s);
-    else if (mt <= 2) wq_launch_mt<T, TY, 2>(a, nw[1], s);
-    else if (mt <= 4) wq_launch_mt<T, TY, 4>(a, nw[2], s);
-    else wq_launch_mt<T, TY, 8>(a, nw[3], s);
+    if (mt <= 1) wq_launch_mt<T, TY, 1>(a, nw[0], L);
+    else if (mt <= 2) wq_launch_mt<T, TY, 2>(a, nw[1], L);
+    else if (mt <= 4) wq_launch_mt<T, TY, 4>(a, nw[2], L);
+    else wq_launch_mt<T, TY, 8>(a, nw[3], L);
 }
 
 template <typename T>
-static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, cudaStream_t s) {
+static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, WqLaunch &L) {
     switch (w->type) {
-    case RL_WQ_INT4: wq_launch<T, RL_WQ_INT4>(a, s); break;
-    case RL_WQ_INT8: wq_launch<T, RL_WQ_INT8>(a, s); break;
-    case RL_WQ_FP8: wq_launch<T, RL_WQ_FP8>(a, s); break;
+    case RL_WQ_INT4: wq_launch<T, RL_WQ_INT4>(a, L); break;
+    case RL_WQ_INT8: wq_launch<T, RL_WQ_INT8>(a, L); break;
+    case RL_WQ_FP8: wq_launch<T, RL_WQ_FP8>(a, L); break;
     }
 }
 
 extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
-                          int m, cudaStream_t s) {
+                          int m, int pdl, cudaStream_t s) {
     if (!w || !x || !y || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > WQ_MAX_ROWS ||
         ldx < w->k || ldy < w->n || ldx % 8 || ((uintptr_t)x & 15))
         return RL_EINPUT;
     static const bool nw_read = wq_nw_parse();   /* once, thread-safe */
     (void)nw_read;
-    if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, m), s);
-    else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, m), s);
-    return cudaGetLastError() == cudaSuccess ? RL_OK : RL_EDEVICE;
+    WqLaunch L = {s, pdl, cudaSuccess};
+    if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, m), L);
+    else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, m), L);
+    const cudaError_t last = cudaGetLastError();   /* taken off the runtime either way */
+    return L.err == cudaSuccess && last == cudaSuccess ? RL_OK : RL_EDEVICE;
 }
 
 extern "C" int rl_wq_max_rows(const rlWq *w) {

@@ -37,10 +37,13 @@ int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_t *bytes, c
 /* y (dtype dt: RL_BF16 or RL_F16, like x; leading dimensions in elements)
  * for 1 <= m <= rl_wq_max_rows(w).  Asynchronous on s, no allocation, no
  * synchronisation: it can be captured in a CUDA graph.  x must be 16-byte
- * aligned with ldx a multiple of 8.  Returns 0 or an rlErrorCode:
- * RL_EINPUT for arguments the weights cannot take, RL_EDEVICE for a failed
- * launch (the caller records it like any failed operation). */
-int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy, int m,
+ * aligned with ldx a multiple of 8.  pdl: launch with programmatic
+ * dependent launch (the backend's arch.pdl: Hopper code on a Hopper GPU),
+ * so the kernel loads its first weights while the kernel before it ends
+ * and lets the next one start early (cuda_launch.cuh).  Returns 0 or an
+ * rlErrorCode: RL_EINPUT for arguments the weights cannot take, RL_EDEVICE
+ * for a failed launch (the caller records it like any failed operation). */
+int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy, int m, int pdl,
                cudaStream_t s);
 /* The most rows for which rl_wq_gemm beats rl_wq_dequant + the dense GEMM
  * (measured, kernels/PERF.md); rl_wq_gemm itself takes up to 128. */
