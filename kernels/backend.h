@@ -210,5 +210,11 @@ rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlError *err);
  * (bytes read + written per second) and a bf16 8192^3 GEMM rate (FLOP/s).
  * Fails with a clear error when built without CUDA or no GPU is usable. */
 int rl_cuda_ceilings(int device, double *copy_bytes_per_s, double *gemm_flops, rlError *err);
+/* Whether the CUDA backend launches its kernels with programmatic dependent
+ * launch on device: a Hopper GPU running this build's sm_90 code, neither
+ * RL_CUDA_GENERIC=1 nor RL_CUDA_PDL=0 (kernels/cuda/arch.cu); for programs
+ * that call the kernel modules directly, as test_cuda_wq does.  0 without
+ * CUDA. */
+int rl_cuda_pdl(int device);
 
 #endif

@@ -18,3 +18,8 @@ int rl_cuda_ceilings(int device, double *copy_bytes_per_s, double *gemm_flops, r
                     "this redlm was built without CUDA, so it has no GPU ceilings to measure. "
                     "Rebuild on a machine with the CUDA Toolkit (`make clean && make`).");
 }
+
+int rl_cuda_pdl(int device) {
+    (void)device;
+    return 0;
+}

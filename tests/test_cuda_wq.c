@@ -44,8 +44,7 @@
 
 static uint64_t rng_state;
 static cudaStream_t stream;
-/* rl_wq_gemm's launches with PDL where the backend's would be (arch.cu:
- * a Hopper GPU, neither RL_CUDA_GENERIC=1 nor RL_CUDA_PDL=0). */
+/* rl_wq_gemm's launches with PDL where the backend's would be. */
 static int pdl;
 
 static uint32_t rnd32(void) {
@@ -133,12 +132,16 @@ static const Case cases[] = {
     {"int4 g128 k 3584", RL_WQ_INT4, 40, 3584, 128, 1, 0},
     {"int4 g384 (3 chunks a group)", RL_WQ_INT4, 48, 1152, 384, 1, 0},
     {"int4 g128 n 20000 (tiles > a wave)", RL_WQ_INT4, 20000, 256, 128, 1, 0},
+    {"int4 g96 (groups straddle chunks)", RL_WQ_INT4, 56, 480, 96, 1, 0},
     {"int8 g32", RL_WQ_INT8, 80, 320, 32, 1, 0},
     {"int8 g64 (n 33)", RL_WQ_INT8, 33, 384, 64, 1, 0},
     {"int8 g128", RL_WQ_INT8, 128, 640, 128, 1, 0},
     {"int8 g=k (n 41, k 136)", RL_WQ_INT8, 41, 136, 136, 1, 0},
     {"int8 g32 act-order", RL_WQ_INT8, 64, 256, 32, 1, 1},
+    {"int8 g96 (groups straddle chunks)", RL_WQ_INT8, 48, 288, 96, 1, 0},
+    {"int8 g128 n 20000 (2 tiles a warp in the tiled kernel)", RL_WQ_INT8, 20000, 256, 128, 1, 0},
     {"fp8 block 128x128 (n 300)", RL_WQ_FP8, 300, 640, 128, 128, 0},
+    {"fp8 block 128x128 n 20000", RL_WQ_FP8, 20000, 256, 128, 128, 0},
     {"fp8 channel (n 77, k 264)", RL_WQ_FP8, 77, 264, 264, 1, 0},
     {"fp8 tensor", RL_WQ_FP8, 64, 512, 512, 64, 0},
 };
@@ -241,7 +244,7 @@ static void test_refusals(void **state) {
 
 static int gpu_ok;
 
-static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 16, 33, 64, 100, 128};
+static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 24, 32, 33, 64, 100, 128};
 static const char *kernel_name[] = {"mma", "gemv", "tile"};
 #define MAX_M WQ_MAX_ROWS
 
@@ -604,10 +607,7 @@ int main(int argc, char **argv) {
     int n_dev = 0;
     gpu_ok = cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev > 0 &&
              cudaSetDevice(0) == cudaSuccess && cudaStreamCreate(&stream) == cudaSuccess;
-    int major = 0;
-    const char *generic = getenv("RL_CUDA_GENERIC"), *pdl_env = getenv("RL_CUDA_PDL");
-    pdl = gpu_ok && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
-          major >= 9 && !(generic && *generic && strcmp(generic, "0")) && !(pdl_env && !strcmp(pdl_env, "0"));
+    pdl = gpu_ok && rl_cuda_pdl(0);
     if (argc > 1 && !strcmp(argv[1], "bench")) {
         if (!gpu_ok) {
             fprintf(stderr, "test_cuda_wq bench: no usable GPU\n");

@@ -39,6 +39,29 @@ static int env_on(const char *name) {
     return e && *e && strcmp(e, "0");
 }
 
+/* PDL for code of attributes fa on a GPU of compute capability cc.
+ * fa.ptxVersion: the virtual architecture the loaded code was compiled for.
+ * pdl_wait() is compiled in only from compute_90, and a JIT from older PTX
+ * reports the device's own binaryVersion, so PDL goes by the PTX: a
+ * CUDA_ARCHS=80 build on an H100 must not launch kernels whose waits are
+ * empty. */
+static int arch_pdl(int cc, const cudaFuncAttributes *fa) {
+    const char *pdl_env = getenv("RL_CUDA_PDL");
+    return cc >= 90 && fa->ptxVersion >= 90 && !env_on("RL_CUDA_GENERIC") &&
+           !(pdl_env && !strcmp(pdl_env, "0"));
+}
+
+extern "C" int rl_cuda_pdl(int device) {
+    cudaDeviceProp p;
+    cudaFuncAttributes fa;
+    if (cudaGetDeviceProperties(&p, device) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, arch_probe_kernel) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return arch_pdl(10 * p.major + p.minor, &fa);
+}
+
 int cuda_arch_init(rlCuda *c, rlError *err) {
     cudaDeviceProp p;
     cudaError_t e = cudaGetDeviceProperties(&p, c->device);
@@ -68,11 +91,7 @@ int cuda_arch_init(rlCuda *c, rlError *err) {
         if (a->smem_sm > GENERIC_SMEM_SM) a->smem_sm = GENERIC_SMEM_SM;
         if (a->threads_sm > GENERIC_THREADS_SM) a->threads_sm = GENERIC_THREADS_SM;
     }
-    /* fa.binaryVersion: the machine code the driver loaded (a JIT from PTX
-     * reports the device's own), so PDL needs sm_90 code, not just a GPU. */
-    const char *pdl_env = getenv("RL_CUDA_PDL");
-    a->pdl = a->cc >= 90 && fa.binaryVersion >= 90 && !a->generic &&
-             !(pdl_env && !strcmp(pdl_env, "0"));
+    a->pdl = arch_pdl(a->cc, &fa);
 
     static unsigned long long said; /* one line per device and process */
     if (c->device < 64 && !(__atomic_fetch_or(&said, 1ULL << c->device, __ATOMIC_RELAXED) &

@@ -36,7 +36,7 @@ static __device__ __forceinline__ void pdl_wait() {
 template <typename... P, typename... A>
 static cudaError_t cuda_launch_ex(cudaStream_t s, int pdl, void (*kernel)(P...), dim3 grid, dim3 block,
                                   size_t shm, A... args) {
-    cudaLaunchAttribute attr;
+    cudaLaunchAttribute attr = {};
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = pdl;
     cudaLaunchConfig_t cfg = {};

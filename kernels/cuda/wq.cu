@@ -379,10 +379,11 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
 }
 
 /* 9-128 rows with RL_WQ_TILE=1 (not yet measured; the GPU check keeps it
- * or drops it): the structure Marlin uses, so the activations are read once
- * per block instead of once per warp.  A block's WQT_WARPS warps own NW
- * tiles of 8 output columns each and 16 MT rows (blockIdx.y the rows' block),
- * over all of K; chunk by chunk, the rows' activations and the tiles' packed
+ * or drops it): the structure Marlin uses.  The mma kernel above splits K
+ * over a block's warps, so x is read again for every 8-32 output columns
+ * (about 1 GB of L2 reads a 7B gate_up at 64 rows); here a block's
+ * WQT_WARPS warps split N instead, owning NW tiles of 8 output columns each
+ * (32-64 columns a block) and 16 MT rows, over all of K; chunk by chunk, the rows' activations and the tiles' packed
  * weights go through shared memory with cp.async, WQT_STAGES - 1 chunks in
  * flight while one is multiplied.  The math per unit is the mma kernel's
  * (WqSums); the next chunk's zero points and scales are fetched into
@@ -409,8 +410,10 @@ __global__ void __launch_bounds__(WQT_WARPS * 32) wq_tile_kernel(WqArgs<T> a) {
     constexpr int B_PIECES = WQT_WARPS * NW * 32;          /* one per (tile, lane) */
     extern __shared__ __align__(16) unsigned char wqt_smem_dyn[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int btile0 = blockIdx.x * WQT_WARPS * NW, tile0 = btile0 + warp * NW;
-    const int row0 = blockIdx.y * BM;
+    /* Row blocks are the grid's fast dimension: the blocks of one column
+     * range run together, so past 64 rows its weights come from HBM once. */
+    const int btile0 = blockIdx.y * WQT_WARPS * NW, tile0 = btile0 + warp * NW;
+    const int row0 = blockIdx.x * BM;
     const bool chunk_meta = a.group_units % UPC == 0;
     auto stage_a = [&](int st) {
         return (T *)(wqt_smem_dyn + (size_t)st * wqt_stage_bytes<TY, MT, NW>());
@@ -845,17 +848,18 @@ template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqL
  * a warp where that still gives every SM two blocks (gate_up), else 1. */
 template <typename T, int TY, int MT> static void wq_tile_launch_mt(const WqArgs<T> &a, int sms, WqLaunch &L) {
     const unsigned rows = (unsigned)((a.m + 16 * MT - 1) / (16 * MT));
-    const int wide = (a.ntiles + 2 * WQT_WARPS - 1) / (2 * WQT_WARPS);
-    if (wide >= 2 * sms)
-        L(wq_tile_kernel<T, TY, MT, 2>, dim3(wide, rows), WQT_WARPS * 32, wqt_smem<TY, MT, 2>(), a);
+    const unsigned wide = (unsigned)((a.ntiles + 2 * WQT_WARPS - 1) / (2 * WQT_WARPS));
+    if (wide >= 2u * (unsigned)sms)
+        L(wq_tile_kernel<T, TY, MT, 2>, dim3(rows, wide), WQT_WARPS * 32, wqt_smem<TY, MT, 2>(), a);
     else
-        L(wq_tile_kernel<T, TY, MT, 1>, dim3((a.ntiles + WQT_WARPS - 1) / WQT_WARPS, rows), WQT_WARPS * 32,
+        L(wq_tile_kernel<T, TY, MT, 1>, dim3(rows, (a.ntiles + WQT_WARPS - 1) / WQT_WARPS), WQT_WARPS * 32,
           wqt_smem<TY, MT, 1>(), a);
 }
 template <typename T, int TY> static void wq_tile_launch(const WqArgs<T> &a, WqLaunch &L) {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (sms < 1) sms = 1;
     if (a.m <= 32) wq_tile_launch_mt<T, TY, 2>(a, sms, L);
     else wq_tile_launch_mt<T, TY, 4>(a, sms, L);
 }
