@@ -133,6 +133,17 @@ out=$("$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24G
 [ "$(jq '.layouts | length' <<<"$out")" -ge 10 ] || fail "plan --json: too few layouts"
 [ "$(jq -r '.throughput.layout' <<<"$out")" != null ] || fail "plan --json: no throughput pick"
 
+# --- the CPU backend holds fp32 weights in this process: a model or KV cache
+# larger than the memory available stops before loading, not at the OOM killer
+jq '.num_hidden_layers = 10000' "$CONFIGS/qwen2.5-72b.json" >"$T/huge.json"
+for cmd in GEN WORK; do
+    eval "c=(\"\${$cmd[@]}\")"
+    expect 5 "the CPU backend holds the weights as fp32" "${c[@]}" --load-format dummy \
+        --model "$T/huge.json"
+done
+expect 5 "the CPU backend holds the weights as fp32" "$REDLM" bench --model "$T/huge.json"
+expect 5 "give a smaller --kv-cache-memory" "${GEN[@]}" --model "$GOOD" --kv-cache-memory 64TiB
+
 # --- more ranks than devices
 expect 6 "needs 3 GPUs but 2 are given" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 2 --gpu-memory 80GiB --tp 3 --pp 1
 expect 6 "" "$REDLM" doctor --devices 0-7

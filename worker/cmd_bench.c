@@ -22,6 +22,7 @@
 #include "worker/model/quant.h"
 #include "worker/commands.h"
 #include "worker/engine/engine_flags.h"
+#include "worker/engine/engine_plan.h"
 #include "worker/lib/flags.h"
 #include "worker/lib/now.h"
 
@@ -355,6 +356,10 @@ int cmd_bench(int argc, char **argv) {
     if (max_tokens < max_batch) max_tokens = max_batch;   /* a decode step of every sequence */
     rlShard shard;
     if (rl_shard_plan(&cfg, 1, 1, NULL, &shard, &err) != 0 ||
+        (!strcmp(o.backend, "cpu") &&
+         engine_check_host_memory(&cfg, 1, 1, NULL,
+                                  rl_model_kv_bytes_per_token(&cfg, &shard, RL_F32) *
+                                      (size_t)max_batch * (size_t)len, &err)) ||
         rl_model_init(&m, &cfg, &shard, be, NULL, NULL,
                       ck ? checkpoint_lookup : cfg.quant.method ? quant_dummy_lookup : NULL,
                       ck ? (void *)ck : (void *)&qdummy, 1, max_tokens, max_batch, &err) != 0 ||

@@ -201,6 +201,9 @@ static int engine_kv_blocks(rlEngine *e, rlDtype dtype, rlError *err) {
                         "takes %zu bytes for this model and layout); give more", budget,
                         o->block_size, per_block);
     if (n > (size_t)1 << 30) n = (size_t)1 << 30;
+    if (!strcmp(o->backend, "cpu") &&
+        engine_check_host_memory(&e->cfg, o->tp, o->pp, o->pp_partition, n * per_block, err))
+        return -1;
     return (int)n;
 }
 

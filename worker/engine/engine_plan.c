@@ -1,9 +1,14 @@
 /* engine_plan.c: the engine's options as the planner's (see engine_plan.h). */
 #include "worker/engine/engine_plan.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/gpuinfo.h"
+#include "kernels/model.h"
+#include "kernels/shard.h"
 #include "worker/plan/plan.h"
 
 /* The planner's options for o's layout on its devices, as they are now. */
@@ -123,4 +128,71 @@ int engine_default_batched_tokens(const rlModelConfig *cfg, const rlEngineOption
     char name[96];
     engine_gpu_name(dev, po.n_gpus, name, sizeof name);
     return engine_batched_tokens_for(cfg, o, &po, name, why, why_len);
+}
+
+/* One number from a file ("max" or absent: none). */
+static size_t host_file_bytes(const char *path) {
+    FILE *f = fopen(path, "r");
+    unsigned long long v = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%llu", &v) != 1) v = 0;
+    fclose(f);
+    return (size_t)v;
+}
+
+/* What this process may still take: MemAvailable, lowered to what is left
+ * of a cgroup's memory limit (v2, then v1), as a container sees it. */
+static size_t host_available_bytes(void) {
+    size_t avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = (size_t)kb << 10;
+    if (f) fclose(f);
+    if (!avail) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0) avail = (size_t)pages * (size_t)page;
+    }
+    static const char *limits[][2] = {
+        {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+        {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+    for (int i = 0; i < 2; i++) {
+        size_t max = host_file_bytes(limits[i][0]), used = host_file_bytes(limits[i][1]);
+        if (max && max < ((size_t)1 << 60)) {
+            size_t left = max > used ? max - used : 0;
+            if (!avail || left < avail) avail = left;
+            break;
+        }
+    }
+    return avail;
+}
+
+int engine_check_host_memory(const rlModelConfig *cfg, int tp, int pp, const int *partition,
+                             size_t kv_bytes, rlError *err) {
+    rlModelConfig dense = *cfg;
+    memset(&dense.quant, 0, sizeof(dense.quant));   /* dequantized at load */
+    rlShard *plan = calloc((size_t)tp * pp, sizeof(*plan));
+    if (!plan) return rl_error(err, RL_EMEMORY, "out of memory");
+    int rc = rl_shard_plan(&dense, tp, pp, partition, plan, err);
+    double weights = 0;
+    for (int i = 0; !rc && i < tp * pp; i++)
+        weights += (double)rl_model_weight_bytes(&dense, &plan[i], RL_F32);
+    free(plan);
+    if (rc) return -1;
+    size_t avail = host_available_bytes();
+    const double gib = 1 << 30;
+    if (!avail || weights + (double)kv_bytes <= (double)avail) return 0;
+    if (weights > (double)avail)
+        return rl_error(err, RL_EMEMORY,
+                        "the CPU backend holds the weights as fp32: %.2f GiB for this model, "
+                        "and this machine has %.2f GiB of memory available; run it on GPUs "
+                        "(--backend cuda), or a smaller model on the CPU",
+                        weights / gib, (double)avail / gib);
+    return rl_error(err, RL_EMEMORY,
+                    "the CPU backend's fp32 weights (%.2f GiB) and KV cache (%.2f GiB) are "
+                    "more than the %.2f GiB of memory this machine has available; give a "
+                    "smaller --kv-cache-memory (e.g. %.0fMiB)",
+                    weights / gib, (double)kv_bytes / gib, (double)avail / gib,
+                    ((double)avail - weights) / 2 / (1 << 20));
 }

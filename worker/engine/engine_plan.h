@@ -22,6 +22,15 @@
 int engine_check_plan(const rlModelConfig *cfg, const rlEngineOptions *o, FILE *log,
                       long long *kv_blocks, rlError *err);
 
+/* The CPU backend holds every rank's weights in this process as fp32
+ * (quantized layers dequantized at load), beside kv_bytes of KV cache.
+ * RL_EMEMORY, with the numbers and what to do, when that is more than the
+ * memory the kernel says is available (MemAvailable, or the cgroup's
+ * limit when lower): the start stops before the first weight instead of
+ * being killed by the OOM killer halfway through loading. */
+int engine_check_host_memory(const rlModelConfig *cfg, int tp, int pp, const int *partition,
+                             size_t kv_bytes, rlError *err);
+
 /* The --max-num-batched-tokens a start without one gets, as vLLM's
  * EngineArgs picks it: on GPUs of 70 GiB or more other than the A100,
  * 16384 offline (o->offline) and 8192 serving, else 8192 and 2048; halved
