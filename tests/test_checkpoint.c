@@ -372,7 +372,15 @@ static void test_config_moe(void **state) {
     /* A layer listed in mlp_only_layers is dense: it wants mlp.gate_proj. */
     const char *dir = copy_model("qwen3-moe-tiny", "moe-dense");
     edit_json(dir, "config.json", "mlp_only_layers", json_pack("[i]", 1));
-    expect_open_error(dir, "model.layers.1.mlp.gate_proj.weight");
+    expect_open_error(dir, "\"model.layers.1.mlp.gate_proj.weight\" is missing from the weights "
+                           "in");
+    expect_open_error(dir, "not a Qwen3MoeForCausalLM checkpoint of this config.json");
+    /* Without a shared expert, Qwen2-MoE's shared-expert tensors are extra:
+     * the message names the family config.json describes. */
+    dir = copy_model("qwen2-moe-tiny", "moe-no-shared");
+    edit_json(dir, "config.json", "shared_expert_intermediate_size", json_integer(0));
+    expect_open_error(dir, "which a Qwen2MoeForCausalLM model with this config.json does not "
+                           "have");
 }
 
 /* The families' configs and rope scalings, read as Hugging Face reads them. */
@@ -624,8 +632,8 @@ static void test_tensor_wrong_shape(void **state) {
 static void test_tensor_extra(void **state) {
     (void)state;
     expect_tensor_error("extra", add_layer_tensor,
-                        "holds tensor \"model.layers.2.input_layernorm.weight\", which a Qwen2 "
-                        "model with this config.json does not have");
+                        "holds tensor \"model.layers.2.input_layernorm.weight\", which a "
+                        "Qwen2ForCausalLM model with this config.json does not have");
 }
 
 static void test_mixed_dtypes(void **state) {

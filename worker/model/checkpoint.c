@@ -357,8 +357,9 @@ static int ck_check_tensor(void *ctx, const char *name, int ndim, const int64_t 
     if (!e)
         return rl_error(k->err, RL_EMODEL,
                         "tensor \"%s\" is missing from the weights in %s: the download is "
-                        "incomplete, or the files are not a Qwen2ForCausalLM checkpoint of this "
-                        "config.json. Download the model again.", name, c->dir);
+                        "incomplete, or the files are not a %s checkpoint of this "
+                        "config.json. Download the model again.", name, c->dir,
+                        c->cfg.architecture);
     k->seen[e - c->entries] = 1;
     int same = e->t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = e->t->shape[i] == shape[i];
@@ -415,11 +416,12 @@ static int ck_check_tensors(rlCheckpoint *c, rlError *err) {
     for (int i = 0; rc == 0 && i < c->n_entries; i++) {
         if (k.seen[i] || ck_is_ignorable(c, c->entries[i].t->name)) continue;
         rc = rl_error(err, RL_EMODEL,
-                      "%s/%s holds tensor \"%s\", which a Qwen2 model with this config.json "
+                      "%s/%s holds tensor \"%s\", which a %s model with this config.json "
                       "does not have (more layers than num_hidden_layers, or another "
                       "architecture's weights): the weights and config.json do not match. "
                       "Download them together from one repository.",
-                      c->dir, c->file_names[c->entries[i].file], c->entries[i].t->name);
+                      c->dir, c->file_names[c->entries[i].file], c->entries[i].t->name,
+                      c->cfg.architecture);
     }
     if (rc == 0 && k.first) c->cfg.torch_dtype = k.first->t->dtype;
     free(k.seen);
