@@ -929,6 +929,9 @@ static void test_config_values(void **state) {
                         json_pack("{s:s, s:f, s:f, s:f}", "rope_type", "llama3", "factor", 8.0,
                                   "low_freq_factor", 4.0, "high_freq_factor", 1.0),
                         "high_freq_factor (1) must be above low_freq_factor (4)");
+    expect_config_error("rope-type-number", "rope_scaling",
+                        json_pack("{s:i, s:f}", "rope_type", 5, "factor", 2.0),
+                        "rope_scaling.rope_type must be a string");
     expect_config_error("linear-neg", "rope_scaling",
                         json_pack("{s:s, s:f}", "type", "linear", "factor", -2.0),
                         "rope_scaling.factor must be a positive number");

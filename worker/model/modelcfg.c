@@ -325,8 +325,13 @@ static int modelcfg_get_rope(json_t *root, const char *path, rlModelConfig *cfg,
         return rl_error(err, RL_EMODEL, "%s: partial_rotary_factor %g is unsupported: redlm "
                         "rotates whole heads (factor 1) only.", path, partial);
     if (!rs) return 0;
-    const char *type = json_string_value(json_object_get(rs, "rope_type"));
-    if (!type) type = json_string_value(json_object_get(rs, "type"));
+    json_t *tv = json_object_get(rs, "rope_type");
+    if (!tv || json_is_null(tv)) tv = json_object_get(rs, "type");
+    if (tv && !json_is_null(tv) && !json_is_string(tv))
+        return rl_error(err, RL_EMODEL, "%s: %s.rope_type must be a string such as \"yarn\" or "
+                        "\"llama3\". Restore config.json from the model's repository.", path,
+                        what);
+    const char *type = json_string_value(tv);
     if (!type || !strcmp(type, "default")) return 0;
 
     double orig = cfg->max_position_embeddings;
