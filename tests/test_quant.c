@@ -448,6 +448,9 @@ static void test_refusals(void **state) {
     expect_refused("{\"quant_method\":\"gptq\",\"bits\":3}", "bits", "3");
     expect_refused("{\"quant_method\":\"gptq\",\"bits\":4,\"checkpoint_format\":\"marlin\"}",
                    "checkpoint_format", "\"marlin\"");
+    /* AutoGPTQ's older spelling of a Marlin-packed checkpoint */
+    expect_refused("{\"quant_method\":\"gptq\",\"bits\":4,\"is_marlin_format\":true}",
+                   "is_marlin_format", "Marlin");
     expect_refused("{\"quant_method\":\"gptq\",\"lm_head\":true}", "lm_head", "true");
     expect_refused("{\"quant_method\":\"gptq\",\"dynamic\":{\"-:.*down\":{}}}", "dynamic", "down");
     expect_refused("{\"quant_method\":\"fp8\",\"fmt\":\"e5m2\",\"weight_block_size\":[128,128]}",

@@ -154,6 +154,10 @@ static int quant_gptq(json_t *qc, const char *path, int num_layers, rlQuant *q, 
         (!fmt || (strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2"))))
         return quant_refuse(err, path, fmt_key, json_object_get(qc, fmt_key),
                             "other formats (Marlin, BitBLAS, ...) repack the weights");
+    json_t *marlin = json_object_get(qc, "is_marlin_format");
+    if (json_is_true(marlin))
+        return quant_refuse(err, path, "is_marlin_format", marlin,
+                            "Marlin-packed GPTQ stores another layout; use the GPTQ export");
     json_t *lm = json_object_get(qc, "lm_head"), *dyn = json_object_get(qc, "dynamic");
     if (json_is_true(lm))
         return quant_refuse(err, path, "lm_head", lm, "redlm keeps lm_head unquantized");
