@@ -199,6 +199,13 @@ static const variant VARIANTS[] = {
      .moe = {8, 2, 80, 64, 1, 2, .dense_layer = -1}},
     {"qwen3-moe-e8-top2-fp32", 64, 2, 4, 4, 16, 1, 128, 512, 0, 1e6, 1e-6, RL_F32, 1,
      .family = V_QWEN3_MOE, .moe = {8, 2, 32, 0, 0, 1, .dense_layer = 0}},
+    /* Every expert chosen (top 6 of 6), experts 40 wide over 5 ranks; Qwen2-MoE
+     * renormalised with its shared expert, 7 experts over 4 ranks. */
+    {"qwen3-moe-e6-top6-tp5-fp32", 80, 2, 5, 5, 16, 0, 96, 512, 0, 1e6, 1e-6, RL_F32, 1,
+     .family = V_QWEN3_MOE, .layout = "--tp 5", .moe = {6, 6, 40, 0, 1, 1, .dense_layer = -1}},
+    {"qwen2-moe-e7-top4-renorm-shared-bf16", 96, 2, 6, 3, 16, 0, 128, 512, 0, 1e4, 1e-6,
+     RL_BF16, 1, .family = V_QWEN2_MOE, .layout = "--tp 4",
+     .moe = {7, 4, 24, 40, 1, 1, .dense_layer = -1}},
 };
 
 /* The config switches a family and its keys set, as worker/model/modelcfg.c
