@@ -935,6 +935,11 @@ static void test_config_values(void **state) {
     expect_config_error("linear-neg", "rope_scaling",
                         json_pack("{s:s, s:f}", "type", "linear", "factor", -2.0),
                         "rope_scaling.factor must be a positive number");
+    /* Sizes no model has: refused before a plan walks 16M layers or wraps size_t. */
+    expect_config_error("layers-absurd", "num_hidden_layers", json_integer(1 << 24),
+                        "num_hidden_layers 16777216 is more than the 4096 layers");
+    expect_config_error("params-absurd", "hidden_size", json_integer(1 << 24),
+                        "parameters, more than any model redlm can hold");
     expect_config_error("partial", "partial_rotary_factor", json_real(0.5),
                         "partial_rotary_factor 0.5 is unsupported");
     const char *dir = copy_model(HD128, "sliding");

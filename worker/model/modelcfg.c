@@ -22,6 +22,11 @@
 /* Larger dimensions are a corrupt file, not a model, and would overflow
  * the size arithmetic downstream. */
 #define RL_MAX_DIM (1 << 24)
+/* The largest released models have under 200 layers and a few trillion
+ * parameters; past these a config is damaged, and plans that walk every
+ * layer (or count bytes in size_t) would run for minutes or wrap. */
+#define RL_MAX_LAYERS 4096
+#define RL_MAX_PARAMS 1e14
 
 /* Loads a JSON object from path.  Returns NULL with *missing set when the
  * file does not exist, so optional files can be skipped. */
@@ -458,6 +463,11 @@ static int modelcfg_parse(json_t *root, const char *path, rlModelConfig *cfg, rl
         modelcfg_get_dim(root, path, "max_position_embeddings", 32768,
                          &cfg->max_position_embeddings, err))
         return -1;
+    if (cfg->num_layers > RL_MAX_LAYERS)
+        return rl_error(err, RL_EMODEL, "%s: num_hidden_layers %d is more than the %d layers "
+                        "redlm runs (released models have under 200): the config is damaged. "
+                        "Restore it from the model's repository.", path, cfg->num_layers,
+                        RL_MAX_LAYERS);
     if (cfg->num_experts > 0 && cfg->num_layers > RL_MAX_MOE_LAYERS)
         return rl_error(err, RL_EMODEL, "%s: %d layers of a mixture of experts; redlm runs "
                         "MoE models of up to %d layers.", path, cfg->num_layers,
@@ -480,6 +490,19 @@ static int modelcfg_parse(json_t *root, const char *path, rlModelConfig *cfg, rl
         return rl_error(err, RL_EMODEL, "%s: head_dim %d with %d heads is not a usable shape "
                         "(rotary embeddings need an even head size). Restore config.json from "
                         "the model's repository.", path, cfg->head_dim, cfg->num_heads);
+    double h = cfg->hidden_size;
+    double attn = (double)cfg->head_dim * (cfg->num_heads * 2.0 + cfg->num_kv_heads * 2.0);
+    double mlp = 3.0 * cfg->intermediate_size +
+                 3.0 * ((double)cfg->num_experts * cfg->moe_intermediate_size +
+                        cfg->shared_expert_size);
+    double n_params = (double)cfg->num_layers * h * (attn + mlp) + 2.0 * cfg->vocab_size * h;
+    if (n_params > RL_MAX_PARAMS)
+        return rl_error(err, RL_EMODEL, "%s: these sizes (hidden_size %d, num_hidden_layers %d, "
+                        "intermediate_size %d, vocab_size %d%s) make %.3g parameters, more than "
+                        "any model redlm can hold: the config is damaged. Restore it from the "
+                        "model's repository.", path, cfg->hidden_size, cfg->num_layers,
+                        cfg->intermediate_size, cfg->vocab_size,
+                        cfg->num_experts ? ", the experts'" : "", n_params);
     if (modelcfg_get_real(root, path, "rope_theta", 10000.0, 1e12, &cfg->rope_theta, err) ||
         modelcfg_get_real(root, path, "rms_norm_eps", 1e-6, 1.0, &cfg->rms_norm_eps, err))
         return -1;
