@@ -114,7 +114,11 @@ expect 0 "1 x TP2" "$REDLM" plan --model "$CFG" --gpus 2 --gpu-memory 80GiB \
     --dtype bfloat16 -tp 2 -pp 1
 expect 2 "--devices and --gpus cannot be given together" \
     "$REDLM" plan --model "$CFG" --devices 0-1 --gpus 2
-expect 2 "--tp only applies together with --pp" "$REDLM" plan --model "$CFG" --tp 2
+# --tp or --pp alone checks that one layout, the other 1 (as generate takes it)
+expect 0 "1 x TP2 " "$REDLM" plan --model "$CFG" --gpus 2 --tp 2
+expect 0 "1 x TP1 PP2" "$REDLM" plan --model "$CFG" --gpus 2 --pp 2
+expect 2 "--instances only applies together with --tp or --pp" \
+    "$REDLM" plan --model "$CFG" --instances 2
 
 # --- launch: vLLM's names for its own flags, and not for the workers
 expect 0 "redlm worker --tp 2 --pp 1 --consumer n-0 --model m" \

@@ -28,7 +28,7 @@ typedef struct planArgs {
     int interconnect;       /* rlPlanLink, -1: by the GPUs' size */
     const char *topology;
     double bandwidth;       /* GB/s, 0: by the GPUs' size */
-    int one;                /* --tp and --pp given: check that layout only */
+    int one;                /* --tp or --pp given: check that layout only */
     int tokens_given;       /* --max-num-batched-tokens given */
     rlPlanOptions opt;
 } planArgs;
@@ -77,8 +77,8 @@ static int plan_args(int argc, char **argv, planArgs *a) {
     engine_flags_add_limits(&fs, &o->block_size, &o->gpu_memory_utilization, &o->max_num_seqs,
                             &o->max_num_batched_tokens, &o->max_model_len);
     flags_int(&fs, "--instances", &a->instances, 1, RL_PLAN_MAX_GPUS, "K",
-              "with --tp and --pp: check this one layout only (exit 5\n"
-              "when it does not fit)");
+              "with --tp / --pp: check this one layout only (exit 5\n"
+              "when it does not fit; the one not given is 1)");
     layout_flags_add_shape(&fs, &a->tp, &a->pp);
     flags_bool(&fs, "--json", &a->json, "the whole plan as JSON, every rank of every layout");
     flags_conflict(&fs, "--devices", "--gpus");
@@ -87,12 +87,14 @@ static int plan_args(int argc, char **argv, planArgs *a) {
     flags_conflict(&fs, "--devices", "--topology");
     flags_conflict(&fs, "--devices", "--gpu-bandwidth");
     flags_conflict(&fs, "--interconnect", "--topology");
-    flags_requires(&fs, "--instances", "--tp");
-    flags_requires(&fs, "--tp", "--pp");
-    flags_requires(&fs, "--pp", "--tp");
     int rc = flags_main(&fs, argc, argv);
-    a->one = flags_given(&fs, "--tp") > 0;
+    /* One layout as generate and worker take it: the other dimension 1. */
+    a->one = flags_given(&fs, "--tp") > 0 || flags_given(&fs, "--pp") > 0;
     a->tokens_given = flags_given(&fs, "--max-num-batched-tokens") > 0;
+    if (rc < 0 && flags_given(&fs, "--instances") > 0 && !a->one) {
+        fprintf(stderr, "redlm plan: --instances only applies together with --tp or --pp\n");
+        return RL_EUSAGE;
+    }
     return rc;
 }
 
