@@ -33,6 +33,9 @@ WORK=("$REDLM" worker --threads 1 --redis "$(URL)" --redis-wait 2)
 # --- the good model starts (the cases below differ from it by one fault)
 expect 0 '"event":"done"' "${GEN[@]}" --model "$GOOD"
 expect 0 "0 fail" "$REDLM" doctor --model "$GOOD"
+# doctor names the format of a quantized checkpoint and of a quantized config
+expect 0 "fp16, quantized gptq int4 g64" "$REDLM" doctor --model "$FIXTURES/models-quant/qwen2-tiny-hd128-gptq4"
+expect 0 "fp16, quantized awq int4 g128" "$REDLM" doctor --model "$CONFIGS/qwen2.5-72b-awq.json"
 
 # --- model directory missing
 for cmd in GEN WORK; do
@@ -135,7 +138,7 @@ out=$("$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24G
 
 # --- the CPU backend holds fp32 weights in this process: a model or KV cache
 # larger than the memory available stops before loading, not at the OOM killer
-jq '.num_hidden_layers = 10000' "$CONFIGS/qwen2.5-72b.json" >"$T/huge.json"
+jq '.num_hidden_layers = 4000' "$CONFIGS/qwen2.5-72b.json" >"$T/huge.json"
 for cmd in GEN WORK; do
     eval "c=(\"\${$cmd[@]}\")"
     expect 5 "the CPU backend holds the weights as fp32" "${c[@]}" --load-format dummy \

@@ -233,12 +233,13 @@ void doctor_check_model(rlDoctor *d, const char *dir, const char *manifest) {
         doctor_line(d, RL_DOC_FAIL, err.code, "model config", "%s", err.msg);
         return;
     }
-    char family[160];
+    char family[160], quant[64] = "";
     rl_config_describe(&cfg, family, sizeof(family));
+    if (cfg.quant.method) rl_quant_name(&cfg.quant, quant, sizeof(quant));
     doctor_line(d, RL_DOC_OK, 0, "model config",
-                "%s, %d layers, hidden %d, %d heads / %d KV heads, vocab %d, %s", family,
+                "%s, %d layers, hidden %d, %d heads / %d KV heads, vocab %d, %s%s%s", family,
                 cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size,
-                rl_dtype_name(cfg.torch_dtype));
+                rl_dtype_name(cfg.torch_dtype), quant[0] ? ", quantized " : "", quant);
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return; /* a config file alone */
 
