@@ -147,6 +147,19 @@ done
 expect 5 "the CPU backend holds the weights as fp32" "$REDLM" bench --model "$T/huge.json"
 expect 5 "give a smaller --kv-cache-memory" "${GEN[@]}" --model "$GOOD" --kv-cache-memory 64TiB
 
+# --- a quantized mixture of experts is not run, from its config or from the flag
+MOE=$FIXTURES/models/qwen3-moe-tiny
+jq '.quantization_config = {"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemm", "zero_point": true}' \
+    "$MOE/config.json" >"$T/moe-awq.json"
+expect 3 "a quantized mixture of experts" "$REDLM" bench --model "$T/moe-awq.json"
+expect 3 "a quantized mixture of experts" "$REDLM" plan --model "$T/moe-awq.json"
+for q in awq gptq fp8; do
+    expect 2 "--quantization: a quantized mixture of experts" \
+        "$REDLM" bench --model "$MOE/config.json" --quantization $q
+done
+expect 2 "(drop --quantization)" "${GEN[@]}" --load-format dummy --model "$MOE/config.json" \
+    --quantization fp8
+
 # --- more ranks than devices
 expect 6 "needs 3 GPUs but 2 are given" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 2 --gpu-memory 80GiB --tp 3 --pp 1
 expect 6 "" "$REDLM" doctor --devices 0-7

@@ -522,10 +522,7 @@ static int modelcfg_parse(json_t *root, const char *path, rlModelConfig *cfg, rl
         modelcfg_get_bos(root, path, cfg, err) ||
         quant_config_parse(root, path, cfg->num_layers, &cfg->quant, err))
         return -1;
-    if (cfg->num_experts && cfg->quant.method)
-        return rl_error(err, RL_EMODEL, "%s: a quantized mixture-of-experts checkpoint; redlm "
-                        "runs MoE models from their bf16 / fp16 / fp32 checkpoints only in this "
-                        "version. Use the model's unquantized checkpoint.", path);
+    if (quant_check_moe(cfg, path, err)) return -1;
     json_t *eos = json_object_get(root, "eos_token_id");
     if (eos && !json_is_null(eos) && modelcfg_get_eos(eos, path, cfg, err)) return -1;
     return 0;

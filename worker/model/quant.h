@@ -32,6 +32,11 @@ int quant_config_parse(json_t *root, const char *path, int num_layers, rlQuant *
  * quantize). */
 int quant_apply_flag(rlModelConfig *cfg, const char *flag, int dummy, rlError *err);
 
+/* An error when cfg is a quantized mixture of experts (not run in this
+ * version); where: what made it quantized, config.json's path (RL_EMODEL)
+ * or "--quantization" (RL_EUSAGE). */
+int quant_check_moe(const rlModelConfig *cfg, const char *where, rlError *err);
+
 /* Whether `name` (a tensor the model reads) is a quantized linear layer's
  * weight: the seven projections of every layer, when q quantizes. */
 int quant_is_linear(const rlQuant *q, const char *name);

@@ -330,7 +330,16 @@ int quant_apply_flag(rlModelConfig *cfg, const char *flag, int dummy, rlError *e
                         "reads quantized checkpoints, it does not quantize; the flag picks a "
                         "format for --load-format dummy only", flag);
     if (!cfg->quant.method) cfg->quant = q;
-    return 0;
+    return quant_check_moe(cfg, "--quantization", err);
+}
+
+int quant_check_moe(const rlModelConfig *cfg, const char *where, rlError *err) {
+    if (!cfg->num_experts || !cfg->quant.method) return 0;
+    int flag = !strcmp(where, "--quantization");
+    return rl_error(err, flag ? RL_EUSAGE : RL_EMODEL, "%s: a quantized mixture of experts; redlm runs MoE models "
+                    "from their bf16 / fp16 / fp32 weights only in this version. Use the "
+                    "model's unquantized checkpoint%s.", where,
+                    flag ? " (drop --quantization)" : "");
 }
 
 int quant_is_linear(const rlQuant *q, const char *name) {
