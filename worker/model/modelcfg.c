@@ -389,6 +389,13 @@ static int modelcfg_get_rope(json_t *root, const char *path, rlModelConfig *cfg,
             return rl_error(err, RL_EMODEL, "%s: %s high_freq_factor (%g) must be above "
                             "low_freq_factor (%g). Restore config.json from the model's "
                             "repository.", path, what, r->high_freq_factor, r->low_freq_factor);
+        /* Required, as Hugging Face and vLLM read it: max_position_embeddings
+         * (131072 on Llama 3.1) in its place would move every frequency. */
+        if (!have_orig)
+            return rl_error(err, RL_EMODEL, "%s: %s of type \"llama3\" has no "
+                            "\"original_max_position_embeddings\" (the context the model was "
+                            "trained at, 8192 for Llama 3.1), which that type needs. Restore "
+                            "config.json from the model's repository.", path, what);
     } else {
         return rl_error(err, RL_EMODEL,
                         "%s: %s of type \"%s\" is unsupported: redlm implements the default, "
