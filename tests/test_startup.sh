@@ -147,6 +147,13 @@ done
 expect 5 "the CPU backend holds the weights as fp32" "$REDLM" bench --model "$T/huge.json"
 expect 5 "give a smaller --kv-cache-memory" "${GEN[@]}" --model "$GOOD" --kv-cache-memory 64TiB
 
+# --- a tokenizer with ids past the model's vocab_size (another model's): said at
+# start, and a prompt using them is refused by name
+M=$(copy bigtok)
+cp "$FIXTURES/tokenizer-qwen/tokenizer.json" "$M/tokenizer.json"
+expect 4 "tokenizer.json has token ids up to 151668 but config.json's vocab_size is 2048" \
+    "$REDLM" generate --threads 1 --model "$M" --prompt "Hello world" --max-tokens 2
+
 # --- a quantized mixture of experts is not run, from its config or from the flag
 MOE=$FIXTURES/models/qwen3-moe-tiny
 jq '.quantization_config = {"quant_method": "awq", "bits": 4, "group_size": 32, "version": "gemm", "zero_point": true}' \

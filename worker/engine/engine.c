@@ -328,6 +328,14 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
     if (file_exists(path)) {
         if (!(e->tok = tokenizer_load(path, err)) || !(e->chat = chat_open(o->model, err))) goto fail;
+        /* vLLM's rule too: a prompt holding such an id is refused, not the start
+         * (most prompts may never use them); said once, here, so a tokenizer of
+         * another model is not found one refused request at a time. */
+        if (tokenizer_vocab_size(e->tok) > e->cfg.vocab_size)
+            fprintf(stderr, "redlm: warning: %s has token ids up to %d but config.json's "
+                    "vocab_size is %d: prompts that tokenize to ids %d and above are refused "
+                    "(is tokenizer.json from another model?)\n", path,
+                    tokenizer_vocab_size(e->tok) - 1, e->cfg.vocab_size, e->cfg.vocab_size);
         fprintf(stderr, "redlm: %s\n", chat_describe(e->chat));
     }
 
