@@ -87,6 +87,11 @@ expect 2 "--tensor-parallel-size '0' must be a whole number from 1 to 64" "${GEN
 expect 2 "--gpu-memory-utilization '1.5' must be a number above 0 and at most 1" \
     "${GEN[@]}" --gpu-memory-utilization 1.5
 expect 2 "--max-num-seqs 'many' must be a whole number" "${GEN[@]}" --max-num-seqs many
+# a stage count that is not --pp's: one message, not the first entry alone or a zero stage
+expect 2 "--pp-layer-partition gives 2 stages but --pp is 1" "${GEN[@]}" "${IDS[@]}" \
+    --pp-layer-partition 1,1
+expect 2 "--pp-layer-partition gives 2 stages but --pp is 3" "${GEN[@]}" "${IDS[@]}" \
+    --pp 3 --pp-layer-partition 1,1
 expect 2 "--kv-cache-memory-bytes 4096: a number without a unit is bytes, and 4096 bytes is less than 1 MiB; did you mean 4096GiB?" \
     "${GEN[@]}" --kv-cache-memory-bytes 4096
 expect 2 "--model needs a value" "$REDLM" generate --model

@@ -322,6 +322,11 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     rlLayout lay;
     layout_init(&lay);
     lay.tp = o->tp, lay.pp = o->pp, lay.n_devices = o->devices ? o->n_devices : 0;
+    if (o->pp_partition) {
+        lay.n_partition = o->n_pp_partition > 0 ? o->n_pp_partition : o->pp;
+        if (lay.n_partition > RL_MAX_RANKS) lay.n_partition = RL_MAX_RANKS;
+        memcpy(lay.partition, o->pp_partition, sizeof(int) * (size_t)lay.n_partition);
+    }
     if (layout_check(&lay, e->cfg.num_layers, err)) goto fail;
     if (engine_open_defaults(e, err)) goto fail;
     char path[4096];

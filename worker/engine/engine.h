@@ -37,6 +37,7 @@ typedef struct rlEngineOptions {
     int prefix_caching;         /* default 1 */
     int tp, pp;                 /* default 1, 1 */
     const int *pp_partition;    /* layers per stage, or NULL */
+    int n_pp_partition;         /* its entries (layout_check wants pp of them) */
     const int *devices;         /* CUDA device ordinals, or NULL for 0..tp*pp-1 */
     int n_devices;
     double nccl_timeout_s;      /* CUDA ranks: a hung collective ends the process; 0 = default */

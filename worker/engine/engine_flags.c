@@ -80,6 +80,7 @@ void engine_flags_finish(rlEngineFlags *f) {
     o->devices = lay->n_devices ? lay->devices : NULL;
     o->n_devices = lay->n_devices;
     o->pp_partition = lay->n_partition ? lay->partition : NULL;
+    o->n_pp_partition = lay->n_partition;
     o->nccl_timeout_s = lay->nccl_timeout_s;
     o->collectives = lay->collectives;
 }
