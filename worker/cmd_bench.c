@@ -333,6 +333,13 @@ int cmd_bench(int argc, char **argv) {
               : !(ck = checkpoint_open(o.model, &cfg, &err)))
         goto fail;
     if (quant_apply_flag(&cfg, o.quantization, dummy, &err)) goto fail;
+    if ((long long)o.prompt_len + o.gen > cfg.max_position_embeddings) {
+        rl_error(&err, RL_EUSAGE, "--prompt-len %d + --gen %d is %lld tokens, over the model's "
+                 "context of %d (max_position_embeddings, or its rope scaling's): give a shorter "
+                 "--prompt-len", o.prompt_len, o.gen, (long long)o.prompt_len + o.gen,
+                 cfg.max_position_embeddings);
+        goto fail;
+    }
     quant_dummy_init(&qdummy, &cfg, 1);
     rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16, .profile = o.profile,
                            .batch_invariant = o.invariant};
