@@ -89,6 +89,8 @@ expect 2 "--gpu-memory-utilization '1.5' must be a number above 0 and at most 1"
 expect 2 "--max-num-seqs 'many' must be a whole number" "${GEN[@]}" --max-num-seqs many
 expect 2 "--prompt-len 5000 + --gen 32 is 5032 tokens, over the model's context of 4096" \
     "$REDLM" bench --model "$FIXTURES/models/qwen2-tiny-gqa3/config.json" --prompt-len 5000
+expect 0 "--dtype fp16: the CPU backend holds weights, activations and the KV cache in fp32" \
+    "${GEN[@]}" "${IDS[@]}" --dtype half
 # a stage count that is not --pp's: one message, not the first entry alone or a zero stage
 expect 2 "--pp-layer-partition gives 2 stages but --pp is 1" "${GEN[@]}" "${IDS[@]}" \
     --pp-layer-partition 1,1

@@ -354,6 +354,11 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     }
     rlDtype dtype = RL_BF16;
     if (modelcfg_dtype(&e->cfg, e->opt.dtype, &dtype, err)) goto fail;
+    if (!strcmp(o->backend, "cpu") && o->dtype && strcmp(o->dtype, "auto") &&
+        strcmp(o->dtype, "fp32"))
+        fprintf(stderr, "redlm: --dtype %s: the CPU backend holds weights, activations and the KV "
+                "cache in fp32 (the reference path); --dtype sets them on --backend cuda\n",
+                o->dtype);
     int n_blocks = e->n_blocks = engine_kv_blocks(e, dtype, err);
     if (n_blocks < 0) goto fail;
     rlSchedConfig sc = {.block_size = o->block_size, .max_num_seqs = o->max_num_seqs,
