@@ -255,6 +255,24 @@ static void test_bounds(void **state) {
         {"output", "{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", "output is over"},
         {"recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nested more than"},
         {"self-containing", "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "nested more than"},
+        /* Lists that share their parts: 2^40 items to visit in 40 steps. */
+#define SHARED(x) "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}" \
+                  "{% set ns.b = [ns.b, ns.b] %}{% endfor %}" x
+        {"shared ==", SHARED("{{ ns.a == ns.b }}"), "steps"},
+        {"shared sort", SHARED("{{ [ns.a, ns.b]|sort }}"), "steps"},
+        {"shared tojson", SHARED("{{ ns.a|tojson|length }}"), "steps"},
+        {"shared print", SHARED("{{ ns.a|string|length }}"), "steps"},
+        {"shared unique", SHARED("{{ [ns.a, ns.b]|unique|list }}"), "steps"},
+        /* Nested 100,000 deep: no overflow of the C stack. */
+#define DEEP(x) "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(100000) %}{% set ns.a = [ns.a] %}" \
+                "{% set ns.b = [ns.b] %}{% endfor %}" x
+        {"deep ==", DEEP("{{ ns.a == ns.b }}"), "cannot be compared"},
+        {"deep in", DEEP("{{ ns.a in [0, ns.b] }}"), "cannot be compared"},
+        {"deep max", DEEP("{{ [ns.a, ns.b]|max }}"), "cannot be compared"},
+        {"deep index", DEEP("{{ [ns.a].index(ns.b) }}"), "cannot be compared"},
+        {"deep is eq", DEEP("{{ ns.a is eq ns.b }}"), "cannot be compared"},
+        {"deep dict key", "{% set ns = namespace(a=(1,), b=(1,)) %}{% for i in range(100000) %}{% set ns.a = (ns.a,) %}"
+                          "{% set ns.b = (ns.b,) %}{% endfor %}{{ {ns.a: 1}[ns.b] }}", "cannot be compared"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         rlError err = {0};

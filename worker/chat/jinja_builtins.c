@@ -118,9 +118,12 @@ static jjValue *t_even(jjCtx *c, jjValue *v, jjArgs *a) {
 static jjValue *t_cmp(jjCtx *c, jjValue *v, jjArgs *a, const char *op) {
     jjValue *o = one_arg(c, op, a);
     if (!o) return NULL;
-    if (!strcmp(op, "==")) return jj_bool(jj_equal(v, o));
-    if (!strcmp(op, "!=")) return jj_bool(!jj_equal(v, o));
-    int ok, r = jj_compare(v, o, &ok);
+    if (!strcmp(op, "==") || !strcmp(op, "!=")) {
+        int eq = jj_equal(c, v, o);
+        return jj_failed(c) ? NULL : jj_bool(op[0] == '=' ? eq : !eq);
+    }
+    int ok, r = jj_compare(c, v, o, &ok);
+    if (jj_failed(c)) return NULL;
     if (!ok) return jj_fail(c, "'%s' not supported between instances of '%s' and '%s'", op, jj_type_name(v), jj_type_name(o));
     return jj_bool(op[0] == '<' ? (op[1] ? r <= 0 : r < 0) : (op[1] ? r >= 0 : r > 0));
 }

@@ -23,6 +23,7 @@ static jjValue *eval(jjCtx *c, const jjNode *n);
 static int exec_body(jjCtx *c, jjNode *const *body, int n);
 
 static int step(jjCtx *c, const jjNode *n) {
+    if (jj_failed(c)) return -1;
     c->line = n->line;
     if (++c->steps > c->lim->max_steps) {
         jj_fail(c, "the template ran more than %lld steps; it is stopped so it cannot hold up the worker",
@@ -184,13 +185,14 @@ static jjValue *eval_compare(jjCtx *c, const jjNode *n) {
         if (!right) return NULL;
         const char *op = n->names[i];
         int r;
-        if (!strcmp(op, "==")) r = jj_equal(left, right);
-        else if (!strcmp(op, "!=")) r = !jj_equal(left, right);
+        if (!strcmp(op, "==")) r = jj_equal(c, left, right);
+        else if (!strcmp(op, "!=")) r = !jj_equal(c, left, right);
         else if (!strcmp(op, "in") || !strcmp(op, "not in")) {
             if ((r = jj_contains(c, right, left)) < 0) return NULL;
             if (op[0] == 'n') r = !r;
         } else {
-            int ok, cmp = jj_compare(left, right, &ok);
+            int ok, cmp = jj_compare(c, left, right, &ok);
+            if (jj_failed(c)) return NULL;
             if (!ok) {
                 const jjValue *u = left->type == JV_UNDEF ? left : right->type == JV_UNDEF ? right : NULL;
                 if (u) return jj_fail_undef(c, u);
@@ -199,6 +201,7 @@ static jjValue *eval_compare(jjCtx *c, const jjNode *n) {
             }
             r = !strcmp(op, "<") ? cmp < 0 : !strcmp(op, ">") ? cmp > 0 : !strcmp(op, "<=") ? cmp <= 0 : cmp >= 0;
         }
+        if (jj_failed(c)) return NULL;
         if (!r) return jj_bool(0);
         left = right;
     }
@@ -477,7 +480,7 @@ int jinja_render(const jjTemplate *t, const json_t *vars, const jjLimits *lim, c
         }
     }
     if (!(c.root = c.frame = frame_push(&c, globals))) goto done;
-    if (exec_body(&c, t->body, t->n) < 0) goto done;
+    if (exec_body(&c, t->body, t->n) < 0 || jj_failed(&c)) goto done;
     if (!(*out = bytebuf_steal(&b, out_len))) {
         if (!(*out = strdup(""))) {
             rl_error(err, RL_EMEMORY, "out of memory");

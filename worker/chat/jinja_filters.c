@@ -270,10 +270,11 @@ typedef struct sortItem {
     size_t at;
 } sortItem;
 
-static int sort_cmp(const void *x, const void *y, void *failed) {
+static int sort_cmp(const void *x, const void *y, void *ctx) {
     const sortItem *a = x, *b = y;
-    int ok, r = jj_compare(a->key, b->key, &ok);
-    if (!ok) *(int *)failed = 1;
+    jjCtx *c = ctx;
+    int ok, r = jj_compare(c, a->key, b->key, &ok);
+    if (!ok && !jj_failed(c)) jj_fail(c, "sort: the items cannot be compared with each other");
     return r ? r : (a->at > b->at) - (a->at < b->at);
 }
 
@@ -285,13 +286,8 @@ static sortItem *sorted(jjCtx *c, jjValue *items, jjValue *attr, int case_sensit
         s[i].at = i;
         if (!(s[i].key = sort_key(c, items->u.l.v[i], attr, case_sensitive))) return NULL;
     }
-    int failed = 0;
-    qsort_r(s, items->u.l.n, sizeof(*s), sort_cmp, &failed);
-    if (failed) {
-        jj_fail(c, "sort: the items cannot be compared with each other");
-        return NULL;
-    }
-    return s;
+    qsort_r(s, items->u.l.n, sizeof(*s), sort_cmp, c);
+    return jj_failed(c) ? NULL : s;
 }
 
 static jjValue *f_sort(jjCtx *c, jjValue *v, jjArgs *a) {
@@ -305,7 +301,7 @@ static jjValue *f_sort(jjCtx *c, jjValue *v, jjArgs *a) {
     /* Python's reverse sort keeps equal items in their order. */
     for (size_t i = 0; i < n;) {
         size_t j = i + 1;
-        while (rev && j < n && jj_equal(s[j].key, s[i].key)) j++;
+        while (rev && j < n && jj_equal(c, s[j].key, s[i].key)) j++;
         for (size_t k = i; k < j; k++) out->u.l.v[rev ? n - j + (k - i) : k] = s[k].item;
         i = j;
     }
@@ -322,7 +318,8 @@ static jjValue *f_unique(jjCtx *c, jjValue *v, jjArgs *a) {
         jjValue *key = sort_key(c, items->u.l.v[i], arg[1], arg[0] && jj_truthy(arg[0]));
         if (!key) return NULL;
         size_t j = 0;
-        while (j < k && !jj_equal(seen->u.l.v[j], key)) j++;
+        while (j < k && !jj_equal(c, seen->u.l.v[j], key)) j++;
+        if (jj_failed(c)) return NULL;
         if (j < k) continue;
         seen->u.l.v[k] = key;
         out->u.l.v[k++] = items->u.l.v[i];
@@ -339,8 +336,8 @@ static jjValue *minmax(jjCtx *c, jjValue *v, jjArgs *a, int want_max) {
     jjValue *best = items->u.l.v[0], *bkey = sort_key(c, best, arg[1], arg[0] && jj_truthy(arg[0]));
     for (size_t i = 1; bkey && i < items->u.l.n; i++) {
         jjValue *key = sort_key(c, items->u.l.v[i], arg[1], arg[0] && jj_truthy(arg[0]));
-        int ok, r = key ? jj_compare(key, bkey, &ok) : 0;
-        if (!key) return NULL;
+        int ok, r = key ? jj_compare(c, key, bkey, &ok) : 0;
+        if (!key || jj_failed(c)) return NULL;
         if (!ok) return jj_fail(c, "%s: the items cannot be compared with each other", want_max ? "max" : "min");
         if (want_max ? r > 0 : r < 0) best = items->u.l.v[i], bkey = key;
     }

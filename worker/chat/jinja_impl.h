@@ -125,13 +125,15 @@ jjValue *jj_list(jjCtx *c, size_t n, int tuple);          /* n NULL slots to fil
 jjValue *jj_dict(jjCtx *c);
 int jj_dict_set(jjCtx *c, jjValue *d, jjValue *key, jjValue *v);
 jjValue *jj_dict_get(jjValue *d, const char *key, size_t len);
-jjValue *jj_dict_lookup(jjValue *d, jjValue *key);        /* NULL when absent */
+jjValue *jj_dict_lookup(jjCtx *c, jjValue *d, jjValue *key);   /* NULL when absent */
 jjValue *jj_from_json(jjCtx *c, const struct json_t *j);
 
 int jj_truthy(const jjValue *v);
-int jj_equal(const jjValue *a, const jjValue *b);
-/* <0, 0, >0; sets *ok 0 when Python would raise TypeError. */
-int jj_compare(const jjValue *a, const jjValue *b, int *ok);
+/* Python's ==.  Each value looked at is a step; past the step limit or
+ * nesting too deep, c's error is set and the answer is 0. */
+int jj_equal(jjCtx *c, const jjValue *a, const jjValue *b);
+/* <0, 0, >0; sets *ok 0 when Python would raise TypeError.  Bounded as jj_equal. */
+int jj_compare(jjCtx *c, const jjValue *a, const jjValue *b, int *ok);
 const char *jj_type_name(const jjValue *v);              /* Python's names */
 int jj_is_number(const jjValue *v);                       /* bool, int, float */
 double jj_as_double(const jjValue *v);

@@ -356,8 +356,8 @@ static jjValue *m_count(jjCtx *c, jjValue *self, jjArgs *a) {
     if (!arg[0]) return jj_fail(c, "count() takes one argument");
     long long k = 0;
     if (self->type == JV_LIST) {
-        for (size_t i = 0; i < self->u.l.n; i++) k += jj_equal(self->u.l.v[i], arg[0]);
-        return jj_int(c, k);
+        for (size_t i = 0; i < self->u.l.n; i++) k += jj_equal(c, self->u.l.v[i], arg[0]);
+        return jj_failed(c) ? NULL : jj_int(c, k);
     }
     if (!jj_want_str(c, "count", arg[0])) return NULL;
     if (!arg[0]->u.s.len) return jj_int(c, (long long)jj_utf8_len(self->u.s.p, self->u.s.len) + 1);
@@ -403,7 +403,8 @@ static jjValue *m_splitlines(jjCtx *c, jjValue *self, jjArgs *a) {
 static jjValue *m_get(jjCtx *c, jjValue *self, jjArgs *a) {
     BIND("get", "key", "default");
     if (!arg[0]) return jj_fail(c, "get() takes a key");
-    jjValue *v = jj_dict_lookup(self, arg[0]);
+    jjValue *v = jj_dict_lookup(c, self, arg[0]);
+    if (jj_failed(c)) return NULL;
     return v ? v : arg[1] ? arg[1] : jj_none();
 }
 
@@ -442,7 +443,8 @@ static jjValue *m_index(jjCtx *c, jjValue *self, jjArgs *a) {
     BIND("index", "x");
     if (!arg[0]) return jj_fail(c, "index() takes one argument");
     for (size_t i = 0; i < self->u.l.n; i++)
-        if (jj_equal(self->u.l.v[i], arg[0])) return jj_int(c, (long long)i);
+        if (jj_equal(c, self->u.l.v[i], arg[0])) return jj_int(c, (long long)i);
+    if (jj_failed(c)) return NULL;
     return jj_fail(c, "list.index(x): x not in list");
 }
 

@@ -187,8 +187,8 @@ jjValue *jj_getitem(jjCtx *c, jjValue *obj, jjValue *key) {
         return jj_str(c, obj->u.s.p + at, jj_utf8_decode(obj->u.s.p + at, obj->u.s.len - at, &cp));
     }
     if (obj->type == JV_DICT || obj->type == JV_NS) {
-        jjValue *v = jj_dict_lookup(obj, key);
-        if (v) return v;
+        jjValue *v = jj_dict_lookup(c, obj, key);
+        if (v || jj_failed(c)) return v;
     }
     if (key->type == JV_STR && obj->type != JV_NONE) {
         char name[128];
@@ -215,9 +215,9 @@ int jj_contains(jjCtx *c, jjValue *container, jjValue *item) {
         return memmem(container->u.s.p, container->u.s.len, item->u.s.p, item->u.s.len) != NULL;
     case JV_LIST:
         for (size_t i = 0; i < container->u.l.n; i++)
-            if (jj_equal(container->u.l.v[i], item)) return 1;
-        return 0;
-    case JV_DICT: case JV_NS: return jj_dict_lookup(container, item) != NULL;
+            if (jj_equal(c, container->u.l.v[i], item)) return 1;
+        return jj_failed(c) ? -1 : 0;
+    case JV_DICT: case JV_NS: return jj_dict_lookup(c, container, item) != NULL ? 1 : jj_failed(c) ? -1 : 0;
     case JV_UNDEF: return 0;
     default:
         jj_fail(c, "argument of type '%s' is not iterable", jj_type_name(container));

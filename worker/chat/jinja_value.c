@@ -178,9 +178,9 @@ jjValue *jj_dict(jjCtx *c) {
     return value_new(c, JV_DICT);
 }
 
-jjValue *jj_dict_lookup(jjValue *d, jjValue *key) {
+jjValue *jj_dict_lookup(jjCtx *c, jjValue *d, jjValue *key) {
     for (size_t i = 0; i < d->u.d.n; i++)
-        if (jj_equal(d->u.d.k[i], key)) return d->u.d.v[i];
+        if (jj_equal(c, d->u.d.k[i], key)) return d->u.d.v[i];
     return NULL;
 }
 
@@ -194,10 +194,11 @@ jjValue *jj_dict_get(jjValue *d, const char *key, size_t len) {
 
 int jj_dict_set(jjCtx *c, jjValue *d, jjValue *key, jjValue *v) {
     for (size_t i = 0; i < d->u.d.n; i++)
-        if (jj_equal(d->u.d.k[i], key)) {
+        if (jj_equal(c, d->u.d.k[i], key)) {
             d->u.d.v[i] = v;
             return 0;
         }
+    if (jj_failed(c)) return -1;
     if (d->u.d.n == d->u.d.cap) {
         size_t cap = d->u.d.cap ? d->u.d.cap * 2 : 4;
         jjValue **k = jj_ctx_alloc(c, cap * sizeof(*k)), **vv = k ? jj_ctx_alloc(c, cap * sizeof(*vv)) : NULL;
@@ -279,11 +280,43 @@ double jj_as_double(const jjValue *v) {
     return v->type == JV_FLOAT ? v->u.f : v->type == JV_INT ? (double)v->u.i : (double)v->u.b;
 }
 
+/* Deepest value printed, compared or dumped (Python's recursion limit is
+ * about 1,000; real templates stay under 10). */
+#define JJ_MAX_NEST 200
+
 static long long as_int(const jjValue *v) {
     return v->type == JV_INT ? v->u.i : v->u.b;
 }
 
-int jj_equal(const jjValue *a, const jjValue *b) {
+/* One more value compared, printed or dumped (`what`): a step, a level no
+ * deeper than JJ_MAX_NEST, and the text written so far (b, or NULL) within
+ * the memory still free.  So values that share parts (a list holding one
+ * list twice, doubled 40 times: 2^40 items to visit) or nest 100,000 deep
+ * stop with an error instead of running for hours, eating the host's
+ * memory or overflowing the stack. */
+static int visit(jjCtx *c, int level, const char *what, const bytebuf *b) {
+    if (jj_failed(c)) return -1;
+    if (level > JJ_MAX_NEST) {
+        jj_fail(c, "a value nested more than %d levels deep cannot be %s", JJ_MAX_NEST, what);
+        return -1;
+    }
+    if (++c->steps > c->lim->max_steps) {
+        jj_fail(c, "the template ran more than %lld steps; it is stopped so it cannot hold up the worker",
+                c->lim->max_steps);
+        return -1;
+    }
+    if (b && c->arena.limit && b->len > c->arena.limit - c->arena.used) {
+        jj_fail(c, "the template needs more than %zu MiB of memory to render", c->arena.limit >> 20);
+        return -1;
+    }
+    return 0;
+}
+
+/* Python's containers compare an item that is the same object as equal
+ * without looking inside. */
+
+static int equal_at(jjCtx *c, const jjValue *a, const jjValue *b, int level) {
+    if (visit(c, level, "compared", NULL)) return 0;
     if (jj_is_number(a) && jj_is_number(b)) {
         if (a->type != JV_FLOAT && b->type != JV_FLOAT) return as_int(a) == as_int(b);
         return jj_as_double(a) == jj_as_double(b);
@@ -295,13 +328,13 @@ int jj_equal(const jjValue *a, const jjValue *b) {
     case JV_LIST:
         if (a->u.l.tuple != b->u.l.tuple || a->u.l.n != b->u.l.n) return 0;
         for (size_t i = 0; i < a->u.l.n; i++)
-            if (!jj_equal(a->u.l.v[i], b->u.l.v[i])) return 0;
+            if (a->u.l.v[i] != b->u.l.v[i] && !equal_at(c, a->u.l.v[i], b->u.l.v[i], level + 1)) return 0;
         return 1;
     case JV_DICT:
         if (a->u.d.n != b->u.d.n) return 0;
         for (size_t i = 0; i < a->u.d.n; i++) {
-            jjValue *o = jj_dict_lookup((jjValue *)b, a->u.d.k[i]);
-            if (!o || !jj_equal(a->u.d.v[i], o)) return 0;
+            jjValue *o = jj_dict_lookup(c, (jjValue *)b, a->u.d.k[i]);
+            if (!o || (a->u.d.v[i] != o && !equal_at(c, a->u.d.v[i], o, level + 1))) return 0;
         }
         return 1;
     case JV_FUNC: return a->u.fn.fn == b->u.fn.fn && a->u.fn.self == b->u.fn.self;
@@ -309,8 +342,13 @@ int jj_equal(const jjValue *a, const jjValue *b) {
     }
 }
 
-int jj_compare(const jjValue *a, const jjValue *b, int *ok) {
+int jj_equal(jjCtx *c, const jjValue *a, const jjValue *b) {
+    return equal_at(c, a, b, 0);
+}
+
+static int compare_at(jjCtx *c, const jjValue *a, const jjValue *b, int *ok, int level) {
     *ok = 1;
+    if (visit(c, level, "compared", NULL)) return 0;
     if (jj_is_number(a) && jj_is_number(b)) {
         if (a->type != JV_FLOAT && b->type != JV_FLOAT) return (as_int(a) > as_int(b)) - (as_int(a) < as_int(b));
         double x = jj_as_double(a), y = jj_as_double(b);
@@ -324,13 +362,17 @@ int jj_compare(const jjValue *a, const jjValue *b, int *ok) {
     }
     if (a->type == JV_LIST && b->type == JV_LIST && a->u.l.tuple == b->u.l.tuple) {
         for (size_t i = 0; i < a->u.l.n && i < b->u.l.n; i++) {
-            if (jj_equal(a->u.l.v[i], b->u.l.v[i])) continue;
-            return jj_compare(a->u.l.v[i], b->u.l.v[i], ok);
+            if (a->u.l.v[i] == b->u.l.v[i] || equal_at(c, a->u.l.v[i], b->u.l.v[i], level + 1)) continue;
+            return jj_failed(c) ? 0 : compare_at(c, a->u.l.v[i], b->u.l.v[i], ok, level + 1);
         }
         return (a->u.l.n > b->u.l.n) - (a->u.l.n < b->u.l.n);
     }
     *ok = 0;
     return 0;
+}
+
+int jj_compare(jjCtx *c, const jjValue *a, const jjValue *b, int *ok) {
+    return compare_at(c, a, b, ok, 0);
 }
 
 const char *jj_type_name(const jjValue *v) {
@@ -384,8 +426,6 @@ int jj_isspace(int32_t cp) {
 }
 
 /* ---- str(), repr(), json.dumps ---- */
-
-#define JJ_MAX_NEST 200
 
 void jj_write_float(bytebuf *b, double f) {
     if (isnan(f)) {
@@ -495,10 +535,7 @@ static int write_items(jjCtx *c, bytebuf *b, const jjValue *v, int level) {
 
 static int write_value(jjCtx *c, bytebuf *b, const jjValue *v, int repr, int level) {
     char num[64];
-    if (level > JJ_MAX_NEST) {
-        jj_fail(c, "a value nested more than %d levels deep cannot be printed", JJ_MAX_NEST);
-        return -1;
-    }
+    if (visit(c, level, "printed", b)) return -1;
     int bad = 0;
     switch (v->type) {
     case JV_UNDEF: bad = repr ? bytebuf_append(b, "Undefined", 9) : 0; break;
@@ -600,18 +637,15 @@ static int json_key(jjCtx *c, bytebuf *b, const jjValue *k, int ensure_ascii) {
     return bad;
 }
 
-static int key_order(const void *x, const void *y) {
+static int key_order(const void *x, const void *y, void *c) {
     const jjValue *a = **(jjValue *const *const *)x, *b = **(jjValue *const *const *)y;
     int ok;
-    return jj_compare(a, b, &ok);
+    return jj_compare(c, a, b, &ok);
 }
 
 int jj_write_json(jjCtx *c, bytebuf *b, const jjValue *v, int ensure_ascii, const char *indent,
                   const char *item_sep, const char *key_sep, int sort_keys, int level) {
-    if (level > JJ_MAX_NEST) {
-        jj_fail(c, "tojson: a value nested more than %d levels deep", JJ_MAX_NEST);
-        return -1;
-    }
+    if (visit(c, level, "dumped by tojson", b)) return -1;
     int bad = 0;
     char num[32];
     switch (v->type) {
@@ -653,14 +687,14 @@ int jj_write_json(jjCtx *c, bytebuf *b, const jjValue *v, int ensure_ascii, cons
         if (sort_keys) {
             for (size_t i = 1; i < n; i++) {
                 int ok;
-                jj_compare(v->u.d.k[0], v->u.d.k[i], &ok);
+                jj_compare(c, v->u.d.k[0], v->u.d.k[i], &ok);
                 if (!ok) {
                     free(order);
                     jj_fail(c, "tojson(sort_keys=true): keys of different types cannot be sorted");
                     return -1;
                 }
             }
-            qsort(order, n, sizeof(*order), key_order);
+            qsort_r(order, n, sizeof(*order), key_order, c);
         }
         bad = bytebuf_putc(b, '{');
         for (size_t i = 0; i < n && !bad; i++) {
