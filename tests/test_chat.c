@@ -255,6 +255,11 @@ static void test_bounds(void **state) {
         {"output", "{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", "output is over"},
         {"recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nested more than"},
         {"self-containing", "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "nested more than"},
+        /* Text built outside the arena stops at the bound too. */
+        {"replace", "{{ ('x' * 10000000).replace('x', 'y' * 10000000)|length }}", "MiB of memory"},
+        {"replace ''", "{{ ('x' * 10000000)|replace('', 'y' * 10000000)|length }}", "MiB of memory"},
+        {"indent", "{{ 'x\\ny'|indent(1000000000) }}", "MiB of memory"},
+        {"tojson indent", "{{ {'a': 1}|tojson(indent=1000000000) }}", "MiB of memory"},
         /* Lists that share their parts: 2^40 items to visit in 40 steps. */
 #define SHARED(x) "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}" \
                   "{% set ns.b = [ns.b, ns.b] %}{% endfor %}" x
@@ -284,6 +289,12 @@ static void test_bounds(void **state) {
         assert_non_null(strstr(err.msg, cases[i].msg));
         assert_true(dt < 5.0);
     }
+    /* Wide indents are rendered as Python renders them, not cut short. */
+    rlError werr = {0};
+    char *wide = render("{{ 'x\\ny'|indent(2000)|length }} {{ {'a': 1}|tojson(indent=100)|length }}", NULL, &werr);
+    if (!wide) fail_msg("%s", werr.msg);
+    assert_string_equal(wide, "2003 110");
+    free(wide);
     /* Tighter limits given by the caller apply. */
     jjLimits lim;
     jinja_limits_default(&lim);

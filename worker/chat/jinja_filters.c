@@ -12,7 +12,6 @@
 
 static jjValue *f_tojson(jjCtx *c, jjValue *v, jjArgs *a) {
     BIND("tojson", "ensure_ascii", "indent", "separators", "sort_keys");
-    char spaces[64];
     const char *indent = NULL, *item_sep = ", ", *key_sep = ": ";
     if (arg[1] && arg[1]->type != JV_NONE) {
         if (arg[1]->type == JV_STR) {
@@ -22,10 +21,10 @@ static jjValue *f_tojson(jjCtx *c, jjValue *v, jjArgs *a) {
         } else {
             long long w;
             if (jj_want_int(c, "tojson(indent)", arg[1], &w)) return NULL;
-            if (w > 32) w = 32;
-            if (w < 0) w = 0;
+            if (w < 0) w = 0;   /* json.dumps: newlines, no spaces */
+            char *spaces = jj_room(c, (size_t)w) ? NULL : jj_ctx_alloc(c, (size_t)w + 1);
+            if (!spaces) return NULL;
             memset(spaces, ' ', (size_t)w);
-            spaces[w] = 0;
             indent = spaces;
         }
         item_sep = ",";
@@ -450,7 +449,8 @@ static jjValue *f_indent(jjCtx *c, jjValue *v, jjArgs *a) {
     } else {
         long long w = 4;
         if (arg[0] && jj_want_int(c, "indent", arg[0], &w)) return NULL;
-        for (long long k = 0; k < w && k < 1024 && !bad; k++) bad = bytebuf_putc(&ind, ' ');
+        bad = w > 0 && jj_room(c, (size_t)w);
+        for (long long k = 0; k < w && !bad; k++) bad = bytebuf_putc(&ind, ' ');
     }
     int first = arg[1] && jj_truthy(arg[1]), blank = arg[2] && jj_truthy(arg[2]);
     /* Jinja appends "\n" before splitlines(), so a trailing newline is kept. */
@@ -467,7 +467,7 @@ static jjValue *f_indent(jjCtx *c, jjValue *v, jjArgs *a) {
             bad = bytebuf_putc(&b, '\n');
             if (!bad && (blank || line->u.s.len)) bad = bytebuf_append(&b, ind.data ? ind.data : "", ind.len);
         }
-        if (!bad) bad = bytebuf_append(&b, line->u.s.p, line->u.s.len);
+        if (!bad) bad = bytebuf_append(&b, line->u.s.p, line->u.s.len) || jj_room(c, b.len);
     }
     bytebuf_free(&ind);
     return jj_from_buf(c, &b, bad);

@@ -109,6 +109,11 @@ int jj_failed(const jjCtx *c);
  * the memory limit. */
 void *jj_ctx_alloc(jjCtx *c, size_t n);
 
+/* 0 when n bytes of text being built (outside the arena, in a bytebuf)
+ * fit in the memory the render has left; else the memory error, so a
+ * builder cannot grow its buffer past the bound before copying it in. */
+int jj_room(jjCtx *c, size_t n);
+
 /* Undefined, with why it is (Jinja's hint, e.g. "'dict object' has no
  * attribute 'x'"), for the error raised when it is used. */
 jjValue *jj_undef(jjCtx *c, const char *why);

@@ -216,7 +216,7 @@ jjValue *jj_str_replace(jjCtx *c, jjValue *s, jjValue *old, jjValue *new_, long 
             if (i == s->u.s.len) break;
             int32_t cp;
             size_t k = jj_utf8_decode(s->u.s.p + i, s->u.s.len - i, &cp);
-            bad = bad || bytebuf_append(&b, s->u.s.p + i, k);
+            bad = bad || bytebuf_append(&b, s->u.s.p + i, k) || jj_room(c, b.len);
             i += k;
         }
         return jj_from_buf(c, &b, bad);
@@ -229,7 +229,8 @@ jjValue *jj_str_replace(jjCtx *c, jjValue *s, jjValue *old, jjValue *new_, long 
             break;
         }
         size_t at = (size_t)(hit - s->u.s.p);
-        bad = bytebuf_append(&b, s->u.s.p + i, at - i) || bytebuf_append(&b, new_->u.s.p, new_->u.s.len);
+        bad = bytebuf_append(&b, s->u.s.p + i, at - i) || bytebuf_append(&b, new_->u.s.p, new_->u.s.len) ||
+              jj_room(c, b.len);
         i = at + old->u.s.len;
         done++;
     }

@@ -75,12 +75,20 @@ int jj_failed(const jjCtx *c) {
     return c->err->code != RL_OK;
 }
 
+static void fail_memory(jjCtx *c) {
+    jj_fail(c, "the template needs more than %zu MiB of memory to render", c->lim->max_memory >> 20);
+}
+
 void *jj_ctx_alloc(jjCtx *c, size_t n) {
     void *p = jj_alloc(&c->arena, n);
-    if (!p)
-        jj_fail(c, "the template needs more than %zu MiB of memory to render",
-                c->lim->max_memory >> 20);
+    if (!p) fail_memory(c);
     return p;
+}
+
+int jj_room(jjCtx *c, size_t n) {
+    if (!c->arena.limit || n <= c->arena.limit - c->arena.used) return 0;
+    fail_memory(c);
+    return -1;
 }
 
 /* ---- constructors ---- */
@@ -305,11 +313,7 @@ static int visit(jjCtx *c, int level, const char *what, const bytebuf *b) {
                 c->lim->max_steps);
         return -1;
     }
-    if (b && c->arena.limit && b->len > c->arena.limit - c->arena.used) {
-        jj_fail(c, "the template needs more than %zu MiB of memory to render", c->arena.limit >> 20);
-        return -1;
-    }
-    return 0;
+    return b ? jj_room(c, b->len) : 0;
 }
 
 /* Python's containers compare an item that is the same object as equal
