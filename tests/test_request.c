@@ -51,19 +51,37 @@ static void test_valid(void **state) {
     assert_null(r.tools);
     request_free(&r);
     /* A conversation with tools, tool calls (arguments as an object and as
-     * a JSON string), a tool result and reasoning, kept as sent. */
+     * a JSON string), a tool result and reasoning, kept as sent, except
+     * that, as vLLM does, string arguments are parsed into the object
+     * templates expect, absent or null ones become {} and an empty
+     * tool_calls list is dropped. */
     assert_null(parse("{\"id\":\"c\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
                       "{\"role\":\"user\",\"content\":\"weather?\",\"name\":\"ann\"},"
                       "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"hmm\",\"tool_calls\":["
                       "{\"id\":\"1\",\"type\":\"function\",\"function\":{\"name\":\"w\",\"arguments\":{\"city\":\"Oslo\"}}},"
                       "{\"function\":{\"name\":\"w\",\"arguments\":\"{\\\"city\\\": \\\"Rome\\\"}\"}}]},"
                       "{\"role\":\"tool\",\"content\":\"5C\",\"tool_call_id\":\"1\"},"
-                      "{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"w\"}}]}],"
+                      "{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"w\"}}]},"
+                      "{\"role\":\"assistant\",\"content\":\"ok\",\"tool_calls\":[]},"
+                      "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"w\","
+                      "\"arguments\":\"{\\\"a\\\":[1,{\\\"b\\\":null}]}\"}},{\"function\":{\"name\":\"w\",\"arguments\":null}}]}],"
                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"parameters\":{}}}],"
                       "\"chat_template_kwargs\":{\"enable_thinking\":false},\"add_generation_prompt\":false}",
                       &r, &err));
-    assert_int_equal(json_array_size(r.messages), 5);
+    assert_int_equal(json_array_size(r.messages), 7);
     assert_int_equal(json_array_size(r.tools), 1);
+    static const struct { size_t msg, call; const char *want; } calls[] = {
+        {2, 0, "{\"city\": \"Oslo\"}"}, {2, 1, "{\"city\": \"Rome\"}"}, {4, 0, "{}"},
+        {6, 0, "{\"a\": [1, {\"b\": null}]}"}, {6, 1, "{}"},
+    };
+    for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+        const json_t *m = json_array_get(r.messages, calls[i].msg);
+        const json_t *tc = json_array_get(json_object_get(m, "tool_calls"), calls[i].call);
+        char *args = json_dumps(json_object_get(json_object_get(tc, "function"), "arguments"), JSON_ENCODE_ANY);
+        assert_string_equal(args, calls[i].want);
+        free(args);
+    }
+    assert_null(json_object_get(json_array_get(r.messages, 5), "tool_calls"));
     assert_true(json_is_false(json_object_get(r.chat_template_kwargs, "enable_thinking")));
     assert_int_equal(r.add_generation_prompt, 0);
     assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 2), "reasoning_content")), "hmm");
@@ -110,6 +128,9 @@ static void test_invalid(void **state) {
          "invalid_request", "messages[0].tool_calls[0]"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
          "\"arguments\":3}}]}]}", "invalid_request", "'arguments'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+         "\"arguments\":\"{city: 1}\"}}]}]}", "invalid_request",
+         "'messages[0].tool_calls[0].function.arguments' is not valid JSON"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "invalid_request",
          "'tools'"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[1]}", "invalid_request",

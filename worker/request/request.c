@@ -210,7 +210,7 @@ static int known_keys(const json_t *o, const char *const *keys, const char *wher
 }
 
 /* OpenAI-style tool calls: {"id", "type", "function": {"name", "arguments"}},
- * arguments an object or a JSON string. */
+ * arguments an object, a JSON string or null. */
 static int check_tool_calls(const json_t *calls, size_t m, const char **code, rlError *err) {
     static const char *const call_keys[] = {"id", "type", "function", NULL}, *const fn_keys[] = {"name", "arguments", NULL};
     if (!json_is_array(calls)) return bad_field(code, err, "field 'messages[%zu].tool_calls' must be an array", m);
@@ -227,9 +227,46 @@ static int check_tool_calls(const json_t *calls, size_t m, const char **code, rl
         if (!json_is_object(fn)) return bad_field(code, err, "'%s' needs \"function\": {\"name\", \"arguments\"}", where);
         if (known_keys(fn, fn_keys, where, "a function is {\"name\", \"arguments\"}", code, err)) return -1;
         const json_t *args = json_object_get(fn, "arguments");
-        if (!json_is_string(json_object_get(fn, "name")) || (args && !json_is_object(args) && !json_is_string(args)))
+        if (!json_is_string(json_object_get(fn, "name")) ||
+            (args && !json_is_object(args) && !json_is_string(args) && !json_is_null(args)))
             return bad_field(code, err, "'%s.function' needs a string 'name' and 'arguments' as an object or a JSON "
                              "string", where);
+    }
+    return 0;
+}
+
+/* vLLM's reading of an assistant's tool calls (chat_utils'
+ * _postprocess_messages): OpenAI sends `arguments` as a JSON string, and
+ * templates expect an object (Qwen3's prints a string as it is, Llama
+ * 3.1's quotes it again with tojson), so a string is parsed; absent, null,
+ * "" or {} becomes {}; an empty tool_calls list is dropped so the template
+ * takes its plain assistant path. */
+static int parse_tool_arguments(json_t *m, size_t i, const char **code, rlError *err) {
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (!json_is_array(calls) || strcmp(json_string_value(json_object_get(m, "role")), "assistant")) return 0;
+    if (!json_array_size(calls)) {
+        json_object_del(m, "tool_calls");
+        return 0;
+    }
+    size_t k;
+    json_t *tc;
+    json_array_foreach(calls, k, tc) {
+        json_t *fn = json_object_get(tc, "function"), *args = json_object_get(fn, "arguments"), *parsed;
+        if (json_is_object(args) && json_object_size(args)) continue;
+        if (json_is_string(args) && json_string_length(args)) {
+            json_error_t je;
+            parsed = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, &je);
+            if (!parsed)
+                return bad_field(code, err, "field 'messages[%zu].tool_calls[%zu].function.arguments' is not valid "
+                                 "JSON (%s at character %d): send the arguments as a JSON object or a string "
+                                 "holding one", i, k, je.text, je.position);
+        } else {
+            parsed = json_object();
+        }
+        if (!parsed || json_object_set_new(fn, "arguments", parsed)) {
+            *code = "internal";
+            return rl_error(err, RL_EINTERNAL, "out of memory reading field 'messages'");
+        }
     }
     return 0;
 }
@@ -274,6 +311,7 @@ static int get_messages(rlRequest *r, const char *key, const json_t *v, const ch
     json_array_foreach(r->messages, i, m) {
         json_t *content = json_object_get(m, "content");
         char *text;
+        if (parse_tool_arguments((json_t *)m, i, code, err)) return -1;
         if (!json_is_array(content)) continue;
         if (request_content_text(content, i, &text, code, err)) return -1;
         int bad = json_object_set_new((json_t *)m, "content", json_string(text));
