@@ -52,10 +52,12 @@ start_worker w1
 W=$LAST_PID
 wait_until 30 grep -q "chat_template of $M/tokenizer_config.json" "$T/w1.log" || fail "no chat template log line"
 rcli XADD redlm:jobs '*' json "$job" > /dev/null
-# The same conversation with the tool call's arguments as OpenAI sends them,
-# a compact JSON string: parsed into the object, as vLLM does, so the
-# template writes the same tokens (Qwen3's would print the string as it is).
-job2=$(echo "$job" | jq -c '.id = "chat-2" | .messages[2].tool_calls[0].function.arguments = "{\"city\":\"Oslo\"}"')
+# The same conversation as OpenAI's clients send it: content null and the
+# arguments a compact JSON string.  As vLLM does, content becomes "" and the
+# arguments an object, so the template writes the same tokens (Qwen3's
+# fails on a None content and would print the string as it is).
+job2=$(echo "$job" | jq -c '.id = "chat-2" | .messages[2].content = null |
+                            .messages[2].tool_calls[0].function.arguments = "{\"city\":\"Oslo\"}"')
 rcli XADD redlm:jobs '*' json "$job2" > /dev/null
 got_done() { stream_json "redlm:reply:$1" | grep -q '"event":"\(done\|error\)"'; }
 for id in chat-1 chat-2; do

@@ -53,8 +53,8 @@ static void test_valid(void **state) {
     /* A conversation with tools, tool calls (arguments as an object and as
      * a JSON string), a tool result and reasoning, kept as sent, except
      * that, as vLLM does, string arguments are parsed into the object
-     * templates expect, absent or null ones become {} and an empty
-     * tool_calls list is dropped. */
+     * templates expect, absent or null ones become {}, an empty
+     * tool_calls list is dropped and null content is "". */
     assert_null(parse("{\"id\":\"c\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
                       "{\"role\":\"user\",\"content\":\"weather?\",\"name\":\"ann\"},"
                       "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"hmm\",\"tool_calls\":["
@@ -82,6 +82,9 @@ static void test_valid(void **state) {
         free(args);
     }
     assert_null(json_object_get(json_array_get(r.messages, 5), "tool_calls"));
+    /* Null or absent content is "", as vLLM gives it to the template. */
+    assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 2), "content")), "");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 4), "content")), "");
     assert_true(json_is_false(json_object_get(r.chat_template_kwargs, "enable_thinking")));
     assert_int_equal(r.add_generation_prompt, 0);
     assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 2), "reasoning_content")), "hmm");

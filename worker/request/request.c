@@ -307,15 +307,18 @@ static int get_messages(rlRequest *r, const char *key, const json_t *v, const ch
         *code = "internal";
         return rl_error(err, RL_EINTERNAL, "out of memory reading field 'messages'");
     }
-    /* OpenAI's text content parts become the one text the template sees. */
+    /* The content the template sees is one string, as vLLM hands it to a
+     * text-only template: OpenAI's text parts joined, and null or absent
+     * content (an assistant's tool calls, as OpenAI's clients send them) "",
+     * which templates such as Qwen3's would fail on as None. */
     json_array_foreach(r->messages, i, m) {
         json_t *content = json_object_get(m, "content");
         char *text;
         if (parse_tool_arguments((json_t *)m, i, code, err)) return -1;
-        if (!json_is_array(content)) continue;
-        if (request_content_text(content, i, &text, code, err)) return -1;
-        int bad = json_object_set_new((json_t *)m, "content", json_string(text));
-        free(text);
+        if (json_is_string(content)) continue;
+        if (json_is_array(content) && request_content_text(content, i, &text, code, err)) return -1;
+        int bad = json_object_set_new((json_t *)m, "content", json_string(json_is_array(content) ? text : ""));
+        if (json_is_array(content)) free(text);
         if (bad) {
             *code = "internal";
             return rl_error(err, RL_EINTERNAL, "out of memory reading field 'messages'");
