@@ -66,7 +66,8 @@ static void test_valid(void **state) {
                       "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"w\","
                       "\"arguments\":\"{\\\"a\\\":[1,{\\\"b\\\":null}]}\"}},{\"function\":{\"name\":\"w\",\"arguments\":null}}]}],"
                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"parameters\":{}}}],"
-                      "\"chat_template_kwargs\":{\"enable_thinking\":false},\"add_generation_prompt\":false}",
+                      "\"chat_template_kwargs\":{\"enable_thinking\":false},\"add_generation_prompt\":false,"
+                      "\"tool_choice\":\"none\"}",
                       &r, &err));
     assert_int_equal(json_array_size(r.messages), 7);
     assert_int_equal(json_array_size(r.tools), 1);
@@ -136,6 +137,10 @@ static void test_invalid(void **state) {
          "'messages[0].tool_calls[0].function.arguments' is not valid JSON"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "invalid_request",
          "'tools'"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\"}",
+         "invalid_request", "'tool_choice' may only be \"none\": redlm has no tool-call parser"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":{\"type\":\"function\"}}",
+         "invalid_request", "'tool_choice'"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[1]}", "invalid_request",
          "'tools[0]'"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":[]}",

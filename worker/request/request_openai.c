@@ -184,6 +184,20 @@ static int openai_echo(rlRequest *r, const char *key, const json_t *v, const cha
     return 0;
 }
 
+/* tool_choice: only "none" (or null), which is what redlm does: it has no
+ * tool-call parser, so a model's tool calls come back as text in the
+ * answer's content.  vLLM refuses "auto" without --tool-call-parser too;
+ * "required" and a named function need constrained decoding. */
+static int openai_tool_choice(rlRequest *r, const char *key, const json_t *v, const char **code,
+                              rlError *err) {
+    (void)r, (void)key;
+    if (json_is_null(v) || (json_is_string(v) && !strcmp(json_string_value(v), "none"))) return 0;
+    return openai_bad(code, err, "field 'tool_choice' may only be \"none\": redlm has no tool-call parser, so "
+                                 "the model's tool calls come back as text in the answer's content (vLLM also "
+                                 "refuses \"auto\" without --tool-call-parser); leave tool_choice out or send "
+                                 "\"none\"");
+}
+
 static const struct {
     const char *name;
     requestField read;
@@ -202,6 +216,7 @@ static const struct {
     {"model", openai_model},
     {"user", openai_echo},
     {"metadata", openai_echo},
+    {"tool_choice", openai_tool_choice},
 };
 #define OPENAI_N_FIELDS ((int)(sizeof(openai_fields) / sizeof(*openai_fields)))
 
