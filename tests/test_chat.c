@@ -355,6 +355,8 @@ static void test_template_files(void **state) {
     free(text);
     assert_null(render_chat(ch, "[]", NULL, &err));
     assert_int_equal(err.code, RL_EINPUT);
+    assert_null(render_chat(ch, "\"hi\"", NULL, &err));
+    assert_non_null(strstr(err.msg, "\"messages\" must be a non-empty array of message objects"));
     chat_free(ch);
 
     char dir[] = "/tmp/redlm-chat-XXXXXX", p[1100], q[1100];

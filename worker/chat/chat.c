@@ -270,7 +270,8 @@ int chat_render(const rlChat *ch, const json_t *messages, const json_t *tools, i
         return -1;
     }
     if (!json_is_array(messages) || json_array_size(messages) == 0)
-        return rl_error(err, RL_EINPUT, "messages: give at least one message");
+        return rl_error(err, RL_EINPUT,
+                        "\"messages\" must be a non-empty array of message objects {\"role\", \"content\"}");
     json_t *vars = json_copy(ch->special);
     if (!vars || (kwargs && json_object_update(vars, (json_t *)kwargs)) ||
         json_object_set(vars, "messages", (json_t *)messages) ||
