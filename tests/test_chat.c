@@ -245,6 +245,30 @@ static void test_render_errors(void **state) {
     }
 }
 
+/* range() and slices at the ends of the 64-bit integers, as Python gives
+ * them (the arithmetic overflowed: UBSan's report, and one item where
+ * Python gives four). */
+static void test_integer_edges(void **state) {
+    (void)state;
+    static const struct { const char *src, *want; } cases[] = {
+        {"{{ range(-9223372036854775807, 9223372036854775807, 4611686018427387904)|list }}",
+         "[-9223372036854775807, -4611686018427387903, 1, 4611686018427387905]"},
+        {"{{ range(9223372036854775807, -9223372036854775807 - 1, -9223372036854775807 - 1)|list }}",
+         "[9223372036854775807, -1]"},
+        {"{{ range(5, 0, -9223372036854775807 - 1)|list }}", "[5]"},
+        {"{{ 'abc'[::-9223372036854775807 - 1] }}|{{ [1, 2, 3][::9223372036854775807] }}|"
+         "{{ [1, 2, 3][9223372036854775807:-9223372036854775807 - 1:-1] }}",
+         "c|[1]|[3, 2, 1]"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        rlError err = {0};
+        char *out = render(cases[i].src, NULL, &err);
+        if (!out) fail_msg("%s: %s", cases[i].src, err.msg);
+        assert_string_equal(out, cases[i].want);
+        free(out);
+    }
+}
+
 /* Hostile templates end with an error, quickly, in bounded memory. */
 static void test_bounds(void **state) {
     (void)state;
@@ -416,7 +440,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_fixture), cmocka_unit_test(test_jinja_cases),
         cmocka_unit_test(test_refusals),      cmocka_unit_test(test_render_errors),
-        cmocka_unit_test(test_bounds),        cmocka_unit_test(test_template_files),
+        cmocka_unit_test(test_integer_edges), cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_template_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -180,11 +180,19 @@ static jjValue *g_range(jjCtx *c, jjValue *self, jjArgs *a) {
     for (int i = 0; i < a->n_pos; i++)
         if (jj_want_int(c, "range", a->pos[i], &x[a->n_pos == 1 ? 1 : i])) return NULL;
     if (x[2] == 0) return jj_fail(c, "range() arg 3 must not be zero");
-    long long n = x[2] > 0 ? (x[1] > x[0] ? (x[1] - x[0] - 1) / x[2] + 1 : 0) : (x[0] > x[1] ? (x[0] - x[1] - 1) / -x[2] + 1 : 0);
-    if (n > JJ_MAX_RANGE) return jj_fail(c, "range of %lld items is too big (at most %d in a template)", n, JJ_MAX_RANGE);
+    /* In unsigned arithmetic: the span of two 64-bit ints and the size of
+     * the smallest step do not fit a long long. */
+    typedef unsigned long long u64;
+    u64 span = x[2] > 0 ? (x[1] > x[0] ? (u64)x[1] - (u64)x[0] : 0) : (x[0] > x[1] ? (u64)x[0] - (u64)x[1] : 0);
+    u64 step = x[2] > 0 ? (u64)x[2] : (u64)-(x[2] + 1) + 1;
+    u64 n = span ? (span - 1) / step + 1 : 0;
+    if (n > JJ_MAX_RANGE) return jj_fail(c, "range of %llu items is too big (at most %d in a template)", n, JJ_MAX_RANGE);
     jjValue *l = jj_list(c, (size_t)n, 0);
-    for (long long i = 0; l && i < n; i++)
-        if (!(l->u.l.v[i] = jj_int(c, x[0] + i * x[2]))) return NULL;
+    long long at = x[0];
+    for (u64 i = 0; l && i < n; i++) {
+        if (!(l->u.l.v[i] = jj_int(c, at))) return NULL;
+        if (i + 1 < n) at += x[2];   /* stays between start and stop */
+    }
     return l;
 }
 

@@ -152,6 +152,10 @@ static jjValue *eval_slice(jjCtx *c, const jjNode *n) {
     if (st == 0) return jj_fail(c, "slice step cannot be zero");
     int is_str = obj->type == JV_STR;
     long long len = is_str ? (long long)jj_utf8_len(obj->u.s.p, obj->u.s.len) : (long long)obj->u.l.n;
+    /* A step longer than the sequence picks the first item only, as the
+     * longest one does, so the arithmetic below cannot overflow. */
+    if (st > len + 1) st = len + 1;
+    if (st < -(len + 1)) st = -(len + 1);
     long long lo, hi;
     lo = part[0] ? clamp_index(part[0]->type == JV_INT ? part[0]->u.i : part[0]->u.b, len, st < 0) : st < 0 ? len - 1 : 0;
     hi = part[1] ? clamp_index(part[1]->type == JV_INT ? part[1]->u.i : part[1]->u.b, len, st < 0) : st < 0 ? -1 : len;
