@@ -414,6 +414,7 @@ static int parse_number(const jjValue *s, int want_float, double *out) {
 
 static jjValue *f_int(jjCtx *c, jjValue *v, jjArgs *a) {
     BIND("int", "default", "base");
+    if (v->type == JV_UNDEF) return jj_fail_undef(c, v);   /* int(Undefined) raises, not the default */
     jjValue *def = arg[0] ? arg[0] : jj_int(c, 0);
     double d;
     switch (v->type) {
@@ -433,6 +434,7 @@ static jjValue *f_int(jjCtx *c, jjValue *v, jjArgs *a) {
 static jjValue *f_float(jjCtx *c, jjValue *v, jjArgs *a) {
     BIND("float", "default");
     double d;
+    if (v->type == JV_UNDEF) return jj_fail_undef(c, v);
     if (jj_is_number(v)) return jj_float(c, jj_as_double(v));
     if (v->type == JV_STR && !parse_number(v, 1, &d)) return jj_float(c, d);
     return arg[0] ? arg[0] : jj_float(c, 0.0);
@@ -440,6 +442,7 @@ static jjValue *f_float(jjCtx *c, jjValue *v, jjArgs *a) {
 
 static jjValue *f_indent(jjCtx *c, jjValue *v, jjArgs *a) {
     BIND("indent", "width", "first", "blank");
+    if (v->type == JV_UNDEF) return jj_fail_undef(c, v);   /* Jinja appends "\n" to it */
     bytebuf ind = {0}, b = {0};
     jjValue *s = jj_to_str(c, v);
     if (!s) return NULL;
