@@ -116,6 +116,8 @@ static void test_invalid(void **state) {
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"stop\":[\"\"]}", "invalid_request", "'stop[0]'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"temprature\":0}", "invalid_request",
          "'temprature' (did you mean 'temperature'?)"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"enable_thinking\":false}",
+         "invalid_request", "goes in 'chat_template_kwargs'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"xyzzy_plugh\":0}", "invalid_request",
          "the request fields are id, prompt, messages"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\"}]}", "invalid_request", "messages[0]"},

@@ -569,6 +569,12 @@ static int request_unknown(const char *key, const char **code, rlError *err) {
     n += request_openai_names(names + n, 64 - n);
     char near[256] = "";
     *code = INVALID;
+    /* Qwen3's switch, sent beside the messages as Qwen's examples pass it
+     * to apply_chat_template; vLLM takes it in chat_template_kwargs. */
+    if (!strcmp(key, "enable_thinking"))
+        return rl_error(err, RL_EINPUT, "unknown field 'enable_thinking': a chat template variable goes in "
+                        "'chat_template_kwargs', as vLLM takes it: {\"chat_template_kwargs\": "
+                        "{\"enable_thinking\": false}}");
     if (spelling_near(key, names, n, near, sizeof(near)))
         return rl_error(err, RL_EINPUT, "unknown field '%s' (did you mean %s?)",
                         key, near);
