@@ -318,7 +318,6 @@ static int visit(jjCtx *c, int level, const char *what, const bytebuf *b) {
 
 /* Python's containers compare an item that is the same object as equal
  * without looking inside. */
-
 static int equal_at(jjCtx *c, const jjValue *a, const jjValue *b, int level) {
     if (visit(c, level, "compared", NULL)) return 0;
     if (jj_is_number(a) && jj_is_number(b)) {
