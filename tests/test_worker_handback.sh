@@ -4,8 +4,10 @@
 # them within 2 s of its heartbeat going stale, and the dead consumer is
 # removed from the group once it holds nothing.  A worker whose
 # --drain-timeout ends with jobs unfinished hands them back: another has
-# them within a second or two of its exit.  (Bounds asserted: 5 s; the
-# measured figures are printed.)
+# them within a second or two of its exit.  A worker told to stop while
+# Redis is frozen (SIGSTOP) still exits, its hand-back given up after 5 s.
+# (Bounds asserted: 5 s, 15 s for the frozen Redis; the measured figures
+# are printed.)
 source "$(dirname "$0")/worker_lib.sh"
 
 now() { date +%s.%N; }
@@ -66,4 +68,21 @@ for id in h1 h2 h3 k1 k2 k3 k4; do
     n=$(stream_json "redlm:reply:$id" | jq -s 'map(select(.event == "done")) | length')
     [ "$n" = 1 ] || fail "$id: $n done events"
 done
-echo "ok: SIGKILL -> jobs taken ${took} s after the heartbeat went stale; drain timeout -> taken ${took2} s after exit"
+
+# Redis frozen while e stops: the hand-back waits at most 5 s, not for ever
+start_worker e --drain-timeout 1
+E=$LAST_PID
+wait_until 30 up e || fail "e did not start"
+kill -STOP "$REDIS_PID"
+t_term=$(now)
+kill -TERM "$E"
+wait_until 30 eval '! kill -0 '"$E"' 2>/dev/null'
+stopped=$?
+took3=$(since "$t_term")
+kill -CONT "$REDIS_PID"
+[ $stopped = 0 ] || fail "e still running $took3 s after SIGTERM with Redis frozen"
+wait "$E" || fail "e exit status $?"
+echo "Redis frozen: e exited $took3 s after SIGTERM"
+awk -v t="$took3" 'BEGIN { exit !(t < 15) }' || fail "took $took3 s"
+grep -q "did not answer" "$T/e.log" || fail "e did not say why it stopped without Redis: $(tail -2 "$T/e.log")"
+echo "ok: SIGKILL -> jobs taken ${took} s after the heartbeat went stale; drain timeout -> taken ${took2} s after exit; Redis frozen -> exit ${took3} s after SIGTERM"

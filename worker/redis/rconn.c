@@ -16,6 +16,10 @@
  * fraction of a second, and stops at 2 s so a long outage costs little. */
 #define RCONN_BACKOFF_MIN 0.05
 #define RCONN_BACKOFF_MAX 2.0
+/* A graceful close waits this long for the replies still due (a stopping
+ * worker's hand-back): a frozen or unreachable Redis must not keep a
+ * stopping worker alive past its --drain-timeout for ever. */
+#define RCONN_CLOSE_S 5.0
 
 struct rlConn {
     struct ev_loop *loop;
@@ -29,6 +33,7 @@ struct rlConn {
     double backoff;
     double refused_since;    /* first refused login of the current run, 0: none */
     ev_timer retry;
+    ev_timer close_wait;     /* a graceful close's bound */
     int lost_logged;
 };
 
@@ -36,6 +41,7 @@ static void rconn_connect(rlConn *c);
 
 static void rconn_schedule(rlConn *c) {
     if (c->closing) {
+        ev_timer_stop(c->loop, &c->close_wait);
         free(c);
         return;
     }
@@ -47,6 +53,14 @@ static void rconn_schedule(rlConn *c) {
 static void rconn_on_retry(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     rconn_connect(w->data);
+}
+
+static void rconn_on_close_wait(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)loop, (void)revents;
+    rlConn *c = w->data;
+    fprintf(stderr, "redlm worker: Redis at %s:%d did not answer the %s connection's last commands "
+            "within %.0f s; closing it without them\n", c->url.host, c->url.port, c->name, RCONN_CLOSE_S);
+    redisAsyncFree(c->ac); /* the disconnect callback frees c */
 }
 
 static void rconn_up(rlConn *c) {
@@ -146,6 +160,8 @@ rlConn *rconn_create(struct ev_loop *loop, const rlRedisUrl *url, const char *na
     c->backoff = RCONN_BACKOFF_MIN;
     ev_timer_init(&c->retry, rconn_on_retry, 0., 0.);
     c->retry.data = c;
+    ev_timer_init(&c->close_wait, rconn_on_close_wait, RCONN_CLOSE_S, 0.);
+    c->close_wait.data = c;
     rconn_connect(c);
     return c;
 }
@@ -163,5 +179,8 @@ void rconn_close(rlConn *c, int now) {
     else if (!(c->ac->c.flags & REDIS_CONNECTED))
         redisAsyncFree(c->ac), free(c); /* still connecting: no callback will come */
     else if (now) redisAsyncFree(c->ac); /* the disconnect callback frees c */
-    else redisAsyncDisconnect(c->ac);
+    else {
+        ev_timer_start(c->loop, &c->close_wait);
+        redisAsyncDisconnect(c->ac);
+    }
 }

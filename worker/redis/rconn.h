@@ -31,7 +31,8 @@ redisAsyncContext *rconn_ctx(rlConn *c);
 /* Drop the connection now and reconnect after the backoff. */
 void rconn_reset(rlConn *c);
 /* Disconnect for good and free: gracefully (pending replies still arrive
- * first) or now (pending commands get NULL replies, e.g. a blocked XREAD). */
+ * first, for at most 5 s) or now (pending commands get NULL replies, e.g. a
+ * blocked XREAD). */
 void rconn_close(rlConn *c, int now);
 
 #endif
