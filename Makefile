@@ -31,7 +31,8 @@ SANITIZE ?= 0
 
 DEPS_DEB = build-essential pkg-config xz-utils jq python3 libhiredis-dev libev-dev libmsgpack-dev \
            libopenblas-dev libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev \
-           libcmocka-dev redis-server redis-tools clang libclang-rt-14-dev
+           libcmocka-dev redis-server redis-tools clang libclang-rt-14-dev \
+           python3-prometheus-client
 
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c17 -Wall -Wextra -Werror -D_GNU_SOURCE -pthread -MMD -MP -I. -I$(BUILD)/gen \

@@ -205,24 +205,37 @@ static enum MHD_Result metrics_on_request(void *cls, struct MHD_Connection *conn
     rlMetrics *m = cls;
     struct MHD_Response *resp;
     unsigned status = MHD_HTTP_OK;
-    if (strcmp(method, "GET") || (strcmp(url, "/metrics") && strcmp(url, "/"))) {
-        static const char nf[] = "not found: try /metrics\n";
+    if (strcmp(url, "/metrics") && strcmp(url, "/")) {
+        static const char nf[] = "not found: try GET /metrics\n";
         resp = MHD_create_response_from_buffer(sizeof(nf) - 1, (void *)nf, MHD_RESPMEM_PERSISTENT);
         status = MHD_HTTP_NOT_FOUND;
+    } else if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+        /* HEAD is GET without the body (libmicrohttpd leaves it out) */
+        static const char na[] = "method not allowed: try GET /metrics\n";
+        resp = MHD_create_response_from_buffer(sizeof(na) - 1, (void *)na, MHD_RESPMEM_PERSISTENT);
+        if (resp) MHD_add_response_header(resp, "Allow", "GET, HEAD");
+        status = MHD_HTTP_METHOD_NOT_ALLOWED;
     } else {
         char *text = metrics_render(m);
         if (!text) return MHD_NO;
         resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-        MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
+        if (!resp) free(text);
+        else MHD_add_response_header(resp, "Content-Type", "text/plain; version=0.0.4");
     }
+    if (!resp) return MHD_NO;
     enum MHD_Result r = MHD_queue_response(conn, status, resp);
     MHD_destroy_response(resp);
     return r;
 }
 
+/* Whatever HTTP clients do, they cannot take the worker's file descriptors
+ * (its Redis reconnects need some) nor hold a connection that sends nothing:
+ * a scraper needs one connection for a few milliseconds.  Clients' bad
+ * requests are answered, not logged: the worker's log is the operator's. */
 int metrics_serve(rlMetrics *m, int port, rlError *err) {
-    m->httpd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL,
-                                NULL, metrics_on_request, m, MHD_OPTION_END);
+    m->httpd = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD, (uint16_t)port, NULL, NULL, metrics_on_request,
+                                m, MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_MAX_CONNECTIONS,
+                                MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_IDLE_S, MHD_OPTION_END);
     if (!m->httpd)
         return rl_error(err, RL_EUSAGE, "cannot serve metrics on port %d (in use, or not allowed); "
                                         "pick another --metrics-port", port);

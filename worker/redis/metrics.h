@@ -19,7 +19,13 @@ typedef struct rlMetrics rlMetrics;
 rlMetrics *metrics_create(const char *quantization);
 void metrics_free(rlMetrics *m);   /* stops the HTTP server too */
 
-/* Serve GET /metrics on port (all interfaces). */
+/* At most this many HTTP connections at once (more are closed as they
+ * come), each closed after this many seconds without a byte either way. */
+#define METRICS_MAX_CONNECTIONS 32
+#define METRICS_IDLE_S 10
+
+/* Serve GET (or HEAD) /metrics on port (all interfaces); other methods get
+ * 405, other paths 404. */
 int metrics_serve(rlMetrics *m, int port, rlError *err);
 
 void metrics_set_engine(rlMetrics *m, const rlEngineStats *st);

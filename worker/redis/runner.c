@@ -148,6 +148,10 @@ rlRunner *runner_start(rlEngine *e, const rlRunnerOptions *o, rlError *err) {
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->credit = engine_free_slots(e);
+    /* the pool's size is known before the first step: a dashboard must not
+     * read 0 KV blocks until the first job */
+    engine_stats(e, &r->st);
+    if (o->metrics) metrics_set_engine(o->metrics, &r->st);
     if (pthread_create(&r->thread, NULL, runner_main, r)) {
         pthread_mutex_destroy(&r->mu);
         pthread_cond_destroy(&r->cv);
