@@ -136,6 +136,8 @@ expect 2 "give --tp to launch, before --, not to the workers" \
     "$REDLM" launch --dry-run -- --model m -tp 2
 expect 2 "give --pp to launch, before --, not to the workers" \
     "$REDLM" launch --dry-run -- --model m --pipeline-parallel-size=2
+expect 2 "give --name PREFIX to launch, before --, not --consumer to the workers" \
+    "$REDLM" launch --dry-run -- --model m --consumer=w
 
 # --- --served-model-name reaches the heartbeat and redlm status
 start_redis

@@ -2,8 +2,9 @@
 # test_launch.sh: scripts/launch-instances with three CPU instances on one
 # stream: distinct consumer names in one group, every instance takes jobs,
 # every job gets its done and is acknowledged, and SIGTERM to the launcher
-# stops all three cleanly (exit 0, no worker left); instances that cannot
-# start end the launcher with their exit status.
+# stops all three cleanly (exit 0, no worker left); a launcher killed with
+# SIGKILL takes its workers along; instances that cannot start end the
+# launcher with their exit status.
 source "$(dirname "$0")/worker_lib.sh"
 
 N=${N_JOBS:-45}
@@ -49,6 +50,23 @@ wait "$L"
 rc=$?
 [ $rc = 0 ] || fail "launch-instances exited $rc after SIGTERM"
 for w in $WORKERS; do kill -0 "$w" 2>/dev/null && fail "worker $w still running"; done
+# A launcher killed with SIGKILL (the OOM killer, kill -9) takes its set
+# along: orphaned instances would hold their GPUs from the next set.
+scripts/launch-instances --redlm "$REDLM" --instances 2 --name orphan -- \
+    --model "$MODEL" --redis "$(URL)" --threads 1 > "$T/orphan.log" 2>&1 &
+L=$!
+PIDS+=("$L")
+two() { [ "$(grep -c 'serving redlm:jobs' "$T/orphan.log")" = 2 ]; }
+wait_until 20 two || fail "the two workers did not start serving"
+WORKERS=$(pgrep -P "$L")
+for w in $WORKERS; do PIDS+=("$w"); done
+kill -KILL "$L"
+t0=$(date +%s.%N)
+ended() { for w in $WORKERS; do kill -0 "$w" 2>/dev/null && return 1; done; return 0; }
+wait_until 15 ended || fail "workers $WORKERS still running after their launcher was killed"
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+echo "launcher killed with SIGKILL: its 2 workers ended ${took} s later"
+
 # Instances that cannot start end the launcher with their status (3: model).
 scripts/launch-instances --redlm "$REDLM" --instances 2 --name bad -- \
     --model "$T/nowhere" --redis "$(URL)" > "$T/bad.log" 2>&1

@@ -23,6 +23,11 @@ static int launch_check_wargs(rlLaunch *l) {
             !strcmp(w, "--backend=cuda"))
             l->cuda = 1;
         const rlFlag *f = flags_find(&ours, w);
+        if (f && !strcmp(f->name, "--consumer")) {
+            fprintf(stderr, "redlm launch: launch names the workers PREFIX-0, PREFIX-1 ...: give --name "
+                    "PREFIX to launch, before --, not --consumer to the workers\n");
+            return RL_EUSAGE;
+        }
         if (f) {
             fprintf(stderr, "redlm launch: give %s to launch, before --, not to the workers\n",
                     f->name);
@@ -42,7 +47,9 @@ int launch_parse(rlLaunch *l, int argc, char **argv) {
                "(k+1)*tp*pp-1 of LIST (default: every visible GPU) through\n"
                "CUDA_VISIBLE_DEVICES and the consumer name PREFIX-k (default host-pid).\n"
                "Without --backend cuda in the worker options they are CPU workers and\n"
-               "LIST is ignored.  SIGTERM or SIGINT stops them all; they drain first.\n\n");
+               "LIST is ignored.  SIGTERM or SIGINT stops them all; they drain first.\n"
+               "One that ends on its own stops the others (exit status non-zero); if\n"
+               "launch itself is killed, its instances get SIGTERM.\n\n");
     fs.dashdash = 1;
     fs.unknown_hint = "worker options go after --";
     layout_flags_add_devices(&fs, l->devices, RL_MAX_RANKS, &l->n_devices,

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "worker/launch/launch.h"
@@ -54,6 +55,7 @@ void launch_spawn(rlLaunch *l) {
     sigaddset(&l->signals, SIGINT);
     sigaddset(&l->signals, SIGCHLD);
     sigprocmask(SIG_BLOCK, &l->signals, &l->old_mask);
+    pid_t launcher = getpid();
     for (int k = 0; k < l->instances; k++) {
         launchCmd c;
         launch_command(l, k, &c);
@@ -66,6 +68,10 @@ void launch_spawn(rlLaunch *l) {
             return;
         }
         if (pid == 0) {
+            /* The set ends with its launcher however that ends (kill -9, the
+             * OOM killer): an orphaned instance would keep its GPUs from the
+             * set a supervisor starts next.  SIGTERM: it drains first. */
+            if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != launcher) _exit(128 + SIGTERM);
             sigprocmask(SIG_SETMASK, &l->old_mask, NULL);
             if (l->cuda) setenv("CUDA_VISIBLE_DEVICES", c.vis, 1);
             execv("/proc/self/exe", c.args);
