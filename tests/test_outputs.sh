@@ -14,6 +14,10 @@
 #   timing-ms              timings are whole milliseconds, not 17 digits
 #   status-dead            status lists a killed worker apart, as dead, with
 #                          its last heartbeat's age, not as a live instance
+#   status-garbage         heartbeats holding control characters, over-long
+#                          values, other types: one row each, no ESC or
+#                          newline printed, rows by name; a --stream key
+#                          that is not a stream is said so
 source "$(dirname "$0")/worker_lib.sh"
 
 failed=()
@@ -165,6 +169,31 @@ status_dead() {   # runs in check's subshell: its workers are stopped here, not 
     awk '/^dead instances/ { d = 1 } !d && /^st-live /' "$T/status.out" | grep -q . || bad "the live worker is not listed as live"
 }
 
+status_garbage() {
+    local beat=redlm:instances:
+    rcli HSET "${beat}g-b" stream redlm:jobs running "$(printf '1\033[2J\nforged-row 9 9')" \
+        layout "$(printf 'L%.0s' $(seq 300))" > /dev/null
+    rcli HSET "${beat}g-a" stream redlm:jobs model "$(printf 'm\rx')" > /dev/null
+    rcli HSET "$(printf '%sg-c\033[31m' "$beat")" stream redlm:jobs > /dev/null
+    rcli SET "${beat}g-str" x > /dev/null
+    rcli HSET "${beat}g-nottl" stream redlm:jobs > /dev/null
+    for k in g-a g-b g-str; do rcli EXPIRE "$beat$k" 8 > /dev/null; done
+    rcli EXPIRE "$(printf '%sg-c\033[31m' "$beat")" 8 > /dev/null
+    "$REDLM" status --redis "$(URL)" > "$T/sg.out" 2>&1 || bad "status failed: $(cat "$T/sg.out")"
+    sed 's/^/  /' "$T/sg.out" | cut -c1-120
+    LC_ALL=C grep -q $'[\x01-\x09\x0b-\x1f\x7f]' "$T/sg.out" && bad "control characters printed: $(cat -A "$T/sg.out" | grep g-)"
+    grep -q '^forged-row' "$T/sg.out" && bad "a heartbeat's newline forged a row"
+    [ "$(grep -c '^g-' "$T/sg.out")" = 3 ] || bad "want one row each for g-a, g-b, g-c"
+    [ "$(grep -o '^g-[a-c]' "$T/sg.out" | tr -d '\n')" = g-ag-bg-c ] || bad "rows not by name"
+    [ "$(awk '/^g-b/ { print length($0) }' "$T/sg.out")" -lt 150 ] || bad "g-b's 300-byte layout printed whole"
+    rcli SET not-a-stream x > /dev/null
+    "$REDLM" status --redis "$(URL)" --stream not-a-stream > "$T/sg.out" 2>&1
+    rc=$?
+    [ $rc = 2 ] || bad "--stream naming a string: exit $rc, want 2"
+    grep -q "not-a-stream is not a stream" "$T/sg.out" || bad "--stream naming a string: $(cat "$T/sg.out")"
+    rcli DEL "${beat}g-a" "${beat}g-b" "$(printf '%sg-c\033[31m' "$beat")" "${beat}g-str" "${beat}g-nottl" not-a-stream > /dev/null
+}
+
 start_redis
 check generate-keeps-output generate_keeps_output
 start_worker out-w
@@ -177,6 +206,7 @@ check code-once code_once
 check offline-fields offline_fields
 check timing-ms timing_ms
 check status-dead status_dead
+check status-garbage status_garbage
 
-[ ${#failed[@]} = 0 ] || fail "${#failed[@]} of 9 checks failed: ${failed[*]}"
-echo "ok: all 9 checks"
+[ ${#failed[@]} = 0 ] || fail "${#failed[@]} of 10 checks failed: ${failed[*]}"
+echo "ok: all 10 checks"

@@ -20,10 +20,29 @@ static const redisReply *status_field(const redisReply *r, const char *name) {
     return NULL;
 }
 
+/* Text read from Redis, in a column of width w, at most max bytes of it:
+ * a control character (an ESC or a newline in a broken or hostile
+ * heartbeat would repaint the terminal or forge a row) shows as '?'. */
+static void status_cell(const char *s, int w, size_t max) {
+    char buf[256];
+    size_t n = 0;
+    if (max > sizeof(buf) - 1) max = sizeof(buf) - 1;
+    for (; s[n] && n < max; n++)
+        buf[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
+    if (s[n])   /* cut: not inside a UTF-8 sequence */
+        while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+    buf[n] = 0;
+    printf("%-*s", w, buf);
+}
+
 static void status_print_value(const redisReply *v) {
     if (!v || v->type == REDIS_REPLY_NIL) printf("%-10s", "-");
     else if (v->type == REDIS_REPLY_INTEGER) printf("%-10lld", v->integer);
-    else printf("%-10s", v->str);
+    else status_cell(v->str ? v->str : "?", 10, 24);
+}
+
+static int status_by_name(const void *a, const void *b) {
+    return strcmp(((const rlInstance *)a)->consumer, ((const rlInstance *)b)->consumer);
 }
 
 int cmd_status(int argc, char **argv) {
@@ -44,6 +63,13 @@ int cmd_status(int argc, char **argv) {
         return err.code;
     }
     redisReply *r = redisCommand(c, "XLEN %s", stream);
+    if (r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "WRONGTYPE", 9)) {
+        fprintf(stderr, "redlm status: %s is not a stream (its key holds another type); give --stream "
+                "the job stream's key\n", stream);
+        freeReplyObject(r);
+        redisFree(c);
+        return RL_EUSAGE;
+    }
     if (!r || r->type != REDIS_REPLY_INTEGER) {
         fprintf(stderr, "redlm status: XLEN %s failed: %s\n", stream, r ? r->str : c->errstr);
         if (r) freeReplyObject(r);
@@ -80,23 +106,28 @@ int cmd_status(int argc, char **argv) {
     }
     int live = 0;
     for (int i = 0; i < n; i++) live += v[i].live;
+    if (n) qsort(v, (size_t)n, sizeof(*v), status_by_name);
     printf("\nlive instances on %s: %d\n", stream, live);
     if (live)
         printf("%-28s %-10s %-10s %-10s %-10s %-16s %s\n", "instance", "running", "waiting", "tokens/s",
                "layout", "quantization", "model");
     for (int i = 0; i < n; i++) {
         if (!v[i].live) continue;
-        printf("%-28s ", v[i].consumer);
+        status_cell(v[i].consumer, 28, 64);
         static const char *const cols[] = {"running", "waiting", "tokens_per_s", "layout"};
         for (int k = 0; k < 4; k++) {
             const char *x = instances_field(&v[i], cols[k]);
-            printf("%-10s ", x ? x : "-");
+            printf(" ");
+            status_cell(x ? x : "-", 10, 24);
         }
         const char *q = instances_field(&v[i], "quantization");
-        printf("%-16s ", q ? q : "-");
+        printf(" ");
+        status_cell(q ? q : "-", 16, 32);
         const char *m = instances_field(&v[i], "served_model_name");
         if (!m) m = instances_field(&v[i], "model");
-        printf("%s\n", m ? m : "-");
+        printf(" ");
+        status_cell(m ? m : "-", 0, 200);
+        printf("\n");
     }
     if (n > live) {
         printf("\ndead instances (no heartbeat for over %.0f s; listed until %d s after the last):\n",
@@ -104,7 +135,10 @@ int cmd_status(int argc, char **argv) {
         for (int i = 0; i < n; i++) {
             if (v[i].live) continue;
             const char *pid = instances_field(&v[i], "pid");
-            printf("%-28s last heartbeat %.0f s ago (pid %s)\n", v[i].consumer, v[i].age_s, pid ? pid : "-");
+            status_cell(v[i].consumer, 28, 64);
+            printf(" last heartbeat %.0f s ago (pid ", v[i].age_s);
+            status_cell(pid ? pid : "-", 0, 24);
+            printf(")\n");
         }
     }
     instances_free(v, n);
