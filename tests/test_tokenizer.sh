@@ -11,6 +11,8 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 # expect STATUS PATTERN -- command...: exit status and a stderr pattern
+# (input by redirection, never a pipe: in a pipe it is a subshell, and its
+# failures would not count)
 expect() {
     local want=$1 pat=$2; shift 3
     "$@" >"$tmp/out" 2>"$tmp/err"
@@ -29,11 +31,17 @@ grep -q '^{"ids": \[2001, ' "$tmp/ids" || fail "special token not one id: $(cat 
 mkdir -p "$tmp/model" && cp "$TOK" "$tmp/model/tokenizer.json"
 echo '{"text": "x"}' | "$REDLM" tokenize --model "$tmp/model" >/dev/null || fail "--model DIR"
 
-printf '{"text": "ok"}\n{"text": 5}\n' | expect 4 'stdin line 2: needs "text"' -- "$REDLM" tokenize --tokenizer "$TOK"
-printf '{"text": "ok"}\n{"text": "a"\n' | expect 4 'stdin line 2: not a JSON object' -- "$REDLM" tokenize --tokenizer "$TOK"
-printf '{"text": "\\ud800"}\n' | expect 4 'line 1' -- "$REDLM" tokenize --tokenizer "$TOK"
-printf '{"ids": [1, "x"]}\n' | expect 4 'stdin line 1: ids\[1\]' -- "$REDLM" detokenize --tokenizer "$TOK"
-printf '{"ids": [1, -3]}\n' | expect 4 'ids\[1\] is not a token id' -- "$REDLM" detokenize --tokenizer "$TOK"
+expect 4 'stdin line 2: needs "text"' -- "$REDLM" tokenize --tokenizer "$TOK" < <(printf '{"text": "ok"}\n{"text": 5}\n')
+expect 4 'stdin line 2: not a JSON object' -- "$REDLM" tokenize --tokenizer "$TOK" < <(printf '{"text": "ok"}\n{"text": "a"\n')
+expect 4 'line 1' -- "$REDLM" tokenize --tokenizer "$TOK" < <(printf '{"text": "\\ud800"}\n')
+expect 4 'stdin line 1: ids\[1\]' -- "$REDLM" detokenize --tokenizer "$TOK" < <(printf '{"ids": [1, "x"]}\n')
+expect 4 'ids\[1\] = -3 is not a token id' -- "$REDLM" detokenize --tokenizer "$TOK" < <(printf '{"ids": [1, -3]}\n')
+expect 4 'ids\[1\] = 99999999 is not a token id of this tokenizer (0\.\.' -- "$REDLM" detokenize --tokenizer "$TOK" < <(printf '{"ids": [1, 99999999]}\n')
+# a messages line is checked as a job's messages are, not rendered as it comes
+expect 4 'stdin line 1: messages\[0\] must be an object' -- "$REDLM" tokenize --tokenizer "$TOK" < <(printf '{"messages": [1, 2]}\n')
+expect 4 "field 'messages' must be a non-empty array" -- "$REDLM" tokenize --tokenizer "$TOK" < <(printf '{"messages": "hi"}\n')
+expect 4 "messages\[0\] needs 'content'" -- "$REDLM" tokenize --tokenizer "$TOK" < <(printf '{"messages": [{"role": "user"}]}\n')
+expect 4 "chat_template_kwargs" -- "$REDLM" tokenize --tokenizer "$TOK" < <(printf '{"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": 5, "enable_thinking": true}\n')
 expect 2 'exactly one of' -- "$REDLM" tokenize </dev/null
 expect 2 'unknown option' -- "$REDLM" tokenize --tokenizer "$TOK" --frobnicate 1 </dev/null
 expect 2 'bench' -- "$REDLM" detokenize --tokenizer "$TOK" --bench 3 </dev/null

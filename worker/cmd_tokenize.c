@@ -27,6 +27,7 @@
 #include "worker/lib/files.h"
 #include "worker/tokenizer/tokenizer.h"
 #include "worker/lib/now.h"
+#include "worker/request/request.h"
 
 typedef struct tokArgs {
     const char *model, *tokenizer, *input, *output;
@@ -142,24 +143,41 @@ static int tok_encode_line(const rlTokenizer *t, json_t *o, bytebuf *out, rlErro
     return 0;
 }
 
-/* {"messages", ...} -> {"text", "ids"}: the chat template's rendering. */
+/* {"messages", ...} -> {"text", "ids"}: the chat template's rendering.  The
+ * chat fields are checked as a job's are (request_parse), so a line renders
+ * here exactly when a worker would render it. */
 static int tok_chat_line(const rlTokenizer *t, const rlChat *ch, json_t *o, bytebuf *out, rlError *err) {
-    const json_t *tools = json_object_get(o, "tools"), *agp = json_object_get(o, "add_generation_prompt");
-    const json_t *thinking = json_object_get(o, "enable_thinking"), *extra = json_object_get(o, "chat_template_kwargs");
-    if (agp && !json_is_boolean(agp)) return rl_error(err, RL_EINPUT, "\"add_generation_prompt\" must be true or false");
-    if (tools && !json_is_null(tools) && !json_is_array(tools))
-        return rl_error(err, RL_EINPUT, "\"tools\" must be an array of tool objects or null");
-    if (extra && !json_is_null(extra) && !json_is_object(extra))
-        return rl_error(err, RL_EINPUT, "\"chat_template_kwargs\" must be an object");
-    json_t *kwargs = extra && json_is_object(extra) ? json_copy((json_t *)extra) : json_object();
-    if (!kwargs || (thinking && !json_is_null(thinking) && json_object_set(kwargs, "enable_thinking", (json_t *)thinking))) {
-        json_decref(kwargs);
-        return rl_error(err, RL_EMEMORY, "out of memory");
+    static const char *const chat_keys[] = {"messages", "tools", "add_generation_prompt", "chat_template_kwargs",
+                                            NULL};
+    json_t *job = json_pack("{s:s}", "id", "tokenize");
+    for (const char *const *k = chat_keys; job && *k; k++) {
+        json_t *v = json_object_get(o, *k);
+        if (v && json_object_set_new(job, *k, json_deep_copy(v))) json_decref(job), job = NULL;
     }
-    char *text;
+    /* enable_thinking: a shorthand for chat_template_kwargs' */
+    const json_t *thinking = json_object_get(o, "enable_thinking");
+    if (job && thinking && !json_is_null(thinking)) {
+        json_t *kw = json_object_get(job, "chat_template_kwargs");
+        if (!kw || json_is_null(kw)) {
+            kw = json_object();
+            if (json_object_set_new(job, "chat_template_kwargs", kw)) kw = NULL;
+        }
+        if (!kw || (json_is_object(kw) && json_object_set(kw, "enable_thinking", (json_t *)thinking)))
+            json_decref(job), job = NULL;
+    }
+    if (!job) return rl_error(err, RL_EMEMORY, "out of memory");
+    rlRequest r;
+    request_init(&r);
+    const char *code;
+    int rc = request_parse(&r, job, &code, err);
+    json_decref(job);
+    json_t *kwargs = rc ? NULL : r.chat_template_kwargs ? json_incref(r.chat_template_kwargs) : json_object();
+    if (!rc && !kwargs) rc = rl_error(err, RL_EMEMORY, "out of memory");
+    char *text = NULL;
     size_t len;
-    int rc = chat_render(ch, json_object_get(o, "messages"), tools, agp ? json_is_true(agp) : 1, kwargs, &text, &len, err);
+    if (!rc) rc = chat_render(ch, r.messages, r.tools, r.add_generation_prompt, kwargs, &text, &len, err);
     json_decref(kwargs);
+    request_free(&r);
     if (rc) return -1;
     json_t *js = json_stringn_nocheck(text, len);
     char *dump = js ? json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
@@ -195,10 +213,16 @@ static int tok_decode_line(const rlTokenizer *t, json_t *o, bytebuf *out, rlErro
     size_t k, n = json_array_size(ids);
     int32_t *buf = malloc((n ? n : 1) * sizeof(*buf));
     if (!buf) return rl_error(err, RL_EMEMORY, "out of memory");
+    /* An id past the vocabulary is refused, not decoded to nothing: a wrong
+     * tokenizer for these ids must not look like an empty text. */
+    int vocab = tokenizer_vocab_size(t);
     json_array_foreach(ids, k, v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab) {
             free(buf);
-            return rl_error(err, RL_EINPUT, "ids[%zu] is not a token id (an integer 0..%d)", k, INT32_MAX);
+            if (json_is_integer(v))
+                return rl_error(err, RL_EINPUT, "ids[%zu] = %lld is not a token id of this tokenizer (0..%d)",
+                                k, (long long)json_integer_value(v), vocab - 1);
+            return rl_error(err, RL_EINPUT, "ids[%zu] is not a token id (an integer 0..%d)", k, vocab - 1);
         }
         buf[k] = (int32_t)json_integer_value(v);
     }
