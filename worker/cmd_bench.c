@@ -332,6 +332,12 @@ int cmd_bench(int argc, char **argv) {
     if (dummy ? checkpoint_read_config(o.model, &cfg, &err) != 0
               : !(ck = checkpoint_open(o.model, &cfg, &err)))
         goto fail;
+    if ((long long)o.prompt_len + o.gen > cfg.max_position_embeddings) {
+        rl_error(&err, RL_EUSAGE, "--prompt-len %d + --gen %d is over the model's %d tokens "
+                 "(max_position_embeddings, rope scaling included); shorten them", o.prompt_len, o.gen,
+                 cfg.max_position_embeddings);
+        goto fail;
+    }
     if (quant_apply_flag(&cfg, o.quantization, dummy, &err)) goto fail;
     if ((long long)o.prompt_len + o.gen > cfg.max_position_embeddings) {
         rl_error(&err, RL_EUSAGE, "--prompt-len %d + --gen %d is %lld tokens, over the model's "
@@ -347,6 +353,9 @@ int cmd_bench(int argc, char **argv) {
     be = strcmp(o.backend, "cuda") ? rl_backend_cpu_create(&bo, &err)
                                    : rl_backend_cuda_create(&bo, &err);
     if (!be) goto fail;
+    if (o.profile && !be->ops->profile_report)
+        fprintf(stderr, "redlm bench: --profile times CUDA operations; the %s backend has none to "
+                "show\n", be->ops->name);
     if (!strcmp(o.backend, "cuda")) {
         /* The GPU's two ceilings, measured now, before the model takes its memory. */
         double copy_bw, gemm;
