@@ -73,6 +73,8 @@ expect 2 "redlm launch: unknown option --instance (did you mean --instances?)" \
     "$REDLM" launch --instance 2
 expect 2 "redlm launch: unknown option --model (worker options go after --)" "$REDLM" launch --model x
 expect 2 "redlm version: unknown option --short" "$REDLM" version --short
+expect 2 "redlm: unknown command 'wrker' (did you mean 'worker'?)" "$REDLM" wrker
+expect 2 "redlm: unknown command 'serve': redlm has no HTTP server; 'redlm worker' serves" "$REDLM" serve --model m
 expect 2 "redlm generate: --backend 'rocm' is not a choice: give cpu or cuda" \
     "${GEN[@]}" "${IDS[@]}" --backend rocm
 expect 2 "redlm bench: --backend 'rocm' is not a choice: give cpu or cuda" \
