@@ -5,7 +5,8 @@
 # files, as a small ulimit -n) neither take the descriptors the worker's
 # Redis reconnects need nor stop it answering jobs; after good and refused
 # jobs the exposition parses with the Prometheus client library, every
-# family with one HELP and one TYPE line before its samples.
+# family with one HELP and one TYPE line before its samples.  A port in
+# use is refused before the model is read.
 # (tests/test_metrics.c has the endpoint's methods, paths and time-outs.)
 source "$(dirname "$0")/worker_lib.sh"
 
@@ -23,6 +24,7 @@ metric() { curl -s "http://127.0.0.1:$MPORT/metrics" | awk -v n="redlm:$1" '$1 =
 total=$(metric kv_blocks_total)
 [ "${total:-0}" -gt 0 ] || fail "redlm:kv_blocks_total before any job is '$total'"
 echo "before any job: redlm:kv_blocks_total $total"
+[ "$(metric 'model_info{quantization="none"}')" = 1 ] || fail "no redlm:model_info once the model is loaded"
 
 # 300 idle HTTP clients held while Redis drops the worker's connections
 $PY - "$MPORT" 300 15 > "$T/idle.log" 2>&1 <<'PY' &
@@ -89,6 +91,12 @@ for f in fams:
 print("%d families parse; e2e count %g" % (len(fams), [s.value for f in fams for s in f.samples
       if s.name == "redlm:e2e_request_latency_seconds_count"][0]))
 PY
+# a --metrics-port in use is found before the weights are read
+"$REDLM" worker --model "$T/nowhere" --redis "$(URL)" --metrics-port "$MPORT" > "$T/port.log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "cannot serve metrics on port $MPORT" "$T/port.log" ||
+    fail "a second worker on the same --metrics-port: exit $rc, $(cat "$T/port.log")"
+
 kill -TERM "$W"
 wait "$W" || fail "worker exit status $?"
 echo "ok: kv_blocks_total $total before any job, $fds open files under 300 idle HTTP clients, the exposition parses"

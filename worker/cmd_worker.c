@@ -7,6 +7,7 @@
 #include "worker/commands.h"
 #include "worker/engine/engine_flags.h"
 #include "worker/lib/flags.h"
+#include "worker/redis/metrics.h"
 #include "worker/redis/serve.h"
 
 /* The worker's own streams must be distinct: a dead-letter stream that is
@@ -43,7 +44,7 @@ int cmd_worker(int argc, char **argv) {
     rlServeOptions so;
     serve_options_init(&so);
     const char *url = NULL;
-    int redis_wait = 10;
+    int redis_wait = 10, metrics_port = 0;
     char consumer[300], running[512];
     rlError err = {0};
     long long reply_ttl = so.keys.reply_ttl, dead_maxlen = so.keys.dead_maxlen, jobs_maxlen = 0;
@@ -79,7 +80,7 @@ int cmd_worker(int argc, char **argv) {
                  "on SIGTERM, finish running jobs for up to S s (default 30)");
     flags_size(&fs, "--max-backlog", &so.max_backlog, 1 << 20,
                "unwritten replies kept while Redis is away (default 256MiB)");
-    flags_int(&fs, "--metrics-port", &so.metrics_port, 1, 65535, "N",
+    flags_int(&fs, "--metrics-port", &metrics_port, 1, 65535, "N",
               "serve Prometheus metrics on http://0.0.0.0:N/metrics");
     flags_int(&fs, "--redis-wait", &redis_wait, 0, 3600, "S",
               "wait up to S s for Redis at start, and for a refused login\n"
@@ -119,13 +120,29 @@ int cmd_worker(int argc, char **argv) {
     so.served_model_name = eo->served_model_name ? eo->served_model_name : eo->model;
     so.layout = layout;
     so.devices = devices;
+    /* The port too: one in use is found in a second, not after loading the
+     * weights; a scrape meanwhile sees a worker that is starting. */
+    if (metrics_port) {
+        if (!(so.metrics = metrics_create(NULL))) {
+            fprintf(stderr, "redlm worker: out of memory\n");
+            return RL_EMEMORY;
+        }
+        if (metrics_serve(so.metrics, metrics_port, &err)) {
+            fprintf(stderr, "redlm worker: %s\n", err.msg);
+            metrics_free(so.metrics);
+            return err.code;
+        }
+    }
     rlEngine *e = engine_open(eo, &err);
     if (!e) {
         fprintf(stderr, "redlm worker: %s\n", err.msg);
+        metrics_free(so.metrics);
         return err.code ? err.code : RL_EINTERNAL;
     }
+    if (so.metrics) metrics_set_quantization(so.metrics, engine_quantization(e));
     rc = serve_run(e, &so, &err);
     engine_close(e);
+    metrics_free(so.metrics);
     if (rc) {
         fprintf(stderr, "redlm worker: %s\n", err.msg);
         return err.code ? err.code : RL_EINTERNAL;

@@ -53,8 +53,8 @@ static void metrics_hist_init(rlHistogram *h, const char *name, const char *help
 rlMetrics *metrics_create(const char *quantization) {
     rlMetrics *m = calloc(1, sizeof(*m));
     if (!m) return NULL;
-    snprintf(m->quantization, sizeof(m->quantization), "%s", quantization);
     pthread_mutex_init(&m->mu, NULL);
+    if (quantization) metrics_set_quantization(m, quantization);
 #define N(a) (int)(sizeof(a) / sizeof(a[0]))
     metrics_hist_init(&m->ttft, "redlm:time_to_first_token_seconds",
                       "Time from arrival to the first generated token.", metrics_ttft_le, N(metrics_ttft_le));
@@ -71,6 +71,12 @@ void metrics_free(rlMetrics *m) {
     if (m->httpd) MHD_stop_daemon(m->httpd);
     pthread_mutex_destroy(&m->mu);
     free(m);
+}
+
+void metrics_set_quantization(rlMetrics *m, const char *quantization) {
+    pthread_mutex_lock(&m->mu);
+    snprintf(m->quantization, sizeof(m->quantization), "%s", quantization);
+    pthread_mutex_unlock(&m->mu);
 }
 
 static void metrics_hist_observe(rlHistogram *h, double v) {
@@ -154,9 +160,10 @@ char *metrics_render(rlMetrics *m) {
     rlText t = {0};
     pthread_mutex_lock(&m->mu);
     const rlEngineStats *s = &m->st;
-    metrics_printf(&t, "# HELP redlm:model_info How the model's weights are stored.\n"
-                       "# TYPE redlm:model_info gauge\nredlm:model_info{quantization=\"%s\"} 1\n",
-                   m->quantization);
+    if (m->quantization[0]) /* the model is loaded */
+        metrics_printf(&t, "# HELP redlm:model_info How the model's weights are stored.\n"
+                           "# TYPE redlm:model_info gauge\nredlm:model_info{quantization=\"%s\"} 1\n",
+                       m->quantization);
     metrics_gauge(&t, "redlm:num_requests_running", "gauge", "Requests running on the engine.", s->running);
     metrics_gauge(&t, "redlm:num_requests_waiting", "gauge", "Requests waiting to start.", s->waiting);
     metrics_gauge(&t, "redlm:num_preemptions_total", "counter",

@@ -15,8 +15,10 @@
 typedef struct rlMetrics rlMetrics;
 
 /* quantization: how the weights are stored (engine_quantization), shown as
- * redlm:model_info{quantization="..."} 1. */
+ * redlm:model_info{quantization="..."} 1; NULL while the model is not
+ * loaded yet (no model_info until metrics_set_quantization). */
 rlMetrics *metrics_create(const char *quantization);
+void metrics_set_quantization(rlMetrics *m, const char *quantization);
 void metrics_free(rlMetrics *m);   /* stops the HTTP server too */
 
 /* At most this many HTTP connections at once (more are closed as they

@@ -661,14 +661,7 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     snprintf(s->hb_key, sizeof(s->hb_key), KEYS_HEARTBEAT_PREFIX "%s", o->keys.consumer);
     snprintf(s->started, sizeof(s->started), "%lld", (long long)time(NULL));
     int rc = 0;
-    if (o->metrics_port) {
-        s->metrics = metrics_create(engine_quantization(e));
-        if (!s->metrics || metrics_serve(s->metrics, o->metrics_port, err)) {
-            metrics_free(s->metrics);
-            free(s);
-            return -1;
-        }
-    }
+    s->metrics = o->metrics;
     rlWriterHooks wh = {.started = serve_on_started, .lost = serve_on_lost, .done = serve_on_job_done, .ctx = s};
     s->writer = writer_create(&s->o.keys, &wh);
     s->intake = (rlIntake){.keys = &s->o.keys, .max_deliveries = o->max_deliveries, .metrics = s->metrics};
@@ -743,7 +736,6 @@ done:
         job_free(j);
     }
     writer_free(s->writer);
-    metrics_free(s->metrics);
     for (int i = 0; i < SERVE_CANCEL_RING; i++) free(s->cancelled[i]);
     free(s);
     return rc;

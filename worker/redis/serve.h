@@ -19,7 +19,7 @@ typedef struct rlServeOptions {
     int claim_idle_ms;        /* claim others' entries idle this long, default 30000 */
     int max_deliveries;       /* default 3 */
     double drain_timeout;     /* seconds, default 30 */
-    int metrics_port;         /* 0: no metrics server */
+    struct rlMetrics *metrics; /* or NULL: what the worker records, served and freed by the caller */
     size_t max_backlog;       /* bytes of unwritten items before the engine pauses */
     int block_ms;             /* XREADGROUP BLOCK, default 1000 */
     long jobs_maxlen;         /* cap on the job stream besides trimming what is acknowledged; 0: none */
