@@ -21,8 +21,8 @@ rlMetrics *metrics_create(const char *quantization);
 void metrics_set_quantization(rlMetrics *m, const char *quantization);
 void metrics_free(rlMetrics *m);   /* stops the HTTP server too */
 
-/* At most this many HTTP connections at once (more are closed as they
- * come), each closed after this many seconds without a byte either way. */
+/* At most this many HTTP connections at once (more wait in the kernel's
+ * accept queue), each closed after this many seconds without a byte either way. */
 #define METRICS_MAX_CONNECTIONS 32
 #define METRICS_IDLE_S 10
 
