@@ -2,7 +2,8 @@
 # test_launch.sh: scripts/launch-instances with three CPU instances on one
 # stream: distinct consumer names in one group, every instance takes jobs,
 # every job gets its done and is acknowledged, and SIGTERM to the launcher
-# stops all three cleanly (exit 0, no worker left); a launcher killed with
+# stops all three cleanly (exit 0, no worker left); Ctrl-C at a terminal
+# (SIGINT to the process group) lets running jobs finish; a launcher killed with
 # SIGKILL takes its workers along; instances that cannot start end the
 # launcher with their exit status.
 source "$(dirname "$0")/worker_lib.sh"
@@ -50,6 +51,30 @@ wait "$L"
 rc=$?
 [ $rc = 0 ] || fail "launch-instances exited $rc after SIGTERM"
 for w in $WORKERS; do kill -0 "$w" 2>/dev/null && fail "worker $w still running"; done
+# Ctrl-C at a terminal: SIGINT to the launcher's whole process group.  The
+# workers drain (one SIGTERM from the launcher), they do not take the
+# terminal's SIGINT plus the launcher's SIGTERM as "stop now".
+setsid "$REDLM" launch --instances 2 --name cc -- --model "$MODEL" --redis "$(URL)" --threads 1 \
+    --max-num-seqs 1 > "$T/cc.log" 2>&1 &
+L=$!   # setsid runs it in place: a background job of a script leads no group
+PIDS+=("$L")
+leads() { [ "$(ps -o pgid= "$L" | tr -d ' ')" = "$L" ]; }
+wait_until 5 leads || fail "the launcher ($L) does not lead its own process group"
+both() { [ "$(grep -c 'serving redlm:jobs' "$T/cc.log")" = 2 ]; }
+wait_until 20 both || fail "the two workers did not start serving"
+for w in $(pgrep -P "$L"); do PIDS+=("$w"); done
+for i in 1 2; do
+    rcli XADD redlm:jobs '*' json "{\"id\":\"cc$i\",\"prompt_ids\":[$i,7],\"max_tokens\":3000,\"ignore_eos\":true,\"stream\":false,\"reply_to\":\"redlm:reply:cc\"}" > /dev/null
+done
+running() { [ "$(rcli XPENDING redlm:jobs redlm | head -1)" = 2 ]; }
+wait_until 10 running || fail "the two jobs did not start"
+kill -INT -- "-$L"
+wait_until 60 eval '! kill -0 '"$L"' 2>/dev/null' || fail "the launcher still runs 60 s after Ctrl-C"
+grep -q "second signal" "$T/cc.log" && fail "Ctrl-C made the workers stop at once: $(grep signal "$T/cc.log")"
+n=$(stream_json redlm:reply:cc | jq -s 'map(select(.event == "done" and .finish_reason == "length")) | length')
+[ "$n" = 2 ] || fail "after Ctrl-C $n of 2 running jobs were finished"
+echo "Ctrl-C on the launcher's process group: both workers drained their running job"
+
 # A launcher killed with SIGKILL (the OOM killer, kill -9) takes its set
 # along: orphaned instances would hold their GPUs from the next set.
 scripts/launch-instances --redlm "$REDLM" --instances 2 --name orphan -- \

@@ -72,12 +72,18 @@ void launch_spawn(rlLaunch *l) {
              * OOM killer): an orphaned instance would keep its GPUs from the
              * set a supervisor starts next.  SIGTERM: it drains first. */
             if (prctl(PR_SET_PDEATHSIG, SIGTERM) || getppid() != launcher) _exit(128 + SIGTERM);
+            /* Its own process group: a Ctrl-C at the terminal reaches the
+             * launcher alone, which forwards one SIGTERM; a worker that got
+             * the terminal's SIGINT too would take the pair as "stop now"
+             * and abandon its running jobs instead of draining them. */
+            setpgid(0, 0);
             sigprocmask(SIG_SETMASK, &l->old_mask, NULL);
             if (l->cuda) setenv("CUDA_VISIBLE_DEVICES", c.vis, 1);
             execv("/proc/self/exe", c.args);
             fprintf(stderr, "redlm launch: cannot run instance %d: %s\n", k, strerror(errno));
             _exit(127);
         }
+        setpgid(pid, pid); /* also here: whichever runs first */
         l->pids[k] = pid;
         l->live[k] = 1;
         l->n_live++;
