@@ -138,6 +138,12 @@ expect 2 "give --tp to launch, before --, not to the workers" \
     "$REDLM" launch --dry-run -- --model m -tp 2
 expect 2 "give --pp to launch, before --, not to the workers" \
     "$REDLM" launch --dry-run -- --model m --pipeline-parallel-size=2
+# --dry-run's lines read back by a shell as the same words
+line=$("$REDLM" launch --dry-run --name 'a b' -- --model '/m/my model' --served-model-name "it's" --stream '') ||
+    fail "launch --dry-run with spaces"
+eval "set -- $line"
+[ "$#" = 14 ] && [ "$8" = 'a b-0' ] && [ "${10}" = '/m/my model' ] && [ "${12}" = "it's" ] && [ "${14}" = '' ] ||
+    fail "launch --dry-run does not quote: $line"
 expect 2 "give --name PREFIX to launch, before --, not --consumer to the workers" \
     "$REDLM" launch --dry-run -- --model m --consumer=w
 

@@ -38,12 +38,30 @@ static void launch_command(const rlLaunch *l, int k, launchCmd *c) {
     c->args[c->n] = NULL;
 }
 
+/* One word as a shell reads it back: quoted when it holds anything but
+ * letters, digits and _@%+=:,./- (a path with a space, an empty value). */
+static void launch_print_word(const char *w) {
+    if (*w && strspn(w, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_@%+=:,./-") ==
+                  strlen(w)) {
+        fputs(w, stdout);
+        return;
+    }
+    putchar('\'');
+    for (; *w; w++)
+        if (*w == '\'') fputs("'\\''", stdout);
+        else putchar(*w);
+    putchar('\'');
+}
+
 void launch_print(const rlLaunch *l) {
     for (int k = 0; k < l->instances; k++) {
         launchCmd c;
         launch_command(l, k, &c);
         if (l->cuda) printf("CUDA_VISIBLE_DEVICES=%s ", c.vis);
-        for (int w = 0; w < c.n; w++) printf("%s%s", w ? " " : "", c.args[w]);
+        for (int w = 0; w < c.n; w++) {
+            if (w) putchar(' ');
+            launch_print_word(c.args[w]);
+        }
         printf("\n");
     }
 }
