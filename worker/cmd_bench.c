@@ -332,12 +332,6 @@ int cmd_bench(int argc, char **argv) {
     if (dummy ? checkpoint_read_config(o.model, &cfg, &err) != 0
               : !(ck = checkpoint_open(o.model, &cfg, &err)))
         goto fail;
-    if ((long long)o.prompt_len + o.gen > cfg.max_position_embeddings) {
-        rl_error(&err, RL_EUSAGE, "--prompt-len %d + --gen %d is over the model's %d tokens "
-                 "(max_position_embeddings, rope scaling included); shorten them", o.prompt_len, o.gen,
-                 cfg.max_position_embeddings);
-        goto fail;
-    }
     if (quant_apply_flag(&cfg, o.quantization, dummy, &err)) goto fail;
     if ((long long)o.prompt_len + o.gen > cfg.max_position_embeddings) {
         rl_error(&err, RL_EUSAGE, "--prompt-len %d + --gen %d is %lld tokens, over the model's "
