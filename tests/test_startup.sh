@@ -116,9 +116,9 @@ expect 0 "For throughput" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpu
 # Without --max-num-batched-tokens, plan counts the step a worker on such
 # GPUs starts with (8192 from 70 GiB, 2048 below), so its KV figures are
 # the worker's.
-expect 0 "--max-num-batched-tokens 8192: as \`redlm serve\` would start" \
+expect 0 "--max-num-batched-tokens 8192: as \`redlm worker\` would start" \
     "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpu-memory 141GiB
-expect 0 "--max-num-batched-tokens 2048: as \`redlm serve\` would start" \
+expect 0 "--max-num-batched-tokens 2048: as \`redlm worker\` would start" \
     "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 6 --gpu-memory 24GiB
 expect 0 "--max-num-batched-tokens 4096, --block-size 16" \
     "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpu-memory 141GiB --max-num-batched-tokens 4096

@@ -140,7 +140,7 @@ static int plan_gpus(planArgs *a, rlError *err) {
     return a->topology ? plan_read_topology(a->topology, a->gpus, o, err) : 0;
 }
 
-/* Without --max-num-batched-tokens the plan counts the step a `redlm serve`
+/* Without --max-num-batched-tokens the plan counts the step a `redlm worker`
  * on these GPUs would start with (engine_plan.h), so its KV figures are the
  * ones the worker prints at start.  For one layout that is the worker's
  * exact value; over all layouts, vLLM's before the halving a start does
@@ -155,11 +155,11 @@ static void plan_default_tokens(planArgs *a, const rlModelConfig *cfg, char *why
         char how[400];
         a->opt.max_num_batched_tokens =
             engine_batched_tokens_for(cfg, &eo, &a->opt, name, how, sizeof how);
-        snprintf(why, len, "as `redlm serve` would start: %s", how);
+        snprintf(why, len, "as `redlm worker` would start: %s", how);
     } else {
         const char *rule;
         a->opt.max_num_batched_tokens = engine_batched_tokens_vllm(&a->opt, name, 0, &rule);
-        snprintf(why, len, "as `redlm serve` would start: vLLM's server default (%s), halved "
+        snprintf(why, len, "as `redlm worker` would start: vLLM's server default (%s), halved "
                  "where a layout's step would take over an eighth of what its weights leave",
                  rule);
     }

@@ -26,10 +26,10 @@ void engine_flags_add_limits(rlFlags *fs, int *block_size, double *gpu_memory_ut
     flags_int(fs, "--max-num-seqs", max_num_seqs, 1, 1 << 16, "N",
               "sequences per step (default 256)");
     flags_int(fs, "--max-num-batched-tokens", max_num_batched_tokens, 1, 1 << 24, "N",
-              "new tokens per step (default: generate and worker\n"
-              "choose it from the GPU and model as vLLM does, 16384\n"
-              "offline / 8192 serving on GPUs of 70 GiB+, and print it;\n"
-              "the CPU backend and plan: 2048)");
+              "new tokens per step (default: chosen from the GPU and\n"
+              "model as vLLM does, 16384 offline (generate) / 8192\n"
+              "serving (worker, and plan) on GPUs of 70 GiB+, and\n"
+              "printed; the CPU backend: 2048)");
     flags_int(fs, "--max-model-len", max_model_len, 1, 1 << 24, "N",
               "longest sequence, prompt + generation\n(default: the model's maximum)");
 }
