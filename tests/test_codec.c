@@ -154,6 +154,9 @@ static void test_sizes_checked_and_id_peeked(void **state) {
         {RL_ENC_MSGPACK, map, sizeof(map) - 1, NULL},
         {RL_ENC_JSON, "{\"id\":\"j\",\"a\":1,\"a\":2}", 22, "j"},
         {RL_ENC_JSON, "not json", 8, NULL},
+        /* numbers no field can hold: JSON that jansson refuses whole */
+        {RL_ENC_JSON, "{\"seed\":18446744073709551615,\"id\":\"o1\"}", 39, "o1"},
+        {RL_ENC_JSON, "{\"t\":-1e999,\"u\":[1E+999],\"id\":\"o2\"}", 35, "o2"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         json_t *p = codec_peek(cases[i].enc, cases[i].buf, cases[i].len);

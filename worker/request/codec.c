@@ -263,6 +263,20 @@ static json_t *codec_decode_json(const char *buf, size_t len, int *bad_utf8, con
     return NULL;
 }
 
+/* How many overflowing numbers codec_peek reads past (each costs a parse). */
+#define CODEC_PEEK_NUMBERS 16
+
+/* The number that ends at byte `end` of s becomes a 0 padded with spaces;
+ * -1 when no number ends there. */
+static int codec_zero_number(char *s, size_t len, size_t end) {
+    size_t e = end > len ? len : end, b = e;
+    while (b > 0 && s[b - 1] && strchr("0123456789+-.eE", s[b - 1])) b--;
+    if (b == e) return -1;
+    memset(s + b, ' ', e - b);
+    s[b] = '0';
+    return 0;
+}
+
 json_t *codec_peek(rlEncoding enc, const char *buf, size_t len) {
     json_t *out = json_object();
     if (!out) return NULL;
@@ -270,8 +284,17 @@ json_t *codec_peek(rlEncoding enc, const char *buf, size_t len) {
         bytebuf text = {0};
         int bad = 0;
         /* without JSON_REJECT_DUPLICATES: the last of a repeated key counts */
-        json_t *v = codec_text(&text, buf, len, &bad)
-                        ? NULL : json_loadb(text.data, text.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        json_t *v = NULL;
+        json_error_t je;
+        if (!codec_text(&text, buf, len, &bad))
+            for (int tries = 0; !v && tries < CODEC_PEEK_NUMBERS; tries++) {
+                v = json_loadb(text.data, text.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+                /* jansson refuses the whole text over one number too large
+                 * for it (a seed of 2^64-1, 1e999): read on with it as 0 */
+                if (!v && (json_error_code(&je) != json_error_numeric_overflow ||
+                           codec_zero_number(text.data, text.len, (size_t)je.position)))
+                    break;
+            }
         bytebuf_free(&text);
         static const char *names[] = {"id", "reply_to"};
         for (int i = 0; i < 2; i++) {
