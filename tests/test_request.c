@@ -263,6 +263,43 @@ static void test_openai_fields(void **state) {
     request_free(&r);
 }
 
+/* null is "not given" for every field but id, as the OpenAI API and vLLM
+ * take it (`temperature=None` serialised by a client is a default, not an
+ * error): the protocol's defaults, or the model's, fill them. */
+static void test_null_is_default(void **state) {
+    (void)state;
+    rlRequest r, d;
+    rlError err;
+    assert_null(parse("{\"id\":\"a\",\"prompt\":\"x\",\"messages\":null,\"prompt_ids\":null,"
+                      "\"prompt_token_ids\":null,\"max_tokens\":null,\"temperature\":null,"
+                      "\"top_p\":null,\"top_k\":null,\"min_p\":null,\"seed\":null,\"n\":null,"
+                      "\"stop\":null,\"stop_token_ids\":null,\"ignore_eos\":null,\"logprobs\":null,"
+                      "\"prompt_logprobs\":null,\"stream\":null,\"reply_to\":null,\"priority\":null,"
+                      "\"deadline_ms\":null,\"top_logprobs\":null,\"max_completion_tokens\":null,"
+                      "\"presence_penalty\":null,\"frequency_penalty\":null,"
+                      "\"repetition_penalty\":null,\"logit_bias\":null,\"min_tokens\":null,"
+                      "\"bad_words\":null,\"skip_special_tokens\":null,"
+                      "\"include_stop_str_in_output\":null,\"model\":null,\"user\":null,"
+                      "\"metadata\":null,\"tools\":null,\"chat_template_kwargs\":null,"
+                      "\"add_generation_prompt\":null}", &r, &err));
+    assert_null(parse("{\"id\":\"a\",\"prompt\":\"x\"}", &d, &err));
+    assert_int_equal(r.given, 0);
+    assert_int_equal(r.max_tokens, d.max_tokens);
+    assert_float_equal(r.temperature, d.temperature, 0);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.stream, 1);
+    assert_int_equal(r.skip_special_tokens, 1);
+    assert_int_equal(r.logprobs, -1);
+    request_free(&r);
+    request_free(&d);
+    assert_string_equal(parse("{\"id\":null,\"prompt\":\"x\"}", &r, &err), "invalid_request");
+    assert_non_null(strstr(err.msg, "'id'"));
+    request_free(&r);
+    assert_string_equal(parse("{\"id\":\"a\",\"prompt\":null}", &r, &err), "invalid_request");
+    assert_non_null(strstr(err.msg, "exactly one of"));
+    request_free(&r);
+}
+
 /* Every new field's bad values: the code, and a message naming the field
  * and what it accepts. */
 static void test_openai_invalid(void **state) {
@@ -339,6 +376,7 @@ int main(void) {
         cmocka_unit_test(test_long_id_and_bad_utf8),
         cmocka_unit_test(test_openai_fields),
         cmocka_unit_test(test_openai_invalid),
+        cmocka_unit_test(test_null_is_default),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

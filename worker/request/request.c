@@ -331,7 +331,6 @@ static int get_messages(rlRequest *r, const char *key, const json_t *v, const ch
 static int get_tools(rlRequest *r, const char *key, const json_t *v, const char **code,
                      rlError *err) {
     (void)key;
-    if (json_is_null(v)) return 0;
     if (!json_is_array(v)) return bad_field(code, err, "field 'tools' must be an array of tool objects");
     size_t i;
     const json_t *t;
@@ -349,7 +348,6 @@ static int get_tools(rlRequest *r, const char *key, const json_t *v, const char 
 static int get_kwargs(rlRequest *r, const char *key, const json_t *v, const char **code,
                       rlError *err) {
     (void)key;
-    if (json_is_null(v)) return 0;
     if (!json_is_object(v))
         return bad_field(code, err, "field 'chat_template_kwargs' must be an object, e.g. {\"enable_thinking\": false}");
     static const char *const own[] = {"messages", "tools", "add_generation_prompt", "documents", NULL};
@@ -365,11 +363,10 @@ static int get_kwargs(rlRequest *r, const char *key, const json_t *v, const char
     return 0;
 }
 
-/* stop: a string or an array of them (OpenAI), null for none. */
+/* stop: a string or an array of them (OpenAI). */
 static int get_stop(rlRequest *r, const char *key, const json_t *v, const char **code,
                     rlError *err) {
     (void)key;
-    if (json_is_null(v)) return 0;
     if (json_is_string(v)) {
         if (!(r->stop = calloc(1, sizeof(char *)))) {
             *code = "internal";
@@ -397,7 +394,6 @@ static int get_stop(rlRequest *r, const char *key, const json_t *v, const char *
     return 0;
 }
 
-/* Optional fields whose absence means "none" accept null as well. */
 static int read_id(rlRequest *r, const char *key, const json_t *v, const char **code, rlError *err) {
     if (request_get_string(v, key, -1, 0, &r->id, code, err)) return -1;
     if (strlen(r->id) > RL_ID_MAX) {
@@ -431,7 +427,6 @@ static int read_prompt_ids(rlRequest *r, const char *key, const json_t *v, const
 static int read_max_tokens(rlRequest *r, const char *key, const json_t *v, const char **code,
                            rlError *err) {
     long long x = 0;
-    if (json_is_null(v)) return 0;   /* the default (OpenAI) */
     if (request_get_int(v, key, 0, INT_MAX / 2, &x, code, err)) return -1;
     r->max_tokens = (int)x;
     r->given |= RL_GIVEN_MAX_TOKENS;
@@ -468,7 +463,6 @@ static int read_top_k(rlRequest *r, const char *key, const json_t *v, const char
 static int read_seed(rlRequest *r, const char *key, const json_t *v, const char **code,
                      rlError *err) {
     long long x = 0;
-    if (json_is_null(v)) return 0;
     if (request_get_int(v, key, LLONG_MIN, LLONG_MAX, &x, code, err)) return -1;
     r->has_seed = 1;
     r->seed = (uint64_t)x;
@@ -496,7 +490,6 @@ static int read_ignore_eos(rlRequest *r, const char *key, const json_t *v, const
 static int read_prompt_logprobs(rlRequest *r, const char *key, const json_t *v,
                                 const char **code, rlError *err) {
     long long x = 0;
-    if (json_is_null(v)) return 0;
     if (request_get_int(v, key, 0, 20, &x, code, err)) return -1;
     r->prompt_logprobs = (int)x;
     return 0;
@@ -509,7 +502,6 @@ static int read_stream(rlRequest *r, const char *key, const json_t *v, const cha
 
 static int read_reply_to(rlRequest *r, const char *key, const json_t *v, const char **code,
                          rlError *err) {
-    if (json_is_null(v)) return 0;
     return request_get_string(v, key, -1, 0, &r->reply_to, code, err);
 }
 
@@ -524,7 +516,6 @@ static int read_priority(rlRequest *r, const char *key, const json_t *v, const c
 static int read_deadline(rlRequest *r, const char *key, const json_t *v, const char **code,
                          rlError *err) {
     long long x = 0;
-    if (json_is_null(v)) return 0;
     if (request_get_int(v, key, 0, LLONG_MAX, &x, code, err)) return -1;
     r->deadline_ms = x;
     return 0;
@@ -587,6 +578,16 @@ static int request_unknown(const char *key, const char **code, rlError *err) {
     return rl_error(err, RL_EINPUT, "unknown field '%s'; the request fields are %s", key, list);
 }
 
+static int request_known(const char *key) {
+    const char *names[64];
+    int n = request_openai_names(names, 64);
+    for (int i = 0; i < CORE_N_FIELDS; i++)
+        if (!strcmp(key, core_fields[i].name)) return 1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(key, names[i])) return 1;
+    return 0;
+}
+
 static int field(rlRequest *r, const char *key, const json_t *v, const char **code, rlError *err) {
     for (int i = 0; i < CORE_N_FIELDS; i++)
         if (!strcmp(key, core_fields[i].name)) return core_fields[i].read(r, key, v, code, err);
@@ -606,7 +607,9 @@ int request_parse(rlRequest *r, const json_t *obj, const char **code, rlError *e
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)obj, key, v) {
-        if (!strcmp(key, "id")) continue;
+        /* null is "not given" (the OpenAI API's and vLLM's reading): the
+         * field's default; an unknown name is refused all the same */
+        if (!strcmp(key, "id") || (json_is_null(v) && request_known(key))) continue;
         if (field(r, key, v, code, err)) return -1;
     }
     int forms = (r->prompt != NULL) + (r->messages != NULL) + (r->prompt_ids != NULL);
@@ -618,7 +621,7 @@ int request_parse(rlRequest *r, const json_t *obj, const char **code, rlError *e
     }
     static const char *const chat_only[] = {"tools", "chat_template_kwargs", "add_generation_prompt", NULL};
     for (const char *const *k = chat_only; *k && !r->messages; k++)
-        if (json_object_get(obj, *k))
+        if (json_object_get(obj, *k) && !json_is_null(json_object_get(obj, *k)))
             return bad_field(code, err, "field '%s' applies to 'messages' only (this request has '%s')", *k,
                              r->prompt ? "prompt" : "prompt_ids");
     return request_openai_finish(r, obj, code, err);

@@ -30,7 +30,7 @@ static int openai_oom(const char **code, rlError *err, const char *name) {
 static int openai_logprobs(rlRequest *r, const char *key, const json_t *v, const char **code,
                            rlError *err) {
     long long x;
-    if (json_is_null(v) || json_is_false(v)) return 0;
+    if (json_is_false(v)) return 0;
     if (json_is_true(v)) {
         r->logprobs = 0;   /* top_logprobs, if given, in request_openai_finish */
         return 0;
@@ -47,13 +47,12 @@ static int openai_top_logprobs(rlRequest *r, const char *key, const json_t *v,
                                const char **code, rlError *err) {
     long long x;
     (void)r;
-    return json_is_null(v) ? 0 : request_get_int(v, key, 0, 20, &x, code, err);
+    return request_get_int(v, key, 0, 20, &x, code, err);
 }
 
 static int openai_max_completion_tokens(rlRequest *r, const char *key, const json_t *v,
                                         const char **code, rlError *err) {
     long long x;
-    if (json_is_null(v)) return 0;
     if (request_get_int(v, key, 0, INT_MAX / 2, &x, code, err)) return -1;
     r->max_tokens = (int)x;
     r->given |= RL_GIVEN_MAX_TOKENS;
@@ -79,7 +78,6 @@ static int bias_cmp(const void *a, const void *b) {
 static int openai_logit_bias(rlRequest *r, const char *key, const json_t *v, const char **code,
                              rlError *err) {
     (void)key;
-    if (json_is_null(v)) return 0;
     if (!json_is_object(v))
         return openai_bad(code, err, "field 'logit_bias' must be an object of token id -> bias "
                                      "in [-100, 100], e.g. {\"151643\": -100}");
@@ -125,7 +123,6 @@ static int openai_min_tokens(rlRequest *r, const char *key, const json_t *v, con
 
 static int openai_bad_words(rlRequest *r, const char *key, const json_t *v, const char **code,
                             rlError *err) {
-    if (json_is_null(v)) return 0;
     if (request_get_array(v, key, 1, code, err)) return -1;
     size_t n = json_array_size(v);
     if (n && !(r->bad_words = calloc(n, sizeof(char *)))) return openai_oom(code, err, key);
@@ -148,7 +145,7 @@ static int openai_flag(rlRequest *r, const char *key, const json_t *v, const cha
 
 static int openai_model(rlRequest *r, const char *key, const json_t *v, const char **code,
                         rlError *err) {
-    return json_is_null(v) ? 0 : request_get_string(v, key, -1, 0, &r->model, code, err);
+    return request_get_string(v, key, -1, 0, &r->model, code, err);
 }
 
 /* user: a string; metadata: string -> string (OpenAI: 16 pairs, keys up to
@@ -157,7 +154,6 @@ static int openai_echo(rlRequest *r, const char *key, const json_t *v, const cha
                        rlError *err) {
     char *s = NULL;
     (void)r;
-    if (json_is_null(v)) return 0;
     if (!strcmp(key, "user")) {
         int rc = request_get_string(v, key, -1, 1, &s, code, err);
         free(s);
