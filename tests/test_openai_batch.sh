@@ -81,6 +81,34 @@ jq -e -s 'length == 200 and all(.[]; .event == "error")' "$T/ours.jsonl" > /dev/
     fail "--input-format redlm did not read the lines as our requests"
 echo "generate and submit: 200 lines each, 180 answers, 20 errors, identical"
 
+# a hand-made file: CRLF endings, a blank line (no call: skipped, the lines
+# after it keep their numbers), a last line without a newline, a
+# completions max_tokens of null (OpenAI's default, 16 tokens)
+call() { printf '{"custom_id":"%s","method":"POST","url":"/v1/completions","body":{"prompt":"hi","temperature":0,%s}}' "$1" "$2"; }
+{ call e1 '"max_tokens":null'; printf '\r\n\r\n'; echo 'not json'; call e3 '"max_tokens":2'; } > "$T/edge.jsonl"
+"$REDLM" generate --model "$MODEL" --threads 1 --input "$T/edge.jsonl" --output "$T/edge-gen.jsonl" 2> /dev/null ||
+    fail "generate refused the edge file"
+"$REDLM" submit --redis "$(URL)" --input "$T/edge.jsonl" --output "$T/edge-sub.jsonl" 2> /dev/null ||
+    fail "submit refused the edge file"
+for f in edge-gen edge-sub; do
+    jq -e -s 'length == 3 and .[0].response.body.usage.completion_tokens == 16
+              and (.[1].error.message | startswith("line 3: "))
+              and .[2].response.body.usage.completion_tokens == 2' "$T/$f.jsonl" > /dev/null ||
+        fail "$f: $(cat "$T/$f.jsonl")"
+done
+same "$T/edge-gen.jsonl" "$T/edge-sub.jsonl" || fail "the edge file: submit's output differs from generate's"
+# custom_ids must be unique (OpenAI refuses such a file whole): both front
+# doors refuse it before running anything, naming the lines
+{ call d1 '"max_tokens":1'; echo; call d2 '"max_tokens":1'; echo; call d1 '"max_tokens":2'; echo; } > "$T/dup.jsonl"
+for cmd in "generate --model $MODEL --threads 1" "submit --redis $(URL)"; do
+    rm -f "$T/dup-out.jsonl"
+    $REDLM $cmd --input "$T/dup.jsonl" --output "$T/dup-out.jsonl" 2> "$T/dup.log" &&
+        fail "$cmd ran a file with a repeated custom_id"
+    grep -q "line 3 has the custom_id 'd1' of line 1" "$T/dup.log" || fail "$cmd: $(cat "$T/dup.log")"
+    [ ! -s "$T/dup-out.jsonl" ] || fail "$cmd wrote answers for a refused file"
+done
+echo "blank lines, CRLF, a last line without newline, max_tokens null: the same through both; repeated custom_ids refused"
+
 # OpenAI's own types
 if [ ! -x "$NODE/.bin/tsc" ] || [ ! -d "$NODE/openai" ]; then
     echo "SKIP: the openai and typescript npm packages are not in build/node (make deps installs them)"

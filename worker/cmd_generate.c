@@ -42,6 +42,7 @@ typedef struct genRun {
     int progress;
     int failed;         /* writing failed */
     rlBatchLine *batch; /* [n_lines] for an OpenAI Batch file, else NULL */
+    long *line_no;      /* [n_lines]: each line's number in the file (blank lines are skipped) */
     int text;           /* --prompt / --messages to a terminal or pipe: the text as it comes */
     char *error;        /* text mode: the request's error, "code: message" */
 } genRun;
@@ -146,31 +147,56 @@ static void gen_line_error(genRun *g, int line, const char *id, const char *code
     gen_output(g, &o);
 }
 
-/* The lines of path ("-": stdin), or one synthesized --prompt-ids request. */
-static int gen_read_lines(const char *path, char ***lines, int *n, rlError *err) {
+/* The lines of path ("-": stdin) that are not blank, and their numbers in
+ * it (messages name the line a producer sees in an editor). */
+static int gen_read_lines(const char *path, char ***lines, long **nos, int *n, rlError *err) {
     FILE *f = files_open_input(path, "--input", err);
     if (!f) return -1;
     char *buf = NULL;
     size_t cap = 0;
     ssize_t len;
     int cap_lines = 0;
+    long lineno = 0;
     while ((len = getline(&buf, &cap, f)) >= 0) {
+        lineno++;
         while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) buf[--len] = 0;
         if (len == 0) continue;
         if (*n == cap_lines) {
             cap_lines = cap_lines ? cap_lines * 2 : 64;
             char **p = realloc(*lines, (size_t)cap_lines * sizeof(char *));
-            if (!p) break;
-            *lines = p;
+            if (p) *lines = p;
+            long *q = p ? realloc(*nos, (size_t)cap_lines * sizeof(long)) : NULL;
+            if (!q) break;
+            *nos = q;
         }
         if (!((*lines)[*n] = strdup(buf))) break;
-        (*n)++;
+        (*nos)[(*n)++] = lineno;
     }
     int bad = ferror(f) || !feof(f);
     free(buf);
     files_close_input(f);
     if (bad) return rl_error(err, RL_EIO, "reading --input %s failed (or out of memory)", path);
     return 0;
+}
+
+/* An OpenAI Batch file whose custom_ids repeat is refused whole, as OpenAI
+ * and `redlm submit` refuse it: two answers with one custom_id cannot be
+ * told apart. */
+static int gen_check_custom_ids(char **lines, const long *nos, int n, const char *path, rlError *err) {
+    json_t *seen = json_object();
+    char id[201];
+    long dups = 0, first = 0, line = 0;
+    for (int i = 0; seen && i < n; i++) {
+        long f = openai_batch_repeat(seen, lines[i], strlen(lines[i]), nos[i], 1, id, sizeof(id));
+        if (f && dups++ < 10) fprintf(stderr, "redlm generate: %s: line %ld has the custom_id '%s' of line %ld\n",
+                                      path, nos[i], id, f);
+        if (f && !first) first = f, line = nos[i];
+    }
+    json_decref(seen);
+    if (!seen) return rl_error(err, RL_EINTERNAL, "out of memory");
+    if (!dups) return 0;
+    return rl_error(err, RL_EUSAGE, "%ld lines of %s repeat an earlier line's custom_id (line %ld that of "
+                    "line %ld); nothing run: give every call its own custom_id", dups, path, line, first);
 }
 
 /* The one greedy request of --prompt, --messages or --prompt-ids, as a
@@ -217,11 +243,11 @@ static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *
     if (g->batch) {
         /* an OpenAI Batch call runs as our request named by its custom_id */
         rlError berr = {0};
-        json_t *req = openai_batch_request(text, strlen(text), i + 1, &g->batch[i], &berr);
+        json_t *req = openai_batch_request(text, strlen(text), g->line_no[i], &g->batch[i], &berr);
         if (req) json_object_set_new(req, "id", json_string(g->batch[i].custom_id));
         if (!req || !(text = mapped = json_dumps(req, JSON_COMPACT))) {
             char msg[RL_ERROR_LEN + 32];
-            snprintf(msg, sizeof(msg), "line %d: %s", i + 1, req ? "out of memory" : berr.msg);
+            snprintf(msg, sizeof(msg), "line %ld: %s", g->line_no[i], req ? "out of memory" : berr.msg);
             gen_line_error(g, i, NULL, req ? "internal" : "invalid_request", msg);
             json_decref(req);
             return 0;
@@ -235,7 +261,7 @@ static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *
         char msg[RL_ERROR_LEN + 32];
         /* a batch call's body is refused in the worker's words, as submit writes it */
         if (g->batch) snprintf(msg, sizeof(msg), "%s", d.err.msg);
-        else snprintf(msg, sizeof(msg), "line %d: %s", i + 1, d.err.msg);
+        else snprintf(msg, sizeof(msg), "line %ld: %s", g->line_no[i], d.err.msg);
         gen_line_error(g, i, d.id, d.code, msg);
         request_decoded_free(&d);
         return 0;
@@ -308,11 +334,15 @@ int cmd_generate(int argc, char **argv) {
     g.text = (prompt || messages) && !flags_given(&fs, "--output");
     if (one_off) {
         lines = malloc(sizeof(char *));
-        if (!lines || !(lines[0] = gen_one_line(prompt, messages, ids, n_ids, max_tokens, &err))) goto done;
-        n_lines = 1;
-    } else if (gen_read_lines(input, &lines, &n_lines, &err)) {
+        g.line_no = malloc(sizeof(long));
+        if (!lines || !g.line_no || !(lines[0] = gen_one_line(prompt, messages, ids, n_ids, max_tokens, &err)))
+            goto done;
+        g.line_no[0] = n_lines = 1;
+    } else if (gen_read_lines(input, &lines, &g.line_no, &n_lines, &err)) {
         goto done;
     }
+    int batch = openai_batch_detect(format, n_lines ? lines[0] : NULL, n_lines ? strlen(lines[0]) : 0);
+    if (batch && gen_check_custom_ids(lines, g.line_no, n_lines, input, &err)) goto done;
     /* a temporary name until the run is complete: a failed or killed run
      * leaves an older --output as it was */
     if (files_open_output(&out, output, "--output", &err)) goto done;
@@ -327,8 +357,7 @@ int cmd_generate(int argc, char **argv) {
         rl_error(&err, RL_EINTERNAL, "out of memory");
         goto done;
     }
-    if (openai_batch_detect(format, n_lines ? lines[0] : NULL, n_lines ? strlen(lines[0]) : 0) &&
-        !(g.batch = calloc((size_t)(n_lines ? n_lines : 1), sizeof(rlBatchLine)))) {
+    if (batch && !(g.batch = calloc((size_t)(n_lines ? n_lines : 1), sizeof(rlBatchLine)))) {
         rl_error(&err, RL_EINTERNAL, "out of memory");
         goto done;
     }
@@ -392,6 +421,7 @@ done:
         if (g.batch) openai_batch_line_free(&g.batch[i]);
     }
     free(g.batch);
+    free(g.line_no);
     free(lines);
     free(ids);
     free(g.lines);

@@ -65,6 +65,8 @@ typedef struct subRun {
      * local: lines answered here (not a request); errors: error results,
      * either kind; skipped: already in the output; completed: written. */
     long submitted, answered, local, errors, skipped, completed;
+    long blank;                 /* blank lines (no job) */
+    int detected;               /* the first line that is not blank was read (and the format known) */
     double t0;
     double timeout;             /* --timeout: give up after this many seconds (0: never) */
     const char *out_name;
@@ -89,33 +91,41 @@ static void sub_slot_clear(subSlot *s) {
     memset(s, 0, sizeof(*s));
 }
 
+/* A line of only a line ending (or nothing) is no job: skipped, its number
+ * kept, as `redlm generate` does. */
+static int sub_blank(const char *line, ssize_t n) {
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+    return n <= 0;
+}
+
 /* Two lines with one id would share one reply stream's events, and the
- * second could never be told from the first: refuse them before anything
- * is submitted.  Returns the number of duplicate lines (each one named). */
-static long sub_check_ids(FILE *in, const char *path) {
+ * second could never be told from the first (in an OpenAI Batch file, two
+ * answers with one custom_id): refuse them before anything is submitted.
+ * Returns the number of duplicate lines (each one named). */
+static long sub_check_ids(FILE *in, const char *path, const char *format) {
     json_t *seen = json_object();
-    char *line = NULL;
+    char *line = NULL, id[201];
     size_t cap = 0;
     long lineno = 0, dups = 0;
+    int batch = -1;
     ssize_t n;
     while (seen && (n = getline(&line, &cap, in)) >= 0) {
         lineno++;
-        json_t *req = json_loadb(line, (size_t)n, JSON_ALLOW_NUL | JSON_DISABLE_EOF_CHECK, NULL);
-        const char *id = json_string_value(json_object_get(req, "id"));
-        json_t *first = id ? json_object_get(seen, id) : NULL;
+        if (sub_blank(line, n)) continue;
+        if (batch < 0) batch = openai_batch_detect(format, line, (size_t)n);
+        long first = openai_batch_repeat(seen, line, (size_t)n, lineno, batch, id, sizeof(id));
         if (first && dups++ < 10)
-            fprintf(stderr, "redlm submit: %s: line %ld has the id '%.200s' of line %lld\n", path, lineno, id,
-                    (long long)json_integer_value(first));
-        else if (id && !first) json_object_set_new(seen, id, json_integer(lineno));
-        json_decref(req);
+            fprintf(stderr, "redlm submit: %s: line %ld has the %s '%s' of line %ld\n", path, lineno,
+                    batch ? "custom_id" : "id", id, first);
     }
     free(line);
     json_decref(seen);
     rewind(in);
     if (dups)
-        fprintf(stderr, "redlm submit: %ld lines of %s repeat an earlier line's id; nothing submitted: give "
-                "every job its own id (or leave \"id\" out to have one made from the line number)\n",
-                dups, path);
+        fprintf(stderr, "redlm submit: %ld lines of %s repeat an earlier line's %s; nothing submitted: %s\n",
+                dups, path, batch > 0 ? "custom_id" : "id",
+                batch > 0 ? "give every call its own custom_id"
+                          : "give every job its own id (or leave \"id\" out to have one made from the line number)");
     return dups;
 }
 
@@ -173,7 +183,7 @@ static void sub_progress(subRun *r, int final) {
     double rate = el > 0 ? done / el : 0;
     char total[32] = "", eta[32] = "";
     if (r->eof) {
-        long all = r->next_line - r->skipped;
+        long all = r->next_line - r->skipped - r->blank;
         snprintf(total, sizeof(total), "/%ld", all);
         if (rate > 0 && all > done) snprintf(eta, sizeof(eta), ", ETA %.0f s", (all - done) / rate);
     }
@@ -359,8 +369,13 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
         long lineno = ++r->next_line; /* lines are 1-based; slot index uses lineno */
         subSlot *s = &r->slots[lineno % r->window];
         s->line = lineno;
+        if (sub_blank(*buf, n)) {
+            s->skip = 1;
+            r->blank++;
+            continue;
+        }
         while (n > 0 && ((*buf)[n - 1] == '\n' || (*buf)[n - 1] == '\r')) n--;
-        if (lineno == 1) r->batch = openai_batch_detect(r->format, *buf, (size_t)n);
+        if (!r->detected++) r->batch = openai_batch_detect(r->format, *buf, (size_t)n);
         json_error_t je;
         rlError berr = {0};
         json_t *req = r->batch ? openai_batch_request(*buf, (size_t)n, lineno, &s->batch, &berr)
@@ -413,9 +428,21 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
             char msg[RL_ERROR_LEN + 32];
             snprintf(msg, sizeof(msg), "line %ld: %s", lineno, berr.msg);
             s->local = openai_batch_error(&s->batch, "invalid_request", msg);
+            r->local++;
+            r->errors++;
             continue;
         }
         json_t *twin = json_object_get(r->by_id, id); /* from standard input, not checked up front */
+        if (r->batch && twin) {
+            char msg[300];
+            snprintf(msg, sizeof(msg), "line %ld has the custom_id of line %lld, still running; give every call "
+                     "its own custom_id", lineno, (long long)json_integer_value(twin));
+            s->local = openai_batch_error(&s->batch, "invalid_request", msg);
+            r->local++;
+            r->errors++;
+            json_decref(req);
+            continue;
+        }
         if (!json_is_object(req) || twin) {
             char msg[300];
             if (twin)
@@ -573,7 +600,7 @@ int cmd_submit(int argc, char **argv) {
         rc = err.code;
         goto done;
     }
-    if (r.in != stdin && sub_check_ids(r.in, input)) {
+    if (r.in != stdin && sub_check_ids(r.in, input, format)) {
         rc = RL_EUSAGE;
         goto done;
     }

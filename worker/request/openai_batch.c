@@ -26,6 +26,18 @@ int openai_batch_detect(const char *format, const char *line, size_t len) {
     return yes;
 }
 
+long openai_batch_repeat(json_t *seen, const char *line, size_t len, long lineno, int batch, char *id,
+                         size_t cap) {
+    json_t *v = json_loadb(line, len, JSON_ALLOW_NUL | JSON_DISABLE_EOF_CHECK, NULL);
+    const char *s = json_string_value(json_object_get(v, batch ? "custom_id" : "id"));
+    json_t *first = s ? json_object_get(seen, s) : NULL;
+    long earlier = first ? (long)json_integer_value(first) : 0;
+    if (earlier) snprintf(id, cap, "%s", s);
+    else if (s) json_object_set_new(seen, s, json_integer(lineno));
+    json_decref(v);
+    return earlier;
+}
+
 void openai_batch_line_free(rlBatchLine *bl) {
     free(bl->custom_id);
     free(bl->model);
@@ -109,8 +121,8 @@ json_t *openai_batch_request(const char *line, size_t len, long lineno, rlBatchL
         }
         if (batch_prompt(req, prompt, err)) goto fail;
         /* OpenAI's and vLLM's completions default: 16 tokens */
-        if (!json_object_get(body, "max_tokens") && json_object_set_new(req, "max_tokens", json_integer(16)))
-            goto oom;
+        json_t *mt = json_object_get(body, "max_tokens");
+        if ((!mt || json_is_null(mt)) && json_object_set_new(req, "max_tokens", json_integer(16))) goto oom;
     }
     if (json_object_set_new(req, "stream", json_false())) goto oom;
     goto out;

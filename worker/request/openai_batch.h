@@ -54,4 +54,13 @@ json_t *openai_batch_error(const rlBatchLine *bl, const char *code, const char *
 
 void openai_batch_line_free(rlBatchLine *bl);
 
+/* The duplicate check of an input file, line by line: the line's custom_id
+ * (batch) or "id" (our requests) is noted in seen (id -> line number).
+ * Returns the number of an earlier line with the same one, and copies the
+ * id into id (at most cap bytes); 0 when none or the line has none.  A file
+ * with repeats is refused whole before anything runs (as OpenAI refuses a
+ * batch file whose custom_ids repeat), naming the lines. */
+long openai_batch_repeat(json_t *seen, const char *line, size_t len, long lineno, int batch, char *id,
+                         size_t cap);
+
 #endif
