@@ -116,6 +116,22 @@ wait_until 20 got_done early || fail "early not answered"
 [ "$(stream_json redlm:reply:early | jq -c '[.index, .finish_reason, (.token_ids | length)]' | tr -d '\n')" = \
   '[0,"abort",0][1,"abort",0]' ] || fail "early: $(stream_json redlm:reply:early)"
 
+# a cancel key of another type stops cancels only while it is one: the
+# worker keeps reading it, and cancels work again once it is a stream
+rcli DEL redlm:cancel > /dev/null
+rcli SET redlm:cancel oops > /dev/null
+failing() { grep -q "reading redlm:cancel failed: WRONGTYPE" "$T/w1.log"; }
+wait_until 20 failing || fail "the worker never read the string redlm:cancel"
+rcli DEL redlm:cancel > /dev/null
+rcli XADD redlm:jobs '*' json '{"id":"long-3","prompt_ids":[6],"max_tokens":4000,"ignore_eos":true}' >/dev/null
+started3() { [ "$(rcli XLEN redlm:reply:long-3)" -gt 0 ]; }
+wait_until 20 started3 || fail "long-3 never streamed"
+sleep 1.5   # past a retry, so the worker reads the new cancel stream from its start
+rcli XADD redlm:cancel '*' id long-3 >/dev/null
+wait_until 20 got_done long-3 || fail "long-3 not aborted"
+reason=$(stream_json redlm:reply:long-3 | jq -r 'select(.event == "done") | .finish_reason')
+[ "$reason" = abort ] || fail "long-3 finish_reason $reason after the cancel key was a string for a while"
+
 # status and metrics
 st=$("$REDLM" status --redis "$(URL)") || fail "status failed"
 echo "$st" | grep -q '^w1 ' || fail "status has no row for w1: $st"

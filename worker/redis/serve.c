@@ -58,6 +58,8 @@ typedef struct rlServe {
     double last_claim, last_reap, reader_up;
     char cancel_last[48];
     int cancel_busy;
+    int cancel_failing;             /* reading the cancel stream fails (logged once) */
+    ev_timer cancel_retry;
     char *cancelled[SERVE_CANCEL_RING];
     int cancel_next;
     rlJob *jobs;                    /* not yet acknowledged */
@@ -453,9 +455,17 @@ static void serve_on_cancel(redisAsyncContext *ac, void *reply, void *priv) {
             }
         }
     else if (r->type == REDIS_REPLY_ERROR) {
-        fprintf(stderr, "redlm worker: reading %s failed: %s\n", s->o.keys.cancel, r->str);
+        /* a key of another type (or a refused read): cancels go unseen until
+         * it reads again, so keep trying, not just once */
+        if (!s->cancel_failing++)
+            fprintf(stderr, "redlm worker: reading %s failed: %s; cancels are not seen until it is a stream "
+                    "(or deleted); retrying every second\n", s->o.keys.cancel, r->str);
+        ev_timer_set(&s->cancel_retry, 1., 0.);
+        ev_timer_start(s->loop, &s->cancel_retry);
         return;
     }
+    if (s->cancel_failing) fprintf(stderr, "redlm worker: reading %s again\n", s->o.keys.cancel);
+    s->cancel_failing = 0;
     serve_cancel_read(s);
 }
 
@@ -484,6 +494,11 @@ static void serve_cancel_read(rlServe *s) {
     }
     const char *argv[] = {"XREAD", "BLOCK", "5000", "STREAMS", s->o.keys.cancel, s->cancel_last};
     redisAsyncCommandArgv(ac, serve_on_cancel, s, 6, argv, NULL);
+}
+
+static void serve_on_cancel_retry(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)loop, (void)revents;
+    serve_cancel_read(w->data);
 }
 
 static void serve_cancel_ready(rlConn *c, void *ctx) {
@@ -693,6 +708,8 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     ev_timer_start(s->loop, &s->trim);
     ev_timer_init(&s->drain, serve_on_drain_timeout, 0., 0.);
     s->drain.data = s;
+    ev_timer_init(&s->cancel_retry, serve_on_cancel_retry, 1., 0.);
+    s->cancel_retry.data = s;
     ev_signal_init(&s->sigterm, serve_on_signal, SIGTERM);
     ev_signal_init(&s->sigint, serve_on_signal, SIGINT);
     s->sigterm.data = s->sigint.data = s;
@@ -711,6 +728,7 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     ev_timer_stop(s->loop, &s->refresh);
     ev_timer_stop(s->loop, &s->trim);
     ev_timer_stop(s->loop, &s->drain);
+    ev_timer_stop(s->loop, &s->cancel_retry);
     ev_signal_stop(s->loop, &s->sigterm);
     ev_signal_stop(s->loop, &s->sigint);
     /* Hand-back: without its heartbeat, whatever this worker still holds
