@@ -143,6 +143,13 @@ static void test_sizes_checked_and_id_peeked(void **state) {
                               "\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00";
     int bad;
     const char *code;
+    char deep[2 * 3000 + 64];
+    int at = snprintf(deep, sizeof(deep), "{\"m\":");
+    for (int i = 0; i < 3000; i++) deep[at++] = '[';
+    for (int i = 0; i < 3000; i++) deep[at++] = ']';
+    snprintf(deep + at, sizeof(deep) - (size_t)at, ",\"id\":\"deep\",\"n\":[[[[[[1]]]]]]}");
+    assert_null(decode(RL_ENC_JSON, deep, strlen(deep), &bad, &code));
+    assert_string_equal(code, "invalid_encoding");
     assert_null(decode(RL_ENC_MSGPACK, huge, sizeof(huge) - 1, &bad, &code));
     assert_string_equal(code, "invalid_encoding");
     assert_null(decode(RL_ENC_MSGPACK, map, sizeof(map) - 1, &bad, &code));
@@ -157,6 +164,10 @@ static void test_sizes_checked_and_id_peeked(void **state) {
         /* numbers no field can hold: JSON that jansson refuses whole */
         {RL_ENC_JSON, "{\"seed\":18446744073709551615,\"id\":\"o1\"}", 39, "o1"},
         {RL_ENC_JSON, "{\"t\":-1e999,\"u\":[1E+999],\"id\":\"o2\"}", 35, "o2"},
+        /* nesting past jansson's depth (2,048) before and after the id */
+        {RL_ENC_JSON, deep, strlen(deep), "deep"},
+        {RL_ENC_JSON, "[{\"id\":\"x\"}]", 12, NULL},
+        {RL_ENC_JSON, "{\"a\":{\"id\":\"inner\"},\"reply_to\":\"r\"}", 35, NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         json_t *p = codec_peek(cases[i].enc, cases[i].buf, cases[i].len);

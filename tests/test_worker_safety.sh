@@ -57,7 +57,8 @@ echo "1. reply keys confined: victim TTLs -1, 3 dead letters, reply_write_errors
 # 3. a readable id is always answered
 declare -A want3=([m-nan]=invalid_request [m-inf]=invalid_request [m-ext]=invalid_encoding
                   [m-dup]=invalid_request [j-dup]=invalid_request [both]=invalid_request
-                  [m-huge]=invalid_encoding [j-big]=invalid_request [j-inf]=invalid_request)
+                  [m-huge]=invalid_encoding [j-big]=invalid_request [j-inf]=invalid_request
+                  [j-deep]=invalid_encoding)
 mp() { rcli -x XADD redlm:jobs '*' "$@" > /dev/null; }
 # {"id":"m-nan","prompt_ids":[1],"temperature":NaN}
 printf '\x83\xa2id\xa5m-nan\xaaprompt_ids\x91\x01\xabtemperature\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00' | mp msgpack
@@ -68,6 +69,7 @@ rcli XADD redlm:jobs '*' json '{"id":"j-dup","prompt_ids":[1],"prompt_ids":[2]}'
 # numbers JSON can spell but no field can hold (jansson refuses the whole text)
 rcli XADD redlm:jobs '*' json '{"seed":18446744073709551615,"id":"j-big","prompt_ids":[1]}' > /dev/null
 rcli XADD redlm:jobs '*' json '{"id":"j-inf","prompt_ids":[1],"temperature":1e999}' > /dev/null
+rcli XADD redlm:jobs '*' json "{\"metadata\":$(printf '[%.0s' {1..3000})$(printf ']%.0s' {1..3000}),\"id\":\"j-deep\"}" > /dev/null
 printf '\x81\xa2id\xa4both' > "$T/both.mp"
 rcli XADD redlm:jobs '*' json '{"id":"both","prompt_ids":[1]}' msgpack "$(cat "$T/both.mp")" > /dev/null
 # an array declaring 0xdca54e00 = 3,701,820,928 elements, in 20 bytes

@@ -4,6 +4,7 @@
  * that the two encodings cannot drift apart: one validator, one set of error
  * messages.  The cost is one extra tree per job, small next to a forward. */
 #include "worker/request/codec.h"
+#include "worker/lib/jscan.h"
 #include "worker/lib/utf8.h"
 
 #include <math.h>
@@ -263,45 +264,34 @@ static json_t *codec_decode_json(const char *buf, size_t len, int *bad_utf8, con
     return NULL;
 }
 
-/* How many overflowing numbers codec_peek reads past (each costs a parse). */
-#define CODEC_PEEK_NUMBERS 16
-
-/* The number that ends at byte `end` of s becomes a 0 padded with spaces;
- * -1 when no number ends there. */
-static int codec_zero_number(char *s, size_t len, size_t end) {
-    size_t e = end > len ? len : end, b = e;
-    while (b > 0 && s[b - 1] && strchr("0123456789+-.eE", s[b - 1])) b--;
-    if (b == e) return -1;
-    memset(s + b, ' ', e - b);
-    s[b] = '0';
-    return 0;
-}
-
 json_t *codec_peek(rlEncoding enc, const char *buf, size_t len) {
     json_t *out = json_object();
     if (!out) return NULL;
     if (enc == RL_ENC_JSON) {
-        bytebuf text = {0};
-        int bad = 0;
-        /* without JSON_REJECT_DUPLICATES: the last of a repeated key counts */
-        json_t *v = NULL;
-        json_error_t je;
-        if (!codec_text(&text, buf, len, &bad))
-            for (int tries = 0; !v && tries < CODEC_PEEK_NUMBERS; tries++) {
-                v = json_loadb(text.data, text.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
-                /* jansson refuses the whole text over one number too large
-                 * for it (a seed of 2^64-1, 1e999): read on with it as 0 */
-                if (!v && (json_error_code(&je) != json_error_numeric_overflow ||
-                           codec_zero_number(text.data, text.len, (size_t)je.position)))
+        /* the top-level object's members in order, values skipped unbuilt:
+         * jansson refuses a whole text for a number it cannot hold (a seed
+         * of 2^64-1) or nesting past its depth, and reads no id then */
+        bytebuf text = {0}, key = {0}, val = {0};
+        int bad = 0, first = 1;
+        jscan j;
+        const char *at;
+        size_t n;
+        if (!codec_text(&text, buf, len, &bad)) {
+            jscan_init(&j, text.data, text.len);
+            while (jscan_object_next(&j, &first, &key) == 1) {
+                int is_id = key.len == 2 && !strcmp(key.data, "id");
+                int is_reply = key.len == 8 && !strcmp(key.data, "reply_to");
+                if ((is_id || is_reply) && jscan_peek(&j) == '"') {
+                    if (jscan_string(&j, &val)) break;
+                    json_object_set_new(out, is_id ? "id" : "reply_to", json_stringn_nocheck(val.data, val.len));
+                } else if (jscan_value_span(&j, &at, &n)) {
                     break;
+                }
             }
-        bytebuf_free(&text);
-        static const char *names[] = {"id", "reply_to"};
-        for (int i = 0; i < 2; i++) {
-            json_t *f = json_object_get(v, names[i]);
-            if (json_is_string(f)) json_object_set(out, names[i], f);
         }
-        json_decref(v);
+        bytebuf_free(&text);
+        bytebuf_free(&key);
+        bytebuf_free(&val);
         return out;
     }
     /* the top-level map's pairs in order, up to whatever part is bad (a NaN,

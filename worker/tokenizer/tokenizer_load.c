@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <utf8proc.h>
 
-#include "worker/tokenizer/jscan.h"
+#include "worker/lib/jscan.h"
 #include "worker/tokenizer/tokenizer_impl.h"
 #include "worker/lib/utf8.h"
 

@@ -1,7 +1,7 @@
 /* jscan.c: see jscan.h.  Strings follow RFC 8259 exactly (no control
  * characters, \u escapes with surrogate pairs); the caller has already
  * checked that the whole document is valid UTF-8. */
-#include "worker/tokenizer/jscan.h"
+#include "worker/lib/jscan.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -5,7 +5,9 @@
  * table and a malloc per key); reading those two values straight into the
  * tokenizer's own tables takes a small fraction of that.  The small parts
  * of the file are still handed to jansson (jscan_value_span), so this
- * reader only needs strings, integers, and walking objects and arrays. */
+ * reader only needs strings, integers, and walking objects and arrays.
+ * The request codec reads a refused job's id with it too: it skips values
+ * without building them, however deep or large (no recursion). */
 #ifndef RL_JSCAN_H
 #define RL_JSCAN_H
 
