@@ -15,6 +15,9 @@
 /* Nesting deeper than this is refused: no request needs it, and recursion
  * on attacker-chosen depth is how decoders run out of stack. */
 #define CODEC_MAX_DEPTH 64
+/* msgpack-c's own stack (MSGPACK_EMBED_STACK_SIZE, not in its public
+ * headers): deeper values are refused by the unpacker, before ours */
+#define CODEC_MSGPACK_STACK 32
 
 const char *codec_field_name(rlEncoding enc) { return enc == RL_ENC_MSGPACK ? "msgpack" : "json"; }
 
@@ -212,7 +215,14 @@ static json_t *codec_decode_msgpack(const char *buf, size_t len, int *bad_utf8,
     size_t off = 0;
     json_t *v = NULL;
     msgpack_unpack_return r = msgpack_unpack_next(&u, buf, len, &off);
-    if (r != MSGPACK_UNPACK_SUCCESS || off != len) {
+    if (r == MSGPACK_UNPACK_NOMEM_ERROR) {
+        /* whole and bounded (checked above), so what msgpack-c refuses is
+         * its stack, more maps and arrays deep than it holds (it says "no
+         * memory" for that too) */
+        *code = "invalid_request";
+        rl_error(err, RL_EINPUT, "msgpack value nested more than %d maps and arrays deep; no request field "
+                 "needs that", CODEC_MSGPACK_STACK);
+    } else if (r != MSGPACK_UNPACK_SUCCESS || off != len) {
         *code = "invalid_encoding";
         rl_error(err, RL_EINPUT,
                  r == MSGPACK_UNPACK_SUCCESS
