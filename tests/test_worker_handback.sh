@@ -53,6 +53,7 @@ wait_until 30 up c || fail "c did not start"
 queue_long h 3 3000
 wait_until 30 has c 3 || fail "c does not hold the 3 jobs: $(holds c)"
 start_worker d --claim-idle-ms $IDLE
+D=$LAST_PID
 wait_until 30 up d || fail "d did not start"
 kill -TERM "$C"
 wait "$C" || fail "c exit status $?"
@@ -64,25 +65,51 @@ echo "after --drain-timeout 1: d had c's 3 jobs $took2 s after c exited"
 awk -v t="$took2" 'BEGIN { exit !(t < 5) }' || fail "took $took2 s"
 for i in 1 2 3; do rcli XADD redlm:cancel '*' id "h$i" > /dev/null; done
 wait_until 60 all_acked 7 || fail "d did not finish c's jobs"
+# a worker restarted under its own name (a fixed --consumer, or host:pid in
+# a container, where the pid is 1 again) takes what its previous process
+# held at its first look, not after claim-idle
+kill -TERM "$D"; wait "$D" || fail "d exit status $?"
+start_worker e --claim-idle-ms $IDLE
+E=$LAST_PID
+wait_until 30 up e || fail "e did not start"
+queue_long r 2 3000
+wait_until 30 has e 2 || fail "e does not hold the 2 jobs: $(holds e)"
+kill -KILL "$E"
+wait "$E" 2>/dev/null
+start_worker e --claim-idle-ms $IDLE
+t_restart=$(now)
+# both entries delivered a second time, to the new process
+retaken() { [ "$(rcli XPENDING redlm:jobs redlm - + 10 e | awk 'NR % 4 == 0 && $0 == 2' | wc -l)" = 2 ]; }
+wait_until 20 retaken || fail "the restarted e did not take its previous process's jobs: $(rcli XPENDING redlm:jobs redlm - + 10)"
+took3=$(since "$t_restart")
+echo "restarted under the same name: e took its 2 jobs back $took3 s after its start (claim-idle: 600 s)"
+awk -v t="$took3" 'BEGIN { exit !(t < 10) }' || fail "took $took3 s"
+for i in 1 2; do rcli XADD redlm:cancel '*' id "r$i" > /dev/null; done
+wait_until 60 all_acked 9 || fail "e did not finish its jobs"
+for id in r1 r2; do
+    [ "$(stream_json "redlm:reply:$id" | jq -r 'select(.event == "done") | .attempt')" = 2 ] ||
+        fail "$id: $(stream_json "redlm:reply:$id" | jq -c '{event, attempt}' | tr '\n' ' ')"
+done
+
 for id in h1 h2 h3 k1 k2 k3 k4; do
     n=$(stream_json "redlm:reply:$id" | jq -s 'map(select(.event == "done")) | length')
     [ "$n" = 1 ] || fail "$id: $n done events"
 done
 
-# Redis frozen while e stops: the hand-back waits at most 5 s, not for ever
-start_worker e --drain-timeout 1
-E=$LAST_PID
-wait_until 30 up e || fail "e did not start"
+# Redis frozen while f stops: the hand-back waits at most 5 s, not for ever
+start_worker f --drain-timeout 1
+F=$LAST_PID
+wait_until 30 up f || fail "f did not start"
 kill -STOP "$REDIS_PID"
 t_term=$(now)
-kill -TERM "$E"
-wait_until 30 eval '! kill -0 '"$E"' 2>/dev/null'
+kill -TERM "$F"
+wait_until 30 eval '! kill -0 '"$F"' 2>/dev/null'
 stopped=$?
-took3=$(since "$t_term")
+took4=$(since "$t_term")
 kill -CONT "$REDIS_PID"
-[ $stopped = 0 ] || fail "e still running $took3 s after SIGTERM with Redis frozen"
-wait "$E" || fail "e exit status $?"
-echo "Redis frozen: e exited $took3 s after SIGTERM"
-awk -v t="$took3" 'BEGIN { exit !(t < 15) }' || fail "took $took3 s"
-grep -q "did not answer" "$T/e.log" || fail "e did not say why it stopped without Redis: $(tail -2 "$T/e.log")"
-echo "ok: SIGKILL -> jobs taken ${took} s after the heartbeat went stale; drain timeout -> taken ${took2} s after exit; Redis frozen -> exit ${took3} s after SIGTERM"
+[ $stopped = 0 ] || fail "f still running $took4 s after SIGTERM with Redis frozen"
+wait "$F" || fail "f exit status $?"
+echo "Redis frozen: f exited $took4 s after SIGTERM"
+awk -v t="$took4" 'BEGIN { exit !(t < 15) }' || fail "took $took4 s"
+grep -q "did not answer" "$T/f.log" || fail "f did not say why it stopped without Redis: $(tail -2 "$T/f.log")"
+echo "ok: SIGKILL -> jobs taken ${took} s after the heartbeat went stale; drain timeout -> taken ${took2} s after exit; restart under the same name -> taken ${took3} s after start; Redis frozen -> exit ${took4} s after SIGTERM"

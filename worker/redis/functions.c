@@ -131,19 +131,24 @@ const char functions_library[] =
     "  end\n"
     "  return gone\n"
     "end)\n"
-    /* KEYS stream; ARGV group, consumer, heartbeat key prefix, count: the
-     * entries of consumers without a heartbeat, up to count, claimed for
-     * this consumer as {id, fields, attempt}; such consumers holding
-     * nothing are removed */
+    /* KEYS stream; ARGV group, consumer, heartbeat key prefix, count, own:
+     * the entries of consumers without a heartbeat, up to count, claimed
+     * for this consumer as {id, fields, attempt}; such consumers holding
+     * nothing are removed.  own = 1 (a worker's first look, holding
+     * nothing yet, before the reconnect grace): its own name's entries
+     * only, a previous process's under the same name (a restart with the
+     * same --consumer, or host:pid in a container, where the pid is 1
+     * again) */
     "redis.register_function('redlm_reap', function(keys, args)\n"
     "  local n, out = tonumber(args[4]), {}\n"
     "  local ok, cs = pcall(redis.call, 'XINFO', 'CONSUMERS', keys[1], args[1])\n"
     "  if not ok then return out end\n"
     "  for _, c in ipairs(cs) do\n"
     "    c = fields(c)\n"
-    "    if c.name ~= args[2] and redis.call('EXISTS', args[3] .. c.name) == 0 then\n"
+    "    local own = c.name == args[2]\n"
+    "    if (own and args[5] == '1') or (not own and args[5] ~= '1' and redis.call('EXISTS', args[3] .. c.name) == 0) then\n"
     "      if c.pending == 0 then\n"
-    "        redis.call('XGROUP', 'DELCONSUMER', keys[1], args[1], c.name)\n"
+    "        if not own then redis.call('XGROUP', 'DELCONSUMER', keys[1], args[1], c.name) end\n"
     "      elseif n > 0 then\n"
     "        local p = redis.call('XPENDING', keys[1], args[1], '-', '+', n, c.name)\n"
     "        local cmd, attempt = {'XCLAIM', keys[1], args[1], args[2], '0'}, {}\n"

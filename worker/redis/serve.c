@@ -55,6 +55,7 @@ typedef struct rlServe {
     int group_ready, reader_busy;
     int hb_ok;                      /* a heartbeat has been stored */
     int n_starting;                 /* jobs read, waiting for their start's answer */
+    int own_taken;                  /* the first reap, which takes a previous process's entries under this name, is answered */
     double last_claim, last_reap, reader_up;
     char cancel_last[48];
     int cancel_busy;
@@ -332,6 +333,7 @@ static void serve_on_reap(redisAsyncContext *ac, void *reply, void *priv) {
     redisReply *r = reply;
     if (!r) return;
     s->reader_busy = 0;
+    s->own_taken = 1; /* from now on, entries under this name are this process's */
     if (!serve_reply_error(s, r, "reaping dead consumers") && r->type == REDIS_REPLY_ARRAY)
         for (size_t i = 0; i < r->elements; i++) {
             const redisReply *en = r->element[i];
@@ -339,7 +341,8 @@ static void serve_on_reap(redisAsyncContext *ac, void *reply, void *priv) {
                 en->element[2]->type != REDIS_REPLY_INTEGER)
                 continue;
             int attempt = (int)en->element[2]->integer;
-            fprintf(stderr, "redlm worker: took entry %s from a consumer whose heartbeat is gone (attempt %d)\n",
+            fprintf(stderr, "redlm worker: took entry %s from a consumer whose heartbeat is gone, or this name's "
+                    "previous process (attempt %d)\n",
                     en->element[0]->str, attempt);
             serve_entry(s, en, attempt);
         }
@@ -355,11 +358,14 @@ static void serve_cycle(rlServe *s) {
     snprintf(count, sizeof(count), "%d", credit);
     double now = ev_now(s->loop);
     s->reader_busy = 1;
-    if (now - s->last_reap >= SERVE_REAP_S && now - s->reader_up >= SERVE_REAP_GRACE_S) {
+    /* before its first read, a worker takes what a previous process left
+     * under its name (nothing here is running yet): at once, not after
+     * claim-idle */
+    if (!s->own_taken || (now - s->last_reap >= SERVE_REAP_S && now - s->reader_up >= SERVE_REAP_GRACE_S)) {
         s->last_reap = now;
         const char *argv[] = {"FCALL", "redlm_reap", "1", s->o.keys.stream, s->o.keys.group,
-                              s->o.keys.consumer, KEYS_HEARTBEAT_PREFIX, count};
-        redisAsyncCommandArgv(ac, serve_on_reap, s, 8, argv, NULL);
+                              s->o.keys.consumer, KEYS_HEARTBEAT_PREFIX, count, s->own_taken ? "0" : "1"};
+        redisAsyncCommandArgv(ac, serve_on_reap, s, 9, argv, NULL);
         return;
     }
     if (now - s->last_claim >= s->o.claim_idle_ms / 2000.0) {
