@@ -4,6 +4,8 @@
 #   - stop_reason: the stop string or stop token id that ended it, null for
 #     EOS and for length (vLLM's meaning);
 #   - include_stop_str_in_output: the stop string stays in the text;
+#   - min_tokens: no stop string ends a sample before that many tokens (vLLM
+#     looks for them only after min_tokens);
 #   - skip_special_tokens: true (the default) drops special added tokens'
 #     text, false keeps it.
 source "$(dirname "$0")/generate_lib.sh"
@@ -18,6 +20,7 @@ pre=${text%%"$stop"*}
 jq -nc --arg s "$stop" --argjson b "{$base}" '
   ($b + {id: "str", stop: ["zzzz", $s]}),
   ($b + {id: "keep", stop: $s, include_stop_str_in_output: true}),
+  ($b + {id: "min", stop: $s, min_tokens: 8}),
   ($b + {id: "tok", logit_bias: {"1540": 100}, stop_token_ids: [1540]}),
   ($b + {id: "eos", logit_bias: {"2002": 100}}),
   ($b + {id: "len"}),
@@ -30,6 +33,8 @@ field() { jq -c --arg id "$1" "select(.id == \$id) | $2" "$tmp/out.jsonl"; }
 [ "$(field str .text)" = "$(jq -nc --arg s "$pre" '$s')" ] || fail "text before the stop: $(field str .text)"
 [ "$(field keep .text)" = "$(jq -nc --arg s "$pre$stop" '$s')" ] || fail "kept stop: $(field keep .text)"
 [ "$(field keep .stop_reason)" = "$(jq -nc --arg s "$stop" '$s')" ] || fail "kept stop reason"
+[ "$(field min '[.finish_reason, .stop_reason, .text]')" = "$(jq -nc --arg t "$text" '["length", null, $t]')" ] ||
+    fail "a stop string before min_tokens ended the sample: $(field min '[.finish_reason, .stop_reason, .text]')"
 [ "$(field tok '[.finish_reason, .stop_reason]')" = '["stop",1540]' ] || fail "stop token: $(field tok '[.finish_reason, .stop_reason]')"
 [ "$(field eos '[.finish_reason, .stop_reason]')" = '["stop",null]' ] || fail "eos: $(field eos '[.finish_reason, .stop_reason]')"
 [ "$(field len '[.finish_reason, .stop_reason]')" = '["length",null]' ] || fail "length: $(field len '[.finish_reason, .stop_reason]')"

@@ -501,6 +501,7 @@ static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
                          (r->include_stop_str_in_output ? RL_DETOK_KEEP_STOP : 0);
         if (e->tok && !(s->detok = detok_create(e->tok, r->stop, r->n_stop, flags, err)))
             return -1;
+        if (s->detok) detok_min_tokens(s->detok, r->min_tokens);
     }
     if (r->prompt_logprobs >= 0 &&
         !(q->prompt_lp = calloc((size_t)r->n_prompt_ids, sizeof(rlTokenLogprob))))

@@ -27,6 +27,7 @@ struct rlDetok {
     bytebuf bytes, held, ready;
     int taken;      /* ready was handed out: clear it on the next call */
     int stopped, finished;  /* stopped: 1 + the stop string's index given */
+    int pushed, min_tokens; /* stop strings are looked for once pushed > min_tokens */
 };
 
 rlDetok *detok_create(const rlTokenizer *t, char *const *stops, int n_stops, unsigned flags,
@@ -72,6 +73,8 @@ void detok_free(rlDetok *d) {
     free(d);
 }
 
+void detok_min_tokens(rlDetok *d, int n) { d->min_tokens = n; }
+
 static void detok_untake(rlDetok *d) {
     if (d->taken) bytebuf_clear(&d->ready);
     d->taken = 0;
@@ -101,8 +104,9 @@ static int detok_scan(rlDetok *d) {
     const char *h = d->held.data;
     size_t n = d->held.len, cut = n, keep_from = n;
     int which = -1;     /* the stop string found first in the text */
+    int armed = d->pushed > d->min_tokens;
     for (int s = 0; s < d->n_stops && n; s++) {
-        const char *hit = memmem(h, n, d->stops[s], d->stop_len[s]);
+        const char *hit = armed ? memmem(h, n, d->stops[s], d->stop_len[s]) : NULL;
         if (hit && (size_t)(hit - h) < cut) {
             cut = (size_t)(hit - h);
             which = s;
@@ -132,6 +136,7 @@ int detok_push(rlDetok *d, int32_t id, int *stopped, rlError *err) {
     detok_untake(d);
     *stopped = d->stopped;
     if (d->stopped || d->finished) return 0;
+    d->pushed++;
     const char *s;
     size_t n;
     int rc = 0;

@@ -45,6 +45,10 @@ enum {
 };
 rlDetok *detok_create(const rlTokenizer *t, char *const *stops, int n_stops, unsigned flags,
                       rlError *err);
+/* vLLM's min_tokens for stop strings: none is looked for until more than n
+ * ids were pushed (one completed earlier is text like any other; one that
+ * began earlier and completes later ends the sequence). */
+void detok_min_tokens(rlDetok *d, int n);
 /* Feed one generated id.  Sets *stopped to 1 + the index (in the stops
  * given) of a stop string that is now complete, 0 while none is
  * (generation must end; the stop string, unless kept, and anything after it
