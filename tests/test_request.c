@@ -266,6 +266,23 @@ static void test_openai_fields(void **state) {
 /* null is "not given" for every field but id, as the OpenAI API and vLLM
  * take it (`temperature=None` serialised by a client is a default, not an
  * error): the protocol's defaults, or the model's, fill them. */
+/* metadata's limits are OpenAI's: characters, not bytes. */
+static void test_metadata_characters(void **state) {
+    (void)state;
+    char text[4096], value[1200] = "", key[200] = "";
+    for (int i = 0; i < 512; i++) strcat(value, "\xc3\xa9");   /* 512 x U+00E9: 1,024 bytes */
+    for (int i = 0; i < 64; i++) strcat(key, "\xe4\xbd\xa0");   /* 64 x U+4F60: 192 bytes */
+    rlRequest r;
+    rlError err;
+    snprintf(text, sizeof(text), "{\"id\":\"a\",\"prompt\":\"x\",\"metadata\":{\"%s\":\"%s\"}}", key, value);
+    assert_null(parse(text, &r, &err));
+    request_free(&r);
+    snprintf(text, sizeof(text), "{\"id\":\"a\",\"prompt\":\"x\",\"metadata\":{\"k\":\"%sa\"}}", value);
+    assert_string_equal(parse(text, &r, &err), "invalid_request");
+    assert_non_null(strstr(err.msg, "512 characters"));
+    request_free(&r);
+}
+
 static void test_null_is_default(void **state) {
     (void)state;
     rlRequest r, d;
@@ -377,6 +394,7 @@ int main(void) {
         cmocka_unit_test(test_openai_fields),
         cmocka_unit_test(test_openai_invalid),
         cmocka_unit_test(test_null_is_default),
+        cmocka_unit_test(test_metadata_characters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

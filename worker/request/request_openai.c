@@ -148,6 +148,13 @@ static int openai_model(rlRequest *r, const char *key, const json_t *v, const ch
     return request_get_string(v, key, -1, 0, &r->model, code, err);
 }
 
+/* Characters (code points), as OpenAI counts its limits, not bytes. */
+static size_t openai_chars(const char *s, size_t n) {
+    size_t chars = 0, len;
+    for (size_t i = 0; i < n; i += len ? len : 1, chars++) utf8_next((const unsigned char *)s + i, n - i, &len);
+    return chars;
+}
+
 /* user: a string; metadata: string -> string (OpenAI: 16 pairs, keys up to
  * 64 and values up to 512 characters).  Both only travel back. */
 static int openai_echo(rlRequest *r, const char *key, const json_t *v, const char **code,
@@ -166,8 +173,8 @@ static int openai_echo(rlRequest *r, const char *key, const json_t *v, const cha
     const json_t *x;
     json_object_foreach((json_t *)v, k, x) {
         size_t kl = strlen(k);
-        if (kl > 64 || !utf8_valid(k, kl, NULL) || !json_is_string(x) ||
-            json_string_length(x) > 512) {
+        if (!utf8_valid(k, kl, NULL) || openai_chars(k, kl) > 64 || !json_is_string(x) ||
+            openai_chars(json_string_value(x), json_string_length(x)) > 512) {
             *code = "invalid_request";
             return rl_error(err, RL_EINPUT, "field 'metadata' holds keys of at "
                             "most 64 and string values of at most 512 characters ('%.64s' is "
