@@ -27,10 +27,12 @@ cat > "$tmp/in.jsonl" <<JSON
 {"id": "nomin", $base, "logit_bias": {"1540": 6}, "stop_token_ids": [1540]}
 {"id": "model", $base, "model": "other-model"}
 {"id": "served", $base, "model": "tiny"}
+{"id": "alias", $base, "model": "qwen-tiny"}
+{"id": "part", $base, "model": "tin"}
 {"id": "vocab", $base, "logit_bias": {"4096": 1}}
 {"id": "range", $base, "presence_penalty": 3}
 JSON
-"$REDLM" generate --model "$dir" --threads 2 --served-model-name tiny --input "$tmp/in.jsonl" \
+"$REDLM" generate --model "$dir" --threads 2 --served-model-name tiny,qwen-tiny --input "$tmp/in.jsonl" \
     --output "$tmp/out.jsonl"
 ids() { jq -c --arg id "$1" 'select(.id == $id) | .token_ids' "$tmp/out.jsonl"; }
 field() { jq -r --arg id "$1" "select(.id == \$id) | $2" "$tmp/out.jsonl"; }
@@ -48,9 +50,11 @@ first=$(jq '.[0]' <<<"$(ids plain)")
 [ "$(field nomin .usage.completion_tokens)" = 1 ] || fail "stop id without min_tokens"
 [ "$(field min .usage.completion_tokens)" = 4 ] && [ "$(field min .finish_reason)" = stop ] ||
     fail "min_tokens: $(field min .usage.completion_tokens) tokens"
-field model .error.message | grep -q "model 'other-model' is not served here: this worker serves 'tiny'" ||
+field model .error.message | grep -q "model 'other-model' is not served here: this worker serves 'tiny,qwen-tiny'" ||
     fail "model: $(field model .error.message)"
 [ "$(field served .event)" = done ] || fail "served name refused"
+[ "$(field alias .event)" = done ] || fail "the second served name refused (vLLM takes any of them)"
+[ "$(field part .event)" = error ] || fail "a part of a served name taken"
 field vocab .error.message | grep -q "logit_bias names token 4096, outside the model's vocabulary" ||
     fail "vocab: $(field vocab .error.message)"
 field range .error.message | grep -q "'presence_penalty' must be a number in \[-2, 2\]" ||

@@ -449,6 +449,19 @@ static int ereq_tokenize(rlEngine *e, engReq *q, rlError *err) {
                        err->msg + (utf8 ? sizeof(UTF8) - 1 : 0));
 }
 
+
+/* Whether name is one of --served-model-name's comma-separated names (vLLM
+ * takes several: a request may give any of them). */
+static int engine_serves(const char *names, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = names;; p++) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !memcmp(p, name, n)) return 1;
+        if (!end) return 0;
+        p = end;
+    }
+}
 static int ereq_check(rlEngine *e, engReq *q) {
     const rlRequest *r = q->req;
     int V = e->cfg.vocab_size;
@@ -472,7 +485,7 @@ static int ereq_check(rlEngine *e, engReq *q) {
         return ereq_refuse(q, "invalid_request", "n = %d is over --max-num-seqs %d", r->n,
                            e->opt.max_num_seqs);
     const char *served = e->opt.served_model_name ? e->opt.served_model_name : e->opt.model;
-    if (r->model && strcmp(r->model, served) && strcmp(r->model, e->opt.model))
+    if (r->model && !engine_serves(served, r->model) && strcmp(r->model, e->opt.model))
         return ereq_refuse(q, "invalid_request",
                            "model '%.200s' is not served here: this worker serves '%.200s' "
                            "(--served-model-name; also '%.200s', its --model)", r->model, served,

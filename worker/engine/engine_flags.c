@@ -56,9 +56,9 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
     pc->aliases = "--prefix-caching";
     pc->negatable = 1;
     flags_u64(fs, "--seed", &o->seed, "N", "seed for dummy weights and unseeded requests");
-    flags_string(fs, "--served-model-name", &o->served_model_name, "NAME",
-                 "the name a request's `model` must give (or --model as\ngiven), in heartbeats "
-                 "and `redlm status` (default: --model)");
+    flags_string(fs, "--served-model-name", &o->served_model_name, "NAME[,NAME...]",
+                 "the name(s) a request's `model` may give (or --model as\ngiven; vLLM's names, "
+                 "comma-separated here), in heartbeats\nand `redlm status` (default: --model)");
     flags_enum(fs, "--generation-config", &o->generation_config, engine_generation_configs,
                "auto: the model's generation_config.json sampling\n"
                "defaults fill the fields a request leaves out\n"
