@@ -111,4 +111,18 @@ grep -aq '20/20 done, 0 in flight, 0 errors, 0 skipped, [0-9.]* jobs/s' "$T/tty.
     fail "no progress line on a terminal: $(tr '\r' '\n' < "$T/tty.log" | tail -3)"
 same "$T/win-gen.jsonl" "$T/tty-out.jsonl" || fail "results on a terminal differ: $(head -4 "$T/diff")"
 
-echo "ok: submit in input order equal to generate; resume sent $sent of 60; U+0000 in replies; --window 4; progress"
+# workers answering under another --reply-prefix: submit makes its reply
+# stream under the prefix their heartbeats announce (under redlm:reply: every
+# job was refused and answered where submit never read: it waited for ever)
+start_worker w-app --stream redlm:app --reply-prefix app:reply:
+up_app() { [ "$(rcli HGET redlm:instances:w-app reply_prefix)" = app:reply: ]; }
+wait_until 30 up_app || fail "w-app's heartbeat does not announce its reply prefix"
+timeout 30 "$REDLM" submit --redis "$(URL)" --stream redlm:app --input "$T/win.jsonl" --output "$T/app-out.jsonl" \
+    2> "$T/submit-app.log" || fail "submit to workers under app:reply: failed: $(tail -3 "$T/submit-app.log")"
+same "$T/win-gen.jsonl" "$T/app-out.jsonl" || fail "results under app:reply: differ: $(head -4 "$T/diff")"
+timeout 5 "$REDLM" submit --redis "$(URL)" --stream redlm:app --input "$T/win.jsonl" --output - \
+    --reply-prefix other: > /dev/null 2> "$T/submit-other.log"
+grep -q "live workers of redlm:app answer under 'app:reply:'" "$T/submit-other.log" ||
+    fail "no warning for a --reply-prefix the workers do not use: $(cat "$T/submit-other.log")"
+
+echo "ok: submit in input order equal to generate; resume sent $sent of 60; U+0000 in replies; --window 4; progress; another reply prefix"

@@ -44,7 +44,7 @@ typedef struct subSlot {
 typedef struct subRun {
     redisContext *c;
     const char *stream;
-    char reply_key[64];
+    char reply_key[320];
     char last_id[48];
     FILE *in, *out;
     long next_line;             /* lines read so far = the last line's number */
@@ -563,8 +563,40 @@ static int sub_loop(subRun *r) {
     return rc;
 }
 
+/* The reply prefix this run's stream goes under: a worker answers only
+ * under its own --reply-prefix (a job whose reply_to is elsewhere is
+ * answered where this run never reads), so take the one the live workers
+ * of the stream announce, or check the one given against it. */
+static int sub_reply_prefix(redisContext *c, const char *stream, const char **prefix) {
+    static char announced[256];
+    rlInstance *v;
+    int n;
+    rlError err;
+    if (instances_read(c, stream, &v, &n, &err)) n = 0, v = NULL;
+    const char *theirs = NULL;
+    for (int i = 0; i < n; i++) {
+        const char *p = v[i].live ? instances_field(&v[i], "reply_prefix") : NULL;
+        if (!p) continue;
+        if (theirs && strcmp(theirs, p))
+            fprintf(stderr, "redlm submit: the workers of %s answer under different reply prefixes ('%s', "
+                    "'%s'); give --reply-prefix\n", stream, theirs, p);
+        if (!theirs && strlen(p) < sizeof(announced)) theirs = strcpy(announced, p);
+    }
+    instances_free(v, n);
+    if (*prefix && theirs && strcmp(*prefix, theirs))
+        fprintf(stderr, "redlm submit: --reply-prefix '%s', but the live workers of %s answer under '%s': "
+                "their answers would never arrive\n", *prefix, stream, theirs);
+    if (!*prefix) *prefix = theirs ? theirs : "redlm:reply:";
+    if (!**prefix || strlen(*prefix) > 256) {
+        fprintf(stderr, "redlm submit: --reply-prefix must be 1 to 256 bytes\n");
+        return -1;
+    }
+    return 0;
+}
+
 int cmd_submit(int argc, char **argv) {
     const char *url_s = NULL, *input = NULL, *output = NULL, *stream = "redlm:jobs", *format = "auto";
+    const char *reply_prefix = NULL;
     int window = 256;
     double timeout = 0;
     rlFlags fs;
@@ -582,6 +614,10 @@ int cmd_submit(int argc, char **argv) {
     flags_string(&fs, "--stream", &stream, "KEY", "job stream (default redlm:jobs)");
     flags_enum(&fs, "--input-format", &format, openai_batch_formats,
                "redlm requests or OpenAI Batch lines (default auto: the first line decides)");
+    flags_string(&fs, "--reply-prefix", &reply_prefix, "P",
+                 "the workers' --reply-prefix, under which this run's reply\n"
+                 "stream is made (default: the one the live workers of\n"
+                 "--stream announce, else redlm:reply:)");
     flags_int(&fs, "--window", &window, 1, 1000000, "N", "jobs outstanding at once (default 256)");
     flags_double(&fs, "--timeout", &timeout, 0, 1, 1e9, "S",
                  "give up after S seconds, saying how many results it has\n"
@@ -626,7 +662,11 @@ int cmd_submit(int argc, char **argv) {
     for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
     snprintf(r.id_prefix, sizeof(r.id_prefix), "job%08llx", (unsigned long long)(h & 0xffffffffULL));
     unsigned long long rnd = (unsigned long long)getpid() ^ (unsigned long long)time(NULL) << 20 ^ h;
-    snprintf(r.reply_key, sizeof(r.reply_key), "redlm:reply:submit:%016llx", rnd);
+    if (sub_reply_prefix(r.c, stream, &reply_prefix)) {
+        rc = RL_EUSAGE;
+        goto done;
+    }
+    snprintf(r.reply_key, sizeof(r.reply_key), "%ssubmit:%016llx", reply_prefix, rnd);
     /* read from the beginning of the reply stream: it is new */
     snprintf(r.last_id, sizeof(r.last_id), "0-0");
     r.tty = isatty(2);

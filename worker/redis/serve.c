@@ -590,7 +590,7 @@ static void serve_on_heartbeat(struct ev_loop *loop, ev_timer *w, int revents) {
                           "tokens_per_s", tps,
                           "jobs", jobs, "pid", pid, "started", s->started, "state",
                           s->draining ? "draining" : "serving", "stream", s->o.keys.stream,
-                          "group", s->o.keys.group};
+                          "group", s->o.keys.group, "reply_prefix", s->o.keys.reply_prefix};
     redisAsyncCommandArgv(ac, NULL, NULL, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
     char ttl[16];
     snprintf(ttl, sizeof(ttl), "%d", INSTANCES_TTL_S);
