@@ -35,6 +35,8 @@ struct rlConn {
     ev_timer retry;
     ev_timer close_wait;     /* a graceful close's bound */
     int lost_logged;
+    int waiting_logged;      /* "does not serve yet" was said for this wait */
+    int hold_backoff;        /* the next login keeps the backoff (rconn_retry) */
 };
 
 static void rconn_connect(rlConn *c);
@@ -68,11 +70,43 @@ static void rconn_up(rlConn *c) {
         fprintf(stderr, "redlm worker: Redis at %s:%d is back (%s connection)\n", c->url.host, c->url.port,
                 c->name);
     c->lost_logged = 0;
-    c->backoff = RCONN_BACKOFF_MIN;
+    if (!c->hold_backoff) c->backoff = RCONN_BACKOFF_MIN;
+    c->hold_backoff = 0;
     c->refused_since = 0;
     c->up = 1;
     c->h.ready(c, c->h.ctx);
 }
+
+/* Redis answers before it serves: while it loads its data set after a
+ * restart (or waits for its master), every command is refused.  A
+ * connection is up only once a PING is answered; until then it is closed
+ * and retried with the backoff, so no write is refused for it. */
+int rconn_transient(const redisReply *r) {
+    static const char *const words[] = {"LOADING", "OOM", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", NULL};
+    for (const char *const *w = words; r && r->type == REDIS_REPLY_ERROR && *w; w++) {
+        size_t n = strlen(*w);
+        if (!strncmp(r->str, *w, n) && (r->str[n] == ' ' || !r->str[n])) return 1;
+    }
+    return 0;
+}
+
+static void rconn_on_ping(redisAsyncContext *ac, void *r, void *priv) {
+    rlConn *c = priv;
+    redisReply *reply = r;
+    if (!reply || c->closing) return;
+    if (rconn_transient(reply)) {
+        if (!c->waiting_logged)
+            fprintf(stderr, "redlm worker: Redis at %s:%d does not serve yet (%s); waiting\n", c->url.host,
+                    c->url.port, reply->str);
+        c->waiting_logged = 1;
+        redisAsyncDisconnect(ac);
+        return;
+    }
+    c->waiting_logged = 0;
+    rconn_up(c);
+}
+
+static void rconn_ping(rlConn *c) { redisAsyncCommand(c->ac, rconn_on_ping, c, "PING"); }
 
 static void rconn_on_login(redisAsyncContext *ac, void *r, void *priv) {
     rlConn *c = priv;
@@ -94,7 +128,7 @@ static void rconn_on_login(redisAsyncContext *ac, void *r, void *priv) {
         else redisAsyncDisconnect(ac);
         return;
     }
-    if (c->logins > 0 && --c->logins == 0) rconn_up(c);
+    if (c->logins > 0 && --c->logins == 0) rconn_ping(c);
 }
 
 static void rconn_on_connect(const redisAsyncContext *ac, int status) {
@@ -115,7 +149,7 @@ static void rconn_on_connect(const redisAsyncContext *ac, int status) {
     c->logins = n;
     for (int i = 0; i < n; i++)
         redisAsyncCommandArgv(c->ac, rconn_on_login, c, l.argc[i], l.argv[i], NULL);
-    if (!n) rconn_up(c);
+    if (!n) rconn_ping(c);
 }
 
 static void rconn_on_disconnect(const redisAsyncContext *ac, int status) {
@@ -170,6 +204,11 @@ redisAsyncContext *rconn_ctx(rlConn *c) { return c->up ? c->ac : NULL; }
 
 void rconn_reset(rlConn *c) {
     if (c->ac) redisAsyncDisconnect(c->ac);
+}
+
+void rconn_retry(rlConn *c) {
+    c->hold_backoff = 1;
+    rconn_reset(c);
 }
 
 void rconn_close(rlConn *c, int now) {

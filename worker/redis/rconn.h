@@ -30,6 +30,13 @@ rlConn *rconn_create(struct ev_loop *loop, const rlRedisUrl *url, const char *na
 redisAsyncContext *rconn_ctx(rlConn *c);
 /* Drop the connection now and reconnect after the backoff. */
 void rconn_reset(rlConn *c);
+/* The same, for a Redis that refuses for now what it would take later:
+ * the backoff keeps growing (to 2 s) across such drops. */
+void rconn_retry(rlConn *c);
+/* An error reply for a state that passes, given before the command ran:
+ * Redis loading its data, out of memory, busy with a script, a replica
+ * (READONLY, MASTERDOWN).  The command may be sent again later. */
+int rconn_transient(const redisReply *r);
 /* Disconnect for good and free: gracefully (pending replies still arrive
  * first, for at most 5 s) or now (pending commands get NULL replies, e.g. a
  * blocked XREAD). */

@@ -220,11 +220,11 @@ static int serve_reply_error(rlServe *s, const redisReply *r, const char *what) 
     if (!r) return 1; /* connection lost: on_lost resets the state */
     if (r->type != REDIS_REPLY_ERROR) return 0;
     fprintf(stderr, "redlm worker: %s failed: %s\n", what, r->str);
-    if (!strncmp(r->str, "NOGROUP", 7)) {
-        /* the stream or group was deleted (or Redis restarted empty) */
-        s->group_ready = 0;
-        rconn_reset(s->reader);
-    }
+    /* the stream or group deleted (NOGROUP, or Redis restarted empty),
+     * Redis out of memory, the key of another type ...: read again on a
+     * new connection, after a growing backoff, not in a tight loop */
+    s->group_ready = 0;
+    rconn_retry(s->reader);
     return 1;
 }
 
@@ -390,8 +390,9 @@ static void serve_on_group(redisAsyncContext *ac, void *reply, void *priv) {
     if (!r) return;
     s->reader_busy = 0;
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9)) {
-        fprintf(stderr, "redlm worker: cannot create group %s on %s: %s\n", s->o.keys.group, s->o.keys.stream,
-                r->str);
+        fprintf(stderr, "redlm worker: cannot create group %s on %s: %s; trying again\n", s->o.keys.group,
+                s->o.keys.stream, r->str);
+        rconn_retry(s->reader); /* it stopped reading for good */
         return;
     }
     s->group_ready = 1;
@@ -406,10 +407,13 @@ static void serve_fail(rlServe *s, const char *msg) {
 }
 
 static void serve_on_load(redisAsyncContext *ac, void *reply, void *priv) {
-    (void)ac;
     rlServe *s = priv;
     redisReply *r = reply;
     if (!r || r->type != REDIS_REPLY_ERROR) return;
+    if (rconn_transient(r)) { /* loading, out of memory ...: again on a new connection */
+        rconn_retry(ac == rconn_ctx(s->reader) ? s->reader : s->wconn);
+        return;
+    }
     char msg[RL_ERROR_LEN];
     snprintf(msg, sizeof(msg), "Redis at %s:%d refused the worker's functions (FUNCTION LOAD; Redis 7.0 or "
              "later is needed, and a user allowed to run FUNCTION and FCALL): %s", s->o.url.host, s->o.url.port,
@@ -529,6 +533,8 @@ static void serve_refused(rlConn *c, void *ctx, const char *msg) {
     snprintf(m, sizeof(m), "%.900s (for %d s, --redis-wait); stopping", msg, (int)s->o.redis_wait);
     serve_fail(s, m);
 }
+static void serve_writer_retry(void *ctx) { rconn_retry(((rlServe *)ctx)->wconn); }
+
 static void serve_writer_lost(rlConn *c, void *ctx) {
     (void)c;
     writer_connected(((rlServe *)ctx)->writer, NULL);
@@ -683,7 +689,8 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     snprintf(s->started, sizeof(s->started), "%lld", (long long)time(NULL));
     int rc = 0;
     s->metrics = o->metrics;
-    rlWriterHooks wh = {.started = serve_on_started, .lost = serve_on_lost, .done = serve_on_job_done, .ctx = s};
+    rlWriterHooks wh = {.started = serve_on_started, .lost = serve_on_lost, .done = serve_on_job_done,
+                        .retry = serve_writer_retry, .ctx = s};
     s->writer = writer_create(&s->o.keys, &wh);
     s->intake = (rlIntake){.keys = &s->o.keys, .max_deliveries = o->max_deliveries, .metrics = s->metrics};
     ev_async_init(&s->wake, serve_on_wake);

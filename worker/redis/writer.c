@@ -8,6 +8,7 @@
  * bookkeeping there is.  At most WRITER_WINDOW runs are in flight, which
  * keeps hiredis's output buffer small. */
 #include "worker/redis/writer.h"
+#include "worker/redis/rconn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,10 +80,21 @@ static void writer_answer(rlWriter *w, rlItem *it, const redisReply *reply) {
 }
 
 static void writer_on_reply(redisAsyncContext *ac, void *r, void *priv) {
-    (void)ac;
     rlWriter *w = priv;
     redisReply *reply = r;
-    if (!reply) return; /* connection lost: writer_connected(NULL) requeues */
+    /* connection lost, or given up below: writer_connected(NULL) requeues
+     * (a later run that did go through is then stored twice: readers drop
+     * repeats by seq) */
+    if (!reply || ac != w->ac) return;
+    /* a run refused whole for a passing state, before any of it ran */
+    if (rconn_transient(reply)) {
+        if (w->errors++ < 10)
+            fprintf(stderr, "redlm worker: Redis refused %d writes for now (%s); sending them again after a "
+                    "reconnect\n", w->runs[w->run_head], reply->str);
+        w->ac = NULL;
+        if (w->hooks.retry) w->hooks.retry(w->hooks.ctx);
+        return;
+    }
     int n = w->runs[w->run_head];
     w->run_head = (w->run_head + 1) % WRITER_WINDOW;
     w->n_runs--;

@@ -7,7 +7,8 @@
  * repeats by `seq`).  The queue's size in bytes is shared with the engine
  * thread, which pauses when Redis has been away long enough to fill it.
  * What Redis answers goes back to the owner through hooks: a job's start,
- * a job whose writes were fenced out or refused, a job's confirmed XACK. */
+ * a job whose writes were fenced out or refused, a job's confirmed XACK, a
+ * run refused for now (Redis loading, out of memory): then resent. */
 #ifndef RL_WRITER_H
 #define RL_WRITER_H
 
@@ -25,6 +26,10 @@ typedef struct rlWriterHooks {
     void (*lost)(void *ctx, rlJob *job, const char *why);
     /* the job's XACK answered, whatever the answer: the job may be freed */
     void (*done)(void *ctx, rlJob *job);
+    /* Redis refused a run whole for a passing state (loading, out of memory,
+     * busy): the writer stopped using the connection; the owner drops it and
+     * reconnects after a backoff, and everything unanswered goes again */
+    void (*retry)(void *ctx);
     void *ctx;
 } rlWriterHooks;
 
