@@ -3,8 +3,9 @@
 # order equal to `redlm generate`'s, ids assigned when missing, a bad line
 # answered locally, resumed runs (output cut mid-line, or between the two
 # samples of an n = 2 job) that submit only the jobs missing from the
-# output, replies holding U+0000, --window, and the progress line on a
-# terminal.
+# output, replies holding U+0000, --window, the progress line on a
+# terminal, a rerun while the stopped run's jobs still run, and workers
+# under another --reply-prefix.
 source "$(dirname "$0")/worker_lib.sh"
 
 start_redis
@@ -110,6 +111,22 @@ script -qec "'$REDLM' submit --redis '$(URL)' --input '$T/win.jsonl' --output '$
 grep -aq '20/20 done, 0 in flight, 0 errors, 0 skipped, [0-9.]* jobs/s' "$T/tty.log" ||
     fail "no progress line on a terminal: $(tr '\r' '\n' < "$T/tty.log" | tail -3)"
 same "$T/win-gen.jsonl" "$T/tty-out.jsonl" || fail "results on a terminal differ: $(head -4 "$T/diff")"
+
+# a run stopped (here by --timeout) while its jobs still run, rerun at once
+# with the same output: the jobs still running are submitted again once
+# they are done, not written as duplicate_id errors
+for i in 1 2 3 4; do
+    echo "{\"id\":\"stop-$i\",\"prompt_ids\":[$i,9],\"max_tokens\":$((i <= 2 ? 4 : 1500)),\"ignore_eos\":true,\"temperature\":0}"
+done > "$T/stop.jsonl"
+"$REDLM" submit --redis "$(URL)" --input "$T/stop.jsonl" --output "$T/stop-out.jsonl" --timeout 1 2> "$T/stop1.log"
+[ $? = 124 ] || fail "submit --timeout 1 did not stop with 124: $(cat "$T/stop1.log")"
+running() { [ "$(rcli HLEN redlm:jobs:running)" -ge 1 ]; }
+running || fail "no job left running by the stopped run (the test needs one)"
+timeout 60 "$REDLM" submit --redis "$(URL)" --input "$T/stop.jsonl" --output "$T/stop-out.jsonl" 2> "$T/stop2.log" ||
+    fail "the rerun failed: $(cat "$T/stop2.log")"
+grep -q "is running from an earlier submission" "$T/stop2.log" || fail "the rerun met no running job: $(cat "$T/stop2.log")"
+jq -e -s 'length == 4 and all(.[]; .event == "done" and (.token_ids | length) == (if (.id | ltrimstr("stop-") | tonumber) <= 2 then 4 else 1500 end))' \
+    "$T/stop-out.jsonl" > /dev/null || fail "the rerun's output: $(jq -c '{id, event, error}' "$T/stop-out.jsonl")"
 
 # workers answering under another --reply-prefix: submit makes its reply
 # stream under the prefix their heartbeats announce (under redlm:reply: every

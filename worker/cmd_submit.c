@@ -39,6 +39,9 @@ typedef struct subSlot {
     int skip;                   /* already in the output file */
     rlBatchLine batch;          /* an OpenAI Batch line: what its answer needs */
     int answered;               /* every result is in (counted once) */
+    char *payload;              /* the job as submitted, until answered: sent again after duplicate_id */
+    double retry_at;            /* when to send it again (0: not waiting) */
+    double retry_wait;          /* the wait before the next time */
 } subSlot;
 
 typedef struct subRun {
@@ -66,6 +69,7 @@ typedef struct subRun {
      * either kind; skipped: already in the output; completed: written. */
     long submitted, answered, local, errors, skipped, completed;
     long blank;                 /* blank lines (no job) */
+    int retrying;               /* jobs sent again after duplicate_id (the first few are said) */
     int detected;               /* the first line that is not blank was read (and the format known) */
     double t0;
     double timeout;             /* --timeout: give up after this many seconds (0: never) */
@@ -88,6 +92,7 @@ static void sub_slot_clear(subSlot *s) {
     json_decref(s->error);
     json_decref(s->local);
     openai_batch_line_free(&s->batch);
+    free(s->payload);
     memset(s, 0, sizeof(*s));
 }
 
@@ -260,6 +265,21 @@ static void sub_event(subRun *r, json_t *ev) {
     if (seq < s->next_seq) return; /* written twice across a reconnect */
     s->next_seq = seq + 1;
     const char *kind = json_string_value(json_object_get(ev, "event"));
+    const char *code = json_string_value(json_object_get(json_object_get(ev, "error"), "code"));
+    if (kind && !strcmp(kind, "error") && code && !strcmp(code, "duplicate_id") && s->payload && !s->error) {
+        /* a job with this id still runs: an earlier run of this input
+         * stopped (--timeout, a signal, Redis lost) leaves its jobs running,
+         * and their answers go to that run's reply stream.  Submit it again
+         * once that one is done, rather than record the refusal. */
+        if (!s->retry_wait && r->retrying++ < 3)
+            fprintf(stderr, "%sredlm submit: job %s is running from an earlier submission; it goes again when "
+                    "that one is done\n", r->tty ? "\n" : "", s->id);
+        s->retry_wait = s->retry_wait ? (s->retry_wait * 2 > 8 ? 8 : s->retry_wait * 2) : 0.5;
+        s->retry_at = now_s() + s->retry_wait;
+        s->attempt = 1;
+        s->next_seq = 0; /* the new entry's events start again from seq 0 */
+        return;
+    }
     if (kind && !strcmp(kind, "error")) {
         if (!s->error) s->error = json_incref(ev);
         sub_answered(r, s);
@@ -471,7 +491,7 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
         }
         json_object_set_new(r->by_id, s->id, json_integer(lineno)); /* id may point into req */
         redisAppendCommand(r->c, "XADD %s * json %s", r->stream, payload);
-        free(payload);
+        s->payload = payload;
         r->submitted++;
         sent++;
     }
@@ -482,6 +502,21 @@ oom:
     return -1;
 }
 
+/* Send again the jobs refused as duplicate_id whose wait is over; returns
+ * how many XADDs were appended. */
+static int sub_retry(subRun *r) {
+    int sent = 0;
+    double now = now_s();
+    for (long line = r->oldest; line <= r->next_line; line++) {
+        subSlot *s = &r->slots[line % r->window];
+        if (s->line != line || !s->retry_at || now < s->retry_at) continue;
+        s->retry_at = 0;
+        redisAppendCommand(r->c, "XADD %s * json %s", r->stream, s->payload);
+        sent++;
+    }
+    return sent;
+}
+
 static int sub_loop(subRun *r) {
     char *buf = NULL;
     size_t cap = 0;
@@ -490,6 +525,7 @@ static int sub_loop(subRun *r) {
     while (!rc) {
         int sent = sub_fill(r, &buf, &cap, &rc);
         if (sent < 0) break;
+        sent += sub_retry(r);
         for (int i = 0; i < sent; i++) {
             redisReply *x;
             if (redisGetReply(r->c, (void **)&x) != REDIS_OK || !x || x->type == REDIS_REPLY_ERROR) {
