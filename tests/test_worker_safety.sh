@@ -38,6 +38,10 @@ wait_until 20 got r-victim || fail "r-victim not answered on redlm:reply:r-victi
 wait_until 20 got r-jobs || fail "r-jobs not answered on redlm:reply:r-jobs"
 [ "$(code_of r-victim)" = invalid_request ] || fail "r-victim: $(stream_json redlm:reply:r-victim)"
 [ "$(code_of r-jobs)" = invalid_request ] || fail "r-jobs: $(stream_json redlm:reply:r-jobs)"
+rcli XADD redlm:jobs '*' json '{"id":"r-bare","prompt_ids":[1],"max_tokens":2,"reply_to":"redlm:reply:"}' > /dev/null
+wait_until 20 got r-bare || fail "r-bare not answered on redlm:reply:r-bare"
+stream_json redlm:reply:r-bare | jq -r .error.message | grep -q "^reply_to 'redlm:reply:' is only the reply prefix" ||
+    fail "r-bare: $(stream_json redlm:reply:r-bare)"
 dead_for() { rcli --raw XRANGE redlm:dead - + | grep -c "\"id\":\"$1\""; }
 refused() { [ "$(dead_for r-str)" -ge 1 ]; }
 wait_until 20 refused || fail "no dead letter for r-str"
@@ -52,7 +56,7 @@ metrics() { curl -s "http://127.0.0.1:$MPORT/metrics"; }
 errors_metric() { metrics | awk '$1 == "redlm:reply_write_errors_total" { print $2 }'; }
 wait_until 5 [ "$(errors_metric)" = 1 ] 2>/dev/null
 [ "$(errors_metric)" = 1 ] || fail "redlm:reply_write_errors_total $(errors_metric), want 1"
-echo "1. reply keys confined: victim TTLs -1, 3 dead letters, reply_write_errors_total 1"
+echo "1. reply keys confined: victim TTLs -1, 4 dead letters, reply_write_errors_total 1"
 
 # 3. a readable id is always answered
 declare -A want3=([m-nan]=invalid_request [m-inf]=invalid_request [m-ext]=invalid_encoding

@@ -15,9 +15,10 @@ int keys_reply_to(const rlKeys *k, const char *id, const char *reply_to, char **
     *key = NULL;
     if (reply_to) {
         if (strncmp(reply_to, k->reply_prefix, pl) || !reply_to[pl]) {
-            snprintf(why, RL_ERROR_LEN, "reply_to '%.200s' is not under the reply prefix '%s' (--reply-prefix); "
+            snprintf(why, RL_ERROR_LEN, "reply_to '%.200s' is %s the reply prefix '%s' (--reply-prefix); "
                      "name a stream such as '%sclient-1', or leave reply_to out for '%s<id>'",
-                     reply_to, k->reply_prefix, k->reply_prefix, k->reply_prefix);
+                     reply_to, strncmp(reply_to, k->reply_prefix, pl) ? "not under" : "only", k->reply_prefix,
+                     k->reply_prefix, k->reply_prefix);
             return -1;
         }
         if (!(*key = strdup(reply_to))) goto oom;
