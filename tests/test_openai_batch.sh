@@ -107,6 +107,13 @@ for cmd in "generate --model $MODEL --threads 1" "submit --redis $(URL)"; do
     grep -q "line 3 has the custom_id 'd1' of line 1" "$T/dup.log" || fail "$cmd: $(cat "$T/dup.log")"
     [ ! -s "$T/dup-out.jsonl" ] || fail "$cmd wrote answers for a refused file"
 done
+# from standard input (no check up front) a repeat is answered in its line,
+# whether or not the first call still runs
+"$REDLM" submit --redis "$(URL)" --input - --output "$T/dup-stdin.jsonl" --window 2 < "$T/dup.jsonl" 2> /dev/null ||
+    fail "submit from stdin failed"
+jq -e -s 'length == 3 and .[0].error == null and .[1].error == null
+          and (.[2].error.message | startswith("line 3 has the custom_id of line 1"))' "$T/dup-stdin.jsonl" > /dev/null ||
+    fail "a repeated custom_id from stdin: $(jq -c '{custom_id, error}' "$T/dup-stdin.jsonl")"
 echo "blank lines, CRLF, a last line without newline, max_tokens null: the same through both; repeated custom_ids refused"
 
 # OpenAI's own types

@@ -56,6 +56,7 @@ typedef struct subRun {
     int window;
     long oldest;                /* oldest line not written yet (1-based) */
     json_t *by_id;              /* id -> line (integer) of in-flight jobs */
+    json_t *custom_ids;         /* an OpenAI Batch input's custom_id -> its line, every one read */
     json_t *done_ids;           /* ids already in the output file */
     /* the output file's last job, which a killed run may have left with
      * only some of its samples: its id, where its lines start, how many
@@ -453,10 +454,14 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
             continue;
         }
         json_t *twin = json_object_get(r->by_id, id); /* from standard input, not checked up front */
-        if (r->batch && twin) {
+        /* a batch's custom_ids are unique (as OpenAI requires), not only
+         * among the calls still running */
+        json_t *earlier = r->batch ? json_object_get(r->custom_ids, s->batch.custom_id) : NULL;
+        if (r->batch && !earlier) json_object_set_new(r->custom_ids, s->batch.custom_id, json_integer(lineno));
+        if (earlier) {
             char msg[300];
-            snprintf(msg, sizeof(msg), "line %ld has the custom_id of line %lld, still running; give every call "
-                     "its own custom_id", lineno, (long long)json_integer_value(twin));
+            snprintf(msg, sizeof(msg), "line %ld has the custom_id of line %lld; give every call its own "
+                     "custom_id", lineno, (long long)json_integer_value(earlier));
             s->local = openai_batch_error(&s->batch, "invalid_request", msg);
             r->local++;
             r->errors++;
@@ -664,6 +669,7 @@ int cmd_submit(int argc, char **argv) {
                 .out_name = strcmp(output, "-") ? output : "stdout"};
     rc = 0;
     r.by_id = json_object();
+    r.custom_ids = json_object();
     r.done_ids = json_object();
     r.slots = calloc((size_t)window, sizeof(*r.slots));
     rlError err;
@@ -718,6 +724,7 @@ done:
     for (int i = 0; r.slots && i < window; i++) sub_slot_clear(&r.slots[i]);
     free(r.slots);
     json_decref(r.by_id);
+    json_decref(r.custom_ids);
     json_decref(r.done_ids);
     free(r.tail_id);
     redisFree(r.c);
