@@ -89,6 +89,14 @@ static void test_answer(void **state) {
     assert_null(d.id);
     assert_null(d.reply_to);
     request_decoded_free(&d);
+    /* a reply_to of more than 1,024 bytes is refused, and answered on the
+     * default reply stream (d.reply_to NULL), not on the huge key */
+    snprintf(line, sizeof(line), "{\"id\":\"big\",\"prompt_ids\":[1],\"reply_to\":\"redlm:reply:%01100d\"}", 0);
+    assert_string_equal(decode_code(RL_ENC_JSON, line, strlen(line), &d), "invalid_request");
+    assert_string_equal(d.id, "big");
+    assert_null(d.reply_to);
+    assert_non_null(strstr(d.err.msg, "'reply_to' is 1112 bytes; at most 1024"));
+    request_decoded_free(&d);
     const char bad[] = "{\"id\":\"j\\u00e9\",\"prompt\":\"\xff\"}";
     assert_string_equal(decode_code(RL_ENC_JSON, bad, sizeof(bad) - 1, &d), "invalid_utf8");
     assert_string_equal(d.id, "j\xc3\xa9");

@@ -502,7 +502,13 @@ static int read_stream(rlRequest *r, const char *key, const json_t *v, const cha
 
 static int read_reply_to(rlRequest *r, const char *key, const json_t *v, const char **code,
                          rlError *err) {
-    return request_get_string(v, key, -1, 0, &r->reply_to, code, err);
+    if (request_get_string(v, key, -1, 0, &r->reply_to, code, err)) return -1;
+    if (strlen(r->reply_to) > RL_REPLY_TO_MAX) {
+        *code = INVALID;
+        return rl_error(err, RL_EINPUT, "field 'reply_to' is %zu bytes; at most %d", strlen(r->reply_to),
+                        RL_REPLY_TO_MAX);
+    }
+    return 0;
 }
 
 static int read_priority(rlRequest *r, const char *key, const json_t *v, const char **code,

@@ -13,6 +13,10 @@
 #include "kernels/error.h"
 
 #define RL_ID_MAX 256
+/* A reply stream's name travels with every event the job writes: one of
+ * megabytes would make each event that large.  A longer one is refused,
+ * and answered on the default reply stream. */
+#define RL_REPLY_TO_MAX 1024
 
 struct json_t;
 

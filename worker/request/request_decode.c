@@ -24,12 +24,12 @@ rlRequest *request_decode(rlEncoding enc, const char *buf, size_t len, rlDecoded
          * when the part of the payload that holds it reads */
         json_t *p = codec_peek(enc, buf, len);
         if ((d->id = request_decode_answer(json_object_get(p, "id"), REQUEST_ANSWER_ID_MAX)))
-            d->reply_to = request_decode_answer(json_object_get(p, "reply_to"), SIZE_MAX);
+            d->reply_to = request_decode_answer(json_object_get(p, "reply_to"), RL_REPLY_TO_MAX);
         json_decref(p);
         return NULL;
     }
     if ((d->id = request_decode_answer(json_object_get(obj, "id"), REQUEST_ANSWER_ID_MAX)))
-        d->reply_to = request_decode_answer(json_object_get(obj, "reply_to"), SIZE_MAX);
+        d->reply_to = request_decode_answer(json_object_get(obj, "reply_to"), RL_REPLY_TO_MAX);
     rlRequest *r = NULL;
     if (bad_utf8) {
         d->code = "invalid_utf8";
