@@ -316,9 +316,11 @@ static int get_messages(rlRequest *r, const char *key, const json_t *v, const ch
         char *text;
         if (parse_tool_arguments((json_t *)m, i, code, err)) return -1;
         if (json_is_string(content)) continue;
-        if (json_is_array(content) && request_content_text(content, i, &text, code, err)) return -1;
-        int bad = json_object_set_new((json_t *)m, "content", json_string(json_is_array(content) ? text : ""));
-        if (json_is_array(content)) free(text);
+        /* Setting "content" frees the parts: ask what it was first. */
+        const int parts = json_is_array(content);
+        if (parts && request_content_text(content, i, &text, code, err)) return -1;
+        int bad = json_object_set_new((json_t *)m, "content", json_string(parts ? text : ""));
+        if (parts) free(text);
         if (bad) {
             *code = "internal";
             return rl_error(err, RL_EINTERNAL, "out of memory reading field 'messages'");
