@@ -1011,6 +1011,31 @@ static void test_config_variants(void **state) {
     write_text(dir, "generation_config.json", "{\"eos_token_id\": [");
     assert_int_equal(checkpoint_read_config(dir, &cfg, &err), -1);
     assert_non_null(strstr(err.msg, "generation_config.json is not valid JSON"));
+
+    /* An EOS or BOS id past the vocabulary (2048 ids) could never be
+     * sampled: refused, naming the file, the key and the id. */
+    static const struct { const char *file, *key, *json, *want; } past[] = {
+        {"generation_config.json", "eos_token_id", "[2002, 2048]",
+         "generation_config.json: \"eos_token_id\" 2048 is past the vocabulary (vocab_size 2048"},
+        {"generation_config.json", "bos_token_id", "151643",
+         "generation_config.json: \"bos_token_id\" 151643 is past the vocabulary"},
+        {"config.json", "eos_token_id", "4096", "config.json: \"eos_token_id\" 4096 is past the vocabulary"},
+        {"config.json", "bos_token_id", "2049", "config.json: \"bos_token_id\" 2049 is past the vocabulary"},
+    };
+    for (size_t i = 0; i < sizeof(past) / sizeof(past[0]); i++) {
+        write_text(dir, "generation_config.json", "{}");
+        edit_json(dir, "config.json", "eos_token_id", json_integer(7));
+        edit_json(dir, "config.json", "bos_token_id", json_null());
+        edit_json(dir, past[i].file, past[i].key, json_loads(past[i].json, JSON_DECODE_ANY, NULL));
+        assert_int_equal(checkpoint_read_config(dir, &cfg, &err), -1);
+        assert_int_equal(err.code, RL_EMODEL);
+        if (!strstr(err.msg, past[i].want)) fail_msg("expected \"%s\" in: %s", past[i].want, err.msg);
+    }
+    /* The last id of the vocabulary is one. */
+    edit_json(dir, "config.json", "bos_token_id", json_integer(2047));
+    edit_json(dir, "config.json", "eos_token_id", json_integer(2047));
+    if (checkpoint_read_config(dir, &cfg, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(cfg.eos_ids[0], 2047);
 }
 
 /* Random damage to a small file's header and length field: every open

@@ -108,6 +108,18 @@ static int modelcfg_get_real(json_t *root, const char *path, const char *key, do
     return 0;
 }
 
+/* An EOS or BOS id past the vocabulary is never sampled: a model that
+ * must stop on it would run to max_tokens every time.  Refused at load,
+ * naming the file, the key and the id. */
+static int modelcfg_check_token(const char *path, const char *key, json_int_t id,
+                                const rlModelConfig *cfg, rlError *err) {
+    if (id < cfg->vocab_size) return 0;
+    return rl_error(err, RL_EMODEL, "%s: \"%s\" %lld is past the vocabulary (vocab_size %d, ids "
+                    "0..%d), so the model could never produce it. The file does not belong to "
+                    "this model or is damaged: restore it from the model's repository.", path, key,
+                    (long long)id, cfg->vocab_size, cfg->vocab_size - 1);
+}
+
 /* A token id or a list of them (both forms occur on the hub). */
 static int modelcfg_get_eos(json_t *v, const char *path, rlModelConfig *cfg, rlError *err) {
     json_t *one = v;
@@ -122,6 +134,7 @@ static int modelcfg_get_eos(json_t *v, const char *path, rlModelConfig *cfg, rlE
             json_integer_value(one) > RL_MAX_DIM)
             return rl_error(err, RL_EMODEL, "%s: \"eos_token_id\" must be a token id or a list "
                             "of token ids. Restore the file from the model's repository.", path);
+        if (modelcfg_check_token(path, "eos_token_id", json_integer_value(one), cfg, err)) return -1;
         cfg->eos_ids[cfg->n_eos++] = (int)json_integer_value(one);
     }
     return 0;
@@ -133,6 +146,7 @@ static int modelcfg_get_bos(json_t *root, const char *path, rlModelConfig *cfg, 
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > RL_MAX_DIM)
         return rl_error(err, RL_EMODEL, "%s: \"bos_token_id\" must be a token id. Restore the "
                         "file from the model's repository.", path);
+    if (modelcfg_check_token(path, "bos_token_id", json_integer_value(v), cfg, err)) return -1;
     cfg->bos_id = (int)json_integer_value(v);
     return 0;
 }
