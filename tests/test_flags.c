@@ -303,7 +303,8 @@ static void test_engine_vllm_names(void **state) {
                     "--model=DIR", "--no-enable-prefix-caching", "--kv-cache-memory-bytes",
                     "1073741824", "--max-model-len", "4096", "--max-num-seqs", "8",
                     "--max-num-batched-tokens=512", "--gpu-memory-utilization", "0.5",
-                    "--block-size", "32", "--seed", "7", "--load-format", "dummy"};
+                    "--block-size", "32", "--seed", "7", "--load-format", "dummy",
+                    "--tokenizer", "TOK", "--kv-cache-dtype", "auto", "--trust-remote-code"};
     rlError err = {0};
     assert_int_equal(flags_parse(&fs, sizeof(argv) / sizeof(argv[0]), argv, &err), 0);
     engine_flags_finish(&ef);
@@ -320,6 +321,18 @@ static void test_engine_vllm_names(void **state) {
     assert_int_equal(ef.o.block_size, 32);
     assert_true(ef.o.seed == 7);
     assert_string_equal(ef.o.load_format, "dummy");
+    assert_string_equal(ef.o.tokenizer, "TOK");
+    assert_string_equal(ef.kv_cache_dtype, "auto");
+    assert_int_equal(ef.trust_remote_code, 1);
+    /* a KV-cache type other than the model's is refused saying which one is */
+    engine_flags_init(&ef);
+    flags_init(&fs, "generate", NULL);
+    engine_flags_add(&fs, &ef);
+    char *fp8[] = {"generate", "--model", "m", "--kv-cache-dtype=fp8_e5m2"};
+    assert_int_equal(flags_parse(&fs, 4, fp8, &err), -1);
+    assert_int_equal(err.code, RL_EUSAGE);
+    assert_string_equal(err.msg, "--kv-cache-dtype 'fp8_e5m2': only auto (the KV cache in the model's "
+                                 "dtype) is supported in this version; drop the flag or give auto");
     /* the old spelling still turns the prefix cache off */
     engine_flags_init(&ef);
     flags_init(&fs, "generate", NULL);

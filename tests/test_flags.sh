@@ -41,7 +41,9 @@ for spelling in "--dtype half" "--dtype float16" "--dtype fp16" "--dtype float32
                 "--no-enable-prefix-caching" "--enable-prefix-caching" "--no-prefix-caching" \
                 "--kv-cache-memory-bytes 33554432" "--kv-cache-memory=32MiB" \
                 "--max-model-len 64 --max-num-seqs 4 --max-num-batched-tokens 32 --block-size 8" \
-                "--gpu-memory-utilization 0.5 --seed 7 --load-format auto"; do
+                "--gpu-memory-utilization 0.5 --seed 7 --load-format auto" \
+                "--kv-cache-dtype auto --trust-remote-code" "--kv-cache-dtype=auto" \
+                "--tokenizer $MODEL"; do
     # shellcheck disable=SC2086
     expect 0 '"event":"done"' "${GEN[@]}" "${IDS[@]}" $spelling
 done
@@ -80,6 +82,28 @@ expect 2 "redlm generate: --backend 'rocm' is not a choice: give cpu or cuda" \
 expect 2 "redlm bench: --backend 'rocm' is not a choice: give cpu or cuda" \
     "$REDLM" bench --model "$MODEL" --backend=rocm
 expect 2 "--dtype 'int8' is not a choice: give auto, bf16, fp16 or fp32" "${GEN[@]}" --dtype int8
+# vLLM's fp8 KV caches: refused by every command that takes the flag, saying what is
+for kv in fp8 fp8_e4m3 fp8_e5m2; do
+    expect 2 "redlm generate: --kv-cache-dtype '$kv': only auto (the KV cache in the model's dtype) is supported" \
+        "${GEN[@]}" "${IDS[@]}" --kv-cache-dtype "$kv"
+done
+expect 2 "redlm worker: --kv-cache-dtype 'fp8': only auto" \
+    "$REDLM" worker --model "$MODEL" --redis redis://127.0.0.1:1 --kv-cache-dtype fp8
+expect 2 "redlm bench: --kv-cache-dtype 'fp8': only auto" "$REDLM" bench --model "$MODEL" --kv-cache-dtype fp8
+expect 2 "redlm plan: --kv-cache-dtype 'fp8': only auto" "$REDLM" plan --model "$MODEL" --kv-cache-dtype=fp8
+expect 0 "1 x TP1" "$REDLM" plan --model "$MODEL" --kv-cache-dtype auto --trust-remote-code --tp 1
+# --tokenizer DIR: the tokenizer and chat template from another directory
+mkdir "$T/notok"
+for f in "$MODEL"/*; do case $f in *tokenizer*|*chat_template*) ;; *) ln -s "$f" "$T/notok/";; esac; done
+want_text=$(timeout 60 "${GEN[@]}" --prompt "The jury said" --max-tokens 4 2>/dev/null)
+got_text=$(timeout 60 "$REDLM" generate --model "$T/notok" --tokenizer "$MODEL" --threads 1 \
+           --kv-cache-memory 32MiB --prompt "The jury said" --max-tokens 4 2>/dev/null)
+[ -n "$want_text" ] && [ "$got_text" = "$want_text" ] || fail "--tokenizer: '$got_text', want '$want_text'"
+echo "ok   --tokenizer: the same text from a model directory without a tokenizer"
+expect 4 "'prompt' needs the model's tokenizer.json" \
+    "$REDLM" generate --model "$T/notok" --threads 1 --kv-cache-memory 32MiB --prompt "The jury said"
+expect 3 "--tokenizer $T/notok has no tokenizer.json: give the directory that holds" \
+    "${GEN[@]}" "${IDS[@]}" --tokenizer "$T/notok"
 expect 2 "--load-format 'pt' is not a choice: give auto or dummy" "${GEN[@]}" --load-format pt
 expect 2 "--collectives 'never' is not a choice: give auto or always" "${GEN[@]}" --collectives never
 expect 2 "redlm generate: --prompt-ids and --input cannot be given together" \

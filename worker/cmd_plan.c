@@ -81,6 +81,9 @@ static int plan_args(int argc, char **argv, planArgs *a) {
               "when it does not fit; the one not given is 1)");
     layout_flags_add_shape(&fs, &a->tp, &a->pp);
     flags_bool(&fs, "--json", &a->json, "the whole plan as JSON, every rank of every layout");
+    const char *kv_cache_dtype = "auto";   /* the only choice: nothing to keep */
+    int trust_remote_code = 0;
+    engine_flags_add_vllm(&fs, &kv_cache_dtype, &trust_remote_code);
     flags_conflict(&fs, "--devices", "--gpus");
     flags_conflict(&fs, "--devices", "--gpu-memory");
     flags_conflict(&fs, "--devices", "--interconnect");

@@ -329,10 +329,18 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     }
     if (layout_check(&lay, e->cfg.num_layers, err)) goto fail;
     if (engine_open_defaults(e, err)) goto fail;
+    /* --tokenizer DIR (vLLM's): the tokenizer and chat template from there;
+     * without it a model directory with no tokenizer.json takes ids only. */
+    const char *tok_dir = o->tokenizer ? o->tokenizer : o->model;
     char path[4096];
-    snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
+    snprintf(path, sizeof(path), "%s/tokenizer.json", tok_dir);
+    if (o->tokenizer && !file_exists(path)) {
+        rl_error(err, RL_EMODEL, "--tokenizer %s has no tokenizer.json: give the directory that holds "
+                 "the model's tokenizer.json (and its tokenizer_config.json), as vLLM's --tokenizer", tok_dir);
+        goto fail;
+    }
     if (file_exists(path)) {
-        if (!(e->tok = tokenizer_load(path, err)) || !(e->chat = chat_open(o->model, err))) goto fail;
+        if (!(e->tok = tokenizer_load(path, err)) || !(e->chat = chat_open(tok_dir, err))) goto fail;
         /* vLLM's rule too: a prompt holding such an id is refused, not the start
          * (most prompts may never use them); said once, here, so a tokenizer of
          * another model is not found one refused request at a time. */

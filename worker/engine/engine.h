@@ -19,6 +19,7 @@
 
 typedef struct rlEngineOptions {
     const char *model;          /* model directory, or a config.json with load_format dummy */
+    const char *tokenizer;      /* directory of tokenizer.json and the chat template (NULL: model) */
     const char *backend;        /* "cpu" (default) or "cuda" */
     const char *load_format;    /* "auto" (default) or "dummy" */
     const char *quantization;   /* "awq", "gptq", "fp8" for dummy weights, or NULL: the config's */

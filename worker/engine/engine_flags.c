@@ -16,6 +16,19 @@ const rlFlagChoice engine_dtypes[] = {
 void engine_flags_init(rlEngineFlags *f) {
     engine_options_init(&f->o);
     layout_init(&f->lay);
+    f->kv_cache_dtype = "auto";
+}
+
+void engine_flags_add_vllm(rlFlags *fs, const char **kv_cache_dtype, int *trust_remote_code) {
+    static const rlFlagChoice kv_dtypes[] = {{"auto", NULL, 0}, {NULL, NULL, 0}};
+    flags_enum(fs, "--kv-cache-dtype", kv_cache_dtype, kv_dtypes,
+               "the KV cache's type: auto, the model's dtype, is the\n"
+               "only one in this version (vLLM's fp8 ones are refused)")
+        ->refusal = "only auto (the KV cache in the model's dtype) is supported in this version; "
+                    "drop the flag or give auto";
+    flags_bool(fs, "--trust-remote-code", trust_remote_code,
+               "accepted for vLLM command lines, with no effect: redlm\n"
+               "runs no Python, so no code from the model directory");
 }
 
 void engine_flags_add_limits(rlFlags *fs, int *block_size, double *gpu_memory_utilization,
@@ -37,6 +50,10 @@ void engine_flags_add_limits(rlFlags *fs, int *block_size, double *gpu_memory_ut
 void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
     rlEngineOptions *o = &f->o;
     flags_string(fs, "--model", &o->model, "DIR", "Hugging Face model directory")->required = 1;
+    flags_string(fs, "--tokenizer", &o->tokenizer, "DIR",
+                 "the tokenizer (tokenizer.json) and chat template\n"
+                 "(tokenizer_config.json, chat_template.jinja) from DIR\n"
+                 "instead of --model's (vLLM's --tokenizer)");
     flags_enum(fs, "--backend", &o->backend, engine_backends, "compute backend (default cpu)");
     flags_enum(fs, "--load-format", &o->load_format, engine_load_formats,
                "dummy: random weights from config.json");
@@ -69,6 +86,7 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
                "cost in speed (CPU: sgemm off; CUDA: one tiled GEMM,\n"
                "no cuBLAS, no decode attention kernel; TP over 2\n"
                "ranks: all-reduces as all-gathers and ordered sums)");
+    engine_flags_add_vllm(fs, &f->kv_cache_dtype, &f->trust_remote_code);
     layout_flags_add(fs, &f->lay);
 }
 

@@ -14,6 +14,8 @@
 typedef struct rlEngineFlags {
     rlEngineOptions o;
     rlLayout lay;
+    const char *kv_cache_dtype; /* "auto", the one choice (engine_flags_add_vllm) */
+    int trust_remote_code;      /* accepted, no effect */
 } rlEngineFlags;
 
 void engine_flags_init(rlEngineFlags *f);
@@ -25,6 +27,12 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f);
  * given fields: the engine's, or `plan`'s. */
 void engine_flags_add_limits(rlFlags *fs, int *block_size, double *gpu_memory_utilization,
                              int *max_num_seqs, int *max_num_batched_tokens, int *max_model_len);
+/* vLLM's --kv-cache-dtype and --trust-remote-code, so a vLLM command line
+ * runs as it is (generate, worker, bench, plan).  The KV cache is kept in
+ * the model's dtype: `auto` is the one choice, fp8 and the others are
+ * refused saying so.  No model code is ever run (redlm runs no Python), so
+ * --trust-remote-code changes nothing. */
+void engine_flags_add_vllm(rlFlags *fs, const char **kv_cache_dtype, int *trust_remote_code);
 /* Copy the parsed layout into f->o; call once, after the parse. */
 void engine_flags_finish(rlEngineFlags *f);
 

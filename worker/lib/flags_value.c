@@ -124,6 +124,7 @@ static int flags_choice(const rlFlag *f, const char *spelled, const char *v, rlE
         else *(int *)f->dst = c->value;
         return 0;
     }
+    if (f->refusal) return rl_error(err, RL_EUSAGE, "%s '%s': %s", spelled, v, f->refusal);
     char text[512];
     flags_choices_text(f->choices, text, sizeof(text));
     return rl_error(err, RL_EUSAGE, "%s '%s' is not a choice: give %s", spelled, v, text);
