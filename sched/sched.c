@@ -117,6 +117,16 @@ int sched_blocks_needed(const rlSched *s, int n_prompt, int n, int max_tokens) {
     return n_prompt / bs + n * ceil_div(n_prompt % bs + max_tokens, bs);
 }
 
+int sched_max_tokens(const rlSched *s, int n_prompt, int n) {
+    int bs = s->cfg.block_size;
+    int64_t context = (int64_t)s->cfg.max_model_len - n_prompt;
+    /* each sample's blocks once the shared full blocks of the prompt are out */
+    int64_t per = n > 0 ? ((int64_t)s->cfg.n_blocks - n_prompt / bs) / n : 0;
+    int64_t pool = per * bs - n_prompt % bs;
+    int64_t m = context < pool ? context : pool;
+    return m > 0 ? (int)m : 0;
+}
+
 /* a runs before b */
 static int req_before(const rlSchedReq *a, const rlSchedReq *b) {
     if (a->priority != b->priority) return a->priority < b->priority;   /* lower first, as vLLM */

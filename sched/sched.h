@@ -164,6 +164,10 @@ void sched_free(rlSched *s);   /* also frees every request still held */
 
 /* Blocks a request of this shape needs to run alone to the end. */
 int sched_blocks_needed(const rlSched *s, int n_prompt, int n, int max_tokens);
+/* The largest max_tokens sched_add takes for a prompt of n_prompt tokens
+ * and n samples: what max_model_len leaves, and what the whole pool holds
+ * (sched_blocks_needed); 0 when not one token fits. */
+int sched_max_tokens(const rlSched *s, int n_prompt, int n);
 
 typedef enum rlSchedAdd {
     RL_SCHED_OK = 0,

@@ -86,7 +86,8 @@ echo "generate and submit: 200 lines each, 180 answers, 20 errors, identical"
 # completions max_tokens of null (OpenAI's default, 16 tokens)
 call() { printf '{"custom_id":"%s","method":"POST","url":"/v1/completions","body":{"prompt":"hi","temperature":0,%s}}' "$1" "$2"; }
 { call e1 '"max_tokens":null'; printf '\r\n\r\n'; echo 'not json'; call e3 '"max_tokens":2'; } > "$T/edge.jsonl"
-"$REDLM" generate --model "$MODEL" --threads 1 --input "$T/edge.jsonl" --output "$T/edge-gen.jsonl" 2> /dev/null ||
+"$REDLM" generate --model "$MODEL" --threads 1 --served-model-name tiny --input "$T/edge.jsonl" \
+    --output "$T/edge-gen.jsonl" 2> /dev/null ||
     fail "generate refused the edge file"
 "$REDLM" submit --redis "$(URL)" --input "$T/edge.jsonl" --output "$T/edge-sub.jsonl" 2> /dev/null ||
     fail "submit refused the edge file"

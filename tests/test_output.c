@@ -25,12 +25,12 @@ static void test_events(void **state) {
                   .text = "hi", .text_len = 2, .finish = RL_FINISH_LENGTH,
                   .prompt_logprobs = lp, .n_prompt = 2, .prompt_tokens = 2,
                   .completion_tokens = 2, .cached_tokens = 0, .queued_ms = 0.54551899991929531,
-                  .first_token_ms = 14.405365999788046, .total_ms = 70.5};
+                  .first_token_ms = 14.405365999788046, .total_ms = 70.5, .model = "qwen"};
     json_t *ev = output_event(&o, 3);
     char *s = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
     assert_string_equal(s,
         "{\"id\":\"job\",\"event\":\"done\",\"seq\":3,\"attempt\":1,\"index\":1,"
-        "\"token_ids\":[5,6],\"text\":\"hi\",\"finish_reason\":\"length\",\"stop_reason\":null,"
+        "\"token_ids\":[5,6],\"text\":\"hi\",\"model\":\"qwen\",\"finish_reason\":\"length\",\"stop_reason\":null,"
         "\"prompt_logprobs\":[null,{\"id\":6,\"logprob\":-0.5,\"top\":[[6,-0.5]]}],"
         "\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":2,\"cached_tokens\":0},"
         "\"sampling\":{\"temperature\":1.0,\"top_p\":1.0,\"top_k\":0,\"min_p\":0.0,"

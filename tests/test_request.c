@@ -256,6 +256,12 @@ static void test_openai_fields(void **state) {
     assert_null(parse("{\"id\":\"c\",\"prompt\":\"x\",\"logprobs\":true}", &r, &err));
     assert_int_equal(r.logprobs, 0);
     request_free(&r);
+    /* min_tokens above the protocol's 256 without max_tokens: the engine's
+     * default max_tokens (the model's, or the rest of the context) honours it */
+    assert_null(parse("{\"id\":\"m\",\"prompt\":\"x\",\"min_tokens\":300}", &r, &err));
+    assert_int_equal(r.min_tokens, 300);
+    assert_int_equal(r.given & RL_GIVEN_MAX_TOKENS, 0);
+    request_free(&r);
     assert_null(parse("{\"id\":\"d\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
                       "\"text\",\"text\":\"one\"},{\"type\":\"text\",\"text\":\"two\"}]}]}", &r, &err));
     assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 0), "content")),

@@ -393,6 +393,39 @@ static void test_refusals(void **state) {
     sched_free(s);
 }
 
+/* sched_max_tokens: the largest max_tokens sched_add takes, bound by the
+ * pool (blocks of 16) or by the context (max_model_len 100). */
+static void test_max_tokens(void **state) {
+    (void)state;
+    int32_t prompt[100] = {0};
+    static const struct { int n_blocks, n_prompt, n, want; } cases[] = {
+        {6, 90, 1, 6},   /* 5 full prompt blocks + 1 with 10 of its 16 used */
+        {6, 60, 2, 4},   /* 3 shared blocks, one each for 2 samples with 12 used */
+        {6, 20, 1, 76},  /* 1 shared block + 5 of its own, 4 of them used by the prompt */
+        {6, 5, 1, 91},
+        {8, 5, 1, 95},   /* 128 tokens of pool: the context binds */
+        {8, 40, 2, 40},  /* 2 shared blocks, 3 each for 2 samples, the prompt tail in 8 */
+        {8, 100, 1, 0},  /* no room at all */
+        {6, 96, 2, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        rlSchedConfig c = config(cases[i].n_blocks, 2, 64, 1);
+        c.max_model_len = 100;
+        rlSched *s = sched_create(&c);
+        int m = sched_max_tokens(s, cases[i].n_prompt, cases[i].n);
+        assert_int_equal(m, cases[i].want);
+        rlSchedParams p = {.prompt = prompt, .n_prompt = cases[i].n_prompt, .n = cases[i].n, .max_tokens = m};
+        rlSchedReq *r;
+        if (m > 0) {
+            assert_int_equal(sched_add(s, &p, &r), RL_SCHED_OK);
+            sched_remove(s, r);
+        }
+        p.max_tokens = m + 1;
+        assert_true(sched_add(s, &p, &r) < 0);
+        sched_free(s);
+    }
+}
+
 /* n > 1: the samples share the prompt's full blocks, each owns its tail. */
 static void test_fork_shares_blocks(void **state) {
     (void)state;
@@ -748,7 +781,7 @@ int main(void) {
         cmocka_unit_test(test_decode_after_prefill),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_decodes_before_prompts),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_refusals), cmocka_unit_test(test_max_tokens),
         cmocka_unit_test(test_fork_shares_blocks),
         cmocka_unit_test(test_prefix_fixture),
         cmocka_unit_test(test_preemption),

@@ -31,6 +31,7 @@
 #include "worker/engine/engine_plan.h"
 #include "worker/engine/prompt.h"
 #include "worker/lib/now.h"
+#include "worker/lib/utf8.h"
 
 void engine_options_init(rlEngineOptions *o) {
     memset(o, 0, sizeof(*o));
@@ -51,7 +52,8 @@ typedef struct engSample {
     rlDetok *detok;
     int32_t *tokens;            /* not yet delivered */
     rlTokenLogprob *logprobs;   /* parallel to tokens when asked */
-    int n_tokens;
+    int n_tokens, cap;          /* cap: room in both, grown as tokens come (a default
+                                 * max_tokens may be the whole context) */
     char *text;                 /* not yet delivered */
     size_t text_len, text_cap;
     int n_generated;
@@ -93,6 +95,8 @@ struct rlEngine {
     rlCheckpoint *ckpt;
     rlQuantDummy qdummy;        /* dummy weights of a quantized config */
     char quant[64];             /* rl_quant_name of the weights */
+    char *served_name;          /* done events' `model`: --served-model-name's first name,
+                                 * else --model as given (vLLM's answers name the first) */
     rlSamplingDefaults defaults; /* generation_config.json's, unless --generation-config vllm */
     char defaults_line[160];    /* engine_sampling_defaults */
     rlTokenizer *tok;
@@ -250,7 +254,8 @@ static int engine_open_defaults(rlEngine *e, rlError *err) {
     if (d->set & RL_DEFAULT_TOP_K) p += snprintf(p, end - p, " top_k=%d", d->top_k);
     if (d->set & RL_DEFAULT_MIN_P) p += snprintf(p, end - p, " min_p=%g", d->min_p);
     if (d->set & RL_DEFAULT_REPETITION_PENALTY)
-        snprintf(p, end - p, " repetition_penalty=%g", d->repetition_penalty);
+        p += snprintf(p, end - p, " repetition_penalty=%g", d->repetition_penalty);
+    if (d->set & RL_DEFAULT_MAX_TOKENS) snprintf(p, end - p, " max_tokens=%d", d->max_tokens);
     if (!d->set) snprintf(e->defaults_line, sizeof(e->defaults_line), " none");
     fprintf(stderr, "redlm: sampling defaults for fields a request leaves out "
             "(--generation-config %s): %s\n", mode, e->defaults_line + 1);
@@ -271,6 +276,25 @@ static void engine_apply_defaults(const rlSamplingDefaults *d, rlRequest *r) {
 
 const char *engine_sampling_defaults(const rlEngine *e) { return e->defaults_line + 1; }
 
+/* The max_tokens of a request that gave none, as vLLM picks it: the
+ * model's max_new_tokens (generation_config.json), else for a chat
+ * (`messages`) the rest of the context, as vLLM's and OpenAI's chat
+ * completions, else the protocol's 256 (request_init); never more than
+ * the context and the KV cache leave each of its n samples
+ * (sched_max_tokens), so a default is never refused as too long where a
+ * shorter one fits, nor less than its min_tokens or 1 (a prompt that
+ * leaves no room is refused as too long). */
+static void engine_default_max_tokens(const rlEngine *e, rlRequest *r) {
+    if (r->given & RL_GIVEN_MAX_TOKENS) return;
+    int room = sched_max_tokens(e->sched, r->n_prompt_ids, r->n);
+    int m = e->defaults.set & RL_DEFAULT_MAX_TOKENS ? e->defaults.max_tokens
+            : r->messages                           ? room
+                                                    : r->max_tokens;
+    if (m > room) m = room;
+    if (m < r->min_tokens) m = r->min_tokens;
+    r->max_tokens = m > 1 ? m : 1;
+}
+
 rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     rlEngine *e = calloc(1, sizeof(*e));
     if (!e) {
@@ -282,6 +306,17 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     if (o->stream_interval < 1) o->stream_interval = 1;
     if (!o->model) {
         rl_error(err, RL_EUSAGE, "no model given: pass --model DIR");
+        goto fail;
+    }
+    const char *names = o->served_model_name ? o->served_model_name : o->model;
+    if (!(e->served_name = strndup(names, strcspn(names, ",")))) {
+        rl_error(err, RL_EINTERNAL, "out of memory");
+        goto fail;
+    }
+    if (!utf8_valid(e->served_name, strlen(e->served_name), NULL)) {
+        rl_error(err, RL_EUSAGE, "the model's name '%s' (--served-model-name, else --model) is not "
+                 "valid UTF-8, and every done event names it: give --served-model-name NAME",
+                 e->served_name);
         goto fail;
     }
     if (o->block_size < 1 || o->block_size > 1024 || o->max_num_seqs < 1 ||
@@ -501,8 +536,22 @@ static int ereq_check(rlEngine *e, engReq *q) {
     return 0;
 }
 
+/* Room for one more undelivered token (and its logprob). */
+static int sample_reserve(engSample *s, int logprobs) {
+    if (s->n_tokens < s->cap) return 0;
+    int cap = s->cap ? s->cap * 2 : 16;
+    int32_t *t = realloc(s->tokens, (size_t)cap * sizeof(*t));
+    if (t) s->tokens = t;
+    rlTokenLogprob *lp = logprobs ? realloc(s->logprobs, (size_t)cap * sizeof(*lp)) : NULL;
+    if (lp) s->logprobs = lp;
+    if (!t || (logprobs && !lp)) return -1;
+    s->cap = cap;
+    return 0;
+}
+
 static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
     rlRequest *r = q->req;
+    engine_default_max_tokens(e, r);
     rlError aerr = {0};
     if (adjust_open(r, e->tok, e->cfg.vocab_size, e->cfg.eos_ids, e->cfg.n_eos, &e->pen_tables,
                     &q->adjust, &aerr)) {
@@ -513,11 +562,8 @@ static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
     if (!q->samples) return rl_error(err, RL_EINTERNAL, "out of memory");
     for (int i = 0; i < r->n; i++) {
         engSample *s = &q->samples[i];
-        size_t cap = (size_t)r->max_tokens + 1;
-        s->tokens = malloc(cap * sizeof(int32_t));
-        if (r->logprobs >= 0) s->logprobs = malloc(cap * sizeof(rlTokenLogprob));
-        if (!s->tokens || (r->logprobs >= 0 && !s->logprobs))
-            return rl_error(err, RL_EINTERNAL, "out of memory");
+        /* logprobs asked: a list from the start, [] when no token comes */
+        if (sample_reserve(s, r->logprobs >= 0)) return rl_error(err, RL_EINTERNAL, "out of memory");
         unsigned flags = (r->skip_special_tokens ? RL_DETOK_SKIP_SPECIAL : 0) |
                          (r->include_stop_str_in_output ? RL_DETOK_KEEP_STOP : 0);
         if (e->tok && !(s->detok = detok_create(e->tok, r->stop, r->n_stop, flags, err)))
@@ -617,7 +663,8 @@ static void emit_sample(const rlEngine *e, engReq *q, int i, rlOutputKind kind, 
     double now = now_ms();
     rlOutput o = {.kind = kind, .req = r, .index = i, .token_ids = s->tokens,
                   .n_tokens = s->n_tokens, .text = s->text ? s->text : "",
-                  .text_len = s->text_len, .logprobs = s->logprobs, .tokenizer = e->tok};
+                  .text_len = s->text_len, .logprobs = s->logprobs, .tokenizer = e->tok,
+                  .model = e->served_name};
     if (kind == RL_OUT_DONE) {
         o.finish = s->finish;
         o.stop_str = s->stop_string ? r->stop[s->stop_string - 1] : NULL;
@@ -677,6 +724,7 @@ static int sample_push(rlEngine *e, engReq *q, int i, const rlRowResult *res, rl
     engSample *s = &q->samples[i];
     const rlRequest *r = q->req;
     int32_t tok = res->token;
+    if (sample_reserve(s, r->logprobs >= 0)) return rl_error(err, RL_EINTERNAL, "out of memory");
     if (s->logprobs) logprob_fill(&s->logprobs[s->n_tokens], tok, res->token_logprob, res);
     s->tokens[s->n_tokens++] = tok;
     s->n_generated++;
@@ -895,5 +943,6 @@ void engine_close(rlEngine *e) {
     chat_free(e->chat);
     if (e->ckpt) checkpoint_close(e->ckpt);
     quant_dummy_free(&e->qdummy);
+    free(e->served_name);
     free(e);
 }

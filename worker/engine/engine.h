@@ -79,6 +79,7 @@ typedef struct rlOutput {
     const rlTokenLogprob *logprobs; /* n_tokens entries when logprobs were asked, else NULL */
     const struct rlTokenizer *tokenizer; /* spells the logprobs' ids (token_text) */
     /* done only */
+    const char *model;              /* the served model's name (done's `model`), or NULL */
     rlFinish finish;
     const char *stop_str;           /* stop_reason: the stop string that ended it, */
     int stop_by_token;              /* or (when set) the stop token id; else null */

@@ -102,6 +102,7 @@ json_t *output_event(const rlOutput *o, int seq) {
         if (spell) spell = token_text(o->tokenizer, o->logprobs, 0, o->n_tokens, spell);
     }
     if (o->kind == RL_OUT_DONE) {
+        if (o->model) bad |= json_object_set_new(ev, "model", json_string(o->model));
         bad |= json_object_set_new(ev, "finish_reason", json_string(output_finish_name(o->finish)));
         bad |= json_object_set_new(ev, "stop_reason",
                                    o->stop_str ? json_string(o->stop_str)

@@ -611,7 +611,7 @@ int modelcfg_sampling_defaults(const char *path, rlSamplingDefaults *d, rlError 
     int missing;
     json_t *gen = modelcfg_read_json(gen_path, &missing, err);
     if (!gen) return missing ? 0 : -1;
-    double top_k = 0;
+    double top_k = 0, max_new = 0;
     int rc = modelcfg_gen_number(gen, gen_path, "temperature", 0, 0, 1e6, RL_DEFAULT_TEMPERATURE,
                                  &d->temperature, &d->set, err) ||
              modelcfg_gen_number(gen, gen_path, "top_p", 0, 1, 1, RL_DEFAULT_TOP_P, &d->top_p,
@@ -622,11 +622,16 @@ int modelcfg_sampling_defaults(const char *path, rlSamplingDefaults *d, rlError 
                                  &d->set, err) ||
              modelcfg_gen_number(gen, gen_path, "repetition_penalty", 0, 1, 1e6,
                                  RL_DEFAULT_REPETITION_PENALTY, &d->repetition_penalty, &d->set,
-                                 err);
+                                 err) ||
+             modelcfg_gen_number(gen, gen_path, "max_new_tokens", 1, 0, 1 << 30,
+                                 RL_DEFAULT_MAX_TOKENS, &max_new, &d->set, err);
     json_decref(gen);
     if (rc) return -1;
     if (top_k != (int)top_k)
         return rl_error(err, RL_EMODEL, "%s: \"top_k\" must be a whole number", gen_path);
+    if (max_new != (int)max_new)
+        return rl_error(err, RL_EMODEL, "%s: \"max_new_tokens\" must be a whole number", gen_path);
+    d->max_tokens = (int)max_new;
     d->top_k = top_k > 0 ? (int)top_k : 0; /* -1 and 0 are off, as in vLLM */
     return 0;
 }

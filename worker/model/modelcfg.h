@@ -24,11 +24,13 @@ enum {
     RL_DEFAULT_TOP_K = 1 << 2,
     RL_DEFAULT_MIN_P = 1 << 3,
     RL_DEFAULT_REPETITION_PENALTY = 1 << 4,
+    RL_DEFAULT_MAX_TOKENS = 1 << 5,
 };
 typedef struct rlSamplingDefaults {
     unsigned set;               /* RL_DEFAULT_*: the ones the file gives */
     double temperature, top_p, min_p, repetition_penalty;
     int top_k;                  /* 0: off (the file's -1 or 0) */
+    int max_tokens;             /* the file's max_new_tokens (vLLM's name for it: max_tokens) */
 } rlSamplingDefaults;
 
 /* path as for modelcfg_load; no generation_config.json is no defaults. */

@@ -262,6 +262,11 @@ json_t *openai_batch_response(const rlBatchLine *bl, json_t *const *events, int 
             return NULL;
         }
     }
+    /* As vLLM: the model that answered (the worker's first served name,
+     * whatever alias the call gave); the call's own where the done events
+     * do not name it (workers before 0.3.0). */
+    const char *model = n >= 1 ? json_string_value(json_object_get(events[0], "model")) : NULL;
+    if (!model) model = bl->model ? bl->model : "";
     char *id = malloc(strlen(cid) + 16), *rid = malloc(strlen(cid) + 16);
     json_t *body = NULL;
     if (id && rid && choices) {
@@ -269,7 +274,7 @@ json_t *openai_batch_response(const rlBatchLine *bl, json_t *const *events, int 
         sprintf(rid, "req_%s", cid);
         body = json_pack("{s:s, s:s, s:I, s:s, s:o, s:{s:I, s:I, s:I}}", "id", id, "object",
                          bl->chat ? "chat.completion" : "text_completion", "created", (json_int_t)time(NULL),
-                         "model", bl->model ? bl->model : "", "choices", choices, "usage", "prompt_tokens",
+                         "model", model, "choices", choices, "usage", "prompt_tokens",
                          prompt_tokens, "completion_tokens", completion_tokens, "total_tokens",
                          prompt_tokens + completion_tokens);
         choices = NULL;

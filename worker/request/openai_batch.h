@@ -21,7 +21,8 @@
 typedef struct rlBatchLine {
     char *custom_id;    /* NULL when the line has none (it is then an error) */
     int chat;           /* 1: /v1/chat/completions, 0: /v1/completions */
-    char *model;        /* the body's model, echoed in the answer ("" when absent) */
+    char *model;        /* the body's model ("" when absent): the answer's when the done
+                         * events do not name the served model */
     long line;          /* 1-based; names the answer of a line without custom_id */
 } rlBatchLine;
 

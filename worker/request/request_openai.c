@@ -250,7 +250,7 @@ int request_openai_finish(rlRequest *r, const json_t *obj, const char **code, rl
             return openai_bad(code, err, "field 'top_logprobs' needs \"logprobs\": true");
         r->logprobs = (int)json_integer_value(json_object_get(obj, "top_logprobs"));
     }
-    if (r->min_tokens > r->max_tokens) {
+    if ((r->given & RL_GIVEN_MAX_TOKENS) && r->min_tokens > r->max_tokens) {
         *code = "invalid_request";
         return rl_error(err, RL_EINPUT, "min_tokens (%d) is over max_tokens "
                         "(%d); lower min_tokens or raise max_tokens", r->min_tokens,
