@@ -6,7 +6,8 @@
 #     `sampling` says so) and the start line names them;
 #   - a request that sets them keeps its own;
 #   - --generation-config vllm applies none: the protocol's defaults;
-#   - a bad value in the file is refused naming the file and the key.
+#   - a bad value in the file is refused naming the file and the key, an
+#     EOS id past the vocabulary too (exit 3, at start).
 set -euo pipefail
 : "${REDLM:?}" "${FIXTURES:?}"
 tmp=$(mktemp -d)
@@ -43,4 +44,8 @@ if run --output /dev/null 2> "$tmp/bad.err"; then fail "bad temperature accepted
 grep -q 'generation_config.json: "temperature" must be a number in \[0, 1e+06\]' "$tmp/bad.err" ||
     fail "bad file: $(cat "$tmp/bad.err")"
 run --generation-config vllm --output /dev/null 2> /dev/null || fail "vllm must ignore the file"
+echo '{"eos_token_id": [2002, 151645]}' > "$tmp/model/generation_config.json"
+rc=0; run --output /dev/null 2> "$tmp/eos.err" || rc=$?
+[ $rc = 3 ] && grep -q 'generation_config.json: "eos_token_id" 151645 is past the vocabulary (vocab_size 2048' "$tmp/eos.err" ||
+    fail "an EOS id past the vocabulary: exit $rc, $(cat "$tmp/eos.err")"
 echo "generation_config.json defaults fill the fields a request leaves out, and only those"
