@@ -623,7 +623,7 @@ int modelcfg_sampling_defaults(const char *path, rlSamplingDefaults *d, rlError 
              modelcfg_gen_number(gen, gen_path, "repetition_penalty", 0, 1, 1e6,
                                  RL_DEFAULT_REPETITION_PENALTY, &d->repetition_penalty, &d->set,
                                  err) ||
-             modelcfg_gen_number(gen, gen_path, "max_new_tokens", 1, 0, 1 << 30,
+             modelcfg_gen_number(gen, gen_path, "max_new_tokens", 1, 0, 1e9,
                                  RL_DEFAULT_MAX_TOKENS, &max_new, &d->set, err);
     json_decref(gen);
     if (rc) return -1;
