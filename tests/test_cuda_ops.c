@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "kernels/backend.h"
+#include "kernels/half.h"
 #include "kernels/rng.h"
 
 static rlBackend *backends[2];   /* bf16, fp16 */
@@ -677,13 +678,28 @@ static void attention_invariant_case(rlBackend *be, int n_q, int n_kv, int D) {
                      "finite (unwritten?)", D, n_q, n_kv, rl_dtype_name(be->act_dtype),
                      i / ((size_t)n_q * D));
     }
-    for (int w = 1; w < 3; w++)
+    for (int w = 1; w < 3; w++) {
+        /* Say how much differs and how: one last-bit value or many rows of
+         * garbage point at different causes. */
+        int rows_differ = 0, first = -1;
         for (int p = 0; p < L; p++)
             if (memcmp(ways[0] + (size_t)p * row, ways[w] + (size_t)p * row, row))
-                fail_msg("invariant attention hd%d q%d/kv%d (%s): position %d differs between "
-                         "the whole prompt and %s", D, n_q, n_kv, rl_dtype_name(be->act_dtype),
-                         p, w == 1 ? "37-token chunks beside another sequence"
-                                   : "decode steps beside another sequence");
+                rows_differ++, first = first < 0 ? p : first;
+        if (!rows_differ) continue;
+        const uint16_t *a = (const uint16_t *)(ways[0] + (size_t)first * row);
+        const uint16_t *b = (const uint16_t *)(ways[w] + (size_t)first * row);
+        int e = 0, elems = 0;
+        while (a[e] == b[e]) e++;
+        for (int i = 0; i < n_q * D; i++) elems += a[i] != b[i];
+        float (*to_f32)(uint16_t) = be->act_dtype == RL_F16 ? rl_f16_to_f32 : rl_bf16_to_f32;
+        fail_msg("invariant attention hd%d q%d/kv%d (%s): %d of %d positions differ between the "
+                 "whole prompt and %s; the first, %d, in %d of its %d values, first at head %d "
+                 "dim %d: %.9g against %.9g (bits %04x, %04x)",
+                 D, n_q, n_kv, rl_dtype_name(be->act_dtype), rows_differ, L,
+                 w == 1 ? "37-token chunks beside another sequence"
+                        : "decode steps beside another sequence",
+                 first, elems, n_q * D, e / D, e % D, to_f32(a[e]), to_f32(b[e]), a[e], b[e]);
+    }
     printf("  invariant attention hd%d q%d/kv%d %-4s 300 rows bit-identical: one step, 37-token "
            "chunks, decode steps\n", D, n_q, n_kv, rl_dtype_name(be->act_dtype));
     for (int w = 0; w < 3; w++) free(ways[w]);
