@@ -1,4 +1,4 @@
-/* test_moe_chunks.c: the stepping of moe.cu's second down-projection GEMV
+/* test_moe_chunks.c: the stepping of moe.cu's down-projection GEMV
  * over its experts' chunks (kernels/cuda/moe_chunks.h) lands where a
  * division would, for every expert width up to 8 x 512 and every lane's
  * start, past the 32 experts the kernel takes. */

@@ -17,7 +17,11 @@
  * shared memory (several tiles in flight, the block table read once per
  * tile) and scores its KV head's whole query group against each tile on
  * tensor cores (the group as the rows of one m16n8k16 tile).  Splits of one
- * sequence merge in the same kernel: the last one to finish does it.
+ * sequence merge in the same kernel: the last one to finish does it.  They
+ * are whole 128-key units (two tiles a warp): 64-key units, more and shorter
+ * blocks where a step has few, measured no faster on an H200 (PERF.md v26;
+ * Qwen3-30B-A3B, 4 KV heads, 512 -> 128: 3.34 and 7.08 ms a step at batch
+ * 1 and 4, against 3.29 and 7.03).
  *
  * Prefill steps with head dims 64 or 128 take attention_fa_kernel: the same
  * tiling of (token, query head) rows by KV head, on tensor cores (mma.sync
@@ -875,22 +879,16 @@ static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a) {
      * pays a fixed start (the batch's indices, Q, the first tiles' latency)
      * and a split its merge, so more blocks than the GPU holds at once cost
      * more than they balance (PERF.md v7).  Splits are whole numbers of
-     * DEC_MIN_SPLIT keys.  RL_CUDA_DECODE_SPLIT=16|32|64 takes that many
-     * instead, for a GPU call to measure whether a step of few blocks
-     * (Qwen3-30B-A3B batch 1: 4 KV heads x 4-8 splits of 128 keys) gains
-     * from more, shorter ones; read at each call, so one test process
-     * checks each. */
-    const char *env = getenv("RL_CUDA_DECODE_SPLIT");
-    int unit = env ? atoi(env) : 0;
-    if (unit != 16 && unit != 32 && unit != 64) unit = DEC_MIN_SPLIT;
+     * DEC_MIN_SPLIT keys (finer units measured no faster: the top of this
+     * file). */
     int base = c->n_seqs * a.n_kv;
     int slots = c->sm_count * c->dec_blocks_per_sm[a.D == 128];
-    int splits = slots / base, most = (c->att_len + unit - 1) / unit;
+    int splits = slots / base, most = (c->att_len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT;
     if (splits > most) splits = most;
     if (splits > DEC_MAX_SPLITS) splits = DEC_MAX_SPLITS;
     if (splits < 1) splits = 1;
     int len = (c->att_len + splits - 1) / splits;
-    len = (len + unit - 1) / unit * unit;
+    len = (len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT * DEC_MIN_SPLIT;
     splits = (c->att_len + len - 1) / len;
     a.split_len = 0;
     if (splits > 1) {

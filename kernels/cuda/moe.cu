@@ -8,14 +8,16 @@
  *
  * The experts run in one of two shapes, neither reading the routing on the
  * host, so decode steps stay inside CUDA graphs:
- *  - a few (token, expert) pairs (decode at small batch): GEMV kernels over
- *    the pairs, each warp one output column, reading only the chosen
+ *  - a few (token, expert) pairs (decode at small batch): GEMV kernels on
+ *    the dense GEMV's occupancy model (cuda_gemv.cuh: short 128-thread
+ *    blocks, <= 40 registers) over the pairs, reading only the chosen
  *    experts' rows (batch 1 reads the 8 chosen experts of 128 and nothing
  *    else); the down projection sums each token's k experts, weighted, in
- *    the same warp, so there is no scatter and no atomics.  RL_MOE_GEMV=2
- *    runs a second pair on the dense GEMV's occupancy model instead (short
- *    128-thread blocks, <= 40 registers), 3 the same with the down weights
- *    prefetched into L2 before its PDL wait, for a GPU call to measure.
+ *    the same block, so there is no scatter and no atomics.  Measured on
+ *    an H200 (PERF.md v26; Qwen3-30B-A3B, 512 -> 128, floor 1.54-1.62 ms):
+ *    2.94 ms a decode step at batch 1 and 5.93 at batch 4, against 3.29 and
+ *    7.03 for the warp-per-column pair they replace and 3.03 and 6.16 with
+ *    down's later chunks prefetched into L2 before its PDL wait.
  *  - more pairs: a permutation of the pairs by expert made on the device
  *    (one block: counts, offsets, a list of 64-row tiles of each expert's
  *    pairs), then two grouped GEMMs on tensor cores (mma.sync,
@@ -36,8 +38,6 @@
 #include "kernels/cuda/moe_chunks.h"
 
 #include <limits.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define MOE_GEMV_PAIRS 32   /* up to this many (token, expert) pairs: the GEMV kernels */
 #define MOE_BM TG_BM        /* pairs per tile of the grouped GEMMs (rl_moe_scratch_bytes's 64) */
@@ -187,97 +187,7 @@ void cuda_shared_gate(rlBackend *be, void *out, const void *x, const void *w, in
     cuda_launched(c, "shared_gate");
 }
 
-/* ---- few pairs: GEMV over (token, chosen expert) ---- */
-
-/* s += a . b over 8 elements held in two 16-byte words. */
-template <typename T> static __device__ __forceinline__ float dot8(uint4 a, uint4 b, float s) {
-    const T *x = (const T *)&a, *y = (const T *)&b;
-#pragma unroll
-    for (int q = 0; q < 8; q++) s += ld(x + q) * ld(y + q);
-    return s;
-}
-
-/* h[p, j] = silu(gate_e[j] . x_t) * (up_e[j] . x_t), pair p = (t, e = ids[p]);
- * a warp per column j, its loads unrolled so a lane keeps several 16-byte
- * reads of each row in flight (a decode step is bound by them).  Launched
- * with PDL, it waits before anything (the rows it reads follow the routing)
- * and only then lets the down projection launch, so that kernel's blocks
- * may read the routing before their own wait. */
-template <typename T>
-__global__ void moe_gu_gemv_kernel(T *h, const T *__restrict__ x, const T *__restrict__ wgu,
-                                   const int *ids, int k, int dim, int m) {
-    pdl_wait();
-    pdl_trigger();
-    int p = blockIdx.y, j = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (j >= m) return;
-    const uint4 *xr = (const uint4 *)(x + (size_t)(p / k) * dim);
-    const uint4 *g = (const uint4 *)(wgu + ((size_t)ids[p] * 2 * m + j) * dim);
-    const uint4 *u = (const uint4 *)((const T *)g + (size_t)m * dim);
-    float sg = 0, su = 0;
-#pragma unroll 4
-    for (int i = lane; i < dim / 8; i += 32) {
-        uint4 xv = __ldg(xr + i), gv = __ldcs(g + i), uv = __ldcs(u + i);
-        sg = dot8<T>(gv, xv, sg);
-        su = dot8<T>(uv, xv, su);
-    }
-    sg = warp_sum(sg), su = warp_sum(su);
-    if (lane == 0) st(h + (size_t)p * m + j, sg / (1.0f + expf(-sg)) * su);
-}
-
-/* out[t, i] (+)= sum_j w[t, j] (down_e[i] . h[t k + j]); a warp per output
- * i, its lanes over every (expert, 8-column chunk) of the token at once, so
- * the k experts' rows are read in parallel rather than one after another,
- * DOWN_AHEAD 16-byte weight loads a lane in flight.  The routing is final
- * when this kernel starts (moe_gu_gemv_kernel), so its blocks read it (past
- * L1) and start loading their first weights before waiting for h (PDL). */
-#define DOWN_AHEAD 8
-template <typename T>
-__global__ void moe_down_gemv_kernel(T *out, const T *__restrict__ h,
-                                     const T *__restrict__ wdown, const int *ids,
-                                     const float *wts, int k, int dim, int m, int accumulate) {
-    __shared__ int e_of[32];
-    __shared__ float w_of[32];
-    pdl_trigger();
-    int t = blockIdx.y, i = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (threadIdx.x < k) e_of[threadIdx.x] = __ldcg(ids + t * k + threadIdx.x),
-                         w_of[threadIdx.x] = __ldcg(wts + t * k + threadIdx.x);
-    __syncthreads();
-    if (i >= dim) return;
-    const int chunks = m / 8, n = k * chunks;
-    /* chunk c of this output's k rows: expert c / chunks, columns 8 (c % chunks) */
-    auto wchunk = [&](int c) {
-        int j = c / chunks;
-        return __ldcs((const uint4 *)(wdown + ((size_t)e_of[j] * dim + i) * m) + (c - j * chunks));
-    };
-    uint4 wn[DOWN_AHEAD];
-#pragma unroll
-    for (int a = 0; a < DOWN_AHEAD; a++)
-        if (lane + 32 * a < n) wn[a] = wchunk(lane + 32 * a);
-    pdl_wait();
-    const uint4 *hv = (const uint4 *)(h + (size_t)t * k * m);
-    float acc = 0;
-    for (int c0 = lane; c0 < n; c0 += 32 * DOWN_AHEAD) {
-        uint4 wq[DOWN_AHEAD];
-#pragma unroll
-        for (int a = 0; a < DOWN_AHEAD; a++) {
-            wq[a] = wn[a];
-            int c = c0 + 32 * (DOWN_AHEAD + a);
-            if (c < n) wn[a] = wchunk(c);
-        }
-#pragma unroll
-        for (int a = 0; a < DOWN_AHEAD; a++) {
-            int c = c0 + 32 * a;
-            if (c < n) acc += w_of[c / chunks] * dot8<T>(wq[a], __ldg(hv + c), 0.0f);
-        }
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) {
-        T *o = out + (size_t)t * dim + i;
-        st(o, (accumulate ? ld(o) : 0.0f) + acc);
-    }
-}
-
-/* ---- few pairs, RL_MOE_GEMV=2: the GEMVs on cuda_gemv.cuh's occupancy model ---- */
+/* ---- few pairs: GEMVs over (token, chosen expert) on cuda_gemv.cuh's model ---- */
 
 /* The dense GEMV (gemv_block) reads at ~94 % of the copy bandwidth with
  * short blocks of GEMV_THREADS threads that all stride over the same rows'
@@ -290,12 +200,13 @@ __global__ void moe_down_gemv_kernel(T *out, const T *__restrict__ h,
 
 /* h[p, j] = silu(gate_e[j] . x_t) * (up_e[j] . x_t), pair p = (t, e = ids[p]):
  * a block per (column j, pair), the grid over every chosen expert's rows at
- * once.  PDL as moe_gu_gemv_kernel: the rows it reads follow the routing, so
- * it waits first, then lets the down projection launch. */
+ * once.  Launched with PDL, it waits before anything (the rows it reads
+ * follow the routing) and only then lets the down projection launch, so
+ * that kernel's blocks may read the routing before their own wait. */
 template <typename T>
 __global__ void __launch_bounds__(GEMV_THREADS, 12)
-moe_gu_gemv2_kernel(T *h, const T *__restrict__ x, const T *__restrict__ wgu, const int *ids,
-                    int k, int dim, int m) {
+moe_gu_gemv_kernel(T *h, const T *__restrict__ x, const T *__restrict__ wgu, const int *ids,
+                   int k, int dim, int m) {
     __shared__ float red[GEMV_THREADS / 32][2];
     pdl_wait();
     pdl_trigger();
@@ -334,25 +245,17 @@ moe_gu_gemv2_kernel(T *h, const T *__restrict__ x, const T *__restrict__ wgu, co
     }
 }
 
-/* Bring the 128-byte line holding p into L2 (a hint: no register waits). */
-static __device__ __forceinline__ void prefetch_l2(const void *p) {
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
-
 /* out[t, i] (+)= sum_j w[t, j] (down_e[i] . h[t k + j]) for the block's
  * MOE_DN_COLS outputs i: its threads stride over the token's k experts'
  * chunks at once (chunk c: expert c / (m / 8), so a lane meets its experts
  * in order), each chunk of h scaled by its expert's weight, one fp32 sum per
  * output, rounded once.  The routing is final when this kernel starts
- * (moe_gu_gemv2_kernel waited before it triggered), so its blocks read it
- * and load their first weights before waiting for h (PDL); with PREFETCH
- * (RL_MOE_GEMV=3) they also ask L2 for every later chunk of theirs, so the
- * weights stream in while gate/up's last blocks finish.  The same sums
- * either way. */
-template <typename T, bool PREFETCH>
+ * (moe_gu_gemv_kernel waited before it triggered), so its blocks read it
+ * and load their first weights before waiting for h (PDL). */
+template <typename T>
 __global__ void __launch_bounds__(GEMV_THREADS, 12)
-moe_down_gemv2_kernel(T *out, const T *__restrict__ h, const T *__restrict__ wdown,
-                      const int *ids, const float *wts, int k, int dim, int m, int accumulate) {
+moe_down_gemv_kernel(T *out, const T *__restrict__ h, const T *__restrict__ wdown,
+                     const int *ids, const float *wts, int k, int dim, int m, int accumulate) {
     __shared__ const uint4 *rows[32];  /* expert j's row i0, in chunks */
     __shared__ float scale[32];
     __shared__ float red[GEMV_THREADS / 32][MOE_DN_COLS];
@@ -374,14 +277,6 @@ moe_down_gemv2_kernel(T *out, const T *__restrict__ h, const T *__restrict__ wdo
     };
     uint4 a[MOE_DN_COLS], b[MOE_DN_COLS];
     if (c < n) load(a, at);
-    if (PREFETCH) {
-        rlMoeChunk p = at;
-        for (int cp = c + GEMV_THREADS; cp < n; cp += GEMV_THREADS) {
-            p = moe_chunk_next(p, step, mc);
-#pragma unroll
-            for (int d = 0; d < MOE_DN_COLS; d++) prefetch_l2(rows[p.j] + (size_t)d * mc + p.q);
-        }
-    }
     pdl_wait();
     const uint4 *hv = (const uint4 *)(h + (size_t)t * k * m);   /* chunk c of the token's h */
     float acc[MOE_DN_COLS] = {};
@@ -464,15 +359,6 @@ __global__ void moe_combine_kernel(T *out, const float *y, const int *pos, const
     }
 }
 
-/* RL_MOE_GEMV=2: the few-pairs path's second pair of kernels; 3: the same
- * with the down projection's weights asked of L2 before its PDL wait; until
- * a GPU call measures which stays (0: the first pair).  Read at each call,
- * so one test process can check every setting. */
-static int moe_gemv_version(void) {
-    const char *e = getenv("RL_MOE_GEMV");
-    return e && (!strcmp(e, "2") || !strcmp(e, "3")) ? *e - '0' : 0;
-}
-
 template <typename T>
 static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown, const int *ids,
                     const float *wts, int rows, int dim, int m, int E, int k, int accumulate) {
@@ -480,28 +366,14 @@ static void moe_run(rlCuda *c, T *out, const T *x, const T *wgu, const T *wdown,
     if (pairs <= MOE_GEMV_PAIRS && !c->invariant) {
         if (cuda_moe_ws(c, pairs * m * es, "moe_experts")) return;
         T *h = (T *)c->moe_ws;
-        int v = moe_gemv_version();
-        if (v) {
-            PROF(c, "moe_gemv%d gate_up", v);
-            cuda_launch_pdl(c, "moe_experts (gate/up GEMV)", moe_gu_gemv2_kernel<T>,
-                            dim3((unsigned)m, (unsigned)pairs), dim3(GEMV_THREADS), 0, h, x, wgu,
-                            ids, k, dim, m);
-            PROF(c, "moe_gemv%d down", v);
-            auto down = v == 3 ? moe_down_gemv2_kernel<T, true> : moe_down_gemv2_kernel<T, false>;
-            cuda_launch_pdl(c, "moe_experts (down GEMV)", down,
-                            dim3((unsigned)(dim / MOE_DN_COLS), (unsigned)rows),
-                            dim3(GEMV_THREADS), 0, out, h, wdown, ids, wts, k, dim, m,
-                            accumulate);
-            return;
-        }
         PROF(c, "moe_gemv gate_up");
         cuda_launch_pdl(c, "moe_experts (gate/up GEMV)", moe_gu_gemv_kernel<T>,
-                        dim3((m + 7) / 8, (unsigned)pairs), dim3(256), 0, h, x, wgu, ids, k, dim,
-                        m);
+                        dim3((unsigned)m, (unsigned)pairs), dim3(GEMV_THREADS), 0, h, x, wgu, ids,
+                        k, dim, m);
         PROF(c, "moe_gemv down");
         cuda_launch_pdl(c, "moe_experts (down GEMV)", moe_down_gemv_kernel<T>,
-                        dim3((dim + 7) / 8, (unsigned)rows), dim3(256), 0, out, h, wdown, ids, wts,
-                        k, dim, m, accumulate);
+                        dim3((unsigned)(dim / MOE_DN_COLS), (unsigned)rows), dim3(GEMV_THREADS), 0,
+                        out, h, wdown, ids, wts, k, dim, m, accumulate);
         return;
     }
     /* Workspace (rl_moe_scratch_bytes, backend.h): tiles, their count,

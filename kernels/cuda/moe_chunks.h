@@ -1,5 +1,5 @@
 /* moe_chunks.h: which expert and which 16-byte chunk of its row a lane of
- * moe.cu's second down-projection GEMV (RL_MOE_GEMV=2) reads.  One output's
+ * moe.cu's down-projection GEMV (moe_down_gemv_kernel) reads.  One output's
  * k expert rows are mc = m / 8 chunks each; a block's lanes stride over the
  * k * mc chunks of all of them at once, chunk c being chunk c % mc of expert
  * c / mc's row, and a lane steps to its next chunk with a compare instead of
