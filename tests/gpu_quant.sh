@@ -12,7 +12,6 @@
 #     FP8 within FP8_TOL (test_forward.c says why) with the measured error
 #     printed; greedy tokens up to the first low-margin step;
 #   - `redlm generate` end to end on each (--dtype auto: fp16), the same bounds;
-#   - test_cuda_qlinear and test_forward (fp16) again with RL_WQ_TILE=1;
 #   - --load-format dummy --quantization awq|gptq|fp8 at the Qwen2.5-7B
 #     shape: the bytes the quantized layers hold on the device equal what
 #     the memory plan counts (rl_quant_linear_bytes).
@@ -61,12 +60,6 @@ PY
     done
 done
 unset RL_CUDA_GENERIC
-# The tiled kernel for 9-128 rows (RL_WQ_TILE=1, pending its measurement):
-# test_cuda_wq runs it itself; here through the backend and the fixtures,
-# whose prompts are 9-128-row products.
-echo "## RL_WQ_TILE=1"
-RL_WQ_TILE=1 RL_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_qlinear"
-RL_WQ_TILE=1 RL_TEST_BACKEND=cuda RL_TEST_DTYPE=fp16 RL_TEST_ONLY=quant "$BUILD/tests/test_forward"
 
 # The memory plan's bytes for quantized layers against what the GPU holds.
 for q in awq gptq fp8; do

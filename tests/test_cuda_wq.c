@@ -4,10 +4,11 @@
  * Each case is a random layer of one format (int4 / int8 with groups of
  * 32 / 64 / 128 / all of k, act-order, fp8 with block, channel and tensor
  * scales, odd n and k), multiplied by bf16- or fp16-rounded activations at
- * m = 1 .. 128 rows: the mma kernel at every m, the decode GEMV
- * (RL_WQ_KERNEL) at 1 to 8 and the tiled kernel (RL_WQ_TILE) past 8.  The reference is float64 over the weights the CPU
- * backend dequantizes ((float)(s * (q - z)), worker/model/quant.c's e4m3
- * decoder); the check is the largest |y - ref| over the row's sum of
+ * m = 1 .. 128 rows: the mma kernel at every m and the decode GEMV at 1 to
+ * 8, each forced on every format (wq_decode_kernel_force), and which one
+ * rl_wq_gemm picks (wq_kernel).  The reference is float64 over the weights
+ * the CPU backend dequantizes ((float)(s * (q - z)),
+ * worker/model/quant.c's e4m3 decoder); the check is the largest |y - ref| over the row's sum of
  * |x| |w| (fp32 sums and one rounding of y: bf16 about 2e-3, bound 1e-2),
  * printed.  y is poisoned first and its padding must stay so.
  * rl_wq_dequant must equal the CPU's values rounded to bf16 / fp16 exactly.
@@ -21,8 +22,8 @@
  * time per launch (CUDA graphs over copies that do not fit L2), GB/s of the
  * bytes the layout holds and % of the copy bandwidth measured in the same
  * run, and at 64 rows the ratio to the CUDA backend's bf16 matmul; up to 8
- * rows both decode kernels (RL_WQ_KERNEL=gemv picks the one in the table),
- * past 8 the mma and the tiled kernel (RL_WQ_TILE=1). */
+ * rows both decode kernels (the table has the one rl_wq_gemm picks), so the
+ * choice can be measured again. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -139,7 +140,7 @@ static const Case cases[] = {
     {"int8 g=k (n 41, k 136)", RL_WQ_INT8, 41, 136, 136, 1, 0},
     {"int8 g32 act-order", RL_WQ_INT8, 64, 256, 32, 1, 1},
     {"int8 g96 (groups straddle chunks)", RL_WQ_INT8, 48, 288, 96, 1, 0},
-    {"int8 g128 n 20000 (2 tiles a warp in the tiled kernel)", RL_WQ_INT8, 20000, 256, 128, 1, 0},
+    {"int8 g128 n 20000 (tiles > a wave)", RL_WQ_INT8, 20000, 256, 128, 1, 0},
     {"fp8 block 128x128 (n 300)", RL_WQ_FP8, 300, 640, 128, 128, 0},
     {"fp8 block 128x128 n 20000", RL_WQ_FP8, 20000, 256, 128, 128, 0},
     {"fp8 channel (n 77, k 264)", RL_WQ_FP8, 77, 264, 264, 1, 0},
@@ -245,7 +246,7 @@ static void test_refusals(void **state) {
 static int gpu_ok;
 
 static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 24, 32, 33, 64, 100, 128};
-static const char *kernel_name[] = {"mma", "gemv", "tile"};
+static const char *kernel_name[] = {"mma", "gemv"};
 #define MAX_M WQ_MAX_ROWS
 
 static void *dev_alloc(size_t bytes) {
@@ -291,17 +292,19 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
     void *xdv = dev_alloc((size_t)MAX_M * ldx * 2), *ydv = dev_alloc((size_t)MAX_M * ldy * 2);
     assert_int_equal(cudaMemcpy(xdv, xh, (size_t)MAX_M * ldx * 2, cudaMemcpyHostToDevice), cudaSuccess);
     uint16_t *yh = malloc((size_t)MAX_M * ldy * 2);
-    /* Every kernel on the rows it may take: the mma kernel on all, the
-     * decode GEMV (RL_WQ_KERNEL) up to 8, the tiled one (RL_WQ_TILE) past 8
-     * where the layer has no act-order (else the mma kernel again). */
-    for (int kern = WQ_KERNEL_MMA; kern <= WQ_KERNEL_TILE; kern++) {
-        wq_decode_kernel_force(kern == WQ_KERNEL_GEMV ? kern : WQ_KERNEL_MMA);
-        wq_wide_kernel_force(kern == WQ_KERNEL_TILE ? kern : WQ_KERNEL_MMA);
-        if (kern == WQ_KERNEL_TILE && l.perm) break;
-        assert_int_equal(rl_wq_max_rows(w), kern == WQ_KERNEL_TILE ? WQ_MAX_ROWS : WQ_FAST_ROWS);
+    assert_int_equal(rl_wq_max_rows(w), WQ_FAST_ROWS);
+    /* Both kernels on the rows they may take, whichever the rule picks for
+     * the format: the mma kernel on all, the decode GEMV up to 8.  What
+     * rl_wq_gemm picks by itself is one of these. */
+    const int want = c->type == RL_WQ_INT4 && !c->act_order ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA;
+    assert_int_equal(wq_kernel(w, 1), want);
+    assert_int_equal(wq_kernel(w, 8), want);
+    assert_int_equal(wq_kernel(w, 9), WQ_KERNEL_MMA);
+    for (int kern = WQ_KERNEL_MMA; kern <= WQ_KERNEL_GEMV; kern++) {
+        wq_decode_kernel_force(kern);
         for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
             int m = ms[mi];
-            if ((kern == WQ_KERNEL_GEMV && m > 8) || (kern == WQ_KERNEL_TILE && m <= 8)) continue;
+            if (kern == WQ_KERNEL_GEMV && m > 8) continue;
             assert_int_equal(cudaMemsetAsync(ydv, 0xff, (size_t)MAX_M * ldy * 2, stream), cudaSuccess);
             assert_int_equal(rl_wq_gemm(w, dt, xdv, ldx, ydv, ldy, m, pdl, stream), 0);
             assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
@@ -329,7 +332,6 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
         }
     }
     wq_decode_kernel_force(-1);
-    wq_wide_kernel_force(-1);
     /* rl_wq_dequant: exactly the CPU's values, rounded once. */
     void *ddv = dev_alloc((size_t)n * k * 2);
     assert_int_equal(cudaMemsetAsync(ddv, 0xff, (size_t)n * k * 2, stream), cudaSuccess);
@@ -496,11 +498,9 @@ static int bench(int argc, char **argv) {
     static const int bm[] = {1, 2, 4, 8, 16, 32, 64, 128};
     enum { NBM = sizeof(bm) / sizeof(bm[0]) };
     const char *nw = getenv("RL_WQ_NW");
-    const int kdef = wq_decode_kernel(), kwide = wq_wide_kernel();
     printf("copy bandwidth %.0f GB/s (read + written), bf16 GEMM %.0f TFLOP/s; RL_WQ_NW=%s; "
-           "up to 8 rows the %s kernel (RL_WQ_KERNEL), past 8 the %s kernel (RL_WQ_TILE); both of "
-           "each timed\n", copy_bw / 1e9, flops / 1e12, nw ? nw : "(default)", kernel_name[kdef],
-           kernel_name[kwide]);
+           "up to 8 rows both the mma kernel and the GEMV timed, the table has the one "
+           "rl_wq_gemm picks\n", copy_bw / 1e9, flops / 1e12, nw ? nw : "(default)");
     /* The dense path at the row counts where the threshold may fall. */
     static const int dm[] = {1, 16, 32, 64};
     enum { NDM = sizeof(dm) / sizeof(dm[0]) };
@@ -516,6 +516,7 @@ static int bench(int argc, char **argv) {
         const char *tn = argc > 2 ? argv[2 + t] : all[t];
         rlWqType type = !strcmp(tn, "int8") ? RL_WQ_INT8 : !strcmp(tn, "fp8") ? RL_WQ_FP8 : RL_WQ_INT4;
         double layer_us[NBM] = {0}, layer_ab[2][NBM] = {{0}}, layer_bytes = 0, layer_std = 0, layer_deq = 0;
+        int kdef = WQ_KERNEL_MMA;
         for (int s = 0; s < 4; s++) {
             int n = shapes[s].n, k = shapes[s].k;
             Layer l;
@@ -544,20 +545,19 @@ static int bench(int argc, char **argv) {
             layer_deq += deq;
             printf("%-4s %-7s n %5d k %5d dequant to bf16: %8.2f us  %6.0f GB/s read + written\n", tn,
                    shapes[s].name, n, k, deq, (bytes + 2.0 * n * k) / deq * 1e-3);
+            kdef = wq_kernel(w, 1);
             for (int mi = 0; mi < NBM; mi++) {
-                /* Both kernels of the row count (mma and gemv up to 8 rows,
-                 * mma and tile past), the selected one's in the table. */
+                /* Up to 8 rows both kernels, the one rl_wq_gemm picks in
+                 * the table; past 8 the mma kernel, the only one. */
                 const int dec = bm[mi] <= 8;
                 double ab[2] = {0, 0};
-                for (int alt = 0; alt < 2; alt++) {
-                    const int kern = alt ? (dec ? WQ_KERNEL_GEMV : WQ_KERNEL_TILE) : WQ_KERNEL_MMA;
-                    (dec ? wq_decode_kernel_force : wq_wide_kernel_force)(kern);
-                    ab[alt] = bench_time(copies, nc, x, y, bm[mi]);
-                    layer_ab[alt][mi] += ab[alt];
+                for (int kern = WQ_KERNEL_MMA; kern <= (dec ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA); kern++) {
+                    wq_decode_kernel_force(kern);
+                    ab[kern] = bench_time(copies, nc, x, y, bm[mi]);
+                    layer_ab[kern][mi] += ab[kern];
                 }
                 wq_decode_kernel_force(-1);
-                wq_wide_kernel_force(-1);
-                double us = ab[dec ? kdef != WQ_KERNEL_MMA : kwide != WQ_KERNEL_MMA];
+                double us = ab[wq_kernel(w, bm[mi])];
                 layer_us[mi] += us;
                 double gbs = bytes / us * 1e-3;
                 printf("%-4s %-7s n %5d k %5d m %3d: %8.2f us  %6.0f GB/s  %5.1f %% of copy bw",
@@ -565,7 +565,7 @@ static int bench(int argc, char **argv) {
                 for (int j = 0; j < NDM; j++)
                     if (dm[j] == bm[mi])
                         printf("  bf16 %8.2f us  bf16/%s %.2fx", bf16_us[s][j], tn, bf16_us[s][j] / us);
-                printf("  [mma %.2f  %s %.2f us]", ab[0], dec ? "gemv" : "tile", ab[1]);
+                if (dec) printf("  [mma %.2f  gemv %.2f us]", ab[0], ab[1]);
                 printf("\n");
             }
             for (int i = 0; i < nc; i++) rl_wq_free(copies[i]);
@@ -578,12 +578,11 @@ static int bench(int argc, char **argv) {
                    "%.1f %% of the checkpoint-bytes floor %.2f us)\n",
                    tn, bm[mi], layer_us[mi], layer_us[mi] * 28e-3, floor_us,
                    100 * floor_us / layer_us[mi], 100 * std_floor_us / layer_us[mi], std_floor_us);
-        for (int mi = 0; mi < NBM; mi++) {
-            const char *alt = bm[mi] <= 8 ? "gemv" : "tile";
-            printf("%-4s layer m %3d: mma %8.2f us (%.1f %% of the floor), %s %8.2f us (%.1f %%): "
-                   "%s/mma time %.2fx\n", tn, bm[mi], layer_ab[0][mi], 100 * floor_us / layer_ab[0][mi], alt,
-                   layer_ab[1][mi], 100 * floor_us / layer_ab[1][mi], alt, layer_ab[1][mi] / layer_ab[0][mi]);
-        }
+        for (int mi = 0; mi < NBM && bm[mi] <= 8; mi++)
+            printf("%-4s layer m %3d: mma %8.2f us (%.1f %% of the floor), gemv %8.2f us (%.1f %%): "
+                   "gemv/mma time %.2fx (default: %s)\n", tn, bm[mi], layer_ab[0][mi],
+                   100 * floor_us / layer_ab[0][mi], layer_ab[1][mi], 100 * floor_us / layer_ab[1][mi],
+                   layer_ab[1][mi] / layer_ab[0][mi], kernel_name[kdef]);
         for (int j = 0; j < NDM; j++)
             for (int mi = 0; mi < NBM; mi++)
                 if (bm[mi] == dm[j])

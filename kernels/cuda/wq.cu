@@ -1,10 +1,14 @@
 /* wq.cu: linear layers over quantized weights (int4 / int8 / fp8), read in
  * the packed layout of wq_internal.h and dequantized in registers.
  *
- * One kernel serves decode and small batches: a block owns NW tiles of 8
- * output columns over all of K, its 8 warps take every 8th chunk of K (a
- * split-K inside the block, so a narrow layer still puts enough loads in
- * flight), and each warp runs mma.sync m16n8k16 over MT tiles of 16 rows.
+ * Two kernels, one rule for which runs (wq_kernel): the decode GEMV
+ * (wq_gemv_kernel below) for 1-8 rows of int4 layers without act-order (AWQ,
+ * GPTQ), and the mma kernel for everything else up to 128 rows.
+ *
+ * The mma kernel: a block owns NW tiles of 8 output columns over all of K,
+ * its 8 warps take every 8th chunk of K (a split-K inside the block, so a
+ * narrow layer still puts enough loads in flight), and each warp runs
+ * mma.sync m16n8k16 over MT tiles of 16 rows.
  * Weights stream once per block, 16 bytes per lane per chunk, with a ring
  * of the next chunks' loads (and their scales and zero points) in flight;
  * activations come straight from global memory (small, shared through L1).
@@ -13,18 +17,23 @@
  * per group.  The warps' partial sums meet in shared memory and are rounded
  * once into y.  rl_wq_dequant writes the dense matrix for larger batches;
  * rl_wq_fp8_values an FP8 layer's e4m3 bytes as they came, for FP8 GEMMs.
- * RL_WQ_KERNEL=gemv runs 1-8 rows through a second kernel on the dense
- * GEMV's occupancy model instead (wq_gemv_kernel below), and RL_WQ_TILE=1
- * 9-128 rows through a tiled one that stages the activations in shared
- * memory once per block (wq_tile_kernel; then rl_wq_max_rows is 128, so
- * those products skip the dequantize + dense GEMM road); neither is
- * measured yet, and the GPU check keeps the faster of each pair.
  *
- * Speed (kernels/PERF.md v17): correct at every size, but not yet at the
- * weight-read floor: the blocks hold 124-255 registers, so one or two of 8
- * warps fit an SM and each lives only a few chunks; above 32 rows every
- * block re-reads all of x from L2.  The fixes are written there; v22
- * records a decode kernel with fewer registers tried against it (lost).
+ * Speed, per Qwen2.5-7B layer (qkv, o, gate_up, down) on one H200,
+ * `test_cuda_wq bench int4 fp8 int8`: the mma kernel takes 122 / 129 / 147
+ * us at 1 row (int4 / fp8 / int8; 27 / 47 / 43 % of the weight-read floor),
+ * 135 / 146 / 162 at 16, 200 / 207 / 228 at 32; past 32 rows dequantize +
+ * the bf16 GEMM (~290-320 us) wins, so rl_wq_max_rows is 32.  The decode
+ * GEMV takes 0.79-0.81x the mma kernel's time on int4 at 1-8 rows (96 us a
+ * layer at 1 row; AWQ batch 1 end to end 4.46 -> 3.58 ms a step, batch 8
+ * 5.36 -> 4.20) but 1.05-1.06x on fp8 and 1.03-1.04x on int8 (FP8 batch 1
+ * 4.51 -> 4.78 ms), so those keep the mma kernel.  Neither is at the floor:
+ * the mma blocks hold 124-255 registers, so one or two of 8 warps fit an SM,
+ * and above 32 rows every block re-reads all of x from L2 (kernels/PERF.md
+ * v17, v22).  A tiled kernel for 9-128 rows (Marlin's structure: warps split
+ * N, activations and weights staged through shared memory by cp.async) was
+ * measured and removed: int4 411 / 418 / 561 us at 16 / 32 / 64 rows, slower
+ * than the mma kernel below 128 rows and than dequantize + bf16 at every
+ * count (AWQ batch 64: 9.79 -> 16.39 ms a step).
  *
  * rl_wq_gemm's kernels launch with PDL where the caller says so (the
  * backend's arch.pdl): each starts its first weight loads before it waits for
@@ -37,7 +46,6 @@
  * failure; nothing here aborts. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <atomic>
 #include <type_traits>
@@ -228,11 +236,10 @@ static __device__ __forceinline__ uint4 wq_load_x(const WqArgs<T> &a, int row, i
     return v;
 }
 
-/* One warp's sums over NW tiles of 8 output columns and MT tiles of 16
- * rows: each unit's exact B fragments multiplied into per-group partial sums
- * (tmp), which flush multiplies by the group's fp32 scales into acc.  The
- * mma kernel below feeds it activations from global memory, the tiled one
- * (wq_tile_kernel) from shared memory. */
+/* One warp's sums in the mma kernel over NW tiles of 8 output columns and
+ * MT tiles of 16 rows: each unit's exact B fragments multiplied into
+ * per-group partial sums (tmp), which flush multiplies by the group's fp32
+ * scales into acc. */
 template <typename T, int TY, int MT, int NW> struct WqSums {
     typedef WqDeq<T, TY> D;
     float acc[MT][NW][4], tmp[MT][NW][4];
@@ -378,152 +385,24 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
     }
 }
 
-/* 9-128 rows with RL_WQ_TILE=1 (not yet measured; the GPU check keeps it
- * or drops it): the structure Marlin uses.  The mma kernel above splits K
- * over a block's warps, so x is read again for every 8-32 output columns
- * (about 1 GB of L2 reads a 7B gate_up at 64 rows); here a block's
- * WQT_WARPS warps split N instead, owning NW tiles of 8 output columns each
- * (32-64 columns a block) and 16 MT rows, over all of K; chunk by chunk, the rows' activations and the tiles' packed
- * weights go through shared memory with cp.async, WQT_STAGES - 1 chunks in
- * flight while one is multiplied.  The math per unit is the mma kernel's
- * (WqSums); the next chunk's zero points and scales are fetched into
- * registers while this one is multiplied.  No act-order: its activations
- * would be gathered, so those layers keep the mma kernel. */
-#define WQT_WARPS 4
-#define WQT_STAGES 3
-/* A staged row of activations: a chunk's 32 UPC columns plus 32, so a row
- * starts 64 bytes past a multiple of 128 and the 8 lanes of a 16-byte
- * shared load (rows g and g + 1, columns 8q) fall in distinct banks. */
-template <int TY> static constexpr int wqt_lda() { return 32 * (TY == RL_WQ_INT4 ? 4 : 2) + 32; }
-template <int TY, int MT, int NW> static constexpr int wqt_stage_bytes() {
-    return 16 * MT * wqt_lda<TY>() * 2 + WQT_WARPS * NW * WQ_CHUNK_BYTES;
-}
-template <int TY, int MT, int NW> static constexpr int wqt_smem() {
-    return WQT_STAGES * wqt_stage_bytes<TY, MT, NW>();
-}
-
-template <typename T, int TY, int MT, int NW>
-__global__ void __launch_bounds__(WQT_WARPS * 32) wq_tile_kernel(WqArgs<T> a) {
-    typedef WqSums<T, TY, MT, NW> S;
-    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2, LDA = wqt_lda<TY>(), BM = 16 * MT;
-    constexpr int A_PIECES = BM * UPC * 4;                 /* 16-byte pieces of a stage's activations */
-    constexpr int B_PIECES = WQT_WARPS * NW * 32;          /* one per (tile, lane) */
-    extern __shared__ __align__(16) unsigned char wqt_smem_dyn[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    /* Row blocks are the grid's fast dimension: the blocks of one column
-     * range run together, so past 64 rows its weights come from HBM once. */
-    const int btile0 = blockIdx.y * WQT_WARPS * NW, tile0 = btile0 + warp * NW;
-    const int row0 = blockIdx.x * BM;
-    const bool chunk_meta = a.group_units % UPC == 0;
-    auto stage_a = [&](int st) {
-        return (T *)(wqt_smem_dyn + (size_t)st * wqt_stage_bytes<TY, MT, NW>());
-    };
-    auto stage_b = [&](int st) { return (uint4 *)(stage_a(st) + BM * LDA); };
-    /* Chunk c into stage c % WQT_STAGES: rows past m, columns past k and
-     * tiles past the layer zero-filled (the source then only a valid address). */
-    auto load = [&](int c) {
-        T *As = stage_a(c % WQT_STAGES);
-        uint4 *Bs = stage_b(c % WQT_STAGES);
-#pragma unroll
-        for (int i = threadIdx.x; i < A_PIECES; i += WQT_WARPS * 32) {
-            const int r = i / (UPC * 4), pc = i % (UPC * 4), col = c * UPC * WQ_UNIT_K + 8 * pc;
-            const bool ok = row0 + r < a.m && col < a.k;
-            cp_async16(As + r * LDA + 8 * pc, ok ? a.x + (size_t)(row0 + r) * a.ldx + col : a.x, ok);
-        }
-#pragma unroll
-        for (int i = threadIdx.x; i < B_PIECES; i += WQT_WARPS * 32) {
-            const int t = btile0 + (i >> 5);
-            const bool ok = t < a.ntiles;
-            cp_async16(Bs + i, a.qw + (ok ? wq_lane_offset(a.nchunks, t, c, i & 31) : 0), ok);
-        }
-    };
-    pdl_trigger();
-    S sums;
-    uint32_t zz[NW];
-    float sc[NW][2];
-    if (chunk_meta) S::meta(a, 0, tile0, g, q, zz, sc);
-    /* The first chunks' weights on their way into L2 before x may be read. */
-    for (int c = 0; c < WQT_STAGES - 1 && c < a.nchunks; c++)
-        for (int i = threadIdx.x; i < B_PIECES; i += WQT_WARPS * 32)
-            if (btile0 + (i >> 5) < a.ntiles)
-                wq_prefetch_l2(a.qw + wq_lane_offset(a.nchunks, btile0 + (i >> 5), c, i & 31));
-    pdl_wait();   /* x is the kernel before's output */
-#pragma unroll
-    for (int c = 0; c < WQT_STAGES - 1; c++) {
-        if (c < a.nchunks) load(c);
-        cp_async_commit();
-    }
-    for (int c = 0; c < a.nchunks; c++) {
-        /* One commit group per chunk (empty past the end): all but the
-         * newest WQT_STAGES - 2 done means chunk c is here. */
-        cp_async_wait<WQT_STAGES - 2>();
-        __syncthreads();   /* chunk c visible; every warp done with chunk c - 1's stage */
-        if (c + WQT_STAGES - 1 < a.nchunks) load(c + WQT_STAGES - 1);
-        cp_async_commit();
-        const T *As = stage_a(c % WQT_STAGES);
-        const uint4 *Bs = stage_b(c % WQT_STAGES);
-        uint4 w[NW];
-#pragma unroll
-        for (int nt = 0; nt < NW; nt++) w[nt] = Bs[(warp * NW + nt) * 32 + lane];
-        uint32_t zn[NW];
-        float sn[NW][2];
-        if (chunk_meta && c + 1 < a.nchunks) S::meta(a, (c + 1) * UPC / a.group_units, tile0, g, q, zn, sn);
-#pragma unroll
-        for (int u = 0; u < UPC; u++) {
-            uint4 xa[MT][2];
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                xa[mt][0] = *(const uint4 *)(As + (mt * 16 + g) * LDA + u * WQ_UNIT_K + 8 * q);
-                xa[mt][1] = *(const uint4 *)(As + (mt * 16 + 8 + g) * LDA + u * WQ_UNIT_K + 8 * q);
-            }
-            if (!chunk_meta) {
-                /* Groups of 32 or 64 columns, or straddling chunks: each
-                 * unit's group's metadata. */
-                const int U = c * UPC + u;
-                S::meta(a, U / a.group_units, tile0, g, q, zz, sc);
-                sums.mul(xa, w, u, zz);
-                if ((U + 1) % a.group_units == 0 || u == UPC - 1) sums.flush(sc);
-            } else {
-                sums.mul(xa, w, u, zz);
-            }
-        }
-        if (chunk_meta) {
-            sums.flush(sc);
-#pragma unroll
-            for (int nt = 0; nt < NW; nt++) zz[nt] = zn[nt], sc[nt][0] = sn[nt][0], sc[nt][1] = sn[nt][1];
-        }
-    }
-    cp_async_wait<0>();
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int nt = 0; nt < NW; nt++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int row = row0 + mt * 16 + g + (j >= 2 ? 8 : 0);
-                const int col = (tile0 + nt) * WQ_TILE_N + 2 * q + (j & 1);
-                if (row < a.m && col < a.n) st(a.y + (size_t)row * a.ldy + col, sums.acc[mt][nt][j]);
-            }
-}
-
-/* The decode GEMV (RL_WQ_KERNEL=gemv), 1-8 rows, on the dense GEMV's
- * occupancy model (cuda_gemv.cuh) over the same layout.  A block of W warps
- * (4-16) owns one 8-column tile at a time and its warps take every W-th
- * chunk of the tile's K, so a narrow layer (o, down: 448 tiles) spreads over
- * enough warps in one wave; a wide one (more tiles than the GPU holds
- * blocks) runs one wave of blocks that stride over the tiles.  Each lane
- * has two 16-byte buffers in fixed registers that take turns: the next
- * chunk loads into one while the warp works on the other, which is refilled
- * with the chunk after as soon as it is used, and the chunk after that is
- * prefetched into L2 (the items run on into the block's next tile, so loads
- * stay in flight across a tile's reduction); a chunk's zero points and
- * scales are prefetched into L1 with its load, holding no registers.  At
- * most 40 registers, so 48 warps fit an SM (PERF.md v22: the
- * earlier kernels' 58-255 registers left too few warps, each waiting on its
- * own loads).  The math is the mma kernel's: exact B fragments (q - z,
- * e4m3), x's rows 0-7 in the A fragment's first 8 rows (rows 8-15 zero),
- * mma.sync with fp32 accumulation, the fp32 scales once per group, the
- * warps' sums met in shared memory in a fixed order. */
+/* The decode GEMV, 1-8 rows (int4 without act-order: wq_kernel), on the
+ * dense GEMV's occupancy model (cuda_gemv.cuh) over the same layout.  A
+ * block of W warps (4-16) owns one 8-column tile at a time and its warps
+ * take every W-th chunk of the tile's K, so a narrow layer (o, down: 448
+ * tiles) spreads over enough warps in one wave; a wide one (more tiles than
+ * the GPU holds blocks) runs one wave of blocks that stride over the tiles.
+ * Each lane has two 16-byte buffers in fixed registers that take turns: the
+ * next chunk loads into one while the warp works on the other, which is
+ * refilled with the chunk after as soon as it is used, and the chunk after
+ * that is prefetched into L2 (the items run on into the block's next tile,
+ * so loads stay in flight across a tile's reduction); a chunk's zero points
+ * and scales are prefetched into L1 with its load, holding no registers.  At
+ * most 40 registers, so 48 warps fit an SM (PERF.md v22: the earlier
+ * kernels' 58-255 registers left too few warps, each waiting on its own
+ * loads).  The math is the mma kernel's: exact B fragments (q - z, e4m3),
+ * x's rows 0-7 in the A fragment's first 8 rows (rows 8-15 zero), mma.sync
+ * with fp32 accumulation, the fp32 scales once per group, the warps' sums
+ * met in shared memory in a fixed order. */
 #define WQG_MAX_ROWS 8
 #define WQG_MAX_WARPS 16
 
@@ -748,21 +627,16 @@ static void wq_launch_mt(const WqArgs<T> &a, int nw, WqLaunch &L) {
         L(wq_gemm_kernel<T, TY, MT, (MT >= 4 ? 1 : 4)>, (a.ntiles + 3) / 4, WQ_WARPS * 32, 0, a);
 }
 
-/* The kernels the environment picks (read once): RL_WQ_KERNEL=gemv for 1-8
- * rows, RL_WQ_TILE=1 for 9-128; either forced by the tests and the
- * benchmark (-1: the environment's again). */
-static std::atomic<int> wq_forced[2] = {{-1}, {-1}};
-static int wq_choice(int which) {
-    static const int from_env[2] = {
-        [] { const char *e = getenv("RL_WQ_KERNEL"); return e && !strcmp(e, "gemv") ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA; }(),
-        [] { const char *e = getenv("RL_WQ_TILE"); return e && !strcmp(e, "1") ? WQ_KERNEL_TILE : WQ_KERNEL_MMA; }()};
-    const int f = wq_forced[which].load(std::memory_order_relaxed);
-    return f >= 0 ? f : from_env[which];
+/* Which kernel runs m rows of w (wq_internal.h says why); the tests and the
+ * benchmark force one for 1-8 rows (-1: the rule again). */
+static std::atomic<int> wq_forced{-1};
+extern "C" int wq_kernel(const rlWq *w, int m) {
+    if (m > WQG_MAX_ROWS) return WQ_KERNEL_MMA;
+    const int f = wq_forced.load(std::memory_order_relaxed);
+    if (f >= 0) return f;
+    return w->type == RL_WQ_INT4 && !w->perm ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA;
 }
-extern "C" int wq_decode_kernel(void) { return wq_choice(0); }
-extern "C" void wq_decode_kernel_force(int kernel) { wq_forced[0].store(kernel); }
-extern "C" int wq_wide_kernel(void) { return wq_choice(1); }
-extern "C" void wq_wide_kernel_force(int kernel) { wq_forced[1].store(kernel); }
+extern "C" void wq_decode_kernel_force(int kernel) { wq_forced.store(kernel); }
 
 /* Blocks of W warps one SM holds of this GEMV, from the occupancy
  * calculator once per process (first asked at upload, outside any graph
@@ -786,23 +660,9 @@ static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
     return nb;
 }
 
-/* The tiled kernel's shared memory (past 48 KiB at 64 rows of int4), lifted
- * per device, so at each upload. */
-template <typename T, int TY, int MT, int NW> static cudaError_t wq_tile_allow_smem(void) {
-    return cudaFuncSetAttribute(wq_tile_kernel<T, TY, MT, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                wqt_smem<TY, MT, NW>());
-}
-template <typename T, int TY> static cudaError_t wq_tile_prepare(void) {
-    cudaError_t e = wq_tile_allow_smem<T, TY, 2, 1>();
-    if (e == cudaSuccess) e = wq_tile_allow_smem<T, TY, 2, 2>();
-    if (e == cudaSuccess) e = wq_tile_allow_smem<T, TY, 4, 1>();
-    if (e == cudaSuccess) e = wq_tile_allow_smem<T, TY, 4, 2>();
-    return e;
-}
-
 /* What a layer of type TY needs before its first launch, asked at upload
- * rather than inside a graph capture: the GEMV's grid sizes and the tiled
- * kernel's shared memory. */
+ * rather than inside a graph capture: the GEMV's grid sizes (every type: the
+ * tests force the GEMV on 8-bit layers too). */
 template <int TY> static cudaError_t wq_prepare(void) {
     cudaError_t e = cudaSuccess;
     for (int w = 4; w <= WQG_MAX_WARPS; w += 2) {
@@ -811,8 +671,6 @@ template <int TY> static cudaError_t wq_prepare(void) {
         wq_gemv_occupancy<f16, TY, true>(w, &e);
         wq_gemv_occupancy<f16, TY, false>(w, &e);
     }
-    if (e == cudaSuccess) e = wq_tile_prepare<bf16, TY>();
-    if (e == cudaSuccess) e = wq_tile_prepare<f16, TY>();
     if (e != cudaSuccess) cudaGetLastError();
     return e;
 }
@@ -844,29 +702,8 @@ template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqL
     else wq_gemv_grid<T, TY, false>(a, L);
 }
 
-/* The tiled kernel: 16 MT rows a block (32 up to 32 rows, else 64), 2 tiles
- * a warp where that still gives every SM two blocks (gate_up), else 1. */
-template <typename T, int TY, int MT> static void wq_tile_launch_mt(const WqArgs<T> &a, int sms, WqLaunch &L) {
-    const unsigned rows = (unsigned)((a.m + 16 * MT - 1) / (16 * MT));
-    const unsigned wide = (unsigned)((a.ntiles + 2 * WQT_WARPS - 1) / (2 * WQT_WARPS));
-    if (wide >= 2u * (unsigned)sms)
-        L(wq_tile_kernel<T, TY, MT, 2>, dim3(rows, wide), WQT_WARPS * 32, wqt_smem<TY, MT, 2>(), a);
-    else
-        L(wq_tile_kernel<T, TY, MT, 1>, dim3(rows, (a.ntiles + WQT_WARPS - 1) / WQT_WARPS), WQT_WARPS * 32,
-          wqt_smem<TY, MT, 1>(), a);
-}
-template <typename T, int TY> static void wq_tile_launch(const WqArgs<T> &a, WqLaunch &L) {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (sms < 1) sms = 1;
-    if (a.m <= 32) wq_tile_launch_mt<T, TY, 2>(a, sms, L);
-    else wq_tile_launch_mt<T, TY, 4>(a, sms, L);
-}
-
-template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, WqLaunch &L) {
-    if (a.m <= WQG_MAX_ROWS && wq_decode_kernel() == WQ_KERNEL_GEMV) return wq_gemv_launch<T, TY>(a, L);
-    if (a.m > WQG_MAX_ROWS && !a.perm && wq_wide_kernel() == WQ_KERNEL_TILE) return wq_tile_launch<T, TY>(a, L);
+template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, int kernel, WqLaunch &L) {
+    if (kernel == WQ_KERNEL_GEMV) return wq_gemv_launch<T, TY>(a, L);
     const int mt = (a.m + 15) / 16, *nw = wq_nw[TY == RL_WQ_INT4 ? 0 : 1];
     if (mt <= 1) wq_launch_mt<T, TY, 1>(a, nw[0], L);
     else if (mt <= 2) wq_launch_mt<T, TY, 2>(a, nw[1], L);
@@ -876,10 +713,11 @@ template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, WqLaunch
 
 template <typename T>
 static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, WqLaunch &L) {
+    const int kernel = wq_kernel(w, a.m);
     switch (w->type) {
-    case RL_WQ_INT4: wq_launch<T, RL_WQ_INT4>(a, L); break;
-    case RL_WQ_INT8: wq_launch<T, RL_WQ_INT8>(a, L); break;
-    case RL_WQ_FP8: wq_launch<T, RL_WQ_FP8>(a, L); break;
+    case RL_WQ_INT4: wq_launch<T, RL_WQ_INT4>(a, kernel, L); break;
+    case RL_WQ_INT8: wq_launch<T, RL_WQ_INT8>(a, kernel, L); break;
+    case RL_WQ_FP8: wq_launch<T, RL_WQ_FP8>(a, kernel, L); break;
     }
 }
 
@@ -897,9 +735,7 @@ extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, voi
     return L.err == cudaSuccess && last == cudaSuccess ? RL_OK : RL_EDEVICE;
 }
 
-extern "C" int rl_wq_max_rows(const rlWq *w) {
-    return !w->perm && wq_wide_kernel() == WQ_KERNEL_TILE ? WQ_MAX_ROWS : WQ_FAST_ROWS;
-}
+extern "C" int rl_wq_max_rows(const rlWq *) { return WQ_FAST_ROWS; }
 
 template <typename T> static void wq_dequant_launch(const rlWq *w, void *dst, cudaStream_t s) {
     WqArgs<T> a = wq_args<T>(w, NULL, 0, dst, w->k, 0);
@@ -989,7 +825,7 @@ extern "C" int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_
                         : h->type == RL_WQ_INT8 ? wq_prepare<RL_WQ_INT8>()
                                                 : wq_prepare<RL_WQ_FP8>();
         if (e != cudaSuccess) {
-            snprintf(msg, msg_n, "quantized weights: preparing the kernels (occupancy, shared memory): %s",
+            snprintf(msg, msg_n, "quantized weights: preparing the kernels (occupancy): %s",
                      cudaGetErrorString(e));
             rc = RL_EDEVICE;
         }

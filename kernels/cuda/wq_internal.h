@@ -37,7 +37,8 @@
 #define WQ_CHUNK_BYTES (32 * WQ_LANE_BYTES)
 /* rl_wq_gemm takes up to WQ_MAX_ROWS rows; up to WQ_FAST_ROWS the mma
  * kernel beats rl_wq_dequant + the dense GEMM at the 7B shapes on an H200
- * (PERF.md). */
+ * (int4 at 32 rows: 200 us a layer against ~294; at 64: 454 against ~295;
+ * wq.cu). */
 #define WQ_MAX_ROWS 128
 #define WQ_FAST_ROWS 32
 
@@ -67,17 +68,16 @@ int wq_layout(const rlWqHost *h, rlWq *w, char *msg, size_t msg_n);
  * each is malloc'd (zero NULL for fp8); 0, or nonzero with msg filled. */
 int wq_pack(const rlWqHost *h, const rlWq *w, uint8_t **qw, float **scale, uint8_t **zero,
             char *msg, size_t msg_n);
-/* The kernels rl_wq_gemm runs: for 1-8 rows the decode GEMV where the
- * environment says RL_WQ_KERNEL=gemv, else the mma kernel (PERF.md
- * v17-v22); for 9-128 rows the tiled kernel where it says RL_WQ_TILE=1 (and
- * the layer has no act-order), else the mma kernel, which then takes only up
- * to WQ_FAST_ROWS (rl_wq_max_rows).  The tests and the benchmark force one
- * (-1: the environment's again). */
-enum { WQ_KERNEL_MMA = 0, WQ_KERNEL_GEMV = 1, WQ_KERNEL_TILE = 2 };
-int wq_decode_kernel(void);
+/* The kernel rl_wq_gemm runs for m rows of w, the one home of the rule:
+ * the decode GEMV for 1-8 rows of an int4 layer without act-order (on an
+ * H200 at the 7B shapes 0.79-0.81x the mma kernel's time), else the mma
+ * kernel (the GEMV took 1.03-1.06x its time on int8 and fp8; act-order
+ * layers stay where they were, unmeasured on the GEMV).  The tests and the
+ * benchmark force one kernel for 1-8 rows of every layer (-1: the rule
+ * again), so both stay checked on every format. */
+enum { WQ_KERNEL_MMA = 0, WQ_KERNEL_GEMV = 1 };
+int wq_kernel(const rlWq *w, int m);
 void wq_decode_kernel_force(int kernel);
-int wq_wide_kernel(void);
-void wq_wide_kernel_force(int kernel);
 #ifdef __cplusplus
 }
 #endif
