@@ -85,7 +85,8 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
                "in the batch and however a prompt is chunked, at a\n"
                "cost in speed (CPU: sgemm off; CUDA: one tiled GEMM,\n"
                "no cuBLAS, no decode attention kernel; TP over 2\n"
-               "ranks: all-reduces as all-gathers and ordered sums)");
+               "ranks: all-reduces as all-gathers and ordered sums;\n"
+               "on CUDA not yet bit-identical in every case)");
     engine_flags_add_vllm(fs, &f->kv_cache_dtype, &f->trust_remote_code);
     layout_flags_add(fs, &f->lay);
 }
