@@ -57,6 +57,22 @@ ids=$(seq -s, 1 48)
 echo "{\"id\": \"full\", \"prompt_ids\": [$ids]}" |
     gen --max-model-len 48 --input - --output "$T/full.jsonl" 2> /dev/null || true
 [ "$(jq -r .error.code "$T/full.jsonl")" = prompt_too_long ] || fail "a full prompt: $(cat "$T/full.jsonl")"
+# the refusals name what set the length: never "lower max_tokens" to a request that gave none
+grep -q 'max_tokens (1, the least a request without max_tokens runs) is over --max-model-len 48; shorten the prompt"' \
+    "$T/full.jsonl" || fail "a full prompt's message: $(cat "$T/full.jsonl")"
+cat > "$T/min.jsonl" <<JSON
+{"id": "long", "prompt_ids": [1, 2], "min_tokens": 100}
+{"id": "big", "prompt_ids": [1, 2], "min_tokens": 60, "n": 4}
+{"id": "own", "prompt_ids": [1, 2], "max_tokens": 100}
+JSON
+gen --max-model-len 64 --kv-cache-memory 96KiB --input "$T/min.jsonl" --output "$T/min.out" 2> /dev/null || true
+msg() { jq -r --arg id "$1" 'select(.id == $id) | .error.message' "$T/min.out"; }
+[[ "$(msg long)" == *"+ min_tokens (100) is over --max-model-len 64; shorten the prompt or lower min_tokens" ]] ||
+    fail "min_tokens past the context: $(msg long)"
+[[ "$(msg big)" == *"+ min_tokens (60) x n (4) can never fit the KV cache"*"raise --kv-cache-memory or lower min_tokens" ]] ||
+    fail "min_tokens past the KV cache: $(msg big)"
+[[ "$(msg own)" == *"+ max_tokens (100) is over --max-model-len 64; shorten the prompt or lower max_tokens" ]] ||
+    fail "max_tokens past the context: $(msg own)"
 
 # --- generation_config.json's max_new_tokens: the default of both, a request's own wins
 jq '. + {"max_new_tokens": 5}' "$FIXTURES/models/qwen2-tiny-gqa3/generation_config.json" \

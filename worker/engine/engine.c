@@ -583,20 +583,27 @@ static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
                        .max_tokens = r->max_tokens, .priority = r->priority,
                        .deadline_ms = r->deadline_ms, .prompt_logprobs = r->prompt_logprobs >= 0,
                        .user = q};
+    /* A refusal names what set the length: the request's max_tokens, its
+     * min_tokens raising a default, or a default that found no room. */
+    int given = r->given & RL_GIVEN_MAX_TOKENS;
+    int by_min = !given && r->min_tokens > 1 && r->max_tokens == r->min_tokens;
+    const char *what = by_min ? "min_tokens" : "max_tokens";
+    const char *note = given || by_min ? "" : ", the least a request without max_tokens runs";
+    const char *lower = given || by_min ? " or lower " : "";
     switch (sched_add(e->sched, &p, &q->h)) {
     case RL_SCHED_OK: return 0;
     case RL_SCHED_ENOMEM: return rl_error(err, RL_EINTERNAL, "out of memory queueing a request");
     case RL_SCHED_TOO_LONG:
         return ereq_refuse(q, "prompt_too_long",
-                           "prompt (%d tokens) + max_tokens (%d) is over --max-model-len %d; "
-                           "shorten the prompt or lower max_tokens", r->n_prompt_ids,
-                           r->max_tokens, e->opt.max_model_len);
+                           "prompt (%d tokens) + %s (%d%s) is over --max-model-len %d; "
+                           "shorten the prompt%s%s", r->n_prompt_ids, what, r->max_tokens, note,
+                           e->opt.max_model_len, lower, *lower ? what : "");
     case RL_SCHED_TOO_BIG:
         return ereq_refuse(q, "prompt_too_long",
-                           "prompt (%d tokens) + max_tokens (%d) x n (%d) can never fit the KV "
-                           "cache (%d blocks of %d tokens); raise --kv-cache-memory or lower "
-                           "max_tokens", r->n_prompt_ids, r->max_tokens, r->n, e->n_blocks,
-                           e->opt.block_size);
+                           "prompt (%d tokens) + %s (%d%s) x n (%d) can never fit the KV "
+                           "cache (%d blocks of %d tokens); raise --kv-cache-memory%s%s",
+                           r->n_prompt_ids, what, r->max_tokens, note, r->n, e->n_blocks,
+                           e->opt.block_size, lower, *lower ? what : "");
     default:
         return ereq_refuse(q, "invalid_request", "the request cannot be scheduled");
     }
