@@ -92,6 +92,16 @@ expect 2 "redlm worker: --kv-cache-dtype 'fp8': only auto" \
 expect 2 "redlm bench: --kv-cache-dtype 'fp8': only auto" "$REDLM" bench --model "$MODEL" --kv-cache-dtype fp8
 expect 2 "redlm plan: --kv-cache-dtype 'fp8': only auto" "$REDLM" plan --model "$MODEL" --kv-cache-dtype=fp8
 expect 0 "1 x TP1" "$REDLM" plan --model "$MODEL" --kv-cache-dtype auto --trust-remote-code --tp 1
+# --served-model-name: an empty name (a stray comma) is refused, as a done event would name nothing
+for names in ,tiny tiny, tiny,,alias; do
+    expect 2 "--served-model-name '$names' has an empty name: give names separated by single commas" \
+        "${GEN[@]}" "${IDS[@]}" --served-model-name "$names"
+done
+# --model is one name, commas and all: done events and a request's `model` use it whole
+mkdir -p "$T/a,b" && cp -r "$MODEL"/. "$T/a,b/"
+got=$(echo "{\"id\": \"c\", \"prompt_ids\": [1], \"max_tokens\": 1, \"model\": \"$T/a,b\"}" |
+      timeout 60 "$REDLM" generate --model "$T/a,b" --threads 1 --kv-cache-memory 32MiB 2> /dev/null | jq -r .model)
+[ "$got" = "$T/a,b" ] || fail "a --model with a comma: done event model '$got', want '$T/a,b'"
 # --tokenizer DIR: the tokenizer and chat template from another directory
 mkdir "$T/notok"
 for f in "$MODEL"/*; do case $f in *tokenizer*|*chat_template*) ;; *) ln -s "$f" "$T/notok/";; esac; done

@@ -308,15 +308,24 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         rl_error(err, RL_EUSAGE, "no model given: pass --model DIR");
         goto fail;
     }
+    /* --served-model-name's names are comma-separated, --model is one name
+     * (a directory may hold a comma); none may be empty, as a done event
+     * or a request's `model` would then name nothing. */
     const char *names = o->served_model_name ? o->served_model_name : o->model;
-    if (!(e->served_name = strndup(names, strcspn(names, ",")))) {
+    size_t first = o->served_model_name ? strcspn(names, ",") : strlen(names);
+    if (o->served_model_name && (!first || strstr(names, ",,") || names[strlen(names) - 1] == ',')) {
+        rl_error(err, RL_EUSAGE, "--served-model-name '%s' has an empty name: give names "
+                 "separated by single commas, e.g. --served-model-name qwen,qwen-7b", names);
+        goto fail;
+    }
+    if (!(e->served_name = strndup(names, first))) {
         rl_error(err, RL_EINTERNAL, "out of memory");
         goto fail;
     }
-    if (!utf8_valid(e->served_name, strlen(e->served_name), NULL)) {
+    if (!utf8_valid(names, strlen(names), NULL)) {
         rl_error(err, RL_EUSAGE, "the model's name '%s' (--served-model-name, else --model) is not "
                  "valid UTF-8, and every done event names it: give --served-model-name NAME",
-                 e->served_name);
+                 names);
         goto fail;
     }
     if (o->block_size < 1 || o->block_size > 1024 || o->max_num_seqs < 1 ||
@@ -534,7 +543,8 @@ static int ereq_check(rlEngine *e, engReq *q) {
         return ereq_refuse(q, "invalid_request", "n = %d is over --max-num-seqs %d", r->n,
                            e->opt.max_num_seqs);
     const char *served = e->opt.served_model_name ? e->opt.served_model_name : e->opt.model;
-    if (r->model && !engine_serves(served, r->model) && strcmp(r->model, e->opt.model))
+    if (r->model && !(e->opt.served_model_name && engine_serves(served, r->model)) &&
+        strcmp(r->model, e->opt.model))
         return ereq_refuse(q, "invalid_request",
                            "model '%.200s' is not served here: this worker serves '%.200s' "
                            "(--served-model-name; also '%.200s', its --model)", r->model, served,
