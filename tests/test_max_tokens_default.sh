@@ -64,6 +64,7 @@ cat > "$T/min.jsonl" <<JSON
 {"id": "long", "prompt_ids": [1, 2], "min_tokens": 100}
 {"id": "big", "prompt_ids": [1, 2], "min_tokens": 60, "n": 4}
 {"id": "own", "prompt_ids": [1, 2], "max_tokens": 100}
+{"id": "score", "prompt_ids": [$(seq -s, 1 65)], "max_tokens": 0, "prompt_logprobs": 0}
 JSON
 gen --max-model-len 64 --kv-cache-memory 96KiB --input "$T/min.jsonl" --output "$T/min.out" 2> /dev/null || true
 msg() { jq -r --arg id "$1" 'select(.id == $id) | .error.message' "$T/min.out"; }
@@ -73,6 +74,8 @@ msg() { jq -r --arg id "$1" 'select(.id == $id) | .error.message' "$T/min.out"; 
     fail "min_tokens past the KV cache: $(msg big)"
 [[ "$(msg own)" == *"+ max_tokens (100) is over --max-model-len 64; shorten the prompt or lower max_tokens" ]] ||
     fail "max_tokens past the context: $(msg own)"
+[[ "$(msg score)" == *"(65 tokens) + max_tokens (0) is over --max-model-len 64; shorten the prompt" ]] ||
+    fail "a scoring prompt past the context: $(msg score)"
 
 # --- generation_config.json's max_new_tokens: the default of both, a request's own wins
 jq '. + {"max_new_tokens": 5}' "$FIXTURES/models/qwen2-tiny-gqa3/generation_config.json" \

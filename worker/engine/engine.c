@@ -599,7 +599,7 @@ static int ereq_start(rlEngine *e, engReq *q, rlError *err) {
     int by_min = !given && r->min_tokens > 1 && r->max_tokens == r->min_tokens;
     const char *what = by_min ? "min_tokens" : "max_tokens";
     const char *note = given || by_min ? "" : ", the least a request without max_tokens runs";
-    const char *lower = given || by_min ? " or lower " : "";
+    const char *lower = (given || by_min) && r->max_tokens > 0 ? " or lower " : "";
     switch (sched_add(e->sched, &p, &q->h)) {
     case RL_SCHED_OK: return 0;
     case RL_SCHED_ENOMEM: return rl_error(err, RL_EINTERNAL, "out of memory queueing a request");
