@@ -98,7 +98,7 @@ grep -q 'generation_config.json: "max_new_tokens" must be a number in \[1, ' "$T
     fail "bad max_new_tokens: $(cat "$T/bad.log")"
 echo '{"max_new_tokens": 2.5}' > "$MODEL/generation_config.json"
 if gen --input "$T/in.jsonl" --output /dev/null 2> "$T/bad.log"; then fail "max_new_tokens 2.5 accepted"; fi
-grep -q '"max_new_tokens" must be a whole number' "$T/bad.log" || fail "bad max_new_tokens: $(cat "$T/bad.log")"
+grep -q '"max_new_tokens" must be a whole number; fix the file, or start with --generation-config vllm' "$T/bad.log" || fail "bad max_new_tokens: $(cat "$T/bad.log")"
 cp "$FIXTURES/models/qwen2-tiny-gqa3/generation_config.json" "$MODEL/"
 
 # --- OpenAI Batch calls through generate and submit + a worker

@@ -627,10 +627,10 @@ int modelcfg_sampling_defaults(const char *path, rlSamplingDefaults *d, rlError 
                                  RL_DEFAULT_MAX_TOKENS, &max_new, &d->set, err);
     json_decref(gen);
     if (rc) return -1;
-    if (top_k != (int)top_k)
-        return rl_error(err, RL_EMODEL, "%s: \"top_k\" must be a whole number", gen_path);
-    if (max_new != (int)max_new)
-        return rl_error(err, RL_EMODEL, "%s: \"max_new_tokens\" must be a whole number", gen_path);
+    const char *whole = top_k != (int)top_k ? "top_k" : max_new != (int)max_new ? "max_new_tokens" : NULL;
+    if (whole)
+        return rl_error(err, RL_EMODEL, "%s: \"%s\" must be a whole number; fix the file, or start "
+                        "with --generation-config vllm to ignore it", gen_path, whole);
     d->max_tokens = (int)max_new;
     d->top_k = top_k > 0 ? (int)top_k : 0; /* -1 and 0 are off, as in vLLM */
     return 0;
