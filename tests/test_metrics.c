@@ -43,26 +43,6 @@ static void test_render(void **state) {
     metrics_free(m);
 }
 
-static void test_http(void **state) {
-    (void)state;
-    rlMetrics *m = metrics_create("none");
-    rlError err;
-    int port = redis_server_free_port();
-    assert_int_equal(metrics_serve(m, port, &err), 0);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "exec 3<>/dev/tcp/127.0.0.1/%d; printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3", port);
-    char full[256];
-    snprintf(full, sizeof(full), "bash -c \"%s\"", cmd);
-    FILE *p = popen(full, "r");
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof(buf) - 1, p);
-    buf[n] = 0;
-    pclose(p);
-    assert_non_null(strstr(buf, "200 OK"));
-    assert_non_null(strstr(buf, "# TYPE redlm:num_requests_running gauge"));
-    metrics_free(m);
-}
-
 static int tcp_connect(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -86,14 +66,32 @@ static void http(int port, const char *req, char *buf, size_t cap) {
     close(fd);
 }
 
+/* A metrics registry served on a free port, the port in *port. */
+static rlMetrics *metrics_served(int *port) {
+    rlMetrics *m = metrics_create("none");
+    rlError err;
+    *port = redis_server_free_port();
+    assert_int_equal(metrics_serve(m, *port, &err), 0);
+    return m;
+}
+
+static void test_http(void **state) {
+    (void)state;
+    int port;
+    rlMetrics *m = metrics_served(&port);
+    static char buf[65536];
+    http(port, "GET /metrics HTTP/1.0\r\n\r\n", buf, sizeof(buf));
+    assert_non_null(strstr(buf, "200 OK"));
+    assert_non_null(strstr(buf, "# TYPE redlm:num_requests_running gauge"));
+    metrics_free(m);
+}
+
 /* A wrong method is 405 naming the allowed ones (not "not found"), HEAD is
  * GET without the body, an unknown path is 404. */
 static void test_http_methods(void **state) {
     (void)state;
-    rlMetrics *m = metrics_create("none");
-    rlError err;
-    int port = redis_server_free_port();
-    assert_int_equal(metrics_serve(m, port, &err), 0);
+    int port;
+    rlMetrics *m = metrics_served(&port);
     static char buf[65536];
     http(port, "POST /metrics HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc", buf, sizeof(buf));
     assert_non_null(strstr(buf, "HTTP/1.1 405"));
@@ -124,10 +122,8 @@ static int open_fds(void) {
  * reconnects need some), and each is closed after METRICS_IDLE_S. */
 static void test_http_idle_clients(void **state) {
     (void)state;
-    rlMetrics *m = metrics_create("none");
-    rlError err;
-    int port = redis_server_free_port();
-    assert_int_equal(metrics_serve(m, port, &err), 0);
+    int port;
+    rlMetrics *m = metrics_served(&port);
     enum { N = 200 };
     int fds[N], base = open_fds();
     for (int i = 0; i < N; i++) assert_true((fds[i] = tcp_connect(port)) >= 0);
