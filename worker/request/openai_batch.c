@@ -264,7 +264,7 @@ json_t *openai_batch_response(const rlBatchLine *bl, json_t *const *events, int 
     }
     /* As vLLM: the model that answered (the worker's first served name,
      * whatever alias the call gave); the call's own where the done events
-     * do not name it (workers before 0.3.0). */
+     * do not name it (workers before 0.4.0). */
     const char *model = n >= 1 ? json_string_value(json_object_get(events[0], "model")) : NULL;
     if (!model) model = bl->model ? bl->model : "";
     char *id = malloc(strlen(cid) + 16), *rid = malloc(strlen(cid) + 16);
