@@ -184,17 +184,22 @@ attention_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
 #pragma unroll
         for (int i = 0; i < ATT_RPW; i++) {
             if (my_pos[i] < 0) continue;
-            float x = (kpos < k_end && kpos <= my_pos[i]) ? sc[i] * a.scale_log2 : -INFINITY;
+            float x = (kpos < k_end && kpos <= my_pos[i]) ? __fmul_rn(sc[i], a.scale_log2)
+                                                          : -INFINITY;
             float m_new = fmaxf(m[i], warp_max(x));
             float pj = 0, corr = 1;
+            /* Each step rounded explicitly: row i of the warp is an unrolled
+             * copy, and which copy a row takes depends on the batch (see the
+             * prefill kernel). */
             if (m_new != -INFINITY) {   /* an unchanged max keeps l and o exactly */
-                pj = exp2f(x - m_new);
-                corr = m_new == m[i] ? 1.0f : exp2f(m[i] - m_new);
+                pj = exp2f(__fsub_rn(x, m_new));
+                corr = m_new == m[i] ? 1.0f : exp2f(__fsub_rn(m[i], m_new));
             }
-            l[i] = l[i] * corr + warp_sum(pj);
+            l[i] = __fadd_rn(__fmul_rn(l[i], corr), warp_sum(pj));
             m[i] = m_new;
 #pragma unroll
-            for (int p = 0; p < NP; p++) o[i][p][0] *= corr, o[i][p][1] *= corr;
+            for (int p = 0; p < NP; p++)
+                o[i][p][0] = __fmul_rn(o[i][p][0], corr), o[i][p][1] = __fmul_rn(o[i][p][1], corr);
             pw[i * ATT_KEYS + lane] = pj;
         }
         __syncwarp();
@@ -231,7 +236,7 @@ attention_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
 #pragma unroll
             for (int p = 0; p < NP; p++) {
                 int pp = lane + 32 * p;
-                if (pp < D / 2) st2(dst + 2 * pp, o[i][p][0] * inv, o[i][p][1] * inv);
+                if (pp < D / 2) st2(dst + 2 * pp, __fmul_rn(o[i][p][0], inv), __fmul_rn(o[i][p][1], inv));
             }
         } else {
             float *dst = a.part + (((size_t)blockIdx.z * a.n_tokens + t) * a.n_q + qh) * (D + 2);
@@ -298,7 +303,12 @@ static __device__ __forceinline__ void fa_load_tile(T *ks, T *vs, const T *kc, c
  * masks all its scores to -inf, so its max is unchanged, corr is exactly 1,
  * every p is 0 and P.V adds zeros: the row's m, l and o stay bit-identical,
  * as if the tile were skipped.  Keys past the row but before k_end are this
- * sequence's own (finite) values, keys past k_end zero-filled. */
+ * sequence's own (finite) values, keys past k_end zero-filled.  Which of a
+ * thread's four row slots (mt, h) a row takes depends on the batch, and each
+ * slot is its own unrolled copy of the code, so every multiply and add on
+ * m, l and o is rounded explicitly (__fmul_rn, __fadd_rn, fmaf): left to
+ * the compiler, `l * corr + p` became one fma in two slots and two
+ * roundings in the others (tests/test_invariant_ptx.sh). */
 template <typename T, int D>
 __global__ void __launch_bounds__(FA_WARPS * 32)
 attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
@@ -424,17 +434,18 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
                     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
                     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
                     const float mn = fmaxf(m[mt][h], mx[h]);
-                    mb[h] = mn == -INFINITY ? 0.0f : mn * sl2;   /* all masked so far: p = 0 */
+                    mb[h] = mn == -INFINITY ? 0.0f : __fmul_rn(mn, sl2);   /* all masked so far: p = 0 */
                     /* A tile that leaves the max as it was (one wholly past
                      * the row's position among them) must leave l and o as
                      * they were: the FMA would give m * sl2's rounding error,
                      * whose ex2 need not be 1. */
                     const float corr = mn == m[mt][h] ? 1.0f : ex2(fmaf(m[mt][h], sl2, -mb[h]));
                     m[mt][h] = mn;
-                    l[mt][h] *= corr;
+                    l[mt][h] = __fmul_rn(l[mt][h], corr);
 #pragma unroll
                     for (int dt = 0; dt < D / 8; dt++)
-                        o[mt][dt][2 * h] *= corr, o[mt][dt][2 * h + 1] *= corr;
+                        o[mt][dt][2 * h] = __fmul_rn(o[mt][dt][2 * h], corr),
+                        o[mt][dt][2 * h + 1] = __fmul_rn(o[mt][dt][2 * h + 1], corr);
                 }
 #pragma unroll
                 for (int nt = 0; nt < FA_KEYS / 8; nt++)
@@ -442,7 +453,7 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
                     for (int i = 0; i < 4; i++) {
                         const float p = ex2(fmaf(sc[mt][nt][i], sl2, -mb[i >> 1]));
                         sc[mt][nt][i] = p;
-                        l[mt][i >> 1] += p;
+                        l[mt][i >> 1] = __fadd_rn(l[mt][i >> 1], p);
                     }
             }
             /* O += P V: P's C fragments of key tiles 2kk, 2kk + 1 are the A
@@ -480,15 +491,15 @@ attention_fa_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             float lt = l[mt][h];
-            lt += __shfl_xor_sync(0xffffffffu, lt, 1);
-            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 1));
+            lt = __fadd_rn(lt, __shfl_xor_sync(0xffffffffu, lt, 2));
             if (pos[mt][h] < 0) continue;
             const int rr = row0 + (warp * FA_MT + mt) * 16 + g + 8 * h;
             const float inv = lt > 0 ? 1.0f / lt : 0.0f;
             T *dst = out + ((size_t)(t0 + rr / G) * a.n_q + qh0 + rr % G) * D + 2 * q;
 #pragma unroll
             for (int dt = 0; dt < D / 8; dt++)
-                st2(dst + dt * 8, o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+                st2(dst + dt * 8, __fmul_rn(o[mt][dt][2 * h], inv), __fmul_rn(o[mt][dt][2 * h + 1], inv));
         }
 }
 

@@ -216,8 +216,12 @@ tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *t
         for (int i = tid; i < BM * 32; i += TG_THREADS) {
             int r = i >> 5, cc = i & 31;
             if (r >= nrows || col0 + cc >= m) continue;
-            float gv = Cs[r][cc], uv = Cs[r][32 + cc];
-            st((T *)out + (size_t)(row0 + r) * m + col0 + cc, gv / (1.0f + expf(-gv)) * uv);
+            /* Rounded step by step: the loop is unrolled, and a fused
+             * 1 + expf(-g) in some copies only would make a row's value
+             * depend on its place (tests/test_invariant_ptx.sh). */
+            const float gv = Cs[r][cc], uv = Cs[r][32 + cc];
+            const float silu = gv / __fadd_rn(1.0f, expf(-gv));
+            st((T *)out + (size_t)(row0 + r) * m + col0 + cc, __fmul_rn(silu, uv));
         }
     } else {
         for (int i = tid; i < BM * BN; i += TG_THREADS) {
