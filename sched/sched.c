@@ -4,7 +4,11 @@
  * running (holding blocks) and waiting (new or preempted).  Insertion is a
  * binary search plus a memmove: O(n) per admission, negligible next to a
  * forward step even with thousands queued; a heap would lose the cheap
- * in-order walk every step does. */
+ * in-order walk every step does.
+ *
+ * A sample's token and block arrays grow as it runs (capacity doubling, up
+ * to the request's prompt + max_tokens): a queued request holds what its
+ * prompt needs, however large its max_tokens, so thousands may wait. */
 #include "sched/sched.h"
 
 #include <limits.h>
@@ -23,17 +27,27 @@ struct rlSched {
     uint64_t preemptions, hit_tokens, query_tokens;
 };
 
+/* Generated tokens a new sample has room for before its first growth. */
+#define TOKEN_SLACK 16
+
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-static int grow(void *arr, int *cap, int need) {
+/* Room for need elements of size bytes in *arr: the capacity doubles from
+ * *cap (from need when there is none yet), never past most (at least need). */
+static int grow_to(void *arr, int *cap, int need, int most, size_t size) {
     if (need <= *cap) return 0;
-    int n = *cap ? *cap * 2 : 64;
+    int64_t n = *cap ? *cap : need;
     while (n < need) n *= 2;
-    void *p = realloc(*(void **)arr, (size_t)n * sizeof(void *));
+    if (n > most) n = most;
+    void *p = realloc(*(void **)arr, (size_t)n * size);
     if (!p) return -1;
     *(void **)arr = p;
-    *cap = n;
+    *cap = (int)n;
     return 0;
+}
+
+static int grow(void *arr, int *cap, int need) {
+    return grow_to(arr, cap, need, INT_MAX, sizeof(void *));
 }
 
 rlSched *sched_create(const rlSchedConfig *cfg) {
@@ -154,6 +168,14 @@ static void list_remove(rlSchedReq **list, int *n, rlSchedReq *r) {
     }
 }
 
+/* Room in q's block table for its first n_tokens tokens, up to the most
+ * its request can ever hold. */
+static int seq_room(const rlSched *s, const rlSchedReq *r, rlSchedSeq *q, int n_tokens) {
+    int bs = s->cfg.block_size;
+    return grow_to(&q->blocks, &q->cap_blocks, ceil_div(n_tokens, bs),
+                   ceil_div(r->n_prompt + r->max_tokens, bs), sizeof(int32_t));
+}
+
 rlSchedAdd sched_add(rlSched *s, const rlSchedParams *p, rlSchedReq **out) {
     *out = NULL;
     if (p->n_prompt < 1) return RL_SCHED_EMPTY;
@@ -175,12 +197,16 @@ rlSchedAdd sched_add(rlSched *s, const rlSchedParams *p, rlSchedReq **out) {
         free(r);
         return RL_SCHED_ENOMEM;
     }
-    int cap = p->n_prompt + p->max_tokens;
+    r->n_prompt = p->n_prompt;
+    r->max_tokens = p->max_tokens;
+    /* Every sample holds the prompt (a fork recomputes its tail from it)
+     * and a table for the prompt's blocks: req_fork's shared blocks then
+     * always fit. */
+    int first_tokens = p->n_prompt + (p->max_tokens < TOKEN_SLACK ? p->max_tokens : TOKEN_SLACK);
     for (int i = 0; i < p->n; i++) {
         rlSchedSeq *q = &r->seqs[i];
-        q->tokens = malloc((size_t)cap * sizeof(int32_t));
-        q->blocks = malloc((size_t)s->max_blocks * sizeof(int32_t));
-        if (!q->tokens || !q->blocks) {
+        if (grow_to(&q->tokens, &q->cap_tokens, first_tokens, first_tokens, sizeof(int32_t)) ||
+            seq_room(s, r, q, p->n_prompt)) {
             req_free(r);
             return RL_SCHED_ENOMEM;
         }
@@ -189,8 +215,6 @@ rlSchedAdd sched_add(rlSched *s, const rlSchedParams *p, rlSchedReq **out) {
         q->state = i == 0 ? RL_SEQ_ACTIVE : RL_SEQ_FORK_WAIT;
     }
     r->state = RL_REQ_WAITING;
-    r->n_prompt = p->n_prompt;
-    r->max_tokens = p->max_tokens;
     r->priority = p->priority;
     r->deadline_ms = p->deadline_ms;
     r->prompt_logprobs = p->prompt_logprobs;
@@ -291,7 +315,8 @@ static void req_fork(rlSched *s, rlSchedReq *r, const rlSchedSeq *lead) {
     }
 }
 
-/* Put chunk tokens of sample k into the plan; its blocks must be available. */
+/* Put chunk tokens of sample k into the plan; its blocks must be available
+ * and its table have room for them (seq_room). */
 static int plan_seq(rlSched *s, rlStep *p, rlSchedReq *r, int k, int chunk) {
     int rows0 = p->n_rows;
     rlSchedSeq *q = &r->seqs[k];
@@ -350,12 +375,13 @@ static rlSchedReq *plan_victim(rlSched *s, rlSchedReq *r) {
     return r->planned_step != s->step_id && !younger_in_flight ? r : NULL;
 }
 
-typedef enum planResult { PLAN_DONE = 0, PLAN_PREEMPTED, PLAN_SKIPPED } planResult;
+typedef enum planResult { PLAN_DONE = 0, PLAN_PREEMPTED, PLAN_SKIPPED, PLAN_NOMEM } planResult;
 
 /* Schedule the runnable samples of running request r (with decodes set,
  * only those with one token left), preempting younger running requests while
  * blocks are short.  PLAN_PREEMPTED when r itself had to go, PLAN_SKIPPED when it must
- * wait because nothing it may preempt is left. */
+ * wait because nothing it may preempt is left, PLAN_NOMEM when a block table
+ * could not grow (before any of r is planned). */
 static planResult plan_running(rlSched *s, rlStep *p, rlSchedReq *r, int decodes,
                                int *budget, int *rows) {
     int chunks[r->n];
@@ -376,6 +402,9 @@ static planResult plan_running(rlSched *s, rlStep *p, rlSchedReq *r, int decodes
         req_preempt(s, p, victim);
         if (victim == r) return PLAN_PREEMPTED;
     }
+    for (int k = 0; k < r->n; k++)
+        if (chunks[k] && seq_room(s, r, &r->seqs[k], r->seqs[k].n_computed + chunks[k]))
+            return PLAN_NOMEM;
     for (int k = 0; k < r->n; k++) {
         if (!chunks[k]) continue;
         *rows -= plan_seq(s, p, r, k, chunks[k]);
@@ -395,13 +424,16 @@ static int plan_expire(rlSched *s, rlStep *p, rlSchedReq *r) {
 }
 
 /* Admit the first waiting request if its sequences and first chunk fit:
- * 1 admitted, 0 not now (order is kept: nothing behind it jumps ahead). */
+ * 1 admitted, 0 not now (order is kept: nothing behind it jumps ahead),
+ * -1 out of memory. */
 static int plan_admit(rlSched *s, rlStep *p, rlSchedReq *r, int *budget, int *rows,
                       int *n_running_seqs) {
     int active = req_active_seqs(r), bs = s->cfg.block_size;
     if (*n_running_seqs + active > s->cfg.max_num_seqs) return 0;
     int lead = seq_leader(r);
     rlSchedSeq *q = &r->seqs[lead];
+    /* Room for every block its tokens fill: the hits and the first chunk. */
+    if (seq_room(s, r, q, q->n_tokens)) return -1;
     if (s->cfg.prefix_caching && (!r->prompt_logprobs || r->plp_done >= r->n_prompt - 1)) {
         /* The last token is always computed: its logits are needed. */
         int max_hit = (q->n_tokens - 1) / bs, parent = -1;
@@ -481,6 +513,7 @@ int sched_step(rlSched *s, int64_t now_ms, rlStep *p) {
             rlSchedReq *r = s->running[i];
             planResult rc = r->in_flight ? PLAN_DONE
                                          : plan_running(s, p, r, pass == 0, &budget, &rows);
+            if (rc == PLAN_NOMEM) return -1;
             starved |= rc == PLAN_SKIPPED;
             if (rc != PLAN_PREEMPTED) i++;
         }
@@ -491,7 +524,10 @@ int sched_step(rlSched *s, int64_t now_ms, rlStep *p) {
             if (plan_expire(s, p, r)) return -1;
             continue;
         }
-        if (p->n_seqs >= share || !plan_admit(s, p, r, &budget, &rows, &n_seqs)) break;
+        if (p->n_seqs >= share) break;
+        int admitted = plan_admit(s, p, r, &budget, &rows, &n_seqs);
+        if (admitted < 0) return -1;
+        if (!admitted) break;
     }
     plan_tables(p);
     return 0;
@@ -507,12 +543,15 @@ void sched_landed(rlSched *s, const rlStep *p) {
     for (int i = 0; i < p->n_seqs; i++) p->seq_req[i]->in_flight = 0;
 }
 
-void sched_append(rlSched *s, rlSchedReq *r, int seq, int32_t token) {
+int sched_append(rlSched *s, rlSchedReq *r, int seq, int32_t token) {
     (void)s;
     rlSchedSeq *q = &r->seqs[seq];
-    if (q->n_tokens >= r->n_prompt + r->max_tokens) return;
+    int most = r->n_prompt + r->max_tokens;
+    if (q->n_tokens >= most) return 0;
+    if (grow_to(&q->tokens, &q->cap_tokens, q->n_tokens + 1, most, sizeof(int32_t))) return -1;
     q->tokens[q->n_tokens++] = token;
     if (q->state == RL_SEQ_AWAIT_TOKEN) q->state = RL_SEQ_ACTIVE;
+    return 0;
 }
 
 void sched_finish_seq(rlSched *s, rlSchedReq *r, int seq) {

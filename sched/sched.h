@@ -71,14 +71,16 @@ typedef enum rlSeqState {
     RL_SEQ_FINISHED
 } rlSeqState;
 
-/* One sample of a request.  Read-only outside sched. */
+/* One sample of a request.  Read-only outside sched.  Both arrays grow as
+ * the sample runs (a queued one holds its prompt's worth), so a pointer
+ * into them lasts only until the next sched_step or sched_append. */
 typedef struct rlSchedSeq {
     rlSeqState state;
     int32_t *tokens;        /* prompt, then the generated tokens */
-    int n_tokens;
+    int n_tokens, cap_tokens;
     int n_computed;         /* tokens whose KV is in the blocks */
     int32_t *blocks;        /* block table */
-    int n_blocks;
+    int n_blocks, cap_blocks;
 } rlSchedSeq;
 
 /* What the scheduler needs to know of a request. */
@@ -198,8 +200,9 @@ void sched_in_flight(rlSched *s, const rlStep *step);
 /* Its results are back: the step's requests are the caller's again. */
 void sched_landed(rlSched *s, const rlStep *step);
 
-/* The token a SAMPLE row drew for sample seq: appended to it. */
-void sched_append(rlSched *s, rlSchedReq *r, int seq, int32_t token);
+/* The token a SAMPLE row drew for sample seq: appended to it (past the
+ * request's max_tokens it is dropped).  -1 when out of memory. */
+int sched_append(rlSched *s, rlSchedReq *r, int seq, int32_t token);
 /* Sample seq is done (stop or length): its blocks go back to the pool. */
 void sched_finish_seq(rlSched *s, rlSchedReq *r, int seq);
 /* Forget a request (finished, aborted or expired) and free it. */

@@ -754,7 +754,7 @@ static int sample_push(rlEngine *e, engReq *q, int i, const rlRowResult *res, rl
     e->generation_tokens++;
     if (adjust_count(q->adjust, i, tok)) return rl_error(err, RL_EINTERNAL, "out of memory");
     if (q->t_first == 0) q->t_first = now_ms();
-    sched_append(e->sched, q->h, i, tok);
+    if (sched_append(e->sched, q->h, i, tok)) return rl_error(err, RL_EINTERNAL, "out of memory");
     rlFinish f = RL_FINISH_NONE;
     int stop = is_stop_token(e, r, tok);
     if (stop) {
