@@ -104,9 +104,21 @@ static void kv_forward(fakeKV *kv, const rlStep *p, int32_t *row_tokens) {
     kv_read(kv, p, row_tokens);
 }
 
+/* What the fake model generates for sample k of a prompt, no scheduler
+ * involved: kv_read's hash of everything before each token. */
+static void fake_stream(const int32_t *prompt, int n_prompt, int k, int n, int32_t *out) {
+    uint64_t h = 0;
+    for (int i = 0; i < n_prompt; i++) h = mix(h, (uint64_t)prompt[i]);
+    for (int step = 0; step < n; step++) {
+        out[step] = (int32_t)(mix(mix(h, (uint64_t)k), (uint64_t)step) % VOCAB);
+        h = mix(h, (uint64_t)out[step]);
+    }
+}
+
 typedef struct simReq {
     rlSchedReq *h;
     int n, max_tokens, abort_at;    /* abort after this many of its steps, -1 never */
+    int ignore_eos;
     int steps, done;
     int32_t out[4][64];
     int n_out[4];
@@ -127,7 +139,7 @@ static void sim_apply(rlSched *s, const rlStep *p, const int32_t *row_tokens) {
         assert_int_equal(row->step, u->n_out[row->seq]);
         u->out[row->seq][u->n_out[row->seq]++] = row_tokens[r];
         assert_int_equal(sched_append(s, row->req, row->seq, row_tokens[r]), 0);
-        if (row_tokens[r] == EOS || u->n_out[row->seq] == u->max_tokens) {
+        if ((row_tokens[r] == EOS && !u->ignore_eos) || u->n_out[row->seq] == u->max_tokens) {
             u->finished[row->seq] = 1;
             sched_finish_seq(s, row->req, row->seq);
         }
@@ -591,6 +603,51 @@ static void test_preemption(void **state) {
     }
 }
 
+/* Long generations in a pool too small for both requests: every sample's
+ * tokens and block table grow far past what sched_add gave them (a
+ * 10-token prompt: room for 26 tokens and 3 blocks of 4; each sample ends
+ * at 74 and 19), through prefix hits (b shares a's first 8 tokens), forks
+ * (n = 2), preemption and re-admission (whose lookup hits the blocks it
+ * had computed), with one step at a time and with two in flight (where the
+ * leaders' decodes fill each step's share, so the other samples wait for
+ * them instead of preempting).  Every sample gets exactly the tokens the
+ * fake model gives it alone. */
+static void test_long_generation(void **state) {
+    (void)state;
+    enum { PROMPT = 10, GEN = 64 };
+    int32_t prompts[2][PROMPT], want[2][GEN];
+    for (int i = 0; i < PROMPT; i++) prompts[0][i] = prompts[1][i] = 1 + i;
+    prompts[1][8] = prompts[1][9] = 40;
+    for (int depth = 1; depth <= 2; depth++) {
+        rlSchedConfig c = config(44, 8, 64, 1);
+        c.block_size = 4;
+        c.pipeline_depth = depth;
+        rlSched *s = sched_create(&c);
+        fakeKV kv;
+        kv_init(&kv, &c);
+        simReq u[2];
+        for (int i = 0; i < 2; i++) {
+            u[i] = (simReq){.n = 2, .max_tokens = GEN, .abort_at = -1, .ignore_eos = 1};
+            u[i].h = add(s, prompts[i], PROMPT, 2, GEN, &u[i]);
+            assert_int_equal(u[i].h->seqs[1].cap_tokens, PROMPT + 16);
+            assert_int_equal(u[i].h->seqs[1].cap_blocks, 3);
+        }
+        run_to_end(s, &kv, &c);
+        rlSchedStats st;
+        sched_stats(s, &st);
+        assert_true(st.prefix_hit_tokens >= 8);   /* b on a's blocks */
+        if (depth == 1) assert_true(st.preemptions >= 1 && st.prefix_hit_tokens > 8);
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < 2; k++) {
+                fake_stream(prompts[i], PROMPT, k, GEN, want[k]);
+                assert_int_equal(u[i].n_out[k], GEN);
+                assert_memory_equal(u[i].out[k], want[k], sizeof(want[k]));
+            }
+        kv_free(&kv);
+        sched_free(s);
+    }
+}
+
 /* Steps in flight hold disjoint requests.  An idle pipeline starts a lone
  * request at once; with more, each step takes its share (1/depth of those
  * that want to run); a request in flight is in no later plan, and once
@@ -830,6 +887,7 @@ int main(void) {
         cmocka_unit_test(test_fork_shares_blocks),
         cmocka_unit_test(test_prefix_fixture),
         cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_long_generation),
         cmocka_unit_test(test_in_flight),
         cmocka_unit_test(test_priority_and_deadline),
         cmocka_unit_test(test_lru_eviction),
