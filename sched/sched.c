@@ -502,17 +502,24 @@ int sched_step(rlSched *s, int64_t now_ms, rlStep *p) {
     p->n_preempted = 0;
     int budget = s->cfg.max_num_batched_tokens, rows = s->cfg.max_prompt_rows;
     s->step_id++;
-    int share = step_share(s);
+    /* The share splits requests into disjoint groups: a request in the step
+     * counts with all its samples, and plans those left (forks' prompt
+     * tails) past the share, so its samples never wait for each other. */
+    int share = step_share(s), taken = 0;
     /* Every running decode first, then the running prompts' chunks, so a
      * long prompt never holds decodes back.  A prompt chunk that found no
      * blocks stops admissions: what frees up goes to requests already in.
      * Requests in flight sit this step out. */
     int starved = 0;
     for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < s->n_running && budget > 0 && p->n_seqs < share;) {
+        for (int i = 0; i < s->n_running && budget > 0;) {
             rlSchedReq *r = s->running[i];
-            planResult rc = r->in_flight ? PLAN_DONE
-                                         : plan_running(s, p, r, pass == 0, &budget, &rows);
+            int in_step = r->planned_step == s->step_id;
+            planResult rc = PLAN_DONE;
+            if (!r->in_flight && (in_step || taken < share)) {
+                rc = plan_running(s, p, r, pass == 0, &budget, &rows);
+                if (!in_step && r->planned_step == s->step_id) taken += req_active_seqs(r);
+            }
             if (rc == PLAN_NOMEM) return -1;
             starved |= rc == PLAN_SKIPPED;
             if (rc != PLAN_PREEMPTED) i++;
@@ -524,10 +531,11 @@ int sched_step(rlSched *s, int64_t now_ms, rlStep *p) {
             if (plan_expire(s, p, r)) return -1;
             continue;
         }
-        if (p->n_seqs >= share) break;
+        if (taken >= share) break;
         int admitted = plan_admit(s, p, r, &budget, &rows, &n_seqs);
         if (admitted < 0) return -1;
         if (!admitted) break;
+        taken += req_active_seqs(r);
     }
     plan_tables(p);
     return 0;
