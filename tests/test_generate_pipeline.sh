@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # test_generate_pipeline.sh: `redlm generate --pp 2` and `--pp 3` on CPU ranks
 # keep one step per stage in flight, each over its own requests, and give
-# what `--pp 1` (one step at a time) gives: the same tokens, text and finish
-# reason for every result, and prompt logprobs within 1e-4 (a pipeline cuts
-# steps into other micro-batches, which moves the last bits).  That the
-# steps overlapped is read from --stats: max_steps_in_flight must equal the
-# stages.  Inputs: the greedy prompts of reference.json with scoring-only and
-# seeded (n = 3) requests among them; many requests in a KV pool so small
-# that requests are preempted while others are in flight; one request alone,
-# which an idle pipeline starts at once (one step in flight).
+# what `--pp 1` (one step at a time) gives, bit for bit: the same tokens,
+# text, finish reason and prompt logprobs for every result.  The runs take
+# --batch-invariant: without it a pipeline cuts steps into other
+# micro-batches, which moves the last bits of the logits and may flip a
+# sampled token (test_generate_layouts checks that path within tolerances).
+# That the steps overlapped is read from --stats: max_steps_in_flight must
+# equal the stages.  Inputs: the greedy prompts of reference.json with
+# scoring-only and seeded (n = 3) requests among them; many requests, three
+# of them with n = 3, in a KV pool so small that requests are preempted
+# while others are in flight; one request alone, which an idle pipeline
+# starts at once (one step in flight).
 set -euo pipefail
 : "${REDLM:?}" "${FIXTURES:?}"
 tmp=$(mktemp -d /tmp/redlm-pipeline.XXXXXX)
@@ -19,10 +22,10 @@ gen() {   # name, input, options...
     local name=$1 input=$2
     shift 2
     "$REDLM" generate --model "$dir" --threads 2 --input "$input" --output "$tmp/$name.jsonl" \
-        --stats "$@" 2> "$tmp/$name.err" || fail "$model $name: exit status: $(tail -3 "$tmp/$name.err")"
+        --stats --batch-invariant "$@" 2> "$tmp/$name.err" || fail "$model $name: exit status: $(tail -3 "$tmp/$name.err")"
 }
 stat() { sed -n "s/.*$2=\([0-9]*\).*/\1/p" "$tmp/$1.err"; }
-results() { jq -c '[.id, .index, .event, .finish_reason, .token_ids, .text]' "$tmp/$1.jsonl"; }
+results() { jq -c '[.id, .index, .event, .finish_reason, .token_ids, .text, .prompt_logprobs]' "$tmp/$1.jsonl"; }
 same() {   # pp run, base run
     results "$1" | cmp -s - <(results "$2") ||
         fail "$model $1 differs from $2: $(diff <(results "$1") <(results "$2") | head -c 600)"
@@ -42,6 +45,9 @@ for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
     for i in $(seq 1 24); do
         echo "{\"id\":\"g$i\",\"prompt_ids\":[$i,$((i * 7 % 2000)),$((i * 13 % 2000)),3,4],\"max_tokens\":40,\"temperature\":$((i % 2)),\"top_k\":20,\"seed\":$i,\"ignore_eos\":true}"
     done > "$tmp/many.jsonl"
+    for i in 1 2 3; do   # samples of one request: forks, preempted and run side by side
+        echo "{\"id\":\"n$i\",\"prompt_ids\":[$((i + 40)),$((i * 11 % 2000)),3,4,5,6],\"max_tokens\":40,\"temperature\":1,\"top_k\":20,\"seed\":$i,\"n\":3,\"ignore_eos\":true}"
+    done >> "$tmp/many.jsonl"
     head -1 "$tmp/mixed.jsonl" > "$tmp/lone.jsonl"
 
     gen mixed-pp1 "$tmp/mixed.jsonl" --kv-cache-memory 32MiB
@@ -54,13 +60,6 @@ for model in qwen2-tiny-gqa3 qwen2-tiny-hd128; do
         same "mixed-pp$pp" mixed-pp1
         [ "$(stat "mixed-pp$pp" max_steps_in_flight)" = "$pp" ] ||
             fail "$model --pp $pp: at most $(stat "mixed-pp$pp" max_steps_in_flight) steps in flight"
-        bad=$(jq -sc --slurpfile base "$tmp/mixed-pp1.jsonl" '
-            map(select(.prompt_logprobs) | {key: .id, value: .prompt_logprobs}) | from_entries as $got
-            | $base[] | select(.prompt_logprobs) | . as $b
-            | [range(1; $b.prompt_logprobs | length)
-               | ($got[$b.id][.].logprob - $b.prompt_logprobs[.].logprob) | fabs] | max
-            | select(. > 1e-4)' "$tmp/mixed-pp$pp.jsonl")
-        [ -z "$bad" ] || fail "$model --pp $pp: prompt logprobs off by $bad"
 
         gen "tiny-pp$pp" "$tmp/many.jsonl" --kv-cache-memory 600KiB --pp "$pp"
         same "tiny-pp$pp" tiny-pp1
