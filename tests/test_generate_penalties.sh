@@ -14,6 +14,13 @@
 #     time, preempted over and over in a tiny KV pool (with and without
 #     prefix caching), over two pipeline stages with steps in flight and
 #     over two tensor-parallel ranks (each sampling with its own tables).
+#     These runs take --batch-invariant: by default a schedule's other rows
+#     move the logits' last bits (OpenBLAS sums another way for another row
+#     count, and differs by CPU), which may flip a near-tied greedy token or
+#     a draw, so only the counts could make them differ.  --tp 2 still sums
+#     each row-parallel product in two halves, so its last bits differ from
+#     one rank's, but with the flag no OpenBLAS runs: that arithmetic is the
+#     same on every CPU, and --tp 1 to 4 give these tokens alike.
 source "$(dirname "$0")/generate_lib.sh"
 base='"prompt": "Hello there", "max_tokens": 8, "temperature": 0'
 cat > "$tmp/in.jsonl" <<JSON
@@ -60,9 +67,9 @@ field vocab .error.message | grep -q "logit_bias names token 4096, outside the m
 field range .error.message | grep -q "'presence_penalty' must be a number in \[-2, 2\]" ||
     fail "range: $(field range .error.message)"
 
-# Requests sharing a prompt prefix (cached), greedy and seeded (top_k: a
-# recomputed KV's last bits must not reorder the long tail), with penalties
-# strong enough to steer every step.
+# Requests sharing a prompt prefix (cached), greedy and seeded (top_k:
+# --tp 2's last bits must not reorder the long tail), with penalties strong
+# enough to steer every step.
 for i in $(seq 1 16); do
     pen='"repetition_penalty":1.3,"frequency_penalty":0.6,"presence_penalty":0.4'
     [ $((i % 3)) = 0 ] && pen='"frequency_penalty":1.5,"logit_bias":{"7":3}'
@@ -71,7 +78,7 @@ done > "$tmp/pen.jsonl"
 echo '{"id":"n3","prompt_ids":[5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21],"max_tokens":40,"temperature":0.9,"top_k":50,"seed":7,"n":3,"ignore_eos":true,"repetition_penalty":1.5,"presence_penalty":0.8}' >> "$tmp/pen.jsonl"
 pen_run() {   # name, input, options...
     local name=$1 input=$2; shift 2
-    "$REDLM" generate --model "$dir" --threads 2 --input "$input" --output "$tmp/$name.out" \
+    "$REDLM" generate --model "$dir" --threads 2 --batch-invariant --input "$input" --output "$tmp/$name.out" \
         --stats "$@" 2> "$tmp/$name.err" || { cat "$tmp/$name.err"; fail "$name: exit status"; }
     jq -c '[.id, .index, .token_ids]' "$tmp/$name.out" > "$tmp/$name.tok"
 }
