@@ -41,19 +41,35 @@ same_scores() {
               exit bad > 0 || alt > 5 || NR != 999 }' || fail "$3: the scores differ"
 }
 same_scores whole chunked "whole prompt against 100-token chunks"
+# same_greedy A B: the generating request of runs A and B has the same
+# greedy tokens up to the first step whose top-2 margin in A is under 1e-3
+# (float noise may flip a closer one).
+same_greedy() {
+    local n
+    n=$(jq -n --slurpfile a "$tmp/$1.out" --slurpfile b "$tmp/$2.out" '
+        ($a[] | select(.id == "gen")) as $x | ($b[] | select(.id == "gen")) as $y
+        | ([range(0; $x.logprobs | length) | select($x.logprobs[.].top[0][1] - $x.logprobs[.].top[1][1] < 1e-3)]
+           | first // ($x.token_ids | length)) as $n
+        | if $x.token_ids[:$n] == $y.token_ids[:$n] then $n else -1 end') || fail "$1 or $2: no generation"
+    [ "$n" -ge 0 ] || fail "generation changes beside a scored prompt: $(jq -c 'select(.id == "gen") | .token_ids' "$tmp/$1.out" "$tmp/$2.out")"
+    echo "generation alone against beside a scored prompt: the first $n greedy tokens equal"
+}
 # Beside a generating request: the same scores, and the generation unchanged.
-echo '{"id":"gen","prompt":"Hello there","max_tokens":16,"temperature":0}' > "$tmp/gen.jsonl"
+echo '{"id":"gen","prompt":"Hello there","max_tokens":16,"temperature":0,"logprobs":2}' > "$tmp/gen.jsonl"
 cat "$tmp/score.jsonl" "$tmp/gen.jsonl" > "$tmp/both.jsonl"
 run gen "$tmp/gen.jsonl"
 run both "$tmp/both.jsonl"
 same_scores whole both "alone against beside a generating request"
-[ "$(jq -c 'select(.id == "gen") | .token_ids' "$tmp/both.out")" = \
-  "$(jq -c .token_ids "$tmp/gen.out")" ] || fail "generation changes beside a scored prompt"
+same_greedy gen both
 # --batch-invariant: bit-identical alone and beside it, and the same scores.
 run whole_inv "$tmp/score.jsonl" --batch-invariant
+run gen_inv "$tmp/gen.jsonl" --batch-invariant
 run both_inv "$tmp/both.jsonl" --batch-invariant
 [ "$(jq -c 'select(.id == "score") | .prompt_logprobs' "$tmp/both_inv.out")" = \
   "$(jq -c .prompt_logprobs "$tmp/whole_inv.out")" ] ||
     fail "--batch-invariant: scores change beside a generating request"
+[ "$(jq -c 'select(.id == "gen") | del(.timing)' "$tmp/both_inv.out")" = \
+  "$(jq -c 'del(.timing)' "$tmp/gen_inv.out")" ] ||
+    fail "--batch-invariant: generation changes beside a scored prompt"
 same_scores whole whole_inv "default against --batch-invariant"
 echo "a 1,000-token prompt scored in $(steps whole) step(s) (chunked: $(steps chunked)), the same logprobs"
