@@ -1,6 +1,13 @@
 /* test_engine.c: the engine API on a fixture model: streaming, abort,
  * deadlines, n > 1, usage and the counters the worker exports, also with
- * pipeline stages and steps in flight. */
+ * pipeline stages and steps in flight.
+ *
+ * Tokens are compared bit for bit across schedules (a prompt run whole and
+ * again through a prefix hit, one stage against two with other requests
+ * beside them, a seeded draw repeated on a cached prompt), so the engines
+ * run batch-invariant: by default the rows beside a token move its logits'
+ * last bits (OpenBLAS sums another way for another row count, and differs
+ * by CPU), which may flip a greedy near-tie or a draw. */
 #include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -57,6 +64,7 @@ static rlEngine *open_engine_pp(int pp) {
     o.threads = 2;
     o.kv_cache_memory = 4u << 20;
     o.pp = pp;
+    o.batch_invariant = 1;
     rlError err;
     rlEngine *e = engine_open(&o, &err);
     if (!e) fail_msg("%s", err.msg);
