@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # test_worker_kill.sh: two workers, 1,000 jobs, one worker SIGKILLed mid-run:
 # the other claims its jobs, every job gets exactly one done from its final
-# attempt, with the tokens `redlm generate` gives, and nothing stays pending.
+# attempt, with the tokens `redlm generate` gives (both --batch-invariant, so
+# the batches a job ran in cannot move a bit), and nothing stays pending.
 source "$(dirname "$0")/worker_lib.sh"
 
 N=${N_JOBS:-1000}
 start_redis
-start_worker a --claim-idle-ms 1500 --stream-interval 4
+start_worker a --claim-idle-ms 1500 --stream-interval 4 --batch-invariant
 A=$LAST_PID
-start_worker b --claim-idle-ms 1500 --stream-interval 4
+start_worker b --claim-idle-ms 1500 --stream-interval 4 --batch-invariant
 B=$LAST_PID
 both_up() { [ "$(rcli EXISTS redlm:instances:a redlm:instances:b)" = 2 ]; }
 wait_until 30 both_up || fail "workers did not start"

@@ -2,13 +2,15 @@
 # test_worker_restart.sh: redis-server restarted mid-run (appendonly yes):
 # the worker reconnects, keeps the replies produced meanwhile, and every job
 # completes exactly once (repeats of an event across the reconnect carry
-# the same seq and are dropped by readers).
+# the same seq and are dropped by readers), with the tokens `redlm generate`
+# gives (both --batch-invariant, so the batches a job ran in cannot move a
+# bit).
 source "$(dirname "$0")/worker_lib.sh"
 
 N=300
 start_redis --appendonly yes --appendfsync always
 queue_jobs "$N" 8
-start_worker w --claim-idle-ms 1000 --max-num-seqs 16
+start_worker w --claim-idle-ms 1000 --max-num-seqs 16 --batch-invariant
 W=$LAST_PID
 started() { [ "$(rcli XLEN redlm:reply:test)" -ge 40 ]; }
 wait_until 60 started || fail "no progress"

@@ -121,9 +121,12 @@ every_job_done() {
 }
 
 # same_as_generate: the tokens in $T/got.jsonl are those `redlm generate`
-# gives for the same requests ($T/jobs.jsonl) offline
+# gives for the same requests ($T/jobs.jsonl) offline.  Both sides run
+# --batch-invariant (start the workers with it): otherwise the other jobs in
+# a job's steps, which differ between the two and between attempts, move its
+# logits' last bits, and on some CPUs that flips a near-tied greedy token.
 same_as_generate() {
-    "$REDLM" generate --model "$MODEL" --threads 1 --input "$T/jobs.jsonl" --output "$T/gen.jsonl" \
+    "$REDLM" generate --model "$MODEL" --threads 1 --batch-invariant --input "$T/jobs.jsonl" --output "$T/gen.jsonl" \
         2> "$T/gen.log" || fail "redlm generate failed"
     diff <(jq -c '{id, token_ids}' "$T/gen.jsonl" | sort) <(jq -c '{id, token_ids}' "$T/got.jsonl" | sort) \
         > "$T/diff" || fail "tokens differ from redlm generate: $(head -4 "$T/diff")"
