@@ -5,11 +5,15 @@
 # samples of an n = 2 job) that submit only the jobs missing from the
 # output, replies holding U+0000, --window, the progress line on a
 # terminal, a rerun while the stopped run's jobs still run, and workers
-# under another --reply-prefix.
+# under another --reply-prefix.  Workers and generate run --batch-invariant:
+# the jobs beside a job (other in each run, and in a resumed one) would
+# otherwise move its logits' last bits, which on some CPUs flips a near-tied
+# greedy token or a draw.
 source "$(dirname "$0")/worker_lib.sh"
 
+GEN=("$REDLM" generate --model "$MODEL" --threads 1 --batch-invariant)
 start_redis
-start_worker w
+start_worker w --batch-invariant
 for i in $(seq 1 60); do
     if [ $((i % 10)) = 0 ]; then
         echo "{\"prompt_ids\":[$i,2],\"max_tokens\":5,\"temperature\":0.7,\"seed\":$i,\"n\":2}"
@@ -28,7 +32,7 @@ jq -e -s 'map(select(.id | startswith("job"))) | length == 13' "$T/out.jsonl" > 
 # the same requests offline, with the same ids
 head -60 "$T/in.jsonl" | jq -c --argjson ids "$(jq -s '[.[] | select(.index == 0 or .event == "error") | .id]' "$T/out.jsonl")" \
     '. + {id: $ids[input_line_number - 1]}' > "$T/gen-in.jsonl"
-"$REDLM" generate --model "$MODEL" --threads 1 --input "$T/gen-in.jsonl" --output "$T/gen.jsonl" 2> "$T/gen.log" ||
+"${GEN[@]}" --input "$T/gen-in.jsonl" --output "$T/gen.jsonl" 2> "$T/gen.log" ||
     fail "generate failed"
 diff <(jq -c '[.id, .index, .token_ids]' "$T/gen.jsonl") <(head -66 "$T/out.jsonl" | jq -c '[.id, .index, .token_ids]') > "$T/diff" ||
     fail "submit results differ from generate (or are out of order): $(head -4 "$T/diff")"
@@ -61,7 +65,7 @@ diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, 
 # byte-level vocab), streamed and not: through submit and through a resume
 printf '%s\n' '{"id":"nul-s","prompt_ids":[141,11,7,9],"max_tokens":12,"temperature":0,"stream":true}' \
     '{"id":"nul-d","prompt_ids":[141,11,7,9],"max_tokens":12,"temperature":0,"stream":false}' > "$T/nul.jsonl"
-"$REDLM" generate --model "$MODEL" --threads 1 --input "$T/nul.jsonl" --output "$T/nul-gen.jsonl" 2>> "$T/gen.log" ||
+"${GEN[@]}" --input "$T/nul.jsonl" --output "$T/nul-gen.jsonl" 2>> "$T/gen.log" ||
     fail "generate failed"
 jq -e -s 'length == 2 and all(.text | contains("\u0000"))' "$T/nul-gen.jsonl" > /dev/null ||
     fail "the fixture's replies no longer hold U+0000: $(cat "$T/nul-gen.jsonl")"
@@ -90,7 +94,7 @@ queued() { [ "$(added redlm:win)" = "$1" ]; }
 wait_until 20 queued 4 || fail "submit --window 4 queued $(added redlm:win) jobs"
 sleep 0.5
 queued 4 || fail "submit --window 4 queued $(added redlm:win) jobs with none answered"
-start_worker w-win --stream redlm:win
+start_worker w-win --stream redlm:win --batch-invariant
 end=$(( $(date +%s) + 60 ))
 while [ "$(wc -l < "$T/win-out.jsonl")" -lt 20 ]; do
     out=$(added redlm:win)
@@ -100,7 +104,7 @@ while [ "$(wc -l < "$T/win-out.jsonl")" -lt 20 ]; do
     sleep 0.02
 done
 wait "$SUB" || fail "submit --window 4 failed: $(cat "$T/submit-win.log")"
-"$REDLM" generate --model "$MODEL" --threads 1 --input "$T/win.jsonl" --output "$T/win-gen.jsonl" 2>> "$T/gen.log" ||
+"${GEN[@]}" --input "$T/win.jsonl" --output "$T/win-gen.jsonl" 2>> "$T/gen.log" ||
     fail "generate failed"
 same "$T/win-gen.jsonl" "$T/win-out.jsonl" || fail "--window 4 results differ from generate: $(head -4 "$T/diff")"
 
@@ -131,7 +135,7 @@ jq -e -s 'length == 4 and all(.[]; .event == "done" and (.token_ids | length) ==
 # workers answering under another --reply-prefix: submit makes its reply
 # stream under the prefix their heartbeats announce (under redlm:reply: every
 # job was refused and answered where submit never read: it waited for ever)
-start_worker w-app --stream redlm:app --reply-prefix app:reply:
+start_worker w-app --stream redlm:app --reply-prefix app:reply: --batch-invariant
 up_app() { [ "$(rcli HGET redlm:instances:w-app reply_prefix)" = app:reply: ]; }
 wait_until 30 up_app || fail "w-app's heartbeat does not announce its reply prefix"
 timeout 30 "$REDLM" submit --redis "$(URL)" --stream redlm:app --input "$T/win.jsonl" --output "$T/app-out.jsonl" \
