@@ -36,6 +36,11 @@ expect 0 "0 fail" "$REDLM" doctor --model "$GOOD"
 # doctor names the format of a quantized checkpoint and of a quantized config
 expect 0 "fp16, quantized gptq int4 g64" "$REDLM" doctor --model "$FIXTURES/models-quant/qwen2-tiny-hd128-gptq4"
 expect 0 "fp16, quantized awq int4 g128" "$REDLM" doctor --model "$CONFIGS/qwen2.5-72b-awq.json"
+# vLLM's Marlin names stand for their format; a format the checkpoint is not is refused
+expect 0 '"event":"done"' "${GEN[@]}" --model "$FIXTURES/models-quant/qwen2-tiny-hd128-gptq4" \
+    --quantization gptq_marlin
+expect 2 "or give --quantization gptq" "${GEN[@]}" \
+    --model "$FIXTURES/models-quant/qwen2-tiny-hd128-gptq4" --quantization awq_marlin
 
 # --- model directory missing
 for cmd in GEN WORK; do

@@ -6,8 +6,11 @@ const rlFlagChoice engine_load_formats[] = {{"auto", NULL, 0}, {"dummy", NULL, 0
                                             {NULL, NULL, 0}};
 const rlFlagChoice engine_generation_configs[] = {{"auto", NULL, 0}, {"vllm", NULL, 0},
                                                  {NULL, NULL, 0}};
-const rlFlagChoice engine_quantizations[] = {{"awq", NULL, 0}, {"gptq", NULL, 0},
-                                             {"fp8", NULL, 0}, {NULL, NULL, 0}};
+/* vLLM's names of its Marlin kernels for the same checkpoints are accepted
+ * for their format: a vLLM command line runs as it is. */
+const rlFlagChoice engine_quantizations[] = {
+    {"awq", NULL, 0},        {"gptq", NULL, 0},          {"fp8", NULL, 0},
+    {"awq_marlin", "awq", 0}, {"gptq_marlin", "gptq", 0}, {NULL, NULL, 0}};
 const rlFlagChoice engine_dtypes[] = {
     {"auto", NULL, 0}, {"bf16", NULL, 0}, {"fp16", NULL, 0}, {"fp32", NULL, 0},
     {"bfloat16", "bf16", 0}, {"float16", "fp16", 0}, {"half", "fp16", 0},

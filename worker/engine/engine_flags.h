@@ -48,6 +48,7 @@ extern const rlFlagChoice engine_quantizations[];
 #define ENGINE_QUANTIZATION_HELP                                                  \
     "dummy weights in that format (default: the config's\n"                       \
     "quantization_config, which a checkpoint must match);\n"                      \
-    "kept quantized on CUDA, dequantized on the CPU"
+    "kept quantized on CUDA, dequantized on the CPU;\n"                          \
+    "also vLLM's awq_marlin, gptq_marlin"
 
 #endif
