@@ -200,6 +200,7 @@ typedef struct rlBackendOptions {
     int batch_invariant;    /* every row computed the same way whatever else is in the
                              * step and however its prompt was chunked: CPU
                              * (kernels/cpu/matmul.c) and CUDA (kernels/cuda/README.md) */
+    int eager;              /* CUDA: no graphs (vLLM's --enforce-eager) */
 } rlBackendOptions;
 
 rlBackend *rl_backend_cpu_create(const rlBackendOptions *opt, rlError *err);

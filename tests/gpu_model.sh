@@ -36,10 +36,12 @@ PY
         qwen3-moe-tiny) tol=0.86 ;;
         *) tol=0.05 ;;
     esac
-    for dtype in bf16 auto; do
-        "$REDLM" generate --backend cuda --dtype $dtype --model "$dir" --input "$tmp/in.jsonl" \
+    # The second run without CUDA graphs (--enforce-eager): the same kernels launched.
+    for flags in "--dtype bf16" "--dtype auto --enforce-eager"; do
+        # shellcheck disable=SC2086
+        "$REDLM" generate --backend cuda $flags --model "$dir" --input "$tmp/in.jsonl" \
             --output "$tmp/out.jsonl" 2> "$tmp/err" || { cat "$tmp/err"; exit 1; }
-        python3 - "$ref" "$tmp/out.jsonl" "$model --dtype $dtype" "$tol" <<'PY'
+        python3 - "$ref" "$tmp/out.jsonl" "$model $flags" "$tol" <<'PY'
 import json, sys
 ref = json.load(open(sys.argv[1]))["prompts"]
 got = {r["id"]: r for r in map(json.loads, open(sys.argv[2])) if r.get("event") == "done"}

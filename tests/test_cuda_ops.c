@@ -719,7 +719,7 @@ static void sample_case(const rlRowSpec *rows0, int n_adjs, const rlLogitAdj *ad
         }
     rlError err;
     int32_t tok[8] = {0};
-    rlBackendOptions co = {1, 0, RL_F32, 0, 0};
+    rlBackendOptions co = {1, 0, RL_F32, 0, 0, 0};
     rlBackend *cpu = rl_backend_cpu_create(&co, &err);
     assert_non_null(cpu);
     assert_int_equal(cpu->ops->kv_init(cpu, 1, 1, 16, 1, 64, &err), 0);
@@ -1025,11 +1025,11 @@ static void test_moe(void **state) {
 static void test_errors(void **state) {
     (void)state;
     rlError err;
-    rlBackendOptions bad = {0, 4096, RL_BF16, 0, 0};
+    rlBackendOptions bad = {0, 4096, RL_BF16, 0, 0, 0};
     assert_null(rl_backend_cuda_create(&bad, &err));
     assert_int_equal(err.code, RL_EDEVICE);
     printf("  device out of range: %s\n", err.msg);
-    rlBackendOptions f32 = {0, 0, RL_F32, 0, 0};
+    rlBackendOptions f32 = {0, 0, RL_F32, 0, 0, 0};
     assert_null(rl_backend_cuda_create(&f32, &err));
     printf("  fp32: %s\n", err.msg);
     rlBackend *be = backends[0];
@@ -1106,7 +1106,7 @@ static int bench_attention(rlBackend *be, int n_seqs, int len) {
 
 int main(int argc, char **argv) {
     rlError err;
-    rlBackendOptions o = {0, 0, RL_BF16, 0, 0};
+    rlBackendOptions o = {0, 0, RL_BF16, 0, 0, 0};
     if (!(backends[0] = rl_backend_cuda_create(&o, &err))) {
         if (getenv("RL_REQUIRE_GPU")) {
             fprintf(stderr, "test_cuda_ops: no usable GPU: %s\n", err.msg);

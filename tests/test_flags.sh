@@ -42,7 +42,7 @@ for spelling in "--dtype half" "--dtype float16" "--dtype fp16" "--dtype float32
                 "--kv-cache-memory-bytes 33554432" "--kv-cache-memory=32MiB" \
                 "--max-model-len 64 --max-num-seqs 4 --max-num-batched-tokens 32 --block-size 8" \
                 "--gpu-memory-utilization 0.5 --seed 7 --load-format auto" \
-                "--kv-cache-dtype auto --trust-remote-code" "--kv-cache-dtype=auto" \
+                "--kv-cache-dtype auto --trust-remote-code --enforce-eager" "--kv-cache-dtype=auto" \
                 "--tokenizer $MODEL"; do
     # shellcheck disable=SC2086
     expect 0 '"event":"done"' "${GEN[@]}" "${IDS[@]}" $spelling

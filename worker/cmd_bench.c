@@ -35,6 +35,7 @@ typedef struct benchOpts {
     const char *backend, *model, *load_format, *quantization;
     int threads, prompt_len, gen, max_tokens, json, profile;
     int invariant;          /* --batch-invariant: the engine's batch-invariant kernels */
+    int eager;              /* --enforce-eager: no CUDA graphs (their share of a step) */
     int copy_mib;           /* the bandwidth copy: far larger than any cache */
     int batches[BENCH_MAX_BATCHES], n_batches;
 } benchOpts;
@@ -223,6 +224,8 @@ static int bench_parse(int argc, char **argv, benchOpts *o) {
                "device time per operation kind (CUDA, with graphs off)");
     flags_bool(&fs, "--batch-invariant", &o->invariant,
                "time the batch-invariant kernels (generate's and\nworker's --batch-invariant)");
+    flags_bool(&fs, "--enforce-eager", &o->eager,
+               "CUDA: decode steps without graphs (what graphs save)");
     const char *kv_cache_dtype = "auto";   /* the only choice: nothing to keep */
     int trust_remote_code = 0;
     engine_flags_add_vllm(&fs, &kv_cache_dtype, &trust_remote_code);
@@ -290,8 +293,9 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         printf("]}\n");
         return;
     }
-    printf("backend %s%s, %s (%s weights%s%s%s, %.2f GB; a decode step reads %.2f GB of them)\n",
-           m->be->ops->name, o->invariant ? " (batch-invariant)" : "", base,
+    printf("backend %s%s%s, %s (%s weights%s%s%s, %.2f GB; a decode step reads %.2f GB of them)\n",
+           m->be->ops->name, o->invariant ? " (batch-invariant)" : "",
+           o->eager && !strcmp(m->be->ops->name, "cuda") ? " (eager: no CUDA graphs)" : "", base,
            rl_dtype_name(m->be->weight_dtype), how, m->cfg.quant.method ? quant : "",
            m->cfg.quant.method && !m->quant_bytes ? " at load" : "", wb / 1e9, step_bytes / 1e9);
     if (m->quant_bytes)
@@ -348,7 +352,7 @@ int cmd_bench(int argc, char **argv) {
     }
     quant_dummy_init(&qdummy, &cfg, 1);
     rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16, .profile = o.profile,
-                           .batch_invariant = o.invariant};
+                           .batch_invariant = o.invariant, .eager = o.eager};
     /* --backend is cpu or cuda: the flag's choices */
     be = strcmp(o.backend, "cuda") ? rl_backend_cpu_create(&bo, &err)
                                    : rl_backend_cuda_create(&bo, &err);

@@ -482,9 +482,10 @@ extern "C" rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlErro
         free(c);
         return NULL;
     }
-    /* Profiling times each operation, which a replayed graph would hide. */
+    /* Profiling times each operation, which a replayed graph would hide.
+     * RL_CUDA_GRAPHS=0 reaches programs without flags (the op tests). */
     const char *graphs = getenv("RL_CUDA_GRAPHS");
-    int use_graphs = !opt->profile && !(graphs && !strcmp(graphs, "0"));
+    int use_graphs = !opt->profile && !opt->eager && !(graphs && !strcmp(graphs, "0"));
     if (cuda_arch_init(c, err) || cuda_gemm_init(c, err) || cuda_attention_init(c, err) ||
         (opt->profile && cuda_prof_init(c, err)) ||
         (use_graphs && cuda_graphs_init(c, err))) {

@@ -36,7 +36,7 @@ template <typename F> static float time_median(cudaStream_t st, F fn) {
 
 extern "C" int rl_cuda_ceilings(int device, double *copy_bytes_per_s, double *gemm_flops,
                                 rlError *err) {
-    rlBackendOptions opt = {0, device, RL_BF16, 0, 0};
+    rlBackendOptions opt = {0, device, RL_BF16, 0, 0, 0};
     rlBackend *be = rl_backend_cuda_create(&opt, err);
     if (!be) return -1;
     rlCuda *c = cuda_of(be);

@@ -149,7 +149,8 @@ static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
                          .collectives = o->collectives,
                          .gpu_memory_utilization = o->gpu_memory_utilization,
                          .quiet = o->tp * o->pp == 1 && !o->collectives,
-                         .batch_invariant = o->batch_invariant};
+                         .batch_invariant = o->batch_invariant,
+                         .eager = o->enforce_eager};
     e->ranks = ranks_open(&ro, err);
     return e->ranks ? 0 : -1;
 }

@@ -34,6 +34,7 @@ typedef struct rlEngineOptions {
     int offline;                /* redlm generate: vLLM's offline (LLM class) defaults */
     int batch_invariant;        /* --batch-invariant: a token's numbers independent of the
                                  * batch and of the prompt's chunking (CPU; CUDA up to --tp 2) */
+    int enforce_eager;          /* --enforce-eager: CUDA decode steps without graphs */
     int max_model_len;          /* default: max_position_embeddings */
     int prefix_caching;         /* default 1 */
     int tp, pp;                 /* default 1, 1 */

@@ -90,6 +90,10 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
                "no cuBLAS, no decode attention kernel; TP over 2\n"
                "ranks: all-reduces as all-gathers and ordered sums;\n"
                "on CUDA not yet bit-identical in every case)");
+    flags_bool(fs, "--enforce-eager", &o->enforce_eager,
+               "CUDA: run decode steps as launched kernels, not\n"
+               "replayed CUDA graphs (slower at small batch; to rule\n"
+               "graphs out when looking for a fault), as vLLM's");
     engine_flags_add_vllm(fs, &f->kv_cache_dtype, &f->trust_remote_code);
     layout_flags_add(fs, &f->lay);
 }

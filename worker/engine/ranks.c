@@ -155,6 +155,7 @@ static int rank_setup(ranksRank *k, rlError *err) {
         .device = r->devices[k->index],
         .dtype = o->dtype,
         .batch_invariant = o->batch_invariant,
+        .eager = o->eager,
     };
     k->be = cuda ? rl_backend_cuda_create(&bo, err) : rl_backend_cpu_create(&bo, err);
     if (!k->be) return -1;

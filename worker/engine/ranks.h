@@ -40,6 +40,7 @@ typedef struct rlRanksOptions {
                                  * (NCCL on one GPU); 0: a 1x1 layout runs in the caller */
     int quiet;                  /* 0: print each rank's share of the model at open */
     int batch_invariant;        /* rlBackendOptions.batch_invariant */
+    int eager;                  /* rlBackendOptions.eager */
 } rlRanksOptions;
 
 typedef struct rlRanks rlRanks;
