@@ -73,21 +73,13 @@ static int gemm_tune(rlCuda *c, rlGemmAlgo *g, const cublasLtMatmulHeuristicResu
 /* Up to this many rows (decode batches: one or two row tiles, so as few
  * blocks as the weights have 64-row tiles) the deep K loop, whose 7 steps
  * in flight per block stream the weights where few blocks share the GPU;
- * above it 4 stages, which leave room for more resident blocks, and with
- * RL_CUDA_TILE_BIG=1 the 128 x 128 tile (prefill: fewer shared-memory reads
- * per mma; a GPU call to measure it).  Neither the loop nor the tile changes
- * an output element's chain of mma steps, so no bit; RL_CUDA_TILE_PIPE
- * forces one loop (the 64 x 64 tile). */
+ * above it the 128 x 128 tile over 4 stages (prefill: half the shared-memory
+ * reads per mma; 7B prefill 8 x 2,048 at 19.8k tok/s against the 64 x 64
+ * tile's 10.6k on an H200, kernels/PERF.md v28).  Neither the loop nor the
+ * tile changes an output element's chain of mma steps, so no bit;
+ * RL_CUDA_TILE_PIPE forces one loop on the 64 x 64 tile everywhere, for the
+ * tests that hold the tiles and loops to the same bits. */
 #define GEMM_DEEP_ROWS 128
-
-static int gemm_tile_big(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("RL_CUDA_TILE_BIG");
-        v = e && !strcmp(e, "1");
-    }
-    return v;
-}
 
 template <typename T, int E, int S, int BIG>
 static void gemm_tile_launch(rlCuda *c, void *out, const void *in, const void *w,
@@ -106,8 +98,7 @@ static void gemm_invariant_launch(rlCuda *c, void *out, const void *in, const vo
     else if (pipe == TG_STAGES) gemm_tile_launch<T, E, TG_STAGES, 0>(c, out, in, w, bias, rows, n, k);
     else if (pipe > 0 || rows <= GEMM_DEEP_ROWS)
         gemm_tile_launch<T, E, TG_DEEP_STAGES, 0>(c, out, in, w, bias, rows, n, k);
-    else if (gemm_tile_big()) gemm_tile_launch<T, E, TG_STAGES, 1>(c, out, in, w, bias, rows, n, k);
-    else gemm_tile_launch<T, E, TG_STAGES, 0>(c, out, in, w, bias, rows, n, k);
+    else gemm_tile_launch<T, E, TG_STAGES, 1>(c, out, in, w, bias, rows, n, k);
 }
 
 static void gemm_invariant(rlCuda *c, rlDtype wt, void *out, const void *in, const void *w,

@@ -412,12 +412,6 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         fprintf(stderr, "redlm: --dtype %s: the CPU backend holds weights, activations and the KV "
                 "cache in fp32 (the reference path); --dtype sets them on --backend cuda\n",
                 o->dtype);
-    /* Said at start, not only in the docs: a user who asks for bit-identical
-     * results must learn where this version does not give them yet. */
-    if (!strcmp(o->backend, "cuda") && o->batch_invariant)
-        fprintf(stderr, "redlm: warning: --batch-invariant on --backend cuda is not yet "
-                "bit-identical in every case (its GPU tests found rare rows that differ between "
-                "a batch and the same request alone); --backend cpu is\n");
     int n_blocks = e->n_blocks = engine_kv_blocks(e, dtype, err);
     if (n_blocks < 0) goto fail;
     rlSchedConfig sc = {.block_size = o->block_size, .max_num_seqs = o->max_num_seqs,

@@ -88,8 +88,7 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
                "in the batch and however a prompt is chunked, at a\n"
                "cost in speed (CPU: sgemm off; CUDA: one tiled GEMM,\n"
                "no cuBLAS, no decode attention kernel; TP over 2\n"
-               "ranks: all-reduces as all-gathers and ordered sums;\n"
-               "on CUDA not yet bit-identical in every case)");
+               "ranks: all-reduces as all-gathers and ordered sums)");
     flags_bool(fs, "--enforce-eager", &o->enforce_eager,
                "CUDA: run decode steps as launched kernels, not\n"
                "replayed CUDA graphs (slower at small batch; to rule\n"
