@@ -224,8 +224,7 @@ static int bench_parse(int argc, char **argv, benchOpts *o) {
                "device time per operation kind (CUDA, with graphs off)");
     flags_bool(&fs, "--batch-invariant", &o->invariant,
                "time the batch-invariant kernels (generate's and\nworker's --batch-invariant)");
-    flags_bool(&fs, "--enforce-eager", &o->eager,
-               "CUDA: decode steps without graphs (what graphs save)");
+    engine_flags_add_eager(&fs, &o->eager);
     const char *kv_cache_dtype = "auto";   /* the only choice: nothing to keep */
     int trust_remote_code = 0;
     engine_flags_add_vllm(&fs, &kv_cache_dtype, &trust_remote_code);

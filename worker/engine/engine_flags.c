@@ -34,6 +34,14 @@ void engine_flags_add_vllm(rlFlags *fs, const char **kv_cache_dtype, int *trust_
                "runs no Python, so no code from the model directory");
 }
 
+void engine_flags_add_eager(rlFlags *fs, int *enforce_eager) {
+    flags_bool(fs, "--enforce-eager", enforce_eager,
+               "CUDA: run decode steps as launched kernels, not\n"
+               "replayed CUDA graphs (slower at small batch; to rule\n"
+               "graphs out when looking for a fault, or to time what\n"
+               "they save), as vLLM's");
+}
+
 void engine_flags_add_limits(rlFlags *fs, int *block_size, double *gpu_memory_utilization,
                              int *max_num_seqs, int *max_num_batched_tokens, int *max_model_len) {
     flags_int(fs, "--block-size", block_size, 1, 1024, "N", "KV block size in tokens (default 16)");
@@ -89,10 +97,7 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
                "cost in speed (CPU: sgemm off; CUDA: one tiled GEMM,\n"
                "no cuBLAS, no decode attention kernel; TP over 2\n"
                "ranks: all-reduces as all-gathers and ordered sums)");
-    flags_bool(fs, "--enforce-eager", &o->enforce_eager,
-               "CUDA: run decode steps as launched kernels, not\n"
-               "replayed CUDA graphs (slower at small batch; to rule\n"
-               "graphs out when looking for a fault), as vLLM's");
+    engine_flags_add_eager(fs, &o->enforce_eager);
     engine_flags_add_vllm(fs, &f->kv_cache_dtype, &f->trust_remote_code);
     layout_flags_add(fs, &f->lay);
 }

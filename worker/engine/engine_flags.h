@@ -33,6 +33,9 @@ void engine_flags_add_limits(rlFlags *fs, int *block_size, double *gpu_memory_ut
  * refused saying so.  No model code is ever run (redlm runs no Python), so
  * --trust-remote-code changes nothing. */
 void engine_flags_add_vllm(rlFlags *fs, const char **kv_cache_dtype, int *trust_remote_code);
+/* vLLM's --enforce-eager: CUDA decode steps without graphs (generate,
+ * worker, bench). */
+void engine_flags_add_eager(rlFlags *fs, int *enforce_eager);
 /* Copy the parsed layout into f->o; call once, after the parse. */
 void engine_flags_finish(rlEngineFlags *f);
 
