@@ -14,6 +14,7 @@ source "$(dirname "$0")/worker_lib.sh"
 GEN=("$REDLM" generate --model "$MODEL" --threads 1 --batch-invariant)
 start_redis
 start_worker w --batch-invariant
+W=$LAST_PID
 for i in $(seq 1 60); do
     if [ $((i % 10)) = 0 ]; then
         echo "{\"prompt_ids\":[$i,2],\"max_tokens\":5,\"temperature\":0.7,\"seed\":$i,\"n\":2}"
@@ -118,16 +119,32 @@ same "$T/win-gen.jsonl" "$T/tty-out.jsonl" || fail "results on a terminal differ
 
 # a run stopped (here by --timeout) while its jobs still run, rerun at once
 # with the same output: the jobs still running are submitted again once
-# they are done, not written as duplicate_id errors
+# they are done, not written as duplicate_id errors.  The worker is frozen
+# (SIGSTOP) from the moment the short jobs are written until the rerun has
+# queued its jobs, so that the long ones still run when the worker reads the
+# rerun's, however fast this machine runs them (the frozen worker's heartbeat
+# goes stale meanwhile, and the rerun warns of it).
 for i in 1 2 3 4; do
     echo "{\"id\":\"stop-$i\",\"prompt_ids\":[$i,9],\"max_tokens\":$((i <= 2 ? 4 : 1500)),\"ignore_eos\":true,\"temperature\":0}"
 done > "$T/stop.jsonl"
-"$REDLM" submit --redis "$(URL)" --input "$T/stop.jsonl" --output "$T/stop-out.jsonl" --timeout 1 2> "$T/stop1.log"
+"$REDLM" submit --redis "$(URL)" --input "$T/stop.jsonl" --output "$T/stop-out.jsonl" --timeout 1 2> "$T/stop1.log" &
+STOP1=$!
+short_written() { [ "$(cat "$T/stop-out.jsonl" 2> /dev/null | wc -l)" -ge 2 ]; }
+wait_until 30 short_written || fail "the short jobs were not written: $(cat "$T/stop1.log")"
+kill -STOP "$W"
+wait "$STOP1"
 [ $? = 124 ] || fail "submit --timeout 1 did not stop with 124: $(cat "$T/stop1.log")"
 running() { [ "$(rcli HLEN redlm:jobs:running)" -ge 1 ]; }
 running || fail "no job left running by the stopped run (the test needs one)"
-timeout 60 "$REDLM" submit --redis "$(URL)" --input "$T/stop.jsonl" --output "$T/stop-out.jsonl" 2> "$T/stop2.log" ||
-    fail "the rerun failed: $(cat "$T/stop2.log")"
+before=$(added redlm:jobs)
+timeout 60 "$REDLM" submit --redis "$(URL)" --input "$T/stop.jsonl" --output "$T/stop-out.jsonl" 2> "$T/stop2.log" &
+STOP2=$!
+requeued() { [ "$(added redlm:jobs)" -ge $((before + 2)) ]; }
+wait_until 20 requeued
+met=$?
+kill -CONT "$W"
+[ "$met" = 0 ] || fail "the rerun queued no job: $(cat "$T/stop2.log")"
+wait "$STOP2" || fail "the rerun failed: $(cat "$T/stop2.log")"
 grep -q "is running from an earlier submission" "$T/stop2.log" || fail "the rerun met no running job: $(cat "$T/stop2.log")"
 jq -e -s 'length == 4 and all(.[]; .event == "done" and (.token_ids | length) == (if (.id | ltrimstr("stop-") | tonumber) <= 2 then 4 else 1500 end))' \
     "$T/stop-out.jsonl" > /dev/null || fail "the rerun's output: $(jq -c '{id, event, error}' "$T/stop-out.jsonl")"
