@@ -847,6 +847,17 @@ static void test_index_mismatch(void **state) {
     json_decref(root);
     expect_open_error(dir, "places tensor \"model.norm.weight\" in " SHARD1
                       ", but another shard holds it");
+    /* a shard name outside the directory, or not a string: the message
+     * names the tensor, read from the index while it is still held */
+    json_object_set_new(json_object_get(root = json_load_file(path, 0, &jerr), "weight_map"),
+                        "model.norm.weight", json_string("../" SHARD2));
+    assert_int_equal(json_dump_file(root, path, 0), 0);
+    expect_open_error(dir, "tensor \"model.norm.weight\" maps to a bad shard name");
+    json_object_set_new(json_object_get(root, "weight_map"), "model.norm.weight",
+                        json_integer(2));
+    assert_int_equal(json_dump_file(root, path, 0), 0);
+    json_decref(root);
+    expect_open_error(dir, "tensor \"model.norm.weight\" maps to a bad shard name");
 }
 
 static void test_not_a_directory(void **state) {

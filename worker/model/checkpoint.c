@@ -205,11 +205,13 @@ static int ck_read_index(rlCheckpoint *c, const char *path, json_t **map, rlErro
     json_object_foreach(wm, name, v) {
         const char *file = json_string_value(v);
         if (!file || !*file || strchr(file, '/') || strcmp(file, "..") == 0) {
+            /* name lives in root: the message is written before root goes */
+            rl_error(err, RL_EMODEL,
+                     "%s: tensor \"%s\" maps to a bad shard name (it must be a file name in the "
+                     "model directory). Download the index again from the model's repository.",
+                     path, name);
             json_decref(root);
-            return rl_error(err, RL_EMODEL,
-                            "%s: tensor \"%s\" maps to a bad shard name (it must be a file name "
-                            "in the model directory). Download the index again from the model's "
-                            "repository.", path, name);
+            return -1;
         }
         if (ck_add_file(c, file, err)) {
             json_decref(root);
