@@ -470,6 +470,13 @@ static void test_refusals(void **state) {
                    "\"ignore\":[\"re:.*mlp.*\"],\"config_groups\":{\"g\":{\"weights\":{"
                    "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"channel\"}}}}",
                    "ignore", "re:.*mlp.*");
+    /* block sizes past int (2^32 would wrap to 0, a division by zero) */
+    expect_refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
+                   "\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,\"type\":\"float\","
+                   "\"strategy\":\"block\",\"block_structure\":[4294967296,128]}}}}",
+                   "block_structure", "4294967296");
+    expect_refused("{\"quant_method\":\"fp8\",\"weight_block_size\":[128,2147483648]}",
+                   "weight_block_size", "2147483648");
 }
 
 /* ---- layouts and the memory plan ---- */

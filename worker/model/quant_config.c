@@ -184,6 +184,19 @@ static int quant_gptq(json_t *qc, const char *path, int num_layers, rlQuant *q, 
     return quant_check_skip(qc, path, "modules_to_not_convert", 0, num_layers, err);
 }
 
+/* A scale block's [rows, columns]: two integers in [1, 2^20], so that they
+ * fit the int fields and every division by them is safe.  Returns -1 if not. */
+static int quant_block_shape(json_t *bs, int *rows, int *cols) {
+    json_t *r = json_array_get(bs, 0), *c = json_array_get(bs, 1);
+    if (json_array_size(bs) != 2 || !json_is_integer(r) || !json_is_integer(c) ||
+        json_integer_value(r) < 1 || json_integer_value(r) > (1 << 20) ||
+        json_integer_value(c) < 1 || json_integer_value(c) > (1 << 20))
+        return -1;
+    *rows = (int)json_integer_value(r);
+    *cols = (int)json_integer_value(c);
+    return 0;
+}
+
 static int quant_fp8_block(json_t *qc, const char *path, int num_layers, rlQuant *q,
                            rlError *err) {
     json_t *bs = json_object_get(qc, "weight_block_size");
@@ -191,12 +204,8 @@ static int quant_fp8_block(json_t *qc, const char *path, int num_layers, rlQuant
     if (fmt && strcmp(fmt, "e4m3"))
         return quant_refuse(err, path, "fmt", json_object_get(qc, "fmt"),
                             "redlm reads float8_e4m3fn weights");
-    if (!json_is_array(bs) || json_array_size(bs) != 2 ||
-        !json_is_integer(json_array_get(bs, 0)) || !json_is_integer(json_array_get(bs, 1)) ||
-        json_integer_value(json_array_get(bs, 0)) < 1 ||
-        json_integer_value(json_array_get(bs, 1)) < 1 ||
-        json_integer_value(json_array_get(bs, 0)) > (1 << 20) ||
-        json_integer_value(json_array_get(bs, 1)) > (1 << 20))
+    int rows, cols;
+    if (quant_block_shape(bs, &rows, &cols))
         return quant_refuse(err, path, "weight_block_size", bs,
                             "give [rows, columns] of one scale block, e.g. [128, 128] (FP8 "
                             "without blocks is read in the compressed-tensors format)");
@@ -204,8 +213,7 @@ static int quant_fp8_block(json_t *qc, const char *path, int num_layers, rlQuant
         return quant_refuse(err, path, "activation_scheme", json_object_get(qc, "activation_scheme"),
                             "block FP8 takes its activation scales at run time (\"dynamic\")");
     *q = (rlQuant){.method = RL_QUANT_FP8, .bits = 8, .fp8_scale = RL_FP8_BLOCK,
-                   .block_n = (int)json_integer_value(json_array_get(bs, 0)),
-                   .group = (int)json_integer_value(json_array_get(bs, 1)), .act_dynamic = 1};
+                   .block_n = rows, .group = cols, .act_dynamic = 1};
     if (quant_check_skip(qc, path, "modules_to_not_convert", 0, num_layers, err)) return -1;
     return quant_check_skip(qc, path, "ignored_layers", 0, num_layers, err);
 }
@@ -229,14 +237,10 @@ static int quant_ct_scheme(json_t *grp, const char *path, rlQuant *q, rlError *e
     else if (strat && !strcmp(strat, "tensor")) s.fp8_scale = RL_FP8_TENSOR;
     else if (strat && !strcmp(strat, "block")) {
         json_t *bs = json_object_get(w, "block_structure");
-        if (!json_is_array(bs) || json_array_size(bs) != 2 ||
-            json_integer_value(json_array_get(bs, 0)) < 1 ||
-            json_integer_value(json_array_get(bs, 1)) < 1)
+        if (quant_block_shape(bs, &s.block_n, &s.group))
             return quant_refuse(err, path, "config_groups.*.weights.block_structure", bs,
                                 "give [rows, columns] of one scale block");
         s.fp8_scale = RL_FP8_BLOCK;
-        s.block_n = (int)json_integer_value(json_array_get(bs, 0));
-        s.group = (int)json_integer_value(json_array_get(bs, 1));
     } else
         return quant_refuse(err, path, "config_groups.*.weights.strategy",
                             json_object_get(w, "strategy"),
