@@ -470,6 +470,10 @@ static void test_refusals(void **state) {
                    "\"ignore\":[\"re:.*mlp.*\"],\"config_groups\":{\"g\":{\"weights\":{"
                    "\"num_bits\":8,\"type\":\"float\",\"strategy\":\"channel\"}}}}",
                    "ignore", "re:.*mlp.*");
+    /* one projection named seven times is not all seven */
+    expect_refused("{\"quant_method\":\"gptq\",\"modules_in_block_to_quantize\":[[\"mlp.up_proj\","
+                   "\"mlp.up_proj\",\"mlp.up_proj\",\"mlp.up_proj\",\"mlp.up_proj\",\"mlp.up_proj\","
+                   "\"mlp.up_proj\"]]}", "modules_in_block_to_quantize", "leaves some projections");
     /* block sizes past int (2^32 would wrap to 0, a division by zero) */
     expect_refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
                    "\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,\"type\":\"float\","

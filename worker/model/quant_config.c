@@ -171,13 +171,15 @@ static int quant_gptq(json_t *qc, const char *path, int num_layers, rlQuant *q, 
     /* optimum: the linears of a block that are quantized, as groups of names. */
     json_t *inblock = json_object_get(qc, "modules_in_block_to_quantize");
     if (inblock && !json_is_null(inblock)) {
-        size_t covered = 0, i, j;
+        unsigned covered = 0;  /* one bit per linear, so a name listed twice counts once */
+        size_t i, j;
         json_t *grp, *m;
         json_array_foreach(inblock, i, grp) json_array_foreach(grp, j, m) {
             for (size_t k = 0; k < QUANT_N_LINEARS; k++)
-                if (json_is_string(m) && !strcmp(json_string_value(m), quant_linears[k])) covered++;
+                if (json_is_string(m) && !strcmp(json_string_value(m), quant_linears[k]))
+                    covered |= 1u << k;
         }
-        if (covered != QUANT_N_LINEARS)
+        if (covered != (1u << QUANT_N_LINEARS) - 1)
             return quant_refuse(err, path, "modules_in_block_to_quantize", inblock,
                                 "it leaves some projections unquantized");
     }
