@@ -940,6 +940,11 @@ static void test_config_values(void **state) {
                         json_pack("{s:s, s:f, s:f, s:f}", "rope_type", "llama3", "factor", 8.0,
                                   "low_freq_factor", 1.0, "high_freq_factor", 4.0),
                         "of type \"llama3\" has no \"original_max_position_embeddings\"");
+    expect_config_error("llama3-null-original", "rope_scaling",
+                        json_pack("{s:s, s:f, s:f, s:f, s:n}", "rope_type", "llama3", "factor", 8.0,
+                                  "low_freq_factor", 1.0, "high_freq_factor", 4.0,
+                                  "original_max_position_embeddings"),
+                        "of type \"llama3\" has no \"original_max_position_embeddings\"");
     expect_config_error("llama3-order", "rope_scaling",
                         json_pack("{s:s, s:f, s:f, s:f}", "rope_type", "llama3", "factor", 8.0,
                                   "low_freq_factor", 4.0, "high_freq_factor", 1.0),

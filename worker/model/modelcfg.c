@@ -361,7 +361,8 @@ static int modelcfg_get_rope(json_t *root, const char *path, rlModelConfig *cfg,
                   : modelcfg_get_rope_real(rs, path, what, type,
                                            "original_max_position_embeddings", orig, &orig, err))
         return -1;
-    have_orig |= json_object_get(rs, "original_max_position_embeddings") != NULL;
+    json_t *block_orig = json_object_get(rs, "original_max_position_embeddings");
+    have_orig |= block_orig && !json_is_null(block_orig);  /* null is absent, as above */
     r->original_max_position = orig;
     if (modelcfg_get_rope_real(rs, path, what, type, "factor", -1, &r->factor, err)) return -1;
     double context = cfg->max_position_embeddings;
