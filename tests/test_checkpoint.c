@@ -774,6 +774,16 @@ static void test_corrupt_header(void **state) {
     expect_raw_error("overlap", "{\"x\": {\"dtype\": \"F32\", \"shape\": [4], "
                      "\"data_offsets\": [0, 16]}, \"y\": {\"dtype\": \"F32\", \"shape\": [4], "
                      "\"data_offsets\": [8, 24]}}", 24, "byte ranges overlap");
+    /* an empty tensor at another's start, as writers place one, shares no
+     * bytes (the file is read, then found to lack the model's tensors)... */
+    expect_raw_error("empty-tensor", "{\"x\": {\"dtype\": \"F32\", \"shape\": [4], "
+                     "\"data_offsets\": [0, 16]}, \"y\": {\"dtype\": \"F32\", \"shape\": [0], "
+                     "\"data_offsets\": [0, 0]}}", 16, "is missing from the weights");
+    /* ...nor hides an overlap of the tensors around it */
+    expect_raw_error("overlap-past-empty", "{\"x\": {\"dtype\": \"F32\", \"shape\": [4], "
+                     "\"data_offsets\": [0, 16]}, \"y\": {\"dtype\": \"F32\", \"shape\": [0], "
+                     "\"data_offsets\": [8, 8]}, \"z\": {\"dtype\": \"F32\", \"shape\": [4], "
+                     "\"data_offsets\": [12, 28]}}", 28, "byte ranges overlap");
     expect_raw_error("misaligned", "{\"x\": {\"dtype\": \"F32\", \"shape\": [1], "
                      "\"data_offsets\": [2, 6]}}", 8, "is not aligned to its 4-byte elements");
     expect_raw_error("dup", "{\"x\": {\"dtype\": \"F32\", \"shape\": [1], "

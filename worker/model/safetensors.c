@@ -124,7 +124,8 @@ static int st_cmp_data(const void *a, const void *b) {
     return (px > py) - (px < py);
 }
 
-/* Two tensors sharing bytes means the offsets were damaged. */
+/* Two tensors sharing bytes means the offsets were damaged.  An empty
+ * tensor holds no bytes: writers place it at the next tensor's start. */
 static int st_check_overlap(rlSafetensors *st, rlError *err) {
     if (st->n_tensors < 2) return 0;
     const rlStTensor **by = malloc((size_t)st->n_tensors * sizeof(*by));
@@ -132,10 +133,13 @@ static int st_check_overlap(rlSafetensors *st, rlError *err) {
     for (int i = 0; i < st->n_tensors; i++) by[i] = &st->tensors[i];
     qsort(by, (size_t)st->n_tensors, sizeof(*by), st_cmp_data);
     int rc = 0;
-    for (int i = 1; i < st->n_tensors && rc == 0; i++) {
-        const char *prev_end = (const char *)by[i - 1]->data + by[i - 1]->nbytes;
-        if ((const char *)by[i]->data < prev_end)
+    const char *end = NULL;  /* the furthest end of the ranges so far */
+    for (int i = 0; i < st->n_tensors && rc == 0; i++) {
+        const char *p = by[i]->data;
+        if (!by[i]->nbytes) continue;
+        if (end && p < end)
             rc = st_corrupt(err, st->path, "two tensors' byte ranges overlap", by[i]->name);
+        if (!end || p + by[i]->nbytes > end) end = p + by[i]->nbytes;
     }
     free(by);
     return rc;
