@@ -81,6 +81,11 @@ jq '.model.type = "WordPiece"' "$GOOD/tokenizer.json" > "$M/tokenizer.json"
 expect 3 "model type WordPiece is not supported" "${GEN[@]}" --model "$M"
 expect 3 "model type WordPiece is not supported" "$REDLM" doctor --model "$M"
 
+# --- generation_config.json's sampling defaults out of range
+M=$(copy badgenconfig); jq '.temperature = -1' "$GOOD/generation_config.json" > "$M/generation_config.json"
+expect 3 '"temperature" must be a number' "${GEN[@]}" --model "$M"
+expect 3 '"temperature" must be a number' "$REDLM" doctor --model "$M"
+
 # --- a shard unreadable (root reads everything: then run as nobody)
 M=$(copy unreadable); chmod 000 "$M/$SHARD"
 AS=()

@@ -12,6 +12,7 @@
 
 #include "worker/model/checkpoint.h"
 #include "worker/doctor/doctor.h"
+#include "worker/model/modelcfg.h"
 #include "worker/model/safetensors.h"
 #include "worker/lib/sha256.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -240,6 +241,11 @@ void doctor_check_model(rlDoctor *d, const char *dir, const char *manifest) {
                 "%s, %d layers, hidden %d, %d heads / %d KV heads, vocab %d, %s%s%s", family,
                 cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.vocab_size,
                 rl_dtype_name(cfg.torch_dtype), quant[0] ? ", quantized " : "", quant);
+    /* The sampling defaults a start reads (--generation-config auto, the
+     * default) stop it when out of range. */
+    rlSamplingDefaults defaults;
+    if (modelcfg_sampling_defaults(dir, &defaults, &err))
+        doctor_line(d, RL_DOC_FAIL, err.code, "generation config", "%s", err.msg);
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return; /* a config file alone */
 
