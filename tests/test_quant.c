@@ -481,6 +481,15 @@ static void test_refusals(void **state) {
                    "block_structure", "4294967296");
     expect_refused("{\"quant_method\":\"fp8\",\"weight_block_size\":[128,2147483648]}",
                    "weight_block_size", "2147483648");
+    /* values of the wrong type are refused, not read as a default */
+    expect_refused("{\"quant_method\":\"awq\",\"version\":2}", "version", "must be a string");
+    expect_refused("{\"quant_method\":\"gptq\",\"sym\":\"false\"}", "sym", "true or false");
+    expect_refused("{\"quant_method\":\"gptq\",\"desc_act\":\"true\"}", "desc_act",
+                   "true or false");
+    expect_refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
+                   "\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,\"type\":\"float\","
+                   "\"strategy\":\"channel\",\"symmetric\":\"false\"}}}}", "weights",
+                   "true or false");
 }
 
 /* ---- layouts and the memory plan ---- */

@@ -43,8 +43,31 @@ static int quant_refuse(rlError *err, const char *path, const char *key, json_t 
                     path, key, shown, why ? ": " : "", why ? why : "");
 }
 
-static const char *quant_str(json_t *o, const char *key) {
-    return json_string_value(json_object_get(o, key));
+/* A string key: absent or null gives NULL; any other type is refused, so
+ * that a value like "version": 2 is not read as the default. */
+static int quant_str(json_t *o, const char *path, const char *key, const char **out,
+                     rlError *err) {
+    json_t *v = json_object_get(o, key);
+    *out = json_string_value(v);
+    if (v && !json_is_null(v) && !*out) return quant_refuse(err, path, key, v, "it must be a string");
+    return 0;
+}
+
+/* Absent, null, true or false: what a boolean key may hold. */
+static int quant_is_flag(json_t *v) { return !v || json_is_null(v) || json_is_boolean(v); }
+
+/* A boolean key; absent or null gives def, and a string such as "false" is
+ * refused rather than read as either. */
+static int quant_bool(json_t *o, const char *path, const char *key, int def, int *out,
+                      rlError *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!quant_is_flag(v)) return quant_refuse(err, path, key, v, "it must be true or false");
+    *out = json_is_true(v);
+    return 0;
 }
 
 /* An integer key; absent or null gives def. */
@@ -116,14 +139,18 @@ static int quant_check_skip(json_t *qc, const char *path, const char *key, int e
 
 static int quant_awq(json_t *qc, const char *path, int num_layers, rlQuant *q, rlError *err) {
     json_int_t bits = 0, group = 0;
-    const char *version = quant_str(qc, "version");
-    json_t *zp = json_object_get(qc, "zero_point");
+    const char *version;
+    int zero_point = 1;
+    if (quant_str(qc, path, "version", &version, err) ||
+        quant_bool(qc, path, "zero_point", 1, &zero_point, err))
+        return -1;
     if (version && strcasecmp(version, "gemm") != 0)
         return quant_refuse(err, path, "version", json_object_get(qc, "version"),
                             "GEMV and Marlin-packed AWQ store another layout; use the GEMM "
                             "export");
-    if (zp && !json_is_null(zp) && !json_is_true(zp))
-        return quant_refuse(err, path, "zero_point", zp, "redlm reads AWQ with zero points");
+    if (!zero_point)
+        return quant_refuse(err, path, "zero_point", json_object_get(qc, "zero_point"),
+                            "redlm reads AWQ with zero points");
     if (quant_int(qc, path, "bits", 4, &bits, err) ||
         quant_int(qc, path, "group_size", 128, &group, err))
         return -1;
@@ -149,25 +176,29 @@ static int quant_gptq(json_t *qc, const char *path, int num_layers, rlQuant *q, 
         return quant_refuse(err, path, "group_size", json_object_get(qc, "group_size"),
                             "give a positive group size, or -1 for one group over all inputs");
     const char *fmt_key = json_object_get(qc, "checkpoint_format") ? "checkpoint_format" : "format";
-    const char *fmt = quant_str(qc, fmt_key);
-    if (json_object_get(qc, fmt_key) && !json_is_null(json_object_get(qc, fmt_key)) &&
-        (!fmt || (strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2"))))
+    const char *fmt;
+    int marlin = 0, lm_head = 0, desc_act = 0, sym = 1;
+    if (quant_str(qc, path, fmt_key, &fmt, err) ||
+        quant_bool(qc, path, "is_marlin_format", 0, &marlin, err) ||
+        quant_bool(qc, path, "lm_head", 0, &lm_head, err) ||
+        quant_bool(qc, path, "desc_act", 0, &desc_act, err) ||
+        quant_bool(qc, path, "sym", 1, &sym, err))
+        return -1;
+    if (fmt && strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2"))
         return quant_refuse(err, path, fmt_key, json_object_get(qc, fmt_key),
                             "other formats (Marlin, BitBLAS, ...) repack the weights");
-    json_t *marlin = json_object_get(qc, "is_marlin_format");
-    if (json_is_true(marlin))
-        return quant_refuse(err, path, "is_marlin_format", marlin,
+    if (marlin)
+        return quant_refuse(err, path, "is_marlin_format", json_object_get(qc, "is_marlin_format"),
                             "Marlin-packed GPTQ stores another layout; use the GPTQ export");
-    json_t *lm = json_object_get(qc, "lm_head"), *dyn = json_object_get(qc, "dynamic");
-    if (json_is_true(lm))
-        return quant_refuse(err, path, "lm_head", lm, "redlm keeps lm_head unquantized");
+    if (lm_head)
+        return quant_refuse(err, path, "lm_head", json_object_get(qc, "lm_head"),
+                            "redlm keeps lm_head unquantized");
+    json_t *dyn = json_object_get(qc, "dynamic");
     if (dyn && !json_is_null(dyn) && !(json_is_object(dyn) && json_object_size(dyn) == 0))
         return quant_refuse(err, path, "dynamic", dyn,
                             "per-module overrides give layers different formats");
-    json_t *desc = json_object_get(qc, "desc_act"), *sym = json_object_get(qc, "sym");
     *q = (rlQuant){.method = RL_QUANT_GPTQ, .bits = (int)bits, .group = group > 0 ? (int)group : 0,
-                   .act_order = json_is_true(desc), .sym = !sym || !json_is_false(sym),
-                   .zeros_v2 = fmt && !strcmp(fmt, "gptq_v2")};
+                   .act_order = desc_act, .sym = sym, .zeros_v2 = fmt && !strcmp(fmt, "gptq_v2")};
     /* optimum: the linears of a block that are quantized, as groups of names. */
     json_t *inblock = json_object_get(qc, "modules_in_block_to_quantize");
     if (inblock && !json_is_null(inblock)) {
@@ -202,7 +233,10 @@ static int quant_block_shape(json_t *bs, int *rows, int *cols) {
 static int quant_fp8_block(json_t *qc, const char *path, int num_layers, rlQuant *q,
                            rlError *err) {
     json_t *bs = json_object_get(qc, "weight_block_size");
-    const char *fmt = quant_str(qc, "fmt"), *act = quant_str(qc, "activation_scheme");
+    const char *fmt = NULL, *act = NULL;
+    if (quant_str(qc, path, "fmt", &fmt, err) ||
+        quant_str(qc, path, "activation_scheme", &act, err))
+        return -1;
     if (fmt && strcmp(fmt, "e4m3"))
         return quant_refuse(err, path, "fmt", json_object_get(qc, "fmt"),
                             "redlm reads float8_e4m3fn weights");
@@ -226,12 +260,17 @@ static int quant_ct_scheme(json_t *grp, const char *path, rlQuant *q, rlError *e
     json_t *o = json_object_get(grp, "output_activations");
     if (!json_is_object(w))
         return quant_refuse(err, path, "config_groups.*.weights", w, "each group needs weights");
-    const char *type = quant_str(w, "type"), *strat = quant_str(w, "strategy");
+    const char *type = json_string_value(json_object_get(w, "type"));
+    const char *strat = json_string_value(json_object_get(w, "strategy"));
     json_t *nb = json_object_get(w, "num_bits");
     if (!type || strcmp(type, "float") || !json_is_integer(nb) || json_integer_value(nb) != 8)
         return quant_refuse(err, path, "config_groups.*.weights", w,
                             "redlm reads 8-bit float weights from compressed-tensors");
-    if (json_is_false(json_object_get(w, "symmetric")) || json_is_true(json_object_get(w, "dynamic")))
+    json_t *sym = json_object_get(w, "symmetric"), *dyn = json_object_get(w, "dynamic");
+    if (!quant_is_flag(sym) || !quant_is_flag(dyn))
+        return quant_refuse(err, path, "config_groups.*.weights", w,
+                            "symmetric and dynamic must be true or false");
+    if (json_is_false(sym) || json_is_true(dyn))
         return quant_refuse(err, path, "config_groups.*.weights", w,
                             "weights must be symmetric with stored scales");
     rlQuant s = {.method = RL_QUANT_FP8, .bits = 8, .scale_named = 1};
@@ -251,10 +290,11 @@ static int quant_ct_scheme(json_t *grp, const char *path, rlQuant *q, rlError *e
         return quant_refuse(err, path, "config_groups.*.output_activations", o,
                             "output activations are not quantized");
     if (a && !json_is_null(a)) {
-        const char *at = quant_str(a, "type"), *as = quant_str(a, "strategy");
-        json_t *anb = json_object_get(a, "num_bits");
-        int dynamic = json_is_true(json_object_get(a, "dynamic"));
-        if (!at || strcmp(at, "float") || !json_is_integer(anb) || json_integer_value(anb) != 8 ||
+        const char *at = json_string_value(json_object_get(a, "type"));
+        const char *as = json_string_value(json_object_get(a, "strategy"));
+        json_t *anb = json_object_get(a, "num_bits"), *adyn = json_object_get(a, "dynamic");
+        int dynamic = json_is_true(adyn);
+        if (!quant_is_flag(adyn) || !at || strcmp(at, "float") || !json_is_integer(anb) || json_integer_value(anb) != 8 ||
             !as || (dynamic ? strcmp(as, "token") && strcmp(as, "group")
                             : strcmp(as, "tensor")))
             return quant_refuse(err, path, "config_groups.*.input_activations", a,
@@ -269,7 +309,8 @@ static int quant_ct_scheme(json_t *grp, const char *path, rlQuant *q, rlError *e
 
 static int quant_compressed(json_t *qc, const char *path, int num_layers, rlQuant *q,
                             rlError *err) {
-    const char *fmt = quant_str(qc, "format"), *status = quant_str(qc, "quantization_status");
+    const char *fmt = json_string_value(json_object_get(qc, "format")), *status;
+    if (quant_str(qc, path, "quantization_status", &status, err)) return -1;
     json_t *groups = json_object_get(qc, "config_groups"), *kv = json_object_get(qc, "kv_cache_scheme");
     if (!fmt || strcmp(fmt, "float-quantized"))
         return quant_refuse(err, path, "format", json_object_get(qc, "format"),
