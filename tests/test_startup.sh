@@ -86,6 +86,13 @@ M=$(copy badgenconfig); jq '.temperature = -1' "$GOOD/generation_config.json" > 
 expect 3 '"temperature" must be a number' "${GEN[@]}" --model "$M"
 expect 3 '"temperature" must be a number' "$REDLM" doctor --model "$M"
 
+# --- tokenizer_config.json cut short (its chat template is read at start)
+M=$(copy badtokconfig); printf '{"chat_template": ' > "$M/tokenizer_config.json"
+expect 3 "download tokenizer_config.json again" "${GEN[@]}" --model "$M"
+expect 3 "download tokenizer_config.json again" "$REDLM" doctor --model "$M"
+echo '{"chat_template": 5}' > "$M/tokenizer_config.json"
+expect 3 "chat_template must be a string" "$REDLM" doctor --model "$M"
+
 # --- a shard unreadable (root reads everything: then run as nobody)
 M=$(copy unreadable); chmod 000 "$M/$SHARD"
 AS=()

@@ -197,7 +197,13 @@ rlChat *chat_open(const char *dir, rlError *err) {
         fclose(probe);
         json_error_t je;
         if (!(cfg = json_load_file(cfg_path, 0, &je)) || !json_is_object(cfg)) {
-            rl_error(err, RL_EMODEL, "%s: %s", cfg_path, cfg ? "not a JSON object" : je.text);
+            if (cfg)
+                rl_error(err, RL_EMODEL, "%s: not a JSON object; download tokenizer_config.json "
+                         "again from the model's repository", cfg_path);
+            else
+                rl_error(err, RL_EMODEL, "%s: not valid JSON (%s, line %d, column %d); download "
+                         "tokenizer_config.json again from the model's repository", cfg_path,
+                         je.text, je.line, je.column);
             goto fail;
         }
         if (read_special(ch, cfg, cfg_path, err)) goto fail;

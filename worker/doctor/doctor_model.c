@@ -1,8 +1,9 @@
 /* doctor_model.c: a model directory checked file by file with the loader
  * (modelcfg.c, safetensors.c, checkpoint.c), so every problem the worker
  * would stop on at start shows here first, each with the loader's own
- * message; plus the index's declared size, the tokenizer (loaded by the
- * tokenizer's own loader), and SHA-256 checksums against a manifest. */
+ * message; plus the index's declared size, the tokenizer and the chat
+ * template (loaded by their own loaders), and SHA-256 checksums against a
+ * manifest. */
 #include <dirent.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "worker/chat/chat.h"
 #include "worker/model/checkpoint.h"
 #include "worker/doctor/doctor.h"
 #include "worker/model/modelcfg.h"
@@ -142,6 +144,26 @@ static void model_check_tokenizer(rlDoctor *d, const char *dir) {
     tokenizer_free(tok);
 }
 
+/* The chat template a start loads beside the tokenizer: a malformed
+ * tokenizer_config.json or chat_template stops it; a template that uses
+ * what the interpreter lacks loads, and messages jobs are then refused. */
+static void model_check_chat(rlDoctor *d, const char *dir) {
+    rlError err = {0};
+    rlChat *ch = chat_open(dir, &err);
+    if (!ch) {
+        doctor_line(d, RL_DOC_FAIL, err.code, "chat template", "%s", err.msg);
+        return;
+    }
+    const rlError *refused = chat_error(ch);
+    if (refused)
+        doctor_line(d, RL_DOC_WARN, 0, "chat template",
+                    "%s: jobs with messages will be refused; prompts and token ids work",
+                    refused->msg);
+    else
+        doctor_line(d, RL_DOC_OK, 0, "chat template", "%s", chat_describe(ch));
+    chat_free(ch);
+}
+
 /* The manifest as name -> hex pairs: a JSON object of hex strings, the hub
  * API's {"siblings": [{"rfilename", "lfs": {"sha256"}}]}, or sha256sum
  * lines.  Returns a JSON object (name -> hex) or NULL with err filled. */
@@ -265,6 +287,7 @@ void doctor_check_model(rlDoctor *d, const char *dir, const char *manifest) {
     }
     checkpoint_close(c);
     model_check_tokenizer(d, dir);
+    model_check_chat(d, dir);
     if (manifest) model_check_manifest(d, dir, manifest, names, n);
     model_list_free(names);
 }
