@@ -81,6 +81,11 @@ jq '.model.type = "WordPiece"' "$GOOD/tokenizer.json" > "$M/tokenizer.json"
 expect 3 "model type WordPiece is not supported" "${GEN[@]}" --model "$M"
 expect 3 "model type WordPiece is not supported" "$REDLM" doctor --model "$M"
 
+# a tokenizer.json that is a directory is a broken download, not "no tokenizer"
+rm "$M/tokenizer.json"; mkdir "$M/tokenizer.json"
+expect 9 "tokenizer.json is not a regular file" "${GEN[@]}" --model "$M"
+expect 9 "tokenizer.json is not a regular file" "$REDLM" doctor --model "$M"
+
 # --- generation_config.json's sampling defaults out of range
 M=$(copy badgenconfig); jq '.temperature = -1' "$GOOD/generation_config.json" > "$M/generation_config.json"
 expect 3 '"temperature" must be a number' "${GEN[@]}" --model "$M"

@@ -235,9 +235,11 @@ static int engine_plan_buckets(rlEngine *e, rlError *err) {
     return 0;
 }
 
-static int file_exists(const char *path) {
+/* Anything at the path, so that a tokenizer.json that is a directory or a
+ * dangling link is reported by the loader rather than taken as absent. */
+static int path_exists(const char *path) {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    return lstat(path, &st) == 0;
 }
 
 /* ---- the model's sampling defaults (vLLM's --generation-config) ---- */
@@ -379,12 +381,12 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     const char *tok_dir = o->tokenizer ? o->tokenizer : o->model;
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", tok_dir);
-    if (o->tokenizer && !file_exists(path)) {
+    if (o->tokenizer && !path_exists(path)) {
         rl_error(err, RL_EMODEL, "--tokenizer %s has no tokenizer.json: give the directory that holds "
                  "the model's tokenizer.json (and its tokenizer_config.json), as vLLM's --tokenizer", tok_dir);
         goto fail;
     }
-    if (file_exists(path)) {
+    if (path_exists(path)) {
         if (!(e->tok = tokenizer_load(path, err)) || !(e->chat = chat_open(tok_dir, err))) goto fail;
         /* vLLM's rule too: a prompt holding such an id is refused, not the start
          * (most prompts may never use them); said once, here, so a tokenizer of
