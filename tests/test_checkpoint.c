@@ -980,6 +980,12 @@ static void test_config_values(void **state) {
     expect_config_error("layer-types", "layer_types",
                         json_pack("[s, s]", "full_attention", "sliding_attention"),
                         "sliding-window attention is enabled");
+    expect_config_error("layer-types-string", "layer_types", json_string("full_attention"),
+                        "\"layer_types\" must be a list");
+    expect_config_error("yarn-beta", "rope_scaling",
+                        json_pack("{s:s, s:f, s:s}", "rope_type", "yarn", "factor", 4.0,
+                                  "beta_fast", "32"),
+                        "rope_scaling.beta_fast and beta_slow must be numbers");
     expect_config_error("tie", "tie_word_embeddings", json_string("yes"),
                         "\"tie_word_embeddings\" must be true or false");
     expect_config_error("int8", "torch_dtype", json_string("int8"),

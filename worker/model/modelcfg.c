@@ -374,7 +374,11 @@ static int modelcfg_get_rope(json_t *root, const char *path, rlModelConfig *cfg,
         r->type = RL_ROPE_YARN;
         json_t *beta_fast = json_object_get(rs, "beta_fast"), *beta_slow = json_object_get(rs, "beta_slow");
         /* Hugging Face reads them with `or`: a missing, null or zero value
-         * takes the paper's 32 and 1. */
+         * takes the paper's 32 and 1; anything but a number fails there. */
+        if ((beta_fast && !json_is_null(beta_fast) && !json_is_number(beta_fast)) ||
+            (beta_slow && !json_is_null(beta_slow) && !json_is_number(beta_slow)))
+            return rl_error(err, RL_EMODEL, "%s: %s.beta_fast and beta_slow must be numbers. "
+                            "Restore config.json from the model's repository.", path, what);
         r->beta_fast = json_is_number(beta_fast) && json_number_value(beta_fast) ? json_number_value(beta_fast) : 32;
         r->beta_slow = json_is_number(beta_slow) && json_number_value(beta_slow) ? json_number_value(beta_slow) : 1;
         json_t *trunc = json_object_get(rs, "truncate");
@@ -440,6 +444,9 @@ static int modelcfg_check_features(json_t *root, const char *path, int num_layer
     int sliding = json_is_true(use) && win && !json_is_null(win) &&
                   !(json_is_integer(mwl) && json_integer_value(mwl) >= num_layers);
     json_t *types = json_object_get(root, "layer_types");
+    if (types && !json_is_null(types) && !json_is_array(types))
+        return rl_error(err, RL_EMODEL, "%s: \"layer_types\" must be a list of attention kinds, "
+                        "one per layer. Restore config.json from the model's repository.", path);
     size_t i;
     json_t *t;
     json_array_foreach(types, i, t) {
