@@ -68,12 +68,15 @@ diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, 
 { printf '%s\n' '{"id":5,"prompt_ids":[1],"max_tokens":1}' '{"id":"","prompt_ids":[1],"max_tokens":1}' \
       '{"id":null,"prompt_ids":[1],"max_tokens":1}' '{"id":"a\u0000b","prompt_ids":[1],"max_tokens":1}'
   printf '{"id":"%s","prompt_ids":[1],"max_tokens":1}\n' "$(head -c 2000 /dev/zero | tr '\0' x)"
-  echo '{"id":"ok","prompt_ids":[1],"max_tokens":1}'; } > "$T/bad-ids.jsonl"
+  echo '{"id":"ok","prompt_ids":[1],"max_tokens":1}'
+  # a repeated key, refused as generate and the worker refuse it (sent
+  # again as one object, the last value won)
+  echo '{"id":"twice","prompt_ids":[1],"max_tokens":1,"max_tokens":2}'; } > "$T/bad-ids.jsonl"
 timeout 30 "$REDLM" submit --redis "$(URL)" --input "$T/bad-ids.jsonl" --output "$T/bad-ids-out.jsonl" \
     2> "$T/submit-ids.log" || fail "submit with unreadable ids: exit $? $(cat "$T/submit-ids.log")"
-jq -e -s 'length == 6 and all(.[:5][]; .error.code == "invalid_request" and (.error.message | contains("field '"'id'"'")))
-          and .[5].event == "done"' "$T/bad-ids-out.jsonl" > /dev/null ||
-    fail "unreadable ids: $(jq -c '{id, error}' "$T/bad-ids-out.jsonl" | cut -c1-200)"
+jq -e -s 'length == 7 and all(.[:5][]; .error.code == "invalid_request" and (.error.message | contains("field '"'id'"'")))
+          and .[5].event == "done" and (.[6].error.message | contains("duplicate object key"))' \
+    "$T/bad-ids-out.jsonl" > /dev/null || fail "unreadable ids: $(jq -c '{id, error}' "$T/bad-ids-out.jsonl" | cut -c1-200)"
 
 # a generated text holding U+0000 (token 188 is byte 0 of the fixture's
 # byte-level vocab), streamed and not: through submit and through a resume

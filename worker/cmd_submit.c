@@ -400,8 +400,10 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
         if (!r->detected++) r->batch = openai_batch_detect(r->format, *buf, (size_t)n);
         json_error_t je;
         rlError berr = {0};
+        /* a repeated key is refused, as the worker and generate refuse it:
+         * sent again as one object, the last value would silently win */
         json_t *req = r->batch ? openai_batch_request(*buf, (size_t)n, lineno, &s->batch, &berr)
-                               : json_loadb(*buf, (size_t)n, JSON_ALLOW_NUL, &je);
+                               : json_loadb(*buf, (size_t)n, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
         char auto_id[64];
         snprintf(auto_id, sizeof(auto_id), "%s-%ld", r->id_prefix, lineno);
         json_t *jid = json_object_get(req, "id");
