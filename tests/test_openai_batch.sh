@@ -50,7 +50,10 @@ check_output() {
                                                         and (.bytes | length) >= (.token | length))
                      else (.logprobs.tokens | length) > 0
                           and (.logprobs.tokens | length) == (.logprobs.token_logprobs | length)
-                          and (.logprobs.tokens | length) == (.logprobs.text_offset | length) end)))' \
+                          and (.logprobs.tokens | length) == (.logprobs.text_offset | length)
+                          # offsets count characters (jq length), as OpenAI and vLLM do
+                          and .logprobs.text_offset
+                              == ([0] + [foreach .logprobs.tokens[] as $t (0; . + ($t | length))])[:-1] end)))' \
         > /dev/null || fail "$out: an answer is not its call's shape"
 }
 check_output "$T/gen.jsonl"
