@@ -50,7 +50,10 @@ check_output() {
                                                         and (.bytes | length) >= (.token | length))
                      else (.logprobs.tokens | length) > 0
                           and (.logprobs.tokens | length) == (.logprobs.token_logprobs | length)
-                          and (.logprobs.tokens | length) == (.logprobs.text_offset | length) end)))' \
+                          and (.logprobs.tokens | length) == (.logprobs.text_offset | length)
+                          # offsets count characters (jq length), as OpenAI and vLLM do
+                          and .logprobs.text_offset
+                              == ([0] + [foreach .logprobs.tokens[] as $t (0; . + ($t | length))])[:-1] end)))' \
         > /dev/null || fail "$out: an answer is not its call's shape"
 }
 check_output "$T/gen.jsonl"
@@ -108,7 +111,14 @@ done
 jq -e -s 'length == 3 and .[0].error == null and .[1].error == null
           and (.[2].error.message | startswith("line 3 has the custom_id of line 1"))' "$T/dup-stdin.jsonl" > /dev/null ||
     fail "a repeated custom_id from stdin: $(jq -c '{custom_id, error}' "$T/dup-stdin.jsonl")"
-echo "blank lines, CRLF, a last line without newline, max_tokens null: the same through both; repeated custom_ids refused"
+# a custom_id too long for the job's id is refused in its line (the worker
+# cannot answer a job whose id is over 1,024 bytes: submit waited for ever)
+{ call "$(head -c 2000 /dev/zero | tr '\0' x)" '"max_tokens":1'; echo; call l2 '"max_tokens":1'; echo; } > "$T/long.jsonl"
+timeout 30 "$REDLM" submit --redis "$(URL)" --input "$T/long.jsonl" --output "$T/long-out.jsonl" 2> /dev/null ||
+    fail "submit with a 2,000-byte custom_id: exit $?"
+jq -e -s 'length == 2 and (.[0].error.message | startswith("line 1: custom_id is 2000 bytes")) and .[1].error == null' \
+    "$T/long-out.jsonl" > /dev/null || fail "a 2,000-byte custom_id: $(jq -c .error "$T/long-out.jsonl")"
+echo "blank lines, CRLF, a last line without newline, max_tokens null: the same through both; repeated and too long custom_ids refused"
 
 # OpenAI's own types
 if [ ! -x "$NODE/.bin/tsc" ] || [ ! -d "$NODE/openai" ]; then

@@ -343,6 +343,9 @@ static void test_openai_invalid(void **state) {
         {"\"logit_bias\":{\"5\":\"1\"}", "'logit_bias[\"5\"]' must be a number in [-100, 100]"},
         {"\"logit_bias\":{\"-5\":1}", "'logit_bias' key '-5' is not a token id"},
         {"\"logit_bias\":{\"x\":1}", "'logit_bias' key 'x' is not a token id"},
+        /* strtol skips spaces: a space before the sign must not let a
+         * negative id through to the sampler */
+        {"\"logit_bias\":{\" -5\":1}", "'logit_bias' key ' -5' is not a token id"},
         {"\"logit_bias\":{\"5\":1,\"05\":2}", "'logit_bias' names token 5 twice"},
         {"\"logit_bias\":[1]", "'logit_bias' must be an object of token id -> bias"},
         {"\"min_tokens\":-1", "'min_tokens' must be an integer in [0,"},

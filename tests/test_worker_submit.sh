@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # test_worker_submit.sh: `redlm submit` against a worker: results in input
 # order equal to `redlm generate`'s, ids assigned when missing, a bad line
-# answered locally, resumed runs (output cut mid-line, or between the two
-# samples of an n = 2 job) that submit only the jobs missing from the
-# output, replies holding U+0000, --window, the progress line on a
-# terminal, a rerun while the stopped run's jobs still run, and workers
-# under another --reply-prefix.  Workers and generate run --batch-invariant:
-# the jobs beside a job (other in each run, and in a resumed one) would
-# otherwise move its logits' last bits, which on some CPUs flips a near-tied
-# greedy token or a draw.
+# and ids the worker could not answer under answered locally, resumed runs
+# (output cut mid-line, or between the two samples of an n = 2 job) that
+# submit only the jobs missing from the output, replies holding U+0000,
+# --window, the progress line on a terminal, a rerun while the stopped run's
+# jobs still run, and workers under another --reply-prefix.  Workers and
+# generate run --batch-invariant: the jobs beside a job (other in each run,
+# and in a resumed one) would otherwise move its logits' last bits, which on
+# some CPUs flips a near-tied greedy token or a draw.
 source "$(dirname "$0")/worker_lib.sh"
 
 GEN=("$REDLM" generate --model "$MODEL" --threads 1 --batch-invariant)
@@ -61,6 +61,22 @@ sent2=$(( $(added redlm:jobs) - before ))
 [ "$sent2" = $((60 - done_before)) ] || fail "resume after half a job submitted $sent2 jobs, want $((60 - done_before))"
 diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, .token_ids]' "$T/resume2.jsonl") > "$T/diff" ||
     fail "output resumed after half a job differs: $(head -4 "$T/diff")"
+
+# ids the worker cannot answer under (not a string, empty, holding U+0000,
+# too long) are answered locally: sent, they got a dead letter alone and
+# submit waited for their answers for ever
+{ printf '%s\n' '{"id":5,"prompt_ids":[1],"max_tokens":1}' '{"id":"","prompt_ids":[1],"max_tokens":1}' \
+      '{"id":null,"prompt_ids":[1],"max_tokens":1}' '{"id":"a\u0000b","prompt_ids":[1],"max_tokens":1}'
+  printf '{"id":"%s","prompt_ids":[1],"max_tokens":1}\n' "$(head -c 2000 /dev/zero | tr '\0' x)"
+  echo '{"id":"ok","prompt_ids":[1],"max_tokens":1}'
+  # a repeated key, refused as generate and the worker refuse it (sent
+  # again as one object, the last value won)
+  echo '{"id":"twice","prompt_ids":[1],"max_tokens":1,"max_tokens":2}'; } > "$T/bad-ids.jsonl"
+timeout 30 "$REDLM" submit --redis "$(URL)" --input "$T/bad-ids.jsonl" --output "$T/bad-ids-out.jsonl" \
+    2> "$T/submit-ids.log" || fail "submit with unreadable ids: exit $? $(cat "$T/submit-ids.log")"
+jq -e -s 'length == 7 and all(.[:5][]; .error.code == "invalid_request" and (.error.message | contains("field '"'id'"'")))
+          and .[5].event == "done" and (.[6].error.message | contains("duplicate object key"))' \
+    "$T/bad-ids-out.jsonl" > /dev/null || fail "unreadable ids: $(jq -c '{id, error}' "$T/bad-ids-out.jsonl" | cut -c1-200)"
 
 # a generated text holding U+0000 (token 188 is byte 0 of the fixture's
 # byte-level vocab), streamed and not: through submit and through a resume

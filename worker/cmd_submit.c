@@ -26,6 +26,7 @@
 #include "worker/redis/instances.h"
 #include "worker/lib/now.h"
 #include "worker/request/openai_batch.h"
+#include "worker/request/request.h"
 
 typedef struct subSlot {
     long line;                  /* input line number, 1-based; 0 = free */
@@ -399,8 +400,10 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
         if (!r->detected++) r->batch = openai_batch_detect(r->format, *buf, (size_t)n);
         json_error_t je;
         rlError berr = {0};
+        /* a repeated key is refused, as the worker and generate refuse it:
+         * sent again as one object, the last value would silently win */
         json_t *req = r->batch ? openai_batch_request(*buf, (size_t)n, lineno, &s->batch, &berr)
-                               : json_loadb(*buf, (size_t)n, JSON_ALLOW_NUL, &je);
+                               : json_loadb(*buf, (size_t)n, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
         char auto_id[64];
         snprintf(auto_id, sizeof(auto_id), "%s-%ld", r->id_prefix, lineno);
         json_t *jid = json_object_get(req, "id");
@@ -468,9 +471,30 @@ static int sub_fill(subRun *r, char **buf, size_t *cap, int *code) {
             json_decref(req);
             continue;
         }
-        if (!json_is_object(req) || twin) {
+        /* The worker answers a job only under an id it can read, and refuses
+         * one over RL_ID_MAX bytes; an id it cannot read gets a dead letter
+         * alone, and the run would wait for its answer for ever: refuse here
+         * every id the worker would refuse. */
+        size_t id_len = json_string_length(jid);
+        int bad_id = json_is_object(req) && jid &&
+                     (!json_is_string(jid) || !id_len || id_len > RL_ID_MAX || strlen(id) != id_len);
+        if (r->batch && bad_id) {
             char msg[300];
-            if (twin)
+            snprintf(msg, sizeof(msg), "line %ld: custom_id is %zu bytes; at most %zu (the job's id is "
+                     "\"%s-<custom_id>\", at most %d bytes)", lineno, strlen(s->batch.custom_id),
+                     RL_ID_MAX - strlen(r->id_prefix) - 1, r->id_prefix, RL_ID_MAX);
+            s->local = openai_batch_error(&s->batch, "invalid_request", msg);
+            r->local++;
+            r->errors++;
+            json_decref(req);
+            continue;
+        }
+        if (!json_is_object(req) || twin || bad_id) {
+            char msg[300];
+            if (bad_id)
+                snprintf(msg, sizeof(msg), "input line %ld: field 'id' must be a string of 1 to %d bytes without "
+                         "U+0000 (or leave it out to have one made from the line number)", lineno, RL_ID_MAX);
+            else if (twin)
                 snprintf(msg, sizeof(msg), "input line %ld has the id of line %lld, still running; give every "
                          "job its own id", lineno, (long long)json_integer_value(twin));
             else

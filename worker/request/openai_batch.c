@@ -203,6 +203,16 @@ static json_t *chat_logprobs(const json_t *ev, const json_t *lps) {
     return json_pack("{s:o, s:n}", "content", content, "refusal");
 }
 
+/* Characters in a token string: text_offset counts characters, as OpenAI's
+ * and vLLM's (Python's len) do, not bytes.  Token strings are valid UTF-8
+ * (a piece of a character is U+FFFD), so every byte but a continuation byte
+ * starts one. */
+static size_t batch_chars(const char *t) {
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)t; *p; p++) n += (*p & 0xC0) != 0x80;
+    return n;
+}
+
 /* A completion choice's logprobs: {tokens, token_logprobs, top_logprobs:
  * [{token: logprob}], text_offset}. */
 static json_t *completion_logprobs(const json_t *ev, const json_t *lps) {
@@ -214,7 +224,7 @@ static json_t *completion_logprobs(const json_t *ev, const json_t *lps) {
         json_array_append_new(tokens, json_string(tok));
         json_array_append_new(lp, json_real(batch_lp(json_object_get(e, "logprob"))));
         json_array_append_new(offs, json_integer((json_int_t)off));
-        off += strlen(tok);
+        off += batch_chars(tok);
         json_t *top = json_object();
         json_array_foreach(json_object_get(e, "top"), k, t) {
             const char *tt = batch_token(ev, json_integer_value(json_array_get(t, 0)));

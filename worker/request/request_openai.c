@@ -89,7 +89,9 @@ static int openai_logit_bias(rlRequest *r, const char *key, const json_t *v, con
     json_object_foreach((json_t *)v, k, b) {
         char *end;
         long id = strtol(k, &end, 10);
-        if (!*k || *end || k[0] == '-' || k[0] == '+' || id > INT32_MAX) {
+        /* strtol also takes leading spaces and a sign: " -5" would pass a
+         * check of k[0] alone and reach the sampler as token -5. */
+        if (k[0] < '0' || k[0] > '9' || *end || id > INT32_MAX) {
             *code = "invalid_request";
             return rl_error(err, RL_EINPUT, "field 'logit_bias' key '%.40s' is "
                             "not a token id (a whole number >= 0 written as a string)", k);
