@@ -161,7 +161,7 @@ int adjust_open(const rlRequest *r, const rlTokenizer *tok, int vocab, const int
                     r->presence_penalty != 0.0f;
     if (!penalties && !r->n_logit_bias && !r->min_tokens && !r->n_bad_words) return 0;
     for (int i = 0; i < r->n_logit_bias; i++)
-        if (r->logit_bias[i].id >= vocab)
+        if (r->logit_bias[i].id < 0 || r->logit_bias[i].id >= vocab)
             return rl_error(err, RL_EINPUT, "logit_bias names token %d, outside the model's "
                             "vocabulary (0..%d)", r->logit_bias[i].id, vocab - 1);
     if (r->n_bad_words && !tok)
