@@ -53,7 +53,11 @@ check_output() {
                           and (.logprobs.tokens | length) == (.logprobs.text_offset | length)
                           # offsets count characters (jq length), as OpenAI and vLLM do
                           and .logprobs.text_offset
-                              == ([0] + [foreach .logprobs.tokens[] as $t (0; . + ($t | length))])[:-1] end)))' \
+                              == ([0] + [foreach .logprobs.tokens[] as $t (0; . + ($t | length))])[:-1]
+                          # the sampled token is always among top_logprobs: up to k + 1 entries
+                          and (.logprobs as $l | [range(0; $l.tokens | length) as $j
+                               | $l.top_logprobs[$j][$l.tokens[$j]] == $l.token_logprobs[$j]
+                                 and ($l.top_logprobs[$j] | length) <= $b.logprobs + 1] | all) end)))' \
         > /dev/null || fail "$out: an answer is not its call's shape"
 }
 check_output "$T/gen.jsonl"

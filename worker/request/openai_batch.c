@@ -214,7 +214,10 @@ static size_t batch_chars(const char *t) {
 }
 
 /* A completion choice's logprobs: {tokens, token_logprobs, top_logprobs:
- * [{token: logprob}], text_offset}. */
+ * [{token: logprob}], text_offset}.  Each top_logprobs object starts with
+ * the sampled token, then the top k: OpenAI's completions API always
+ * returns the sampled token's logprob there, so up to k + 1 entries (vLLM's
+ * order too). */
 static json_t *completion_logprobs(const json_t *ev, const json_t *lps) {
     json_t *tokens = json_array(), *lp = json_array(), *tops = json_array(), *offs = json_array();
     size_t i, k, off = 0;
@@ -226,6 +229,7 @@ static json_t *completion_logprobs(const json_t *ev, const json_t *lps) {
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += batch_chars(tok);
         json_t *top = json_object();
+        json_object_set_new(top, tok, json_real(batch_lp(json_object_get(e, "logprob"))));
         json_array_foreach(json_object_get(e, "top"), k, t) {
             const char *tt = batch_token(ev, json_integer_value(json_array_get(t, 0)));
             if (!json_object_get(top, tt)) json_object_set_new(top, tt, json_real(batch_lp(json_array_get(t, 1))));
