@@ -43,6 +43,13 @@ static void test_valid(void **state) {
     assert_int_equal(r.priority, -2);
     assert_string_equal(r.stop[0], "x");
     request_free(&r);
+    /* a number with no fraction is an integer, as vLLM's request models take it */
+    assert_null(parse("{\"id\":\"a\",\"prompt_ids\":[1],\"max_tokens\":2.0,\"n\":3e0,"
+                      "\"logprobs\":1.0}", &r, &err));
+    assert_int_equal(r.max_tokens, 2);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(r.logprobs, 1);
+    request_free(&r);
     assert_null(parse("{\"id\":\"b\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &r, &err));
     assert_int_equal(json_array_size(r.messages), 1);
     assert_int_equal(r.max_tokens, 256);
@@ -104,6 +111,7 @@ static void test_invalid(void **state) {
         {"{\"id\":\"a\",\"prompt_ids\":[1,-2]}", "invalid_request", "'prompt_ids'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"max_tokens\":-1}", "invalid_request", "'max_tokens'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"max_tokens\":1.5}", "invalid_request", "'max_tokens'"},
+        {"{\"id\":\"a\",\"prompt_ids\":[1],\"seed\":9.3e18}", "invalid_request", "'seed'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"temperature\":-0.1}", "invalid_request", "'temperature'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"top_p\":0}", "invalid_request", "'top_p'"},
         {"{\"id\":\"a\",\"prompt_ids\":[1],\"top_p\":1.01}", "invalid_request", "'top_p'"},

@@ -83,15 +83,25 @@ int request_get_string(const json_t *v, const char *name, int idx, int allow_emp
     return 0;
 }
 
+/* An integer, or a number with no fraction (2.0), as vLLM's request models
+ * (pydantic) take it; 1.5 is refused. */
 int request_get_int(const json_t *v, const char *name, long long lo, long long hi, long long *out,
                    const char **code, rlError *err) {
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+    long long x = 0;
+    int ok = json_is_integer(v);
+    if (ok) x = json_integer_value(v);
+    else if (json_is_real(v)) {
+        double d = json_real_value(v);   /* within +-2^63, so the cast is defined */
+        ok = d == floor(d) && d >= -9223372036854775808.0 && d < 9223372036854775808.0;
+        if (ok) x = (long long)d;
+    }
+    if (!ok || x < lo || x > hi) {
         *code = INVALID;
         return rl_error(err, RL_EINPUT,
                         "field '%s' must be an integer in [%lld, %lld]", name,
                         lo, hi);
     }
-    *out = json_integer_value(v);
+    *out = x;
     return 0;
 }
 

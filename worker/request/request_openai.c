@@ -35,7 +35,7 @@ static int openai_logprobs(rlRequest *r, const char *key, const json_t *v, const
         r->logprobs = 0;   /* top_logprobs, if given, in request_openai_finish */
         return 0;
     }
-    if (!json_is_integer(v))
+    if (!json_is_number(v))
         return openai_bad(code, err, "field 'logprobs' must be true, false, null or an integer "
                                      "in [0, 20]");
     if (request_get_int(v, key, 0, 20, &x, code, err)) return -1;
