@@ -354,6 +354,67 @@ static char *render_chat(rlChat *ch, const char *messages, const char *tools, rl
     return text;
 }
 
+/* continue_final_message: the text cut after the final message, as
+ * transformers cuts it (trailing whitespace kept where the template kept
+ * it; the last text part of a list). */
+static char *render_continued(rlChat *ch, const char *messages, rlError *err) {
+    json_t *m = json_loads(messages, 0, NULL);
+    char *text = NULL;
+    size_t len;
+    if (chat_render(ch, m, NULL, 0, NULL, &text, &len, err) || chat_continue_final(m, text, &len, err)) {
+        free(text);
+        text = NULL;
+    } else
+        assert_int_equal(strlen(text), len);
+    json_decref(m);
+    return text;
+}
+
+static void test_continue_final(void **state) {
+    (void)state;
+    rlError err = {0};
+    rlChat *ch = chat_open(FIX("chat/demo"), &err);
+    assert_non_null(ch);
+    char *text = render_continued(ch, "[{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", "
+                                      "\"content\": \"The answer is \"}]", &err);
+    assert_non_null(text);
+    assert_string_equal(text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nThe answer is ");
+    free(text);
+    chat_free(ch);
+
+    char dir[] = "/tmp/redlm-chat-XXXXXX", q[1100];
+    assert_non_null(mkdtemp(dir));
+    snprintf(q, sizeof(q), "%s/chat_template.jinja", dir);
+    /* a template that trims the content: the cut falls after the stripped text */
+    write_file(q, "{% for m in messages %}<{{ m.content | trim }}>{% endfor %}");
+    assert_non_null(ch = chat_open(dir, &err));
+    assert_non_null(text = render_continued(ch, "[{\"role\": \"user\", \"content\": \"x x \"}, "
+                                                "{\"role\": \"assistant\", \"content\": \"  x \\n\"}]", &err));
+    assert_string_equal(text, "<x x><x");
+    free(text);
+    /* the final message is nowhere in the text, or has no text */
+    write_file(q, "{% for m in messages %}<{{ m.role }}>{% endfor %}");
+    chat_free(ch);
+    assert_non_null(ch = chat_open(dir, &err));
+    assert_null(render_continued(ch, "[{\"role\": \"user\", \"content\": \"abc\"}]", &err));
+    assert_int_equal(err.code, RL_EINPUT);
+    assert_non_null(strstr(err.msg, "does not render the final message"));
+    assert_null(render_continued(ch, "[{\"role\": \"user\", \"content\": null}]", &err));
+    assert_non_null(strstr(err.msg, "no text to continue"));
+    /* content parts: the last one with a text */
+    write_file(q, "{% for m in messages %}[{% for p in m.content %}{{ p.text }}{% endfor %}]{% endfor %}");
+    chat_free(ch);
+    assert_non_null(ch = chat_open(dir, &err));
+    assert_non_null(text = render_continued(ch, "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", "
+                                                "\"text\": \"ab\"}, {\"type\": \"text\", \"text\": \"b\"}, "
+                                                "{\"type\": \"image\"}]}]", &err));
+    assert_string_equal(text, "[abb");
+    free(text);
+    chat_free(ch);
+    unlink(q);
+    rmdir(dir);
+}
+
 /* Where the template comes from, and what each source renders. */
 static void test_template_files(void **state) {
     (void)state;
@@ -445,6 +506,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),      cmocka_unit_test(test_render_errors),
         cmocka_unit_test(test_integer_edges), cmocka_unit_test(test_bounds),
         cmocka_unit_test(test_template_files),
+        cmocka_unit_test(test_continue_final),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,6 +57,12 @@ static void test_valid(void **state) {
     assert_int_equal(r.add_generation_prompt, 1);
     assert_null(r.tools);
     request_free(&r);
+    /* continue_final_message turns add_generation_prompt off */
+    assert_null(parse("{\"id\":\"b\",\"messages\":[{\"role\":\"assistant\",\"content\":\"hi\"}],"
+                      "\"continue_final_message\":true}", &r, &err));
+    assert_int_equal(r.continue_final_message, 1);
+    assert_int_equal(r.add_generation_prompt, 0);
+    request_free(&r);
     /* A conversation with tools, tool calls (arguments as an object and as
      * a JSON string), a tool result and reasoning, kept as sent, except
      * that, as vLLM does, string arguments are parsed into the object
@@ -160,6 +166,10 @@ static void test_invalid(void **state) {
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"add_generation_prompt\":1}",
          "invalid_request", "'add_generation_prompt'"},
         {"{\"id\":\"a\",\"prompt\":\"x\",\"tools\":[]}", "invalid_request", "'tools' applies to 'messages' only"},
+        {"{\"id\":\"a\",\"prompt\":\"x\",\"continue_final_message\":true}", "invalid_request",
+         "'continue_final_message' applies to 'messages' only"},
+        {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"add_generation_prompt\":true,"
+         "\"continue_final_message\":true}", "invalid_request", "cannot both be true"},
         {"{\"id\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", "invalid_request",
          "NUL"},
         {"{\"id\":\"a\",\"prompt\":\"a\\u0000b\"}", "invalid_request", "NUL"},

@@ -6,8 +6,8 @@
  *   redlm detokenize (--model DIR | --tokenizer FILE) [--input F] [--output F]
  *
  * A tokenize line with "messages" (and optionally "tools",
- * "add_generation_prompt" (default true), "enable_thinking",
- * "chat_template_kwargs") is rendered with the chat template beside the
+ * "add_generation_prompt" (default true), "continue_final_message",
+ * "enable_thinking", "chat_template_kwargs") is rendered with the chat template beside the
  * tokenizer first and answered {"text", "ids"}, so a template's rendering
  * can be checked against transformers' apply_chat_template.
  *
@@ -46,8 +46,9 @@ static int tok_parse_args(int argc, char **argv, tokArgs *a) {
                              : "usage: redlm tokenize (--model DIR | --tokenizer FILE) [options]\n"
                                "  reads JSONL {\"text\": ...} per line, writes {\"ids\": [...]} per "
                                "line, in order;\n"
-                               "  a line {\"messages\", \"tools\", \"add_generation_prompt\", \"enable_thinking\"} "
-                               "is rendered\n  with the chat template beside the tokenizer: {\"text\", \"ids\"}\n");
+                               "  a line {\"messages\", \"tools\", \"add_generation_prompt\", "
+                               "\"continue_final_message\",\n  \"enable_thinking\"} is rendered with the chat "
+                               "template beside the tokenizer: {\"text\", \"ids\"}\n");
     flags_string(&fs, "--model", &a->model, "DIR", "use DIR/tokenizer.json");
     flags_string(&fs, "--tokenizer", &a->tokenizer, "FILE", "a Hugging Face tokenizer.json");
     flags_string(&fs, "--input", &a->input, "FILE|-", "input file (default -: stdin)");
@@ -148,7 +149,7 @@ static int tok_encode_line(const rlTokenizer *t, json_t *o, bytebuf *out, rlErro
  * here exactly when a worker would render it. */
 static int tok_chat_line(const rlTokenizer *t, const rlChat *ch, json_t *o, bytebuf *out, rlError *err) {
     static const char *const chat_keys[] = {"messages", "tools", "add_generation_prompt", "chat_template_kwargs",
-                                            NULL};
+                                            "continue_final_message", NULL};
     json_t *job = json_pack("{s:s}", "id", "tokenize");
     for (const char *const *k = chat_keys; job && *k; k++) {
         json_t *v = json_object_get(o, *k);
@@ -176,6 +177,7 @@ static int tok_chat_line(const rlTokenizer *t, const rlChat *ch, json_t *o, byte
     char *text = NULL;
     size_t len;
     if (!rc) rc = chat_render(ch, r.messages, r.tools, r.add_generation_prompt, kwargs, &text, &len, err);
+    if (!rc && r.continue_final_message) rc = chat_continue_final(r.messages, text, &len, err);
     json_decref(kwargs);
     request_free(&r);
     if (rc) return -1;

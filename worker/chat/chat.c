@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "worker/chat/jinja.h"
+#include "worker/chat/jinja_impl.h"
 
 /* Qwen2.5-Instruct's chat_template: the fallback for models without one. */
 static const char QWEN25_TEMPLATE[] =
@@ -291,4 +292,54 @@ int chat_render(const rlChat *ch, const json_t *messages, const json_t *tools, i
     int rc = jinja_render(t, vars, NULL, text, len, err);
     json_decref(vars);
     return rc;
+}
+
+/* Python's str.strip() bounds of s[0..n): *b .. *e without the whitespace
+ * (str.isspace) at either end. */
+static void chat_strip(const char *s, size_t n, size_t *b, size_t *e) {
+    int32_t cp;
+    size_t i = 0, k;
+    while (i < n && (k = jj_utf8_decode(s + i, n - i, &cp)) && jj_isspace(cp)) i += k;
+    size_t end = i, j = i;
+    while (j < n) {   /* the end of the last character that is not whitespace */
+        k = jj_utf8_decode(s + j, n - j, &cp);
+        if (!k) break;
+        j += k;
+        if (!jj_isspace(cp)) end = j;
+    }
+    *b = i, *e = end;
+}
+
+int chat_continue_final(const json_t *messages, char *text, size_t *len, rlError *err) {
+    const json_t *content = json_object_get(json_array_get(messages, json_array_size(messages) - 1),
+                                            "content");
+    if (json_is_array(content)) {   /* the last part with a text, as transformers looks */
+        const json_t *part = NULL;
+        for (size_t i = json_array_size(content); i-- > 0 && !part;)
+            if (json_object_get(json_array_get(content, i), "text")) part = json_array_get(content, i);
+        content = json_object_get(part, "text");
+    }
+    if (!json_is_string(content))
+        return rl_error(err, RL_EINPUT, "continue_final_message is set, but the final message has "
+                        "no text to continue");
+    const char *m = json_string_value(content);
+    size_t n = json_string_length(content), b, e;
+    chat_strip(m, n, &b, &e);
+    /* The last place the stripped message stands in the text; then the cut
+     * keeps the message's trailing whitespace where the template kept it. */
+    const char *at = NULL;
+    for (size_t i = *len >= e - b ? *len - (e - b) + 1 : 0; i-- > 0;)
+        if (!memcmp(text + i, m + b, e - b)) {
+            at = text + i;
+            break;
+        }
+    if (!at)
+        return rl_error(err, RL_EINPUT, "continue_final_message is set, but the chat template "
+                        "does not render the final message's text, so it cannot be continued");
+    size_t whole = n - b;   /* the message without its leading whitespace */
+    size_t cut = (size_t)(at - text) + e - b;
+    if ((size_t)(at - text) + whole <= *len && !memcmp(at, m + b, whole)) cut = (size_t)(at - text) + whole;
+    *len = cut;
+    text[cut] = '\0';
+    return 0;
 }

@@ -38,4 +38,11 @@ int chat_render(const rlChat *ch, const struct json_t *messages, const struct js
                 int add_generation_prompt, const struct json_t *kwargs, char **text, size_t *len,
                 rlError *err);
 
+/* continue_final_message (transformers' and vLLM's): a rendered text cut
+ * right after the final message's content (its last text part when the
+ * content is a list), so that the model continues that message instead of
+ * starting a new one.  *len shrinks; RL_EINPUT when the final message has
+ * no text or the template did not render it. */
+int chat_continue_final(const struct json_t *messages, char *text, size_t *len, rlError *err);
+
 #endif

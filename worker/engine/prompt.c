@@ -15,6 +15,10 @@ int prompt_fill_ids(const rlTokenizer *t, const rlChat *chat, rlRequest *r, rlEr
     size_t len;
     if (chat_render(chat, r->messages, r->tools, r->add_generation_prompt, r->chat_template_kwargs, &text, &len, err))
         return -1;
+    if (r->continue_final_message && chat_continue_final(r->messages, text, &len, err)) {
+        free(text);
+        return -1;
+    }
     int rc = tokenizer_encode(t, text, len, &r->prompt_ids, &r->n_prompt_ids, err);
     free(text);
     return rc;

@@ -426,6 +426,11 @@ static int read_generation_prompt(rlRequest *r, const char *key, const json_t *v
     return request_get_bool(v, key, &r->add_generation_prompt, code, err);
 }
 
+static int read_continue_final(rlRequest *r, const char *key, const json_t *v,
+                               const char **code, rlError *err) {
+    return request_get_bool(v, key, &r->continue_final_message, code, err);
+}
+
 static int read_prompt_ids(rlRequest *r, const char *key, const json_t *v, const char **code,
                            rlError *err) {
     if (r->prompt_ids) {   /* both spellings: one form given twice */
@@ -550,6 +555,7 @@ static const struct {
     {"tools", get_tools},
     {"chat_template_kwargs", get_kwargs},
     {"add_generation_prompt", read_generation_prompt},
+    {"continue_final_message", read_continue_final},
     {"prompt_ids", read_prompt_ids},
     {"prompt_token_ids", read_prompt_ids},
     {"max_tokens", read_max_tokens},
@@ -637,10 +643,20 @@ int request_parse(rlRequest *r, const json_t *obj, const char **code, rlError *e
                         "give exactly one of 'prompt', 'messages', 'prompt_ids' "
                         "(got %d)", forms);
     }
-    static const char *const chat_only[] = {"tools", "chat_template_kwargs", "add_generation_prompt", NULL};
+    static const char *const chat_only[] = {"tools", "chat_template_kwargs", "add_generation_prompt",
+                                            "continue_final_message", NULL};
     for (const char *const *k = chat_only; *k && !r->messages; k++)
         if (json_object_get(obj, *k) && !json_is_null(json_object_get(obj, *k)))
             return bad_field(code, err, "field '%s' applies to 'messages' only (this request has '%s')", *k,
                              r->prompt ? "prompt" : "prompt_ids");
+    /* Continuing the final message opens no new one: add_generation_prompt
+     * is off unless the request turns it on, which vLLM refuses too. */
+    if (r->continue_final_message) {
+        if (json_is_true(json_object_get(obj, "add_generation_prompt")))
+            return bad_field(code, err, "fields 'continue_final_message' and 'add_generation_prompt' "
+                             "cannot both be true: the first continues the final message, the "
+                             "second starts a new assistant message");
+        r->add_generation_prompt = 0;
+    }
     return request_openai_finish(r, obj, code, err);
 }

@@ -48,6 +48,7 @@ typedef struct rlRequest {
     struct json_t *tools;       /* tool definitions (an array), or NULL */
     struct json_t *chat_template_kwargs; /* extra template variables (an object), or NULL */
     int add_generation_prompt;  /* default 1 */
+    int continue_final_message; /* default 0: the final message continued, not closed */
 
     int max_tokens;             /* default 256; 0 = score only */
     float temperature;          /* default 1.0; 0 = greedy */
