@@ -168,4 +168,9 @@ utf8 error invalid_utf8"
 [ "$got" = "$want" ] || { echo "$got"; fail "invalid lines"; }
 [ "$(jq -c 'select(.id == "score") | [.token_ids, (.prompt_logprobs | length), .prompt_logprobs[0], (.prompt_logprobs[1].top | length)]' "$tmp/bad.out")" = '[[],4,null,2]' ] \
     || fail "score-only request"
+# engine-side refusals name the field the producer gave
+jq -e -s 'map(select(.id == "vocab"))[0].error.message | startswith("prompt_ids[1] = 99999 is outside")' \
+    "$tmp/bad.out" > /dev/null || fail "vocab: $(jq -c 'select(.id == "vocab") | .error' "$tmp/bad.out")"
+echo '{"id":"empty","prompt":""}' | "$REDLM" generate --model "$dir" --input - --output - 2> /dev/null |
+    jq -e '.error.message | startswith("field '"'prompt'"' is empty")' > /dev/null || fail "empty prompt not named"
 echo "generate: all checks passed"

@@ -520,13 +520,21 @@ static int engine_serves(const char *names, const char *name) {
 static int ereq_check(rlEngine *e, engReq *q) {
     const rlRequest *r = q->req;
     int V = e->cfg.vocab_size;
+    /* Named by the field the producer gave: ids it sent, or text the
+     * tokenizer turned into ids (a tokenizer of another model may hold ids
+     * past the model's vocabulary; the start said so). */
+    int sent_ids = !r->prompt && !r->messages;
     if (r->n_prompt_ids < 1)
-        return ereq_refuse(q, "invalid_request", "the prompt is empty: give at least one token");
+        return ereq_refuse(q, "invalid_request", "field '%s' is empty: give at least one token",
+                           r->prompt ? "prompt" : r->messages ? "messages" : "prompt_ids");
     for (int i = 0; i < r->n_prompt_ids; i++)
         if (r->prompt_ids[i] >= V)
             return ereq_refuse(q, "invalid_request",
-                               "prompt token %d (at %d) is outside the model's vocabulary "
-                               "(0..%d)", r->prompt_ids[i], i, V - 1);
+                               sent_ids ? "prompt_ids[%d] = %d is outside the model's vocabulary "
+                                          "(0..%d)"
+                                        : "the prompt's token %2$d (at %1$d), from the tokenizer, "
+                                          "is outside the model's vocabulary (0..%3$d)",
+                               i, r->prompt_ids[i], V - 1);
     for (int i = 0; i < r->n_stop_token_ids; i++)
         if (r->stop_token_ids[i] >= V)
             return ereq_refuse(q, "invalid_request",
