@@ -2,7 +2,9 @@
  * with it (see chat.h).  The variables are the ones transformers passes:
  * messages, tools, documents, add_generation_prompt, the tokenizer's
  * special tokens (bos_token, eos_token, ...) and the caller's extra
- * kwargs, which win over the special tokens as they do there. */
+ * kwargs, which win over the special tokens as they do there; and
+ * continue_final_message's cut of the rendered text, as transformers makes
+ * it after rendering. */
 #include "worker/chat/chat.h"
 
 #include <errno.h>
