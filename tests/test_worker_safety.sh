@@ -13,6 +13,10 @@
 #      (wrong, then rotated password) ends the worker within --redis-wait
 #      with a message naming the user, reconnecting with backoff meanwhile;
 #      100,000 tiny jobs leave the job stream trimmed
+#   6. a job whose entry is deleted from the job stream while it runs (XDEL,
+#      a producer's MAXLEN, --jobs-maxlen) is still answered, once: neither
+#      its worker's idle refresh nor another worker's idle claim takes the
+#      entry (XCLAIM would drop it from the group, and the answer with it)
 source "$(dirname "$0")/worker_lib.sh"
 
 now() { date +%s.%N; }
@@ -159,4 +163,29 @@ grep -q "user 'alice'" "$T/al.log" || fail "no message naming the user: $(tail -
 grep -q "secret-" "$T/al.log" && fail "a password in the log"
 [ "$conns" -le 40 ] || fail "$conns connections in $took s: no backoff"
 echo "   rotated password: exit 8 after $took s (--redis-wait 3), $conns connection attempts meanwhile"
-echo "ok: reply keys, readable ids, duplicate ids, settings, logins, trimming"
+
+# 6. x (refreshing every 0.5 s) frozen while running "del", its entry
+# deleted meanwhile, and y (claim-idle 1 s) looking at the idle entry
+rcli MONITOR > "$T/monitor.txt" 2> /dev/null &
+PIDS+=("$!")
+start_worker x --claim-idle-ms 1500
+X=$LAST_PID
+wait_until 30 up x || fail "x did not start"
+e=$(rcli XADD redlm:jobs '*' json '{"id":"del","prompt_ids":[1,2],"max_tokens":4000,"ignore_eos":true,"stream":false}')
+held() { rcli XPENDING redlm:jobs redlm - + 1 x | grep -qx "$e"; }
+wait_until 20 held || fail "x did not take del: $(rcli XPENDING redlm:jobs redlm - + 10)"
+kill -STOP "$X"
+rcli XDEL redlm:jobs "$e" > /dev/null
+start_worker y --claim-idle-ms 1000
+Y=$LAST_PID
+looked() { grep -q "\"redlm_claim\".*\"$e\"" "$T/monitor.txt"; }
+wait_until 30 looked || fail "y never looked at the idle entry $e"
+kill -CONT "$X"
+del_done() { [ "$(pending_count)" = 0 ]; }
+wait_until 60 del_done || fail "del still pending: $(rcli XPENDING redlm:jobs redlm - + 10)"
+ev=$(stream_json redlm:reply:del | jq -c '{event, attempt, n: (.token_ids | length)}')
+[ "$ev" = '{"event":"done","attempt":1,"n":4000}' ] || fail "del: $ev; x: $(grep del "$T/x.log" | tail -2)"
+grep -q "\"redlm_refresh\".*\"$e\"" "$T/monitor.txt" || echo "   (del finished before x's first refresh)"
+echo "6. a job whose entry was deleted while it ran answered once, attempt 1"
+kill -TERM "$X" "$Y"; wait "$X" "$Y" || fail "x or y exit status $?"
+echo "ok: reply keys, readable ids, duplicate ids, settings, logins, trimming, deleted entries"

@@ -33,6 +33,15 @@ const char functions_library[] =
     "  if seen then seen[entry] = attempt end\n"
     "  return nil\n"
     "end\n"
+    /* XCLAIM (Redis 7) drops a pending entry deleted from the stream (XDEL,
+     * a producer's MAXLEN, --jobs-maxlen) from the group, and with it the
+     * fence of the job running it, which could then never be answered: such
+     * an entry is left to its holder (neither its refresh nor redlm_claim
+     * takes it); a dead holder's go with redlm_reap's XCLAIM, nothing left
+     * to run */
+    "local function in_stream(key, entry)\n"
+    "  return #redis.call('XRANGE', key, entry, entry) > 0\n"
+    "end\n"
     /* Job operations: a = redlm_batch's ARGV (group, consumer, ttl,
      * dead-letter cap, ...), i = where the operation starts: a[i] op,
      * a[i+1] entry, a[i+2] attempt, a[i+3] job id, then its arguments. */
@@ -118,18 +127,31 @@ const char functions_library[] =
     "  return out\n"
     "end)\n"
     /* KEYS stream; ARGV group, consumer, then (entry, attempt) pairs: the
-     * idle time of those still ours is reset, the others are returned */
+     * idle time of those still ours (and in the stream) is reset, the
+     * others are returned */
     "redis.register_function('redlm_refresh', function(keys, args)\n"
     "  local gone, mine = {}, {'XCLAIM', keys[1], args[1], args[2], '0'}\n"
     "  for i = 3, #args - 1, 2 do\n"
     "    local why = fence(keys, args[1], args[2], args[i], args[i + 1])\n"
-    "    if why then gone[#gone + 1] = args[i] else mine[#mine + 1] = args[i] end\n"
+    "    if why then gone[#gone + 1] = args[i]\n"
+    "    elseif in_stream(keys[1], args[i]) then mine[#mine + 1] = args[i] end\n"
     "  end\n"
     "  if #mine > 5 then\n"
     "    mine[#mine + 1] = 'JUSTID'\n"
     "    redis.call(unpack(mine))\n"
     "  end\n"
     "  return gone\n"
+    "end)\n"
+    /* KEYS stream; ARGV group, consumer, min idle time, entries: XCLAIM of
+     * those still in the stream (a deleted one's holder, if alive, still
+     * runs it; a dead holder's are reaped) */
+    "redis.register_function('redlm_claim', function(keys, args)\n"
+    "  local cmd = {'XCLAIM', keys[1], args[1], args[2], args[3]}\n"
+    "  for i = 4, #args do\n"
+    "    if in_stream(keys[1], args[i]) then cmd[#cmd + 1] = args[i] end\n"
+    "  end\n"
+    "  if #cmd == 5 then return {} end\n"
+    "  return redis.call(unpack(cmd))\n"
     "end)\n"
     /* KEYS stream; ARGV group, consumer, heartbeat key prefix, count, own:
      * the entries of consumers without a heartbeat, up to count, claimed
