@@ -12,6 +12,8 @@
 #   5. --dead / --cancel equal to the job stream refused; a refused login
 #      (wrong, then rotated password) ends the worker within --redis-wait
 #      with a message naming the user, reconnecting with backoff meanwhile;
+#      a user whose ACL key patterns leave the reply streams out gets a
+#      reply_refused dead letter per job, not an XACK with no answer;
 #      100,000 tiny jobs leave the job stream trimmed
 #   6. a job whose entry is deleted from the job stream while it runs (XDEL,
 #      a producer's MAXLEN, --jobs-maxlen) is still answered, once: neither
@@ -163,6 +165,19 @@ grep -q "user 'alice'" "$T/al.log" || fail "no message naming the user: $(tail -
 grep -q "secret-" "$T/al.log" && fail "a password in the log"
 [ "$conns" -le 40 ] || fail "$conns connections in $took s: no backoff"
 echo "   rotated password: exit 8 after $took s (--redis-wait 3), $conns connection attempts meanwhile"
+rcli ACL SETUSER bob on '>pw' '~redlm:jobs*' '~redlm:dead' '~redlm:cancel' '~redlm:instances:*' '+@all' > /dev/null
+"$REDLM" worker --model "$MODEL" --redis "redis://bob:pw@127.0.0.1:$RPORT" --consumer bob --threads 1 \
+    > "$T/bob.log" 2>&1 &
+BOB=$!
+PIDS+=("$BOB")
+wait_until 30 up bob || fail "worker bob did not start"
+rcli XADD redlm:jobs '*' json '{"id":"acl","prompt_ids":[1],"max_tokens":2}' > /dev/null
+wait_until 20 eval '[ "$(dead_for acl)" = 1 ]' || fail "no dead letter for acl: $(tail -2 "$T/bob.log")"
+rcli --raw XRANGE redlm:dead - + | grep -a '"id":"acl"' -A 2 | grep -q reply_refused ||
+    fail "the acl dead letter does not say reply_refused: $(rcli --raw XRANGE redlm:dead - + | grep -a -A 2 '"id":"acl"')"
+wait_until 10 eval '[ "$(pending_count)" = 0 ]' || fail "acl still pending"
+kill -TERM "$BOB"; wait "$BOB" || fail "bob exit status $?"
+echo "   reply streams outside the user's keys: a reply_refused dead letter"
 
 # 6. x (refreshing every 0.5 s) frozen while running "del", its entry
 # deleted meanwhile, and y (claim-idle 1 s) looking at the idle entry

@@ -81,21 +81,29 @@ const char functions_library[] =
     "  redis.call('HSET', keys[2], id, entry)\n"
     "  return 'OK'\n"
     "end}\n"
-    /* reply stream, field, payload: a key holding anything but a stream is
-     * left alone (the job's dead letter and XACK are written instead), and
-     * the key's EXPIRE comes only after an XADD */
+    /* reply stream, field, payload: a key holding anything but a stream, or
+     * one this user may not write (an ACL key pattern), is left alone: the
+     * job's dead letter and XACK are written instead, since a job that went
+     * on to its XACK would be acknowledged with no answer anywhere.  The
+     * key's EXPIRE comes only after an XADD */
+    "local function refuse(keys, a, i, c, msg)\n"
+    "  dead_letter(keys, a, i, cjson.encode({code = 'reply_refused', message = msg}))\n"
+    "  ack(keys, a, i, c)\n"
+    "  return redis.error_reply('REFUSED ' .. msg)\n"
+    "end\n"
+    "local function errstr(e) return type(e) == 'table' and e.err or tostring(e) end\n"
     "ops.reply = {3, function(keys, a, i, c)\n"
     "  local key = a[i + 4]\n"
     "  if not c.streams[key] then\n"
-    "    local t = redis.call('TYPE', key)['ok']\n"
+    "    local ok, t = pcall(redis.call, 'TYPE', key)\n"
+    "    if not ok then return refuse(keys, a, i, c, 'reply key ' .. key .. ' cannot be read: ' .. errstr(t)) end\n"
+    "    t = t['ok']\n"
     "    if (t ~= 'none' and t ~= 'stream') or key == keys[1] or key == keys[3] then\n"
-    "      local msg = 'reply key ' .. key .. ' is not a reply stream (it holds a ' .. t .. ')'\n"
-    "      dead_letter(keys, a, i, cjson.encode({code = 'reply_refused', message = msg}))\n"
-    "      ack(keys, a, i, c)\n"
-    "      return redis.error_reply('REFUSED ' .. msg)\n"
+    "      return refuse(keys, a, i, c, 'reply key ' .. key .. ' is not a reply stream (it holds a ' .. t .. ')')\n"
     "    end\n"
     "  end\n"
-    "  redis.call('XADD', key, '*', a[i + 5], a[i + 6])\n"
+    "  local ok, e = pcall(redis.call, 'XADD', key, '*', a[i + 5], a[i + 6])\n"
+    "  if not ok then return refuse(keys, a, i, c, 'reply key ' .. key .. ' refused the event: ' .. errstr(e)) end\n"
     "  c.streams[key] = true\n"
     "  return 1\n"
     "end}\n"
