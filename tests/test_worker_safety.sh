@@ -12,7 +12,13 @@
 #   5. --dead / --cancel equal to the job stream refused; a refused login
 #      (wrong, then rotated password) ends the worker within --redis-wait
 #      with a message naming the user, reconnecting with backoff meanwhile;
+#      a user whose ACL key patterns leave the reply streams out gets a
+#      reply_refused dead letter per job, not an XACK with no answer;
 #      100,000 tiny jobs leave the job stream trimmed
+#   6. a job whose entry is deleted from the job stream while it runs (XDEL,
+#      a producer's MAXLEN, --jobs-maxlen) is still answered, once: neither
+#      its worker's idle refresh nor another worker's idle claim takes the
+#      entry (XCLAIM would drop it from the group, and the answer with it)
 source "$(dirname "$0")/worker_lib.sh"
 
 now() { date +%s.%N; }
@@ -159,4 +165,42 @@ grep -q "user 'alice'" "$T/al.log" || fail "no message naming the user: $(tail -
 grep -q "secret-" "$T/al.log" && fail "a password in the log"
 [ "$conns" -le 40 ] || fail "$conns connections in $took s: no backoff"
 echo "   rotated password: exit 8 after $took s (--redis-wait 3), $conns connection attempts meanwhile"
-echo "ok: reply keys, readable ids, duplicate ids, settings, logins, trimming"
+rcli ACL SETUSER bob on '>pw' '~redlm:jobs*' '~redlm:dead' '~redlm:cancel' '~redlm:instances:*' '+@all' > /dev/null
+"$REDLM" worker --model "$MODEL" --redis "redis://bob:pw@127.0.0.1:$RPORT" --consumer bob --threads 1 \
+    > "$T/bob.log" 2>&1 &
+BOB=$!
+PIDS+=("$BOB")
+wait_until 30 up bob || fail "worker bob did not start"
+rcli XADD redlm:jobs '*' json '{"id":"acl","prompt_ids":[1],"max_tokens":2}' > /dev/null
+wait_until 20 eval '[ "$(dead_for acl)" = 1 ]' || fail "no dead letter for acl: $(tail -2 "$T/bob.log")"
+rcli --raw XRANGE redlm:dead - + | grep -a '"id":"acl"' -A 2 | grep -q reply_refused ||
+    fail "the acl dead letter does not say reply_refused: $(rcli --raw XRANGE redlm:dead - + | grep -a -A 2 '"id":"acl"')"
+wait_until 10 eval '[ "$(pending_count)" = 0 ]' || fail "acl still pending"
+kill -TERM "$BOB"; wait "$BOB" || fail "bob exit status $?"
+echo "   reply streams outside the user's keys: a reply_refused dead letter"
+
+# 6. x (refreshing every 0.5 s) frozen while running "del", its entry
+# deleted meanwhile, and y (claim-idle 1 s) looking at the idle entry
+rcli MONITOR > "$T/monitor.txt" 2> /dev/null &
+PIDS+=("$!")
+start_worker x --claim-idle-ms 1500
+X=$LAST_PID
+wait_until 30 up x || fail "x did not start"
+e=$(rcli XADD redlm:jobs '*' json '{"id":"del","prompt_ids":[1,2],"max_tokens":4000,"ignore_eos":true,"stream":false}')
+held() { rcli XPENDING redlm:jobs redlm - + 1 x | grep -qx "$e"; }
+wait_until 20 held || fail "x did not take del: $(rcli XPENDING redlm:jobs redlm - + 10)"
+kill -STOP "$X"
+rcli XDEL redlm:jobs "$e" > /dev/null
+start_worker y --claim-idle-ms 1000
+Y=$LAST_PID
+looked() { grep -q "\"redlm_claim\".*\"$e\"" "$T/monitor.txt"; }
+wait_until 30 looked || fail "y never looked at the idle entry $e"
+kill -CONT "$X"
+del_done() { [ "$(pending_count)" = 0 ]; }
+wait_until 60 del_done || fail "del still pending: $(rcli XPENDING redlm:jobs redlm - + 10)"
+ev=$(stream_json redlm:reply:del | jq -c '{event, attempt, n: (.token_ids | length)}')
+[ "$ev" = '{"event":"done","attempt":1,"n":4000}' ] || fail "del: $ev; x: $(grep del "$T/x.log" | tail -2)"
+grep -q "\"redlm_refresh\".*\"$e\"" "$T/monitor.txt" || echo "   (del finished before x's first refresh)"
+echo "6. a job whose entry was deleted while it ran answered once, attempt 1"
+kill -TERM "$X" "$Y"; wait "$X" "$Y" || fail "x or y exit status $?"
+echo "ok: reply keys, readable ids, duplicate ids, settings, logins, trimming, deleted entries"

@@ -33,6 +33,15 @@ const char functions_library[] =
     "  if seen then seen[entry] = attempt end\n"
     "  return nil\n"
     "end\n"
+    /* XCLAIM (Redis 7) drops a pending entry deleted from the stream (XDEL,
+     * a producer's MAXLEN, --jobs-maxlen) from the group, and with it the
+     * fence of the job running it, which could then never be answered: such
+     * an entry is left to its holder (neither its refresh nor redlm_claim
+     * takes it); a dead holder's go with redlm_reap's XCLAIM, nothing left
+     * to run */
+    "local function in_stream(key, entry)\n"
+    "  return #redis.call('XRANGE', key, entry, entry) > 0\n"
+    "end\n"
     /* Job operations: a = redlm_batch's ARGV (group, consumer, ttl,
      * dead-letter cap, ...), i = where the operation starts: a[i] op,
      * a[i+1] entry, a[i+2] attempt, a[i+3] job id, then its arguments. */
@@ -72,21 +81,29 @@ const char functions_library[] =
     "  redis.call('HSET', keys[2], id, entry)\n"
     "  return 'OK'\n"
     "end}\n"
-    /* reply stream, field, payload: a key holding anything but a stream is
-     * left alone (the job's dead letter and XACK are written instead), and
-     * the key's EXPIRE comes only after an XADD */
+    /* reply stream, field, payload: a key holding anything but a stream, or
+     * one this user may not write (an ACL key pattern), is left alone: the
+     * job's dead letter and XACK are written instead, since a job that went
+     * on to its XACK would be acknowledged with no answer anywhere.  The
+     * key's EXPIRE comes only after an XADD */
+    "local function refuse(keys, a, i, c, msg)\n"
+    "  dead_letter(keys, a, i, cjson.encode({code = 'reply_refused', message = msg}))\n"
+    "  ack(keys, a, i, c)\n"
+    "  return redis.error_reply('REFUSED ' .. msg)\n"
+    "end\n"
+    "local function errstr(e) return type(e) == 'table' and e.err or tostring(e) end\n"
     "ops.reply = {3, function(keys, a, i, c)\n"
     "  local key = a[i + 4]\n"
     "  if not c.streams[key] then\n"
-    "    local t = redis.call('TYPE', key)['ok']\n"
+    "    local ok, t = pcall(redis.call, 'TYPE', key)\n"
+    "    if not ok then return refuse(keys, a, i, c, 'reply key ' .. key .. ' cannot be read: ' .. errstr(t)) end\n"
+    "    t = t['ok']\n"
     "    if (t ~= 'none' and t ~= 'stream') or key == keys[1] or key == keys[3] then\n"
-    "      local msg = 'reply key ' .. key .. ' is not a reply stream (it holds a ' .. t .. ')'\n"
-    "      dead_letter(keys, a, i, cjson.encode({code = 'reply_refused', message = msg}))\n"
-    "      ack(keys, a, i, c)\n"
-    "      return redis.error_reply('REFUSED ' .. msg)\n"
+    "      return refuse(keys, a, i, c, 'reply key ' .. key .. ' is not a reply stream (it holds a ' .. t .. ')')\n"
     "    end\n"
     "  end\n"
-    "  redis.call('XADD', key, '*', a[i + 5], a[i + 6])\n"
+    "  local ok, e = pcall(redis.call, 'XADD', key, '*', a[i + 5], a[i + 6])\n"
+    "  if not ok then return refuse(keys, a, i, c, 'reply key ' .. key .. ' refused the event: ' .. errstr(e)) end\n"
     "  c.streams[key] = true\n"
     "  return 1\n"
     "end}\n"
@@ -118,18 +135,31 @@ const char functions_library[] =
     "  return out\n"
     "end)\n"
     /* KEYS stream; ARGV group, consumer, then (entry, attempt) pairs: the
-     * idle time of those still ours is reset, the others are returned */
+     * idle time of those still ours (and in the stream) is reset, the
+     * others are returned */
     "redis.register_function('redlm_refresh', function(keys, args)\n"
     "  local gone, mine = {}, {'XCLAIM', keys[1], args[1], args[2], '0'}\n"
     "  for i = 3, #args - 1, 2 do\n"
     "    local why = fence(keys, args[1], args[2], args[i], args[i + 1])\n"
-    "    if why then gone[#gone + 1] = args[i] else mine[#mine + 1] = args[i] end\n"
+    "    if why then gone[#gone + 1] = args[i]\n"
+    "    elseif in_stream(keys[1], args[i]) then mine[#mine + 1] = args[i] end\n"
     "  end\n"
     "  if #mine > 5 then\n"
     "    mine[#mine + 1] = 'JUSTID'\n"
     "    redis.call(unpack(mine))\n"
     "  end\n"
     "  return gone\n"
+    "end)\n"
+    /* KEYS stream; ARGV group, consumer, min idle time, entries: XCLAIM of
+     * those still in the stream (a deleted one's holder, if alive, still
+     * runs it; a dead holder's are reaped) */
+    "redis.register_function('redlm_claim', function(keys, args)\n"
+    "  local cmd = {'XCLAIM', keys[1], args[1], args[2], args[3]}\n"
+    "  for i = 4, #args do\n"
+    "    if in_stream(keys[1], args[i]) then cmd[#cmd + 1] = args[i] end\n"
+    "  end\n"
+    "  if #cmd == 5 then return {} end\n"
+    "  return redis.call(unpack(cmd))\n"
     "end)\n"
     /* KEYS stream; ARGV group, consumer, heartbeat key prefix, count, own:
      * the entries of consumers without a heartbeat, up to count, claimed

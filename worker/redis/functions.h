@@ -10,9 +10,10 @@
  *     runs only after the XADD succeeded;
  *   - one running job per id (a hash <stream>:running, id -> entry);
  * plus the housekeeping every worker runs: refreshing its entries' idle
- * time, taking the entries of consumers whose heartbeat is gone, removing
- * empty dead consumers, trimming acknowledged entries.  The library is
- * loaded (REPLACE) on every connection before its first FCALL. */
+ * time, claiming idle entries still in the stream, taking the entries of
+ * consumers whose heartbeat is gone, removing empty dead consumers,
+ * trimming acknowledged entries.  The library is loaded (REPLACE) on every
+ * connection before its first FCALL. */
 #ifndef RL_FUNCTIONS_H
 #define RL_FUNCTIONS_H
 

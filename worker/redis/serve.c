@@ -4,10 +4,10 @@
  * credit, first (every SERVE_REAP_S) take the entries of consumers whose
  * heartbeat is gone (redlm_reap, atomic in Redis, so two workers never both
  * take one), then (every claim interval) entries other consumers left idle
- * too long (XPENDING IDLE, then XCLAIM, which only succeeds if the entry is
- * still idle), then XREADGROUP for new ones, COUNT = credit.  XPENDING+XCLAIM
- * is used rather than XAUTOCLAIM because XPENDING also gives each entry's
- * delivery count, the job's `attempt`, in the same round trip.
+ * too long (XPENDING IDLE, then redlm_claim's XCLAIM, which only succeeds if
+ * the entry is still idle), then XREADGROUP for new ones, COUNT = credit.
+ * XPENDING+XCLAIM is used rather than XAUTOCLAIM because XPENDING also gives
+ * each entry's delivery count, the job's `attempt`, in the same round trip.
  *
  * A job read is not run until Redis has answered its start (redlm_start:
  * still ours, no other entry running its id); every write after that is
@@ -255,7 +255,7 @@ static void serve_on_claim(redisAsyncContext *ac, void *reply, void *priv) {
     rlClaim *c = priv;
     rlServe *s = c->s;
     redisReply *r = reply;
-    if (r && !serve_reply_error(s, r, "XCLAIM") && r->type == REDIS_REPLY_ARRAY)
+    if (r && !serve_reply_error(s, r, "claiming idle entries") && r->type == REDIS_REPLY_ARRAY)
         for (size_t i = 0; i < r->elements; i++) {
             const redisReply *en = r->element[i];
             if (en->type != REDIS_REPLY_ARRAY || en->elements < 1 || en->element[0]->type != REDIS_REPLY_STRING)
@@ -290,7 +290,7 @@ static void serve_on_pending(redisAsyncContext *ac, void *reply, void *priv) {
         return;
     }
     rlClaim *c = calloc(1, sizeof(*c));
-    const char **argv = calloc(r->elements + 5, sizeof(*argv));
+    const char **argv = calloc(r->elements + 7, sizeof(*argv));
     if (c) c->ids = calloc(r->elements, sizeof(*c->ids)), c->deliveries = calloc(r->elements, sizeof(int));
     if (!c || !argv || !c->ids || !c->deliveries) {
         if (c) free(c->ids), free(c->deliveries);
@@ -301,7 +301,9 @@ static void serve_on_pending(redisAsyncContext *ac, void *reply, void *priv) {
     char idle[24];
     snprintf(idle, sizeof(idle), "%d", s->o.claim_idle_ms);
     int argc = 0;
-    argv[argc++] = "XCLAIM";
+    argv[argc++] = "FCALL";
+    argv[argc++] = "redlm_claim";
+    argv[argc++] = "1";
     argv[argc++] = s->o.keys.stream;
     argv[argc++] = s->o.keys.group;
     argv[argc++] = s->o.keys.consumer;
