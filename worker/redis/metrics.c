@@ -186,8 +186,9 @@ char *metrics_render(rlMetrics *m) {
                   "Reply events, dead letters and acks not yet stored in Redis, in bytes.",
                   (double)m->backlog_bytes);
     metrics_gauge(&t, "redlm:reply_write_errors_total", "counter",
-                  "Writes Redis refused (a reply key of another type, out of memory, ...); each "
-                  "refused reply also leaves a dead letter.", (double)m->write_errors);
+                  "Writes Redis refused: a reply key of another type or one the user may not "
+                  "write (the job gets a dead letter), out of memory (sent again later), ...",
+                  (double)m->write_errors);
     static const char *reasons[4] = {"none", "stop", "length", "abort"};
     metrics_printf(&t, "# HELP redlm:request_success_total Samples finished, by finish reason.\n"
                        "# TYPE redlm:request_success_total counter\n");
