@@ -206,6 +206,21 @@ fi
 P=$(free_port)
 expect 8 "127.0.0.1:$P" "$REDLM" worker --threads 1 --model "$GOOD" --redis "redis://127.0.0.1:$P" --redis-wait 0
 expect 8 "127.0.0.1:$P" "$REDLM" doctor --redis "redis://127.0.0.1:$P"
+# ... and SIGTERM while it waits (or loads) ends the start at once, saying so
+"$REDLM" worker --threads 1 --model "$GOOD" --redis "redis://127.0.0.1:$P" --redis-wait 30 \
+    2> "$T/wait.err" &
+pid=$!
+sleep 1
+kill -TERM $pid
+t0=$(date +%s%N)
+wait $pid
+rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ $rc = 143 ] || fail "SIGTERM while waiting for Redis: exit $rc, want 143: $(cat "$T/wait.err")"
+[ $ms -le 5000 ] || fail "SIGTERM while waiting for Redis: exit after $ms ms"
+grep -qF "redlm worker: interrupted (SIGTERM) while starting: no job was taken" "$T/wait.err" ||
+    fail "SIGTERM while waiting for Redis: no word of it: $(cat "$T/wait.err")"
+echo "ok   143  SIGTERM while waiting for Redis, after $ms ms"
 expect 0 "answers PING" "$REDLM" doctor --redis "$(URL)"
 
 echo "startup: all cases passed"
