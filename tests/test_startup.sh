@@ -190,7 +190,10 @@ expect 2 "(drop --quantization)" "${GEN[@]}" --load-format dummy --model "$MOE/c
     --quantization fp8
 
 # --- more ranks than devices
-expect 6 "needs 3 GPUs but 2 are given" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 2 --gpu-memory 80GiB --tp 3 --pp 1
+expect 6 "needs 3 GPUs but 2 are given: give --gpus 3, or lower --tp / --pp" \
+    "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 2 --gpu-memory 80GiB --tp 3 --pp 1
+expect 6 "need 4 GPUs but 1 is given: give --gpus 4, or lower --instances / --tp / --pp" \
+    "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --instances 2 --tp 2
 expect 6 "" "$REDLM" doctor --devices 0-7
 if ! nvidia-smi >/dev/null 2>&1; then
     expect 6 "cannot read the memory of 6 GPUs" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --devices 0-5
