@@ -3,7 +3,9 @@
 # one check each, all run even when one fails:
 #   generate-keeps-output  a failed start (missing model: exit 3; no GPU:
 #                          exit 6) or an interrupted run leaves an older
-#                          --output as it was; SIGINT says what it kept
+#                          --output as it was; SIGINT says what it kept,
+#                          and while loading stops at once, leaving no
+#                          temporary file
 #   submit-stdout          submit --output - writes stdout, not a file "-"
 #   submit-input-dir       submit --input DIR is an error, not "0 jobs"
 #   submit-no-worker       submit warns within seconds when no live worker
@@ -65,6 +67,28 @@ generate_keeps_output() {
     [ "$(wc -l < "$T/keep.jsonl.partial" 2> /dev/null)" = "${kept:-x}" ] ||
         bad "SIGINT: said $kept kept, keep.jsonl.partial has $(wc -l < "$T/keep.jsonl.partial" 2>&1)"
     echo "  SIGINT kept $kept results in keep.jsonl.partial: $(cat "$T/gk.err")"
+    # interrupted while loading (seconds of dummy weights): at once, saying so, no temporary left
+    rm -f "$T/keep.jsonl.partial"
+    "$REDLM" generate --model "$FIXTURES/configs/qwen2.5-0.5b.json" --load-format dummy --threads 1 \
+        --input "$T/one.jsonl" --output "$T/keep.jsonl" 2> "$T/gl.err" &
+    pid=$!
+    until ls "$T"/keep.jsonl.tmp* > /dev/null 2>&1; do
+        kill -0 $pid 2> /dev/null || break
+        sleep 0.05
+    done
+    kill -INT $pid
+    t0=$(date +%s%N)
+    wait $pid
+    rc=$?
+    echo "  SIGINT while loading: exit $rc after $(( ($(date +%s%N) - t0) / 1000000 )) ms: $(tail -1 "$T/gl.err")"
+    [ $rc = 130 ] || bad "SIGINT while loading: exit $rc, want 130: $(cat "$T/gl.err")"
+    [ $(( ($(date +%s%N) - t0) / 1000000 )) -le 5000 ] || bad "SIGINT while loading: not at once"
+    grep -q "interrupted (SIGINT) while starting: nothing was run; .*keep.jsonl is left as it was" "$T/gl.err" ||
+        bad "SIGINT while loading: no word of it: $(cat "$T/gl.err")"
+    [ "$(cat "$T/keep.jsonl")" = "older results" ] || bad "SIGINT while loading: --output now holds '$(head -c 100 "$T/keep.jsonl")'"
+    ls "$T"/keep.jsonl.tmp* > /dev/null 2>&1 && bad "SIGINT while loading: a temporary file was left: $(ls "$T"/keep.jsonl.tmp*)"
+    [ -e "$T/keep.jsonl.partial" ] && bad "SIGINT while loading: a .partial with nothing in it"
+    return 0
 }
 
 submit_stdout() {

@@ -190,7 +190,10 @@ expect 2 "(drop --quantization)" "${GEN[@]}" --load-format dummy --model "$MOE/c
     --quantization fp8
 
 # --- more ranks than devices
-expect 6 "needs 3 GPUs but 2 are given" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 2 --gpu-memory 80GiB --tp 3 --pp 1
+expect 6 "needs 3 GPUs but 2 are given: give --gpus 3, or lower --tp / --pp" \
+    "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --gpus 2 --gpu-memory 80GiB --tp 3 --pp 1
+expect 6 "need 4 GPUs but 1 is given: give --gpus 4, or lower --instances / --tp / --pp" \
+    "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --instances 2 --tp 2
 expect 6 "" "$REDLM" doctor --devices 0-7
 if ! nvidia-smi >/dev/null 2>&1; then
     expect 6 "cannot read the memory of 6 GPUs" "$REDLM" plan --model "$CONFIGS/qwen2.5-7b.json" --devices 0-5
@@ -206,6 +209,21 @@ fi
 P=$(free_port)
 expect 8 "127.0.0.1:$P" "$REDLM" worker --threads 1 --model "$GOOD" --redis "redis://127.0.0.1:$P" --redis-wait 0
 expect 8 "127.0.0.1:$P" "$REDLM" doctor --redis "redis://127.0.0.1:$P"
+# ... and SIGTERM while it waits (or loads) ends the start at once, saying so
+"$REDLM" worker --threads 1 --model "$GOOD" --redis "redis://127.0.0.1:$P" --redis-wait 30 \
+    2> "$T/wait.err" &
+pid=$!
+sleep 1
+kill -TERM $pid
+t0=$(date +%s%N)
+wait $pid
+rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ $rc = 143 ] || fail "SIGTERM while waiting for Redis: exit $rc, want 143: $(cat "$T/wait.err")"
+[ $ms -le 5000 ] || fail "SIGTERM while waiting for Redis: exit after $ms ms"
+grep -qF "redlm worker: interrupted (SIGTERM) while starting: no job was taken" "$T/wait.err" ||
+    fail "SIGTERM while waiting for Redis: no word of it: $(cat "$T/wait.err")"
+echo "ok   143  SIGTERM while waiting for Redis, after $ms ms"
 expect 0 "answers PING" "$REDLM" doctor --redis "$(URL)"
 
 echo "startup: all cases passed"

@@ -25,6 +25,7 @@
 #include "worker/engine/output.h"
 #include "worker/lib/files.h"
 #include "worker/lib/flags.h"
+#include "worker/lib/interrupt.h"
 #include "worker/lib/now.h"
 #include "worker/request/openai_batch.h"
 #include "worker/request/request_decode.h"
@@ -347,10 +348,10 @@ int cmd_generate(int argc, char **argv) {
      * leaves an older --output as it was */
     if (files_open_output(&out, output, "--output", &err)) goto done;
     g.out = out.f;
-    struct sigaction sa = {.sa_handler = gen_on_signal, .sa_flags = SA_RESETHAND}; /* a second one kills */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    char kept[4200] = "nothing was run";
+    if (strcmp(output, "-"))
+        snprintf(kept, sizeof kept, "nothing was run; %s is left as it was", output);
+    interrupt_at_start("generate", out.tmp, kept);
     g.progress = isatty(2) && !g.text;
     g.n_lines = n_lines;
     if (!(g.lines = calloc((size_t)(n_lines ? n_lines : 1), sizeof(genLine)))) {
@@ -362,6 +363,11 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (!(e = engine_open(o, &err))) goto done;
+    /* Loaded: from here a signal stops the run after the current step. */
+    struct sigaction sa = {.sa_handler = gen_on_signal, .sa_flags = SA_RESETHAND}; /* a second one kills */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     double t0 = now_s(), next_progress = 0;
     for (int i = 0; i < n_lines && !gen_signal; i++)
         if (gen_submit(&g, e, lines[i], i, &err)) goto done;

@@ -7,6 +7,7 @@
 #include "worker/commands.h"
 #include "worker/engine/engine_flags.h"
 #include "worker/lib/flags.h"
+#include "worker/lib/interrupt.h"
 #include "worker/redis/metrics.h"
 #include "worker/redis/serve.h"
 
@@ -97,6 +98,8 @@ int cmd_worker(int argc, char **argv) {
     so.keys.running = running;
     if (worker_check_keys(&so.keys)) return RL_EUSAGE;
     so.redis_wait = redis_wait;
+    /* Until serve_run's handlers drain jobs, a signal ends the start at once. */
+    interrupt_at_start("worker", NULL, "no job was taken");
     /* Before the weights: an unreachable Redis is found in seconds, not after loading. */
     if (redis_url_parse(url, &so.url, &err) || redis_url_wait(&so.url, redis_wait, &err)) {
         fprintf(stderr, "redlm worker: %s\n", err.msg);

@@ -18,7 +18,7 @@ static int engine_plan_options(const rlEngineOptions *o, rlPlanOptions *po, int 
     int n = o->devices ? o->n_devices : tp * pp;
     if (n > RL_PLAN_MAX_GPUS || n < 1)
         return rl_error(err, RL_EUSAGE, "%d devices: give between 1 and %d", n, RL_PLAN_MAX_GPUS);
-    if (plan_check_gpu_count(1, tp, pp, n, err)) return -1;
+    if (plan_check_gpu_count(1, tp, pp, n, 0, err)) return -1;
     for (int i = 0; i < n; i++) dev[i] = o->devices ? o->devices[i] : i;
     plan_options_init(po, 0, 0);
     po->dtype = !strcmp(o->dtype, "fp16") ? RL_F16 : !strcmp(o->dtype, "fp32") ? RL_F32 : RL_BF16;

@@ -9,6 +9,7 @@
  * the rank with the least room sets the instance's capacity. */
 #include "worker/plan/plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -278,13 +279,19 @@ static int plan_fill(const rlModelConfig *cfg, const rlPlanOptions *o, int insta
     return 0;
 }
 
-int plan_check_gpu_count(int instances, int tp, int pp, int n_gpus, rlError *err) {
-    if (instances * tp * pp <= n_gpus) return 0;
+int plan_check_gpu_count(int instances, int tp, int pp, int n_gpus, int hypothetical,
+                         rlError *err) {
+    int need = instances * tp * pp;
+    if (need <= n_gpus) return 0;
+    /* Hypothetical GPUs are counted by --gpus: --devices names real ones. */
+    char more[64];
+    snprintf(more, sizeof more, hypothetical ? "give --gpus %d" : "list as many devices (--devices)",
+             need);
     return rl_error(err, RL_EDEVICE,
-                    "%d instance%s of TP %d x PP %d need%s %d GPUs but %d %s given: list as many "
-                    "devices (--devices), or lower --tp / --pp",
-                    instances, instances > 1 ? "s" : "", tp, pp, instances > 1 ? "" : "s",
-                    instances * tp * pp, n_gpus, n_gpus == 1 ? "is" : "are");
+                    "%d instance%s of TP %d x PP %d need%s %d GPUs but %d %s given: %s, or lower "
+                    "%s--tp / --pp",
+                    instances, instances > 1 ? "s" : "", tp, pp, instances > 1 ? "" : "s", need,
+                    n_gpus, n_gpus == 1 ? "is" : "are", more, instances > 1 ? "--instances / " : "");
 }
 
 int plan_layout(const rlModelConfig *cfg, const rlPlanOptions *o, int instances, int tp, int pp,
@@ -298,7 +305,8 @@ int plan_layout(const rlModelConfig *cfg, const rlPlanOptions *o, int instances,
         return rl_error(err, RL_EUSAGE,
                         "%d instances of TP %d x PP %d: every count must be at least 1",
                         instances, tp, pp);
-    if (plan_check_gpu_count(instances, tp, pp, p->opt.n_gpus, err)) return -1;
+    if (plan_check_gpu_count(instances, tp, pp, p->opt.n_gpus, p->opt.gpu_ordinal[0] < 0, err))
+        return -1;
     if (!(p->layouts = calloc(1, sizeof(rlPlanLayout))))
         return rl_error(err, RL_EINTERNAL, "out of host memory for a layout");
     if (plan_fill(cfg, &p->opt, instances, tp, pp, &p->layouts[0], err)) {

@@ -117,8 +117,9 @@ int plan_layout(const rlModelConfig *cfg, const rlPlanOptions *o, int instances,
 int plan_read_devices(const int *devices, int n, rlPlanOptions *o, rlError *err);
 
 /* RL_EDEVICE, saying which flags to change, when the layout needs more
- * GPUs than n_gpus. */
-int plan_check_gpu_count(int instances, int tp, int pp, int n_gpus, rlError *err);
+ * GPUs than n_gpus (hypothetical: `redlm plan --gpus`' GPUs, not devices). */
+int plan_check_gpu_count(int instances, int tp, int pp, int n_gpus, int hypothetical,
+                         rlError *err);
 
 void plan_layout_free(rlPlanLayout *l);
 void plan_free(rlPlan *p);
