@@ -58,6 +58,12 @@ expect 2 "redlm generate: unknown option --tensor-paralel-size (did you mean --t
 expect 2 "redlm generate: unknown option --dtyp (did you mean --dtype?)" "${GEN[@]}" --dtyp=bf16
 expect 2 "redlm generate: unknown option --no-enable-prefix-cache (did you mean --no-enable-prefix-caching?)" \
     "${GEN[@]}" --no-enable-prefix-cache
+# vLLM's options redlm does not take: what to do instead, not a near flag
+expect 2 "redlm generate: unknown option -dp: data parallelism in redlm is several instances: \`redlm launch --instances N\`" \
+    "${GEN[@]}" -dp 2
+expect 2 "redlm worker: unknown option --enable-chunked-prefill: redlm always prefills long prompts in chunks" \
+    "$REDLM" worker --model "$MODEL" --redis redis://127.0.0.1:1 --enable-chunked-prefill
+expect 2 "redlm generate: unknown option --port: redlm serves no HTTP API" "${GEN[@]}" --port=8000
 expect 2 "redlm worker: unknown option --served-model (did you mean --served-model-name?)" \
     "$REDLM" worker --model "$MODEL" --redis redis://127.0.0.1:1 --served-model x
 expect 2 "redlm submit: unknown option --windw (did you mean --window?)" "$REDLM" submit --windw 3

@@ -58,8 +58,36 @@ void engine_flags_add_limits(rlFlags *fs, int *block_size, double *gpu_memory_ut
               "longest sequence, prompt + generation\n(default: the model's maximum)");
 }
 
+/* vLLM's engine options that redlm does not take, each with what a vLLM
+ * command line should do instead (a near flag would mislead: -dp is not -tp). */
+static const rlFlagForeign engine_vllm_foreign[] = {
+    {"--data-parallel-size -dp --data-parallel-size-local",
+     "data parallelism in redlm is several instances: `redlm launch --instances N` splits a "
+     "host's GPUs among N workers, and workers on other hosts join the same stream"},
+    {"--enable-chunked-prefill --no-enable-chunked-prefill --max-num-partial-prefills "
+     "--long-prefill-token-threshold",
+     "redlm always prefills long prompts in chunks of --max-num-batched-tokens tokens a step; "
+     "drop the flag"},
+    {"--swap-space --cpu-offload-gb",
+     "redlm keeps the weights and the KV cache on the GPUs (a preempted sequence is computed "
+     "again); drop the flag, or spread the model over more GPUs (--tp / --pp)"},
+    {"--host --port --api-key --root-path --uvicorn-log-level",
+     "redlm serves no HTTP API: `redlm worker --redis URL` takes jobs from a Redis stream "
+     "(its --metrics-port N serves Prometheus metrics)"},
+    {"--revision --code-revision --tokenizer-revision --download-dir --hf-token",
+     "redlm reads a local model directory: download that revision first (e.g. "
+     "`huggingface-cli download MODEL --revision REV --local-dir DIR`) and give --model DIR"},
+    {"--max-logprobs",
+     "redlm returns up to 20 logprobs per token (logprobs, top_logprobs, prompt_logprobs), "
+     "as OpenAI does; drop the flag"},
+    {"--distributed-executor-backend --worker-cls",
+     "redlm runs its tensor- and pipeline-parallel ranks itself; drop the flag"},
+    {NULL, NULL},
+};
+
 void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
     rlEngineOptions *o = &f->o;
+    fs->foreign = engine_vllm_foreign;
     flags_string(fs, "--model", &o->model, "DIR", "Hugging Face model directory")->required = 1;
     flags_string(fs, "--tokenizer", &o->tokenizer, "DIR",
                  "the tokenizer (tokenizer.json) and chat template\n"

@@ -160,8 +160,21 @@ int flags_given(const rlFlags *fs, const char *name) {
 
 static int flags_is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
 
+/* A foreign option spelled a[0..len), or NULL. */
+static const rlFlagForeign *flags_foreign(const rlFlags *fs, const char *a, size_t len) {
+    for (const rlFlagForeign *f = fs->foreign; f && f->names; f++)
+        for (const char *p = f->names; *p;) {
+            size_t n = strcspn(p, " ");
+            if (n == len && !strncmp(p, a, len)) return f;
+            p += n + (p[n] == ' ');
+        }
+    return NULL;
+}
+
 static int flags_unknown(const rlFlags *fs, const char *a, rlError *err) {
     size_t len = strcspn(a, "=");
+    const rlFlagForeign *f = flags_foreign(fs, a, len);
+    if (f) return rl_error(err, RL_EUSAGE, "unknown option %.*s: %s", (int)len, a, f->hint);
     char near[128];
     const char *s = flags_closest(fs, a, near, sizeof(near));
     if (s) return rl_error(err, RL_EUSAGE, "unknown option %.*s (did you mean %s?)", (int)len, a, s);

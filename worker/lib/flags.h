@@ -77,11 +77,19 @@ typedef struct rlFlagRule {
     int requires;           /* 0: a and b exclude each other; 1: a only with b */
 } rlFlagRule;
 
+/* An option of another tool (vLLM's) that a command does not take, with
+ * what to do instead: refused as "unknown option X: hint". */
+typedef struct rlFlagForeign {
+    const char *names;      /* its spellings, space-separated ("--data-parallel-size -dp") */
+    const char *hint;
+} rlFlagForeign;
+
 typedef struct rlFlags {
     const char *cmd;        /* "generate": messages begin "redlm generate: " */
     const char *usage;      /* --help: printed before the table */
     const char *tail;       /* --help: printed after it, or NULL */
     const char *unknown_hint;   /* after "unknown option X" when no flag is close */
+    const rlFlagForeign *foreign;   /* ended by {NULL}; checked before the closest flag */
     int dashdash;           /* 1: "--" ends the options, the rest is left in rest */
     char **rest;
     int n_rest;
