@@ -167,10 +167,12 @@ deps:
 	else echo "deps: no npm: the OpenAI type check will be skipped"; fi
 
 # libFuzzer (clang): every tests/fuzz_*.c over the rooms that read outside
-# input (tokenizer.json and text, job payloads, safetensors headers) and the
-# libraries they stand on.  `make fuzz` gives each its share of FUZZ_SECONDS.
+# input (tokenizer.json and text, job payloads, safetensors headers, chat
+# templates) and the libraries they stand on.  `make fuzz` gives each its
+# share of FUZZ_SECONDS.
 FUZZ_SECONDS ?= 60
-FUZZ_SRC = $(wildcard worker/lib/*.c worker/tokenizer/*.c worker/request/*.c) worker/model/safetensors.c \
+FUZZ_SRC = $(wildcard worker/lib/*.c worker/tokenizer/*.c worker/request/*.c worker/chat/*.c) \
+           worker/model/safetensors.c \
            kernels/error.c kernels/config.c
 FUZZERS  = $(patsubst tests/%.c,build-fuzz/%,$(wildcard tests/fuzz_*.c))
 build-fuzz/fuzz_%: tests/fuzz_%.c $(FUZZ_SRC)
