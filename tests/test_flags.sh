@@ -148,6 +148,8 @@ expect 2 "redlm generate: --model is required" "$REDLM" generate --prompt-ids 1
 expect 2 "redlm worker: --redis is required" "$REDLM" worker --model "$MODEL"
 expect 2 "--model and --tokenizer cannot be given together" "$REDLM" tokenize --model a --tokenizer b
 expect 2 "--verify only applies together with --model" "$REDLM" doctor --verify x
+expect 2 "redlm plan: --gpu-memory '2MiB' is less than the least it can be, 1 GiB" \
+    "$REDLM" plan --model "$MODEL" --gpu-memory 2MiB
 expect 2 "--max-backlog '512KiB' is less than the least it can be" \
     "$REDLM" worker --model "$MODEL" --redis redis://127.0.0.1:1 --max-backlog 512KiB
 

@@ -57,7 +57,7 @@ static int plan_args(int argc, char **argv, planArgs *a) {
                  "a model directory or its config.json")->required = 1;
     flags_int(&fs, "--gpus", &a->gpus, 1, RL_PLAN_MAX_GPUS, "N",
               "hypothetical GPUs (default 1) ...");
-    flags_size(&fs, "--gpu-memory", &a->gpu_memory, 1 << 20,
+    flags_size(&fs, "--gpu-memory", &a->gpu_memory, (size_t)1 << 30,
                "... of this much memory each (e.g. 24GiB, 141GB; default\n80GiB)");
     layout_flags_add_devices(&fs, a->devices, RL_PLAN_MAX_GPUS, &a->n_devices,
                              "real GPUs instead (e.g. 0-5): their memory, what other\n"

@@ -76,7 +76,7 @@ int cmd_status(int argc, char **argv) {
         redisFree(c);
         return RL_EREDIS;
     }
-    printf("stream %s: %lld entries\n", stream, r->integer);
+    printf("stream %s: %lld entr%s\n", stream, r->integer, r->integer == 1 ? "y" : "ies");
     freeReplyObject(r);
 
     r = redisCommand(c, "XINFO GROUPS %s", stream);

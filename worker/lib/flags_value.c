@@ -89,9 +89,13 @@ int flags_parse_size(const char *flag, const char *s, size_t least, size_t *out,
     double bytes = floor(x * mul);
     if (bytes > 1e18)
         return rl_error(err, RL_EUSAGE, "%s '%s' is more than any machine's memory", flag, s);
-    if (bytes < (double)least)
-        return rl_error(err, RL_EUSAGE, "%s '%s' is less than the least it can be, %zu bytes",
-                        flag, s, least);
+    if (bytes < (double)least) {
+        /* the least in the largest unit that writes it whole */
+        size_t unit = least % ((size_t)1 << 30) == 0 ? (size_t)1 << 30
+                      : least % ((size_t)1 << 20) == 0 ? (size_t)1 << 20 : 1;
+        return rl_error(err, RL_EUSAGE, "%s '%s' is less than the least it can be, %zu %s", flag,
+                        s, least / unit, unit == 1 ? "bytes" : unit == (size_t)1 << 20 ? "MiB" : "GiB");
+    }
     *out = (size_t)bytes;
     return 0;
 bad:
