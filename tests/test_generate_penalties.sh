@@ -8,6 +8,8 @@
 #   - presence_penalty below the bias's margin: no change;
 #   - bad_words: the greedy first word never appears;
 #   - min_tokens with that token as a stop id: no stop before min_tokens;
+#     nor with every id a stop id (the sampler then draws from the raw row,
+#     and the id it draws must not end the sample early);
 #   - model, logit_bias and penalties refused with the field named;
 #   - the penalties' counts, which live in the sampler's tables, give the
 #     same tokens however the requests are scheduled: all at once, one at a
@@ -32,6 +34,7 @@ cat > "$tmp/in.jsonl" <<JSON
 {"id": "bad", $base, "bad_words": ["when"]}
 {"id": "min", $base, "logit_bias": {"1540": 6}, "stop_token_ids": [1540], "min_tokens": 3}
 {"id": "nomin", $base, "logit_bias": {"1540": 6}, "stop_token_ids": [1540]}
+{"id": "minall", $base, "stop_token_ids": [$(seq -s, 0 2047)], "min_tokens": 3}
 {"id": "model", $base, "model": "other-model"}
 {"id": "served", $base, "model": "tiny"}
 {"id": "alias", $base, "model": "qwen-tiny"}
@@ -57,6 +60,8 @@ first=$(jq '.[0]' <<<"$(ids plain)")
 [ "$(field nomin .usage.completion_tokens)" = 1 ] || fail "stop id without min_tokens"
 [ "$(field min .usage.completion_tokens)" = 4 ] && [ "$(field min .finish_reason)" = stop ] ||
     fail "min_tokens: $(field min .usage.completion_tokens) tokens"
+[ "$(field minall .usage.completion_tokens)" = 3 ] && [ "$(field minall .finish_reason)" = stop ] ||
+    fail "min_tokens, every id a stop id: $(field minall .usage.completion_tokens) tokens"
 field model .error.message | grep -q "model 'other-model' is not served here: this worker serves 'tiny,qwen-tiny'" ||
     fail "model: $(field model .error.message)"
 [ "$(field served .event)" = done ] || fail "served name refused"

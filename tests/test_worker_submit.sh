@@ -61,6 +61,19 @@ sent2=$(( $(added redlm:jobs) - before ))
 [ "$sent2" = $((60 - done_before)) ] || fail "resume after half a job submitted $sent2 jobs, want $((60 - done_before))"
 diff <(jq -c '[.id, .index, .token_ids]' "$T/out.jsonl") <(jq -c '[.id, .index, .token_ids]' "$T/resume2.jsonl") > "$T/diff" ||
     fail "output resumed after half a job differs: $(head -4 "$T/diff")"
+# a rerun with every line answered in the output reads on through them:
+# each window of them waited a second for replies that never come (30 s
+# here at --window 2)
+cp "$T/out.jsonl" "$T/all.jsonl"
+before=$(added redlm:jobs)
+t0=$(date +%s.%N)
+timeout 60 "$REDLM" submit --redis "$(URL)" --input "$T/in.jsonl" --output "$T/all.jsonl" --window 2 \
+    2> "$T/submit-all.log" || fail "rerun with every line answered: exit $? $(cat "$T/submit-all.log")"
+secs=$(echo "$t0 $(date +%s.%N)" | awk '{ printf "%.2f", $2 - $1 }')
+[ "$(added redlm:jobs)" = "$before" ] && cmp -s "$T/out.jsonl" "$T/all.jsonl" ||
+    fail "rerun with every line answered submitted jobs or changed the output"
+awk -v s="$secs" 'BEGIN { exit !(s < 5) }' || fail "rerun with every line answered took $secs s"
+echo "rerun with all 61 lines answered: $secs s"
 
 # ids the worker cannot answer under (not a string, empty, holding U+0000,
 # too long) are answered locally: sent, they got a dead letter alone and

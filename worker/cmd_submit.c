@@ -571,6 +571,9 @@ static int sub_loop(subRun *r) {
             break;
         }
         if (r->eof && r->oldest > r->next_line) break;
+        /* Lines answered without a worker (already in the output, blank,
+         * refused here) made room: read on, not wait a second for replies. */
+        if (!r->eof && r->next_line - r->oldest + 1 < r->window) continue;
         if (r->timeout > 0 && now_s() - r->t0 >= r->timeout) {
             sub_progress(r, 1);
             fprintf(stderr, "redlm submit: --timeout %g s reached: %ld jobs answered, %ld results written to %s, "

@@ -761,7 +761,10 @@ static int sample_push(rlEngine *e, engReq *q, int i, const rlRowResult *res, rl
     if (q->t_first == 0) q->t_first = now_ms();
     if (sched_append(e->sched, q->h, i, tok)) return rl_error(err, RL_EINTERNAL, "out of memory");
     rlFinish f = RL_FINISH_NONE;
-    int stop = is_stop_token(e, r, tok);
+    /* Before min_tokens no id ends a sample, as vLLM's stop check: they are
+     * banned then (adjust.c), but a row that bans every token samples the
+     * raw row (kernels/README.md), which may give one. */
+    int stop = s->n_generated < r->min_tokens ? 0 : is_stop_token(e, r, tok);
     if (stop) {
         f = RL_FINISH_STOP;   /* the stop token's own text is not part of the output */
         s->stop_by_token = stop == 2;
