@@ -1,8 +1,9 @@
-/* test_engine_plan.c: the default --max-num-batched-tokens (engine_plan.c),
- * vLLM's rule on hypothetical GPUs: 16384 offline and 8192 serving on GPUs
- * of 70 GiB or more that are not A100s, 8192 and 2048 otherwise, halved
- * while a step's activations would take more than an eighth of what the
- * weights leave; the CPU backend keeps 2048. */
+/* test_engine_plan.c: the default --max-num-seqs and --max-num-batched-tokens
+ * (engine_plan.c), vLLM's rule on hypothetical GPUs: 1024 sequences and
+ * 16384 tokens offline / 8192 serving on GPUs of 70 GiB or more that are not
+ * A100s, 256 and 8192 / 2048 otherwise, the step halved while its
+ * activations would take more than an eighth of what the weights leave;
+ * the CPU backend keeps 256 and 2048. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,10 +29,12 @@ static int pick(const char *config, int gpus, size_t mem, const char *name, int 
     rlPlanOptions po;
     plan_options_init(&po, gpus, mem);
     po.max_model_len = o.max_model_len;
-    po.max_num_seqs = o.max_num_seqs;
+    const char *rule;
+    po.max_num_seqs = engine_max_num_seqs_vllm(&po, name, &rule);
     int t = engine_batched_tokens_for(&cfg, &o, &po, name, why, 400);
-    print_message("%s on %d x %zu GiB %s, %s: %d (%s)\n", config, gpus, mem / GiB, name,
-                  offline ? "offline" : "server", t, why);
+    print_message("%s on %d x %zu GiB %s, %s: %d sequences (%s), %d tokens (%s)\n", config,
+                  gpus, mem / GiB, name, offline ? "offline" : "server", po.max_num_seqs, rule, t,
+                  why);
     return t;
 }
 
@@ -49,6 +52,32 @@ static void test_vllm_defaults(void **state) {
     assert_int_equal(pick("configs/qwen2.5-7b.json", 1, 80 * GiB, "NVIDIA A100-SXM4-80GB", 0, 1, why),
                      2048);
     assert_int_equal(pick("configs/qwen2.5-0.5b.json", 1, 48 * GiB, "NVIDIA L40S", 1, 1, why), 8192);
+}
+
+static void test_vllm_max_num_seqs(void **state) {
+    (void)state;
+    static const struct {
+        size_t mem;
+        const char *name;
+        int seqs;
+    } cases[] = {{141 * GiB, "NVIDIA H200", 1024},
+                 {80 * GiB, "NVIDIA H100 80GB HBM3", 1024},
+                 {80 * GiB, "NVIDIA A100-SXM4-80GB", 256},
+                 {48 * GiB, "NVIDIA L40S", 256},
+                 {24 * GiB, "NVIDIA GeForce RTX 4090", 256}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rlPlanOptions po;
+        plan_options_init(&po, 1, cases[i].mem);
+        const char *rule;
+        assert_int_equal(engine_max_num_seqs_vllm(&po, cases[i].name, &rule), cases[i].seqs);
+        assert_non_null(strstr(rule, cases[i].seqs == 1024 ? "1024" : "256"));
+    }
+    /* the smallest GPU decides: an 80 GiB card beside a 24 GiB one */
+    rlPlanOptions po;
+    plan_options_init(&po, 2, 80 * GiB);
+    po.gpu_total[1] = 24 * GiB;
+    const char *rule;
+    assert_int_equal(engine_max_num_seqs_vllm(&po, "NVIDIA H100 80GB HBM3", &rule), 256);
 }
 
 static void test_bounded_by_activations(void **state) {
@@ -70,15 +99,29 @@ static void test_cpu(void **state) {
     fixture_config("configs/qwen2.5-7b.json", &cfg);
     rlEngineOptions o;
     engine_options_init(&o);
-    char why[400];
     rlError err = {0};
-    assert_int_equal(engine_default_batched_tokens(&cfg, &o, why, sizeof why, &err), 2048);
-    assert_non_null(strstr(why, "CPU"));
+    char log[512] = "";
+    FILE *f = fmemopen(log, sizeof log, "w");
+    assert_non_null(f);
+    assert_int_equal(engine_default_batch(&cfg, &o, f, &err), 0);
+    fclose(f);
+    assert_int_equal(o.max_num_seqs, 256);
+    assert_int_equal(o.max_num_batched_tokens, 2048);
+    assert_non_null(strstr(log, "CPU"));
+    /* what was given stays */
+    engine_options_init(&o);
+    o.max_num_seqs = 7, o.max_num_batched_tokens = 300;
+    f = fmemopen(log, sizeof log, "w");
+    assert_int_equal(engine_default_batch(&cfg, &o, f, &err), 0);
+    fclose(f);
+    assert_int_equal(o.max_num_seqs, 7);
+    assert_int_equal(o.max_num_batched_tokens, 300);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vllm_defaults),
+        cmocka_unit_test(test_vllm_max_num_seqs),
         cmocka_unit_test(test_bounded_by_activations),
         cmocka_unit_test(test_cpu),
     };

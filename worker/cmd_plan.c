@@ -30,6 +30,7 @@ typedef struct planArgs {
     double bandwidth;       /* GB/s, 0: by the GPUs' size */
     int one;                /* --tp or --pp given: check that layout only */
     int tokens_given;       /* --max-num-batched-tokens given */
+    int seqs_given;         /* --max-num-seqs given */
     rlPlanOptions opt;
 } planArgs;
 
@@ -94,6 +95,7 @@ static int plan_args(int argc, char **argv, planArgs *a) {
     /* One layout as generate and worker take it: the other dimension 1. */
     a->one = flags_given(&fs, "--tp") > 0 || flags_given(&fs, "--pp") > 0;
     a->tokens_given = flags_given(&fs, "--max-num-batched-tokens") > 0;
+    a->seqs_given = flags_given(&fs, "--max-num-seqs") > 0;
     if (rc < 0 && flags_given(&fs, "--instances") > 0 && !a->one) {
         fprintf(stderr, "redlm plan: --instances only applies together with --tp or --pp\n");
         return RL_EUSAGE;
@@ -143,14 +145,23 @@ static int plan_gpus(planArgs *a, rlError *err) {
     return a->topology ? plan_read_topology(a->topology, a->gpus, o, err) : 0;
 }
 
-/* Without --max-num-batched-tokens the plan counts the step a `redlm worker`
- * on these GPUs would start with (engine_plan.h), so its KV figures are the
- * ones the worker prints at start.  For one layout that is the worker's
- * exact value; over all layouts, vLLM's before the halving a start does
- * where a step's activations would crowd a rank. */
-static void plan_default_tokens(planArgs *a, const rlModelConfig *cfg, char *why, size_t len) {
+/* Without --max-num-seqs / --max-num-batched-tokens the plan counts what a
+ * `redlm worker` on these GPUs would start with (engine_plan.h), so its KV
+ * figures are the ones the worker prints at start.  For one layout that is
+ * the worker's exact step; over all layouts, vLLM's before the halving a
+ * start does where a step's activations would crowd a rank.  why, seqs_why:
+ * the reasons, printed beside the values. */
+static void plan_defaults(planArgs *a, const rlModelConfig *cfg, char *why, size_t len,
+                          char *seqs_why, size_t seqs_len) {
     char name[96] = "a GPU";
+    const char *rule;
     if (a->n_devices) engine_gpu_name(a->devices, a->n_devices, name, sizeof name);
+    if (!a->seqs_given) {
+        a->opt.max_num_seqs = engine_max_num_seqs_vllm(&a->opt, name, &rule);
+        snprintf(seqs_why, seqs_len, "as `redlm worker` would start: vLLM's default (%s)", rule);
+        a->opt.seqs_from = seqs_why;
+    }
+    if (a->tokens_given) return;
     if (a->one) {
         rlEngineOptions eo;
         engine_options_init(&eo);
@@ -160,7 +171,6 @@ static void plan_default_tokens(planArgs *a, const rlModelConfig *cfg, char *why
             engine_batched_tokens_for(cfg, &eo, &a->opt, name, how, sizeof how);
         snprintf(why, len, "as `redlm worker` would start: %s", how);
     } else {
-        const char *rule;
         a->opt.max_num_batched_tokens = engine_batched_tokens_vllm(&a->opt, name, 0, &rule);
         snprintf(why, len, "as `redlm worker` would start: vLLM's server default (%s), halved "
                  "where a layout's step would take over an eighth of what its weights leave",
@@ -179,8 +189,8 @@ int cmd_plan(int argc, char **argv) {
     if (checkpoint_read_config(a.model, &cfg, &err) ||
         modelcfg_dtype(&cfg, a.dtype, &a.opt.dtype, &err) || plan_gpus(&a, &err))
         goto fail;
-    char why[512];
-    if (!a.tokens_given) plan_default_tokens(&a, &cfg, why, sizeof why);
+    char why[512], seqs_why[160];
+    plan_defaults(&a, &cfg, why, sizeof why, seqs_why, sizeof seqs_why);
     if (a.one) rc = plan_layout(&cfg, &a.opt, a.instances, a.tp, a.pp, &plan, &err);
     else rc = plan_compute(&cfg, &a.opt, &plan, &err);
     /* A layout that does not fit is printed too: its numbers are the evidence. */

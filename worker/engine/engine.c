@@ -40,7 +40,6 @@ void engine_options_init(rlEngineOptions *o) {
     o->dtype = "auto";
     o->block_size = 16;
     o->gpu_memory_utilization = 0.90;
-    o->max_num_seqs = 256;
     o->prefix_caching = 1;
     o->tp = o->pp = 1;
     o->stream_interval = 1;
@@ -331,7 +330,7 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
                  names);
         goto fail;
     }
-    if (o->block_size < 1 || o->block_size > 1024 || o->max_num_seqs < 1 ||
+    if (o->block_size < 1 || o->block_size > 1024 || o->max_num_seqs < 0 ||
         o->max_num_batched_tokens < 0) {
         rl_error(err, RL_EUSAGE, "--block-size, --max-num-seqs and --max-num-batched-tokens "
                                  "must be positive (block size at most 1024)");
@@ -399,14 +398,9 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
         fprintf(stderr, "redlm: %s\n", chat_describe(e->chat));
     }
 
-    if (!o->max_num_batched_tokens) {
-        char why[400];
-        int t = engine_default_batched_tokens(&e->cfg, o, why, sizeof why, err);
-        if (t < 0) goto fail;
-        o->max_num_batched_tokens = t;
-        fprintf(stderr, "redlm: --max-num-batched-tokens %d: %s; --max-num-batched-tokens N "
-                "sets it\n", t, why);
-    }
+    if ((!o->max_num_seqs || !o->max_num_batched_tokens) &&
+        engine_default_batch(&e->cfg, o, stderr, err))
+        goto fail;
     rlDtype dtype = RL_BF16;
     if (modelcfg_dtype(&e->cfg, e->opt.dtype, &dtype, err)) goto fail;
     if (!strcmp(o->backend, "cpu") && o->dtype && strcmp(o->dtype, "auto") &&

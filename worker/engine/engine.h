@@ -28,9 +28,10 @@ typedef struct rlEngineOptions {
     int block_size;             /* KV block size in tokens, default 16 */
     size_t kv_cache_memory;     /* CPU: bytes of KV cache, 0 = default */
     double gpu_memory_utilization; /* CUDA: default 0.90 */
-    int max_num_seqs;           /* default 256 */
+    int max_num_seqs;           /* 0 (default): chosen at open from the GPUs, as vLLM
+                                 * does (engine_default_batch); the CPU's 256 */
     int max_num_batched_tokens; /* 0 (default): chosen at open from the GPU and model,
-                                 * as vLLM does (engine_default_batched_tokens) */
+                                 * as vLLM does (engine_default_batch) */
     int offline;                /* redlm generate: vLLM's offline (LLM class) defaults */
     int batch_invariant;        /* --batch-invariant: a token's numbers independent of the
                                  * batch and of the prompt's chunking (CPU; CUDA up to --tp 2) */

@@ -48,7 +48,9 @@ void engine_flags_add_limits(rlFlags *fs, int *block_size, double *gpu_memory_ut
     flags_double(fs, "--gpu-memory-utilization", gpu_memory_utilization, 0, 1, 1, "F",
                  "CUDA: share of each GPU's memory to use (default 0.90)");
     flags_int(fs, "--max-num-seqs", max_num_seqs, 1, 1 << 16, "N",
-              "sequences per step (default 256)");
+              "sequences per step (default: 1024 on GPUs of 70 GiB+\n"
+              "but the A100, as vLLM; else and on the CPU 256;\n"
+              "printed)");
     flags_int(fs, "--max-num-batched-tokens", max_num_batched_tokens, 1, 1 << 24, "N",
               "new tokens per step (default: chosen from the GPU and\n"
               "model as vLLM does, 16384 offline (generate) / 8192\n"

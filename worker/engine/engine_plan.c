@@ -67,13 +67,25 @@ static size_t least_gpu(const rlPlanOptions *devices) {
     return least;
 }
 
+/* vLLM's larger defaults: GPUs of 70 GiB or more that are not A100s (its
+ * EngineArgs keeps the A100 on the smaller ones, which serve it better). */
+static int vllm_big_gpu(const rlPlanOptions *devices, const char *gpu_name) {
+    return least_gpu(devices) >= (size_t)70 << 30 && !strstr(gpu_name, "A100");
+}
+
 int engine_batched_tokens_vllm(const rlPlanOptions *devices, const char *gpu_name, int offline,
                                const char **rule) {
-    size_t least = least_gpu(devices);
-    int big = least >= (size_t)70 << 30 && !strstr(gpu_name, "A100");
+    int big = vllm_big_gpu(devices, gpu_name);
     *rule = big ? "70 GiB or more, not an A100: 16384 offline, 8192 serving"
                 : "under 70 GiB or an A100: 8192 offline, 2048 serving";
     return big ? (offline ? 16384 : 8192) : (offline ? 8192 : 2048);
+}
+
+int engine_max_num_seqs_vllm(const rlPlanOptions *devices, const char *gpu_name,
+                             const char **rule) {
+    int big = vllm_big_gpu(devices, gpu_name);
+    *rule = big ? "70 GiB or more, not an A100: 1024" : "under 70 GiB or an A100: 256";
+    return big ? 1024 : 256;
 }
 
 int engine_batched_tokens_for(const rlModelConfig *cfg, const rlEngineOptions *o,
@@ -116,18 +128,35 @@ void engine_gpu_name(const int *dev, int n, char *name, size_t len) {
     }
 }
 
-int engine_default_batched_tokens(const rlModelConfig *cfg, const rlEngineOptions *o, char *why,
-                                  size_t why_len, rlError *err) {
-    if (strcmp(o->backend, "cuda")) {
-        snprintf(why, why_len, "the CPU backend's default");
-        return 2048;
+int engine_default_batch(const rlModelConfig *cfg, rlEngineOptions *o, FILE *log, rlError *err) {
+    if (!strcmp(o->backend, "cpu")) {
+        if (!o->max_num_seqs) o->max_num_seqs = 256;
+        if (!o->max_num_batched_tokens) {
+            o->max_num_batched_tokens = 2048;
+            fprintf(log, "redlm: --max-num-batched-tokens 2048: the CPU backend's default; "
+                    "--max-num-batched-tokens N sets it\n");
+        }
+        return 0;
     }
     int dev[RL_PLAN_MAX_GPUS];
     rlPlanOptions po;
     if (engine_plan_options(o, &po, dev, err)) return -1;
     char name[96];
     engine_gpu_name(dev, po.n_gpus, name, sizeof name);
-    return engine_batched_tokens_for(cfg, o, &po, name, why, why_len);
+    if (!o->max_num_seqs) {
+        const char *rule;
+        po.max_num_seqs = o->max_num_seqs = engine_max_num_seqs_vllm(&po, name, &rule);
+        fprintf(log, "redlm: --max-num-seqs %d: vLLM's default for %s, %.0f GiB (%s); "
+                "--max-num-seqs N sets it\n", o->max_num_seqs, name,
+                (double)least_gpu(&po) / (1 << 30), rule);
+    }
+    if (!o->max_num_batched_tokens) {
+        char why[400];
+        o->max_num_batched_tokens = engine_batched_tokens_for(cfg, o, &po, name, why, sizeof why);
+        fprintf(log, "redlm: --max-num-batched-tokens %d: %s; --max-num-batched-tokens N "
+                "sets it\n", o->max_num_batched_tokens, why);
+    }
+    return 0;
 }
 
 /* One number from a file ("max" or absent: none). */

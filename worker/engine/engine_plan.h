@@ -31,14 +31,19 @@ int engine_check_plan(const rlModelConfig *cfg, const rlEngineOptions *o, FILE *
 int engine_check_host_memory(const rlModelConfig *cfg, int tp, int pp, const int *partition,
                              size_t kv_bytes, rlError *err);
 
-/* The --max-num-batched-tokens a start without one gets, as vLLM's
- * EngineArgs picks it: on GPUs of 70 GiB or more other than the A100,
- * 16384 offline (o->offline) and 8192 serving, else 8192 and 2048; halved
- * (not under 2048) while the step's activations would take more than an
- * eighth of what the weights leave of a rank's share.  The CPU backend
- * keeps 2048.  why: the reason, for the line printed at start. */
-int engine_default_batched_tokens(const rlModelConfig *cfg, const rlEngineOptions *o, char *why,
-                                  size_t why_len, rlError *err);
+/* The --max-num-seqs and --max-num-batched-tokens a start without them
+ * gets (0 in o: not given), filled into o and each printed to log with its
+ * reason.  As vLLM's EngineArgs picks them: on GPUs of 70 GiB or more other
+ * than the A100, 1024 sequences and 16384 new tokens a step offline
+ * (o->offline), 8192 serving; else 256 and 8192 / 2048; the step halved
+ * (not under 2048) while its activations would take more than an eighth
+ * of what the weights leave of a rank's share.  The CPU backend: 256 and
+ * 2048.  RL_EDEVICE when the GPUs cannot be read. */
+int engine_default_batch(const rlModelConfig *cfg, rlEngineOptions *o, FILE *log, rlError *err);
+/* vLLM's --max-num-seqs for devices (real or hypothetical) of type gpu_name;
+ * *rule: the rule, in words. */
+int engine_max_num_seqs_vllm(const rlPlanOptions *devices, const char *gpu_name,
+                             const char **rule);
 /* vLLM's value before any halving, for the devices of a plan's options
  * (real or hypothetical) of type gpu_name; *rule: the rule, in words. */
 int engine_batched_tokens_vllm(const rlPlanOptions *devices, const char *gpu_name, int offline,

@@ -32,7 +32,8 @@ typedef enum rlPlanLink {
 typedef struct rlPlanOptions {
     rlDtype dtype;                 /* weights, activations and KV cache on the device */
     int max_model_len;             /* 0: the model's max_position_embeddings */
-    int max_num_seqs;              /* default 256 (the engine's) */
+    int max_num_seqs;              /* default 256 (the engine's on the CPU) */
+    const char *seqs_from;         /* why that value, printed beside it, or NULL */
     int max_num_batched_tokens;    /* default 2048 */
     const char *batched_tokens_from; /* why that value, printed beside it, or NULL */
     int block_size;                /* default 16 */

@@ -140,6 +140,7 @@ void plan_print(FILE *f, const rlPlan *p) {
     fprintf(f, "engine: --max-model-len %d, --max-num-seqs %d, --max-num-batched-tokens %d, "
                "--block-size %d\n",
             o->max_model_len, o->max_num_seqs, o->max_num_batched_tokens, o->block_size);
+    if (o->seqs_from) fprintf(f, "        --max-num-seqs %d: %s\n", o->max_num_seqs, o->seqs_from);
     if (o->batched_tokens_from)
         fprintf(f, "        --max-num-batched-tokens %d: %s\n", o->max_num_batched_tokens,
                 o->batched_tokens_from);
