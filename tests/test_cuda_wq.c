@@ -289,8 +289,14 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
             ref[(size_t)r * n + o] = s;
             mag[(size_t)r * n + o] = a;
         }
+    /* A bias (every other row count takes it), added before y's rounding. */
+    uint16_t *bh = malloc((size_t)n * 2);
+    double *bd = malloc((size_t)n * sizeof(double));
+    for (int o = 0; o < n; o++) bh[o] = to_half((float)(2 * urand() - 1), dt), bd[o] = from_half(bh[o], dt);
     void *xdv = dev_alloc((size_t)MAX_M * ldx * 2), *ydv = dev_alloc((size_t)MAX_M * ldy * 2);
+    void *bdv = dev_alloc((size_t)n * 2);
     assert_int_equal(cudaMemcpy(xdv, xh, (size_t)MAX_M * ldx * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    assert_int_equal(cudaMemcpy(bdv, bh, (size_t)n * 2, cudaMemcpyHostToDevice), cudaSuccess);
     uint16_t *yh = malloc((size_t)MAX_M * ldy * 2);
     assert_int_equal(rl_wq_max_rows(w), WQ_FAST_ROWS);
     /* Both kernels on the rows they may take, whichever the rule picks for
@@ -303,10 +309,10 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
     for (int kern = WQ_KERNEL_MMA; kern <= WQ_KERNEL_GEMV; kern++) {
         wq_decode_kernel_force(kern);
         for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
-            int m = ms[mi];
+            int m = ms[mi], bias = mi % 2;
             if (kern == WQ_KERNEL_GEMV && m > 8) continue;
             assert_int_equal(cudaMemsetAsync(ydv, 0xff, (size_t)MAX_M * ldy * 2, stream), cudaSuccess);
-            assert_int_equal(rl_wq_gemm(w, dt, xdv, ldx, ydv, ldy, m, pdl, stream), 0);
+            assert_int_equal(rl_wq_gemm(w, dt, xdv, ldx, ydv, ldy, bias ? bdv : NULL, m, pdl, stream), 0);
             assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
             assert_int_equal(cudaMemcpy(yh, ydv, (size_t)MAX_M * ldy * 2, cudaMemcpyDeviceToHost), cudaSuccess);
             double err = 0;
@@ -322,7 +328,9 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
                     float v = from_half(b, dt);
                     if (!isfinite(v))
                         fail_msg("%s %s m=%d: y[%d][%d] = %f (unwritten?)", c->name, kernel_name[kern], m, r, o, v);
-                    double e = fabs(v - ref[(size_t)r * n + o]) / (mag[(size_t)r * n + o] > 0 ? mag[(size_t)r * n + o] : 1);
+                    const double bo = bias ? bd[o] : 0, want = ref[(size_t)r * n + o] + bo;
+                    const double scale = mag[(size_t)r * n + o] + fabs(bo);
+                    double e = fabs(v - want) / (scale > 0 ? scale : 1);
                     if (e > err) err = e;
                 }
             if (err > *worst) *worst = err;
@@ -352,7 +360,8 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
     cudaFree(xdv);
     cudaFree(ydv);
     cudaFree(ddv);
-    free(xh), free(xd), free(wd), free(ref), free(mag), free(yh), free(dh);
+    cudaFree(bdv);
+    free(xh), free(xd), free(wd), free(ref), free(mag), free(yh), free(dh), free(bh), free(bd);
     rl_wq_free(w);
     layer_free(&l);
 }
@@ -380,14 +389,14 @@ static void test_bad_calls(void **state) {
     rlWq *w;
     assert_int_equal(rl_wq_upload(&l.h, stream, &w, NULL, msg, sizeof(msg)), 0);
     void *x = dev_alloc(4096), *y = dev_alloc(4096);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, 0, pdl, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, WQ_MAX_ROWS + 1, pdl, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_F32, x, 64, y, 16, 1, pdl, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 60, y, 16, 1, pdl, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, (char *)x + 2, 64, y, 16, 1, pdl, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, NULL, 64, y, 16, 1, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, NULL, 0, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, NULL, WQ_MAX_ROWS + 1, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_F32, x, 64, y, 16, NULL, 1, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 60, y, 16, NULL, 1, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, (char *)x + 2, 64, y, 16, NULL, 1, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, NULL, 64, y, 16, NULL, 1, pdl, stream), RL_EINPUT);
     assert_int_equal(rl_wq_dequant(w, RL_BF16, (char *)y + 2, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, 1, pdl, stream), 0);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, NULL, 1, pdl, stream), 0);
     assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
     cudaFree(x);
     cudaFree(y);
@@ -425,7 +434,7 @@ static double bench_time(rlWq **copies, int nc, const void *x, void *y, int m) {
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
     for (int i = 0; i < per; i++) {
-        if (m) rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, m, pdl, stream);
+        if (m) rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, NULL, m, pdl, stream);
         else rl_wq_dequant(copies[i % nc], RL_BF16, y, stream);
     }
     cudaStreamEndCapture(stream, &g);

@@ -573,15 +573,28 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
     const int my_tiles = n_tiles > warp ? (n_tiles - warp + DEC_WARPS - 1) / DEC_WARPS : 0;
     const int32_t *btab = a.block_tables + (size_t)s * a.max_blocks;
     T *ring = (T *)dec_smem + (size_t)warp * DEC_STAGES * 2 * TILE;   /* [stage][K, V][TILE] */
-    pdl_wait();      /* the step's batch is staged before any kernel; qkv and the cache are not */
 
+    /* The warp's first tiles.  The step's batch is staged before any kernel;
+     * of the cache, only the new token's key (position positions[t]) is
+     * written in this step (rope_kv_store, the kernel before): the rest
+     * came from earlier steps.  So a warp whose first tiles end before the
+     * new key loads them before waiting for the kernel before, overlapping
+     * its end; the warp whose tiles reach the new key waits first. */
+    const int pre = min(my_tiles, DEC_STAGES - 1);
+    const int pre_last = pre ? min(k_begin + (warp + (pre - 1) * DEC_WARPS + 1) * DEC_TILE, k_end) - 1 : -1;
+    const bool early = pre_last < a.positions[t];
+    auto prologue = [&]() {
 #pragma unroll
-    for (int j = 0; j < DEC_STAGES - 1; j++) {
-        if (j < my_tiles)
-            dec_load_tile<T, D>(ring + 2 * j * TILE, ring + (2 * j + 1) * TILE, kc, vc, a, btab,
-                                hk, k_begin + (warp + j * DEC_WARPS) * DEC_TILE, k_end, lane);
-        cp_async_commit();
-    }
+        for (int j = 0; j < DEC_STAGES - 1; j++) {
+            if (j < my_tiles)
+                dec_load_tile<T, D>(ring + 2 * j * TILE, ring + (2 * j + 1) * TILE, kc, vc, a, btab,
+                                    hk, k_begin + (warp + j * DEC_WARPS) * DEC_TILE, k_end, lane);
+            cp_async_commit();
+        }
+    };
+    if (early) prologue();
+    pdl_wait();      /* qkv and the new key are the kernels before's */
+    if (!early) prologue();
 
     /* Rows g and g + 8 of the A fragments: query heads qh0 + g and qh0 + g + 8. */
     const T *qrow = qkv + (size_t)t * (a.n_q + 2 * a.n_kv) * D + (size_t)qh0 * D;

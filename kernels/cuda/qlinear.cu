@@ -5,7 +5,9 @@
  * A product of m rows takes one of three roads:
  *   - m <= rl_wq_max_rows: rl_wq_gemm reads the int4 / int8 / float8
  *     weights and dequantizes in registers (decode, where reading the
- *     weights bounds the step); the bias is added after.
+ *     weights bounds the step), the bias added before each output's one
+ *     rounding, as the dense GEMV does (no kernel of its own: it would
+ *     cost Qwen2's decode a launch a layer).
  *   - FP8 weights on sm_89 / sm_90 (not RL_CUDA_GENERIC), from
  *     RL_QUANT_W8A8_MIN_ROWS rows: W8A8.  The
  *     activations are quantized to e4m3 here, per token or per 1x128 group
@@ -218,14 +220,6 @@ ql_quant_act128(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k,
         o.b[i] = __nv_cvt_float_to_fp8(fminf(fmaxf(v[i] / s, -QL_E4M3_MAX), QL_E4M3_MAX),
                                        __NV_SATFINITE, __NV_E4M3);
     *(uint32_t *)(q + (size_t)row * k + col) = o.u;
-}
-
-template <typename T>
-__global__ void ql_add_bias(T *out, const T *bias, int rows, int n) {
-    size_t total = (size_t)rows * n;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)gridDim.x * blockDim.x)
-        st(out + i, ld(out + i) + ld(bias + i % n));
 }
 
 /* ---- state, workspace, plans ------------------------------------------- */
@@ -597,6 +591,12 @@ void cuda_free_quant(rlBackend *be, void *p) {
     free(w);
 }
 
+void cuda_quant_packed(const void *layer, const void **data, size_t *bytes) {
+    const rlQLinear *w = (const rlQLinear *)layer;
+    *bytes = 0;
+    *data = w->wq ? rl_wq_packed(w->wq, bytes) : NULL;
+}
+
 void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, const void *bias,
                        int rows, int n, int k) {
     rlCuda *c = cuda_of(be);
@@ -615,15 +615,10 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
      * step writes and reads each layer's 16-bit weights once more. */
     if (rows <= w->max_rows && !c->invariant) {
         PROF(c, "wq gemm %dx%d", n, k);
-        if (rl_wq_gemm(w->wq, dt, in, k, out, n, rows, c->arch.pdl, c->stream)) {
+        if (rl_wq_gemm(w->wq, dt, in, k, out, n, bias, rows, c->arch.pdl, c->stream)) {
             cuda_fail(c, RL_EDEVICE, "matmul_quant: the quantized kernel refused %d rows of a "
                       "%d x %d layer", rows, n, k);
             return;
-        }
-        if (bias) {
-            unsigned blocks = rl_blocks((size_t)rows * n, 256);
-            if (dt == RL_F16) ql_add_bias<f16><<<blocks, 256, 0, c->stream>>>((f16 *)out, (const f16 *)bias, rows, n);
-            else ql_add_bias<bf16><<<blocks, 256, 0, c->stream>>>((bf16 *)out, (const bf16 *)bias, rows, n);
         }
         cuda_launched(c, "matmul_quant");
         return;

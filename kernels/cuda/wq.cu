@@ -68,6 +68,7 @@ template <typename T> struct WqArgs {
     const int32_t *perm;
     const T *x;
     T *y;
+    const T *bias;   /* added to y in fp32 before its one rounding, or NULL */
     int ldx, ldy, m, n, k;
     int ntiles, nchunks, ngroups, group_units, scale_rows, gshift;
     int cshift;   /* a chunk's group is c >> cshift (groups of 2^i whole chunks or all of K), else -1 */
@@ -381,7 +382,7 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
         const int mt = reg / (NW * 4), nt = (reg >> 2) % NW, j = reg & 3;
         const int row = mt * 16 + (ln >> 2) + (j >= 2 ? 8 : 0);
         const int col = (tile0 + nt) * WQ_TILE_N + 2 * (ln & 3) + (j & 1);
-        if (row < a.m && col < a.n) st(a.y + (size_t)row * a.ldy + col, s);
+        if (row < a.m && col < a.n) st(a.y + (size_t)row * a.ldy + col, a.bias ? s + ld(a.bias + col) : s);
     }
 }
 
@@ -533,7 +534,7 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32, PLAIN ? 3 : 2) wq_gemv_ker
             float s = 0.0f;
             for (int wi = 0; wi < nwarps; wi++) s += red[wi][j][ln];
             const int row = ln >> 2, col = t * WQ_TILE_N + 2 * (ln & 3) + j;
-            if (row < a.m && col < a.n) st(a.y + (size_t)row * a.ldy + col, s);
+            if (row < a.m && col < a.n) st(a.y + (size_t)row * a.ldy + col, a.bias ? s + ld(a.bias + col) : s);
         }
         __syncthreads();
     }
@@ -576,8 +577,9 @@ template <typename T, int TY> __global__ void wq_dequant_kernel(WqArgs<T> a, siz
 }
 
 template <typename T> static WqArgs<T> wq_args(const rlWq *w, const void *x, int ldx, void *y, int ldy,
-                                               int m) {
+                                               const void *bias, int m) {
     WqArgs<T> a;
+    a.bias = (const T *)bias;
     a.qw = w->qw;
     a.scale = w->scale;
     a.zero = w->zero;
@@ -722,23 +724,28 @@ static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, WqLaunch &L) {
 }
 
 extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
-                          int m, int pdl, cudaStream_t s) {
+                          const void *bias, int m, int pdl, cudaStream_t s) {
     if (!w || !x || !y || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > WQ_MAX_ROWS ||
         ldx < w->k || ldy < w->n || ldx % 8 || ((uintptr_t)x & 15))
         return RL_EINPUT;
     static const bool nw_read = wq_nw_parse();   /* once, thread-safe */
     (void)nw_read;
     WqLaunch L = {s, pdl, cudaSuccess};
-    if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, m), L);
-    else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, m), L);
+    if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, bias, m), L);
+    else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, bias, m), L);
     const cudaError_t last = cudaGetLastError();   /* taken off the runtime either way */
     return L.err == cudaSuccess && last == cudaSuccess ? RL_OK : RL_EDEVICE;
 }
 
 extern "C" int rl_wq_max_rows(const rlWq *) { return WQ_FAST_ROWS; }
 
+extern "C" const void *rl_wq_packed(const rlWq *w, size_t *bytes) {
+    *bytes = wq_qw_bytes(w);
+    return w->qw;
+}
+
 template <typename T> static void wq_dequant_launch(const rlWq *w, void *dst, cudaStream_t s) {
-    WqArgs<T> a = wq_args<T>(w, NULL, 0, dst, w->k, 0);
+    WqArgs<T> a = wq_args<T>(w, NULL, 0, dst, w->k, NULL, 0);
     const size_t total = (size_t)w->ntiles * w->nchunks * 32;
     const unsigned blocks = (unsigned)((total + 255) / 256);
     switch (w->type) {

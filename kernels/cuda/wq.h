@@ -34,8 +34,9 @@ extern "C" {
  * multiples of 32 or all of k, fp8 scale blocks of 1, 2^i or all n rows. */
 int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_t *bytes, char *msg,
                  size_t msg_n);
-/* y (dtype dt: RL_BF16 or RL_F16, like x; leading dimensions in elements)
- * for 1 <= m <= rl_wq_max_rows(w).  Asynchronous on s, no allocation, no
+/* y = x . w^T (+ bias, n values of dt, or NULL) (dtype dt: RL_BF16 or
+ * RL_F16, like x; leading dimensions in elements) for 1 <= m <=
+ * rl_wq_max_rows(w), each output rounded once.  Asynchronous on s, no allocation, no
  * synchronisation: it can be captured in a CUDA graph.  x must be 16-byte
  * aligned with ldx a multiple of 8.  pdl: launch with programmatic
  * dependent launch (the backend's arch.pdl: Hopper code on a Hopper GPU),
@@ -43,11 +44,13 @@ int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_t *bytes, c
  * and lets the next one start early (cuda_launch.cuh).  Returns 0 or an
  * rlErrorCode: RL_EINPUT for arguments the weights cannot take, RL_EDEVICE
  * for a failed launch (the caller records it like any failed operation). */
-int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy, int m, int pdl,
-               cudaStream_t s);
+int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
+               const void *bias, int m, int pdl, cudaStream_t s);
 /* The most rows for which rl_wq_gemm beats rl_wq_dequant + the dense GEMM
  * (measured, kernels/PERF.md); rl_wq_gemm itself takes up to 128. */
 int rl_wq_max_rows(const rlWq *w);
+/* The packed weights the kernels stream: their device address and size. */
+const void *rl_wq_packed(const rlWq *w, size_t *bytes);
 /* The whole matrix dequantized into dst [n][k] of dtype dt (16-byte
  * aligned), in x's column order (an act-order permutation undone), so
  * y = x . dst^T; exactly the CPU backend's values rounded once.  Returns
