@@ -33,11 +33,6 @@ typedef struct rlAttnShape {
 
 typedef struct rlBackend rlBackend;
 
-/* What rlBackendOps.prefetch is asked to bring in: the layer's o_proj
- * weights before its attention; the next layer's q/k/v weights and this
- * layer's router before its MLP; the down projection before gate/up. */
-enum { RL_PREFETCH_O = 1, RL_PREFETCH_NEXT = 2, RL_PREFETCH_DOWN = 4 };
-
 typedef struct rlBackendOps {
     const char *name;
 
@@ -125,14 +120,6 @@ typedef struct rlBackendOps {
      * in fp32): Qwen2-MoE's shared expert gate. */
     void (*shared_gate)(rlBackend *be, void *out, const void *x, const void *w, int rows,
                         int dim);
-    /* Optional (NULL: nothing to do): start bringing bytes at p, weights an
-     * op later in this step reads, into the device's last-level cache, so
-     * memory works while the latency-bound kernels between run (kernels/
-     * PERF.md v29); p: a buffer of bytes bytes, or where quantized, a layer
-     * upload_quant made (its packed weights; bytes unused).  what: one
-     * RL_PREFETCH_* bit, which the backend takes or leaves; no result,
-     * nothing changes but timing. */
-    void (*prefetch)(rlBackend *be, const void *p, size_t bytes, int quantized, int what);
     /* out[r] = in[rows[row0 + r].token] for n of the batch's logit rows */
     void (*gather_rows)(rlBackend *be, void *out, const void *in, int dim, int row0, int n);
     /* a += b over n elements (act dtype) */

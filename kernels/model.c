@@ -84,22 +84,10 @@ static float *model_full_logits(rlModel *m, int rows, rlError *err) {
     return m->logits_full;
 }
 
-/* Weights of slot `slot` of layer w (elems values where dense) on their way into
- * the device's cache ahead of their product, where the backend does that
- * (rlBackendOps.prefetch). */
-static void model_prefetch(rlModel *m, const rlLayer *w, size_t slot, size_t elems, int what) {
-    const rlBackendOps *op = m->be->ops;
-    void *p = *(void *const *)((const char *)w + slot);
-    if (!op->prefetch || !p) return;
-    op->prefetch(m->be, p, elems * rl_dtype_size(m->be->weight_dtype),
-                 (w->quantized & RL_LAYER_BIT(slot)) != 0, what);
-}
-
 /* delta = down(silu(gate x) * up x), n columns of this rank's share. */
 static void model_mlp(rlModel *m, const rlLayer *w, int T, int n) {
     const rlBackendOps *op = m->be->ops;
     int D = m->cfg.hidden_size;
-    model_prefetch(m, w, offsetof(rlLayer, wdown), (size_t)D * n, RL_PREFETCH_DOWN);
     LINEAR(m, w, wgu, m->gu, m->x, w->bgu, T, 2 * n, D);
     op->swiglu(m->be, m->mlp, m->gu, T, n);
     LINEAR(m, w, wdown, m->delta, m->mlp, w->bdown, T, D, n);
@@ -163,19 +151,12 @@ static int model_layers(rlModel *m, const rlBatch *b, rlError *err) {
 
         /* Attention: this rank's heads, then o_proj over them, summed over TP. */
         LINEAR(m, w, wqkv, m->qkv, m->x, w->bqkv, T, qkv_width, D);
-        model_prefetch(m, w, offsetof(rlLayer, wo), (size_t)D * s->n_q_heads * hd, RL_PREFETCH_O);
         op->rope_kv_store(be, m->qkv, w->q_norm, w->k_norm, eps, l, &m->attn);
         op->attention(be, m->att, m->qkv, l, &m->attn);
         LINEAR(m, w, wo, m->delta, m->att, w->bo, T, D, s->n_q_heads * hd);
         if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
 
         /* h += attention; x = rmsnorm(h); MLP: down(silu(gate x) * up x). */
-        if (w->router)
-            model_prefetch(m, w, offsetof(rlLayer, router), (size_t)c->num_experts * D,
-                           RL_PREFETCH_NEXT);
-        if (l + 1 < s->n_layers)
-            model_prefetch(m, &m->layers[l + 1], offsetof(rlLayer, wqkv), (size_t)qkv_width * D,
-                           RL_PREFETCH_NEXT);
         op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln2, T, D, eps);
         if (w->router) model_moe(m, w, T);
         else model_mlp(m, w, T, s->n_mlp);

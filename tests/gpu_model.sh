@@ -36,13 +36,10 @@ PY
         qwen3-moe-tiny) tol=0.86 ;;
         *) tol=0.05 ;;
     esac
-    # The second run without CUDA graphs (--enforce-eager): the same kernels
-    # launched.  The first with every weight prefetch (RL_CUDA_PREFETCH, off
-    # by default while it is measured), captured in the graphs.
+    # The second run without CUDA graphs (--enforce-eager): the same kernels launched.
     for flags in "--dtype bf16" "--dtype auto --enforce-eager"; do
-        prefetch=0; [ "$flags" = "--dtype bf16" ] && prefetch=7
         # shellcheck disable=SC2086
-        RL_CUDA_PREFETCH=$prefetch "$REDLM" generate --backend cuda $flags --model "$dir" --input "$tmp/in.jsonl" \
+        "$REDLM" generate --backend cuda $flags --model "$dir" --input "$tmp/in.jsonl" \
             --output "$tmp/out.jsonl" 2> "$tmp/err" || { cat "$tmp/err"; exit 1; }
         python3 - "$ref" "$tmp/out.jsonl" "$model $flags" "$tol" <<'PY'
 import json, sys

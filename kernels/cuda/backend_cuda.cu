@@ -383,7 +383,6 @@ static const rlBackendOps cuda_ops = {
     .moe_gate = cuda_moe_gate,
     .moe_experts = cuda_moe_experts,
     .shared_gate = cuda_shared_gate,
-    .prefetch = cuda_prefetch,
     .gather_rows = cuda_gather_rows,
     .add = cuda_add,
     .copy2d = cuda_copy2d,
@@ -487,8 +486,6 @@ extern "C" rlBackend *rl_backend_cuda_create(const rlBackendOptions *opt, rlErro
      * RL_CUDA_GRAPHS=0 reaches programs without flags (the op tests). */
     const char *graphs = getenv("RL_CUDA_GRAPHS");
     int use_graphs = !opt->profile && !opt->eager && !(graphs && !strcmp(graphs, "0"));
-    const char *prefetch = getenv("RL_CUDA_PREFETCH");
-    c->prefetch = prefetch ? atoi(prefetch) & (RL_PREFETCH_O | RL_PREFETCH_NEXT | RL_PREFETCH_DOWN) : 0;
     if (cuda_arch_init(c, err) || cuda_gemm_init(c, err) || cuda_attention_init(c, err) ||
         (opt->profile && cuda_prof_init(c, err)) ||
         (use_graphs && cuda_graphs_init(c, err))) {

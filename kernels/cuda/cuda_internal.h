@@ -57,8 +57,6 @@ typedef struct rlCuda {
      * every step, the grouped MoE path, quantized layers dequantized, the
      * sampler's chunks fixed. */
     int invariant;
-    int prefetch;               /* RL_PREFETCH_* bits rlBackendOps.prefetch takes
-                                 * (RL_CUDA_PREFETCH, default none: being measured) */
     size_t used_at_open;        /* device memory in use before this backend's context (NVML) */
     cudaStream_t stream;
     cublasLtHandle_t lt;
@@ -223,9 +221,6 @@ void cuda_moe_gate(rlBackend *be, int *ids, float *weights, float *logits, const
 void cuda_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
                       const void *wdown, const int *ids, const float *weights, int rows, int dim,
                       int m, int n_experts, int k, int accumulate);
-void cuda_prefetch(rlBackend *be, const void *p, size_t bytes, int quantized, int what);
-/* qlinear.cu: the packed weights of a quantized layer, for cuda_prefetch. */
-void cuda_quant_packed(const void *layer, const void **data, size_t *bytes);
 void cuda_shared_gate(rlBackend *be, void *out, const void *x, const void *w, int rows,
                       int dim);
 

@@ -389,28 +389,3 @@ void cuda_matmul_f32(rlBackend *be, float *out, const void *in, const void *w, i
                      int k) {
     cuda_gemm(cuda_of(be), be->weight_dtype, out, in, w, NULL, rows, n, k, 1, "matmul_f32");
 }
-
-/* ---- weights into L2 ahead of their product ---- */
-
-/* Fire-and-forget prefetches of the lines of p[0..bytes) into L2, kept there
- * ahead of the streams that pass by (evict_last) until their product reads
- * them; the wait at the end keeps PDL's chain whole (the next kernel's wait
- * must cover the kernels before this one too). */
-__global__ void prefetch_l2_kernel(const char *p, size_t bytes) {
-    pdl_trigger();
-    const size_t stride = (size_t)gridDim.x * blockDim.x * 128;
-    for (size_t off = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 128; off < bytes;
-         off += stride)
-        asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p + off));
-    pdl_wait();
-}
-
-void cuda_prefetch(rlBackend *be, const void *p, size_t bytes, int quantized, int what) {
-    rlCuda *c = cuda_of(be);
-    if (!(c->prefetch & what) || c->invariant) return;
-    if (quantized) cuda_quant_packed(p, &p, &bytes);
-    if (!p || !bytes) return;
-    PROF(c, "prefetch %.1f MB", (double)bytes / 1e6);
-    cuda_launch_pdl(c, "prefetch", prefetch_l2_kernel, dim3(2 * c->sm_count), dim3(256), 0,
-                    (const char *)p, bytes);
-}

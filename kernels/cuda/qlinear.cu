@@ -591,12 +591,6 @@ void cuda_free_quant(rlBackend *be, void *p) {
     free(w);
 }
 
-void cuda_quant_packed(const void *layer, const void **data, size_t *bytes) {
-    const rlQLinear *w = (const rlQLinear *)layer;
-    *bytes = 0;
-    *data = w->wq ? rl_wq_packed(w->wq, bytes) : NULL;
-}
-
 void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, const void *bias,
                        int rows, int n, int k) {
     rlCuda *c = cuda_of(be);

@@ -739,11 +739,6 @@ extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, voi
 
 extern "C" int rl_wq_max_rows(const rlWq *) { return WQ_FAST_ROWS; }
 
-extern "C" const void *rl_wq_packed(const rlWq *w, size_t *bytes) {
-    *bytes = wq_qw_bytes(w);
-    return w->qw;
-}
-
 template <typename T> static void wq_dequant_launch(const rlWq *w, void *dst, cudaStream_t s) {
     WqArgs<T> a = wq_args<T>(w, NULL, 0, dst, w->k, NULL, 0);
     const size_t total = (size_t)w->ntiles * w->nchunks * 32;

@@ -49,8 +49,6 @@ int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int l
 /* The most rows for which rl_wq_gemm beats rl_wq_dequant + the dense GEMM
  * (measured, kernels/PERF.md); rl_wq_gemm itself takes up to 128. */
 int rl_wq_max_rows(const rlWq *w);
-/* The packed weights the kernels stream: their device address and size. */
-const void *rl_wq_packed(const rlWq *w, size_t *bytes);
 /* The whole matrix dequantized into dst [n][k] of dtype dt (16-byte
  * aligned), in x's column order (an act-order permutation undone), so
  * y = x . dst^T; exactly the CPU backend's values rounded once.  Returns
