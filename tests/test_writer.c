@@ -3,8 +3,9 @@
  * fenced redlm_reply), nothing lost when the connection is killed
  * mid-flight, nothing written for a job whose entry another consumer took,
  * and a reply key of another type never given a TTL but answered with a dead
- * letter, an XACK and a counted error.  RL_BENCH_EVENTS=N sets the event
- * count (scripts/bench-redis uses it). */
+ * letter, an XACK and a counted error; a command failing inside a job
+ * operation answered with its error code once.  RL_BENCH_EVENTS=N sets the
+ * event count (scripts/bench-redis uses it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -255,6 +256,49 @@ static void test_writer_refused_reply_key(void **state) {
     harness_close(&h);
 }
 
+/* One start answered through redlm_batch by a user (NULL: the admin). */
+static redisReply *start_as(const char *user, const char *entry) {
+    redisContext *c = redis_server_connect(&server);
+    assert_non_null(c);
+    if (user) freeReplyObject(redisCommand(c, "AUTH %s pw", user));
+    redisReply *r = redisCommand(c, "FCALL redlm_batch 3 redlm:jobs redlm:jobs:running redlm:dead redlm w 0 1000 "
+                                    "start %s 1 t1", entry);
+    redisFree(c);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 1);
+    return r;
+}
+
+/* A command that fails inside a job operation is answered in Redis's own
+ * words, its code once: "WRONGTYPE ...", "ERR The user ...", never
+ * "ERR ERR The user ..." (the text the worker logs). */
+static void test_functions_error_read_once(void **state) {
+    (void)state;
+    redisContext *admin = redis_server_connect(&server);
+    freeReplyObject(redisCommand(admin, "FLUSHALL"));
+    const char *load[] = {"FUNCTION", "LOAD", "REPLACE", functions_library};
+    freeReplyObject(redisCommandArgv(admin, 4, load, NULL));
+    freeReplyObject(redisCommand(admin, "XGROUP CREATE redlm:jobs redlm 0 MKSTREAM"));
+    redisReply *e = redisCommand(admin, "XADD redlm:jobs * json {\"id\":\"t1\"}");
+    freeReplyObject(redisCommand(admin, "XREADGROUP GROUP redlm w COUNT 1 STREAMS redlm:jobs >"));
+    freeReplyObject(redisCommand(admin, "SET redlm:jobs:running not-a-hash"));
+    redisReply *r = start_as(NULL, e->str);
+    assert_int_equal(r->element[0]->type, REDIS_REPLY_ERROR);
+    assert_true(!strncmp(r->element[0]->str, "WRONGTYPE ", 10));
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(admin, "DEL redlm:jobs:running"));
+    freeReplyObject(redisCommand(admin, "ACL SETUSER nohget on >pw ~* +@all -hget"));
+    r = start_as("nohget", e->str);
+    assert_int_equal(r->element[0]->type, REDIS_REPLY_ERROR);
+    printf("a refused HGET inside redlm_batch: %s\n", r->element[0]->str);
+    assert_true(!strncmp(r->element[0]->str, "ERR The user executing the script", 33));
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(admin, "ACL DELUSER nohget"));
+    freeReplyObject(e);
+    redisFree(admin);
+}
+
 static int setup(void **state) {
     (void)state;
     signal(SIGPIPE, SIG_IGN);
@@ -272,6 +316,7 @@ int main(void) {
         cmocka_unit_test(test_writer_survives_killed_connection),
         cmocka_unit_test(test_writer_fenced),
         cmocka_unit_test(test_writer_refused_reply_key),
+        cmocka_unit_test(test_functions_error_read_once),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -92,6 +92,14 @@ const char functions_library[] =
     "  return redis.error_reply('REFUSED ' .. msg)\n"
     "end\n"
     "local function errstr(e) return type(e) == 'table' and e.err or tostring(e) end\n"
+    /* an error answer that reads once: Redis 7.0's pcall hands a command's
+     * error back as its text, code and all ("ERR The user ...", "WRONGTYPE
+     * ..."); only a Lua runtime error comes without a code */
+    "local function error_answer(e)\n"
+    "  local s = errstr(e)\n"
+    "  if not s:match('^%u+ ') then s = 'ERR ' .. s end\n"
+    "  return redis.error_reply(s)\n"
+    "end\n"
     "ops.reply = {3, function(keys, a, i, c)\n"
     "  local key = a[i + 4]\n"
     "  if not c.streams[key] then\n"
@@ -123,9 +131,7 @@ const char functions_library[] =
     "      out[#out + 1] = redis.error_reply('LOST ' .. why)\n"
     "    else\n"
     "      local ok, r = pcall(op[2], keys, a, i, c)\n"
-    "      if ok then out[#out + 1] = r\n"
-    "      elseif type(r) == 'table' and r.err then out[#out + 1] = redis.error_reply(r.err)\n"
-    "      else out[#out + 1] = redis.error_reply('ERR ' .. tostring(r)) end\n"
+    "      if ok then out[#out + 1] = r else out[#out + 1] = error_answer(r) end\n"
     "    end\n"
     "    i = i + 4 + op[1]\n"
     "  end\n"
