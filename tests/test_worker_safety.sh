@@ -19,6 +19,10 @@
 #      a producer's MAXLEN, --jobs-maxlen) is still answered, once: neither
 #      its worker's idle refresh nor another worker's idle claim takes the
 #      entry (XCLAIM would drop it from the group, and the answer with it)
+#   7. one whose entry is deleted while it runs on a worker killed with
+#      SIGKILL gets a dead letter entry_deleted (naming the entry and the
+#      job) from the worker that reaps it, and its XACK: it is not dropped
+#      from the group unanswered
 source "$(dirname "$0")/worker_lib.sh"
 
 now() { date +%s.%N; }
@@ -205,4 +209,35 @@ ev=$(stream_json redlm:reply:del | jq -c '{event, attempt, n: (.token_ids | leng
 grep -q "\"redlm_refresh\".*\"$e\"" "$T/monitor.txt" || echo "   (del finished before x's first refresh)"
 echo "6. a job whose entry was deleted while it ran answered once, attempt 1"
 kill -TERM "$X" "$Y"; wait "$X" "$Y" || fail "x or y exit status $?"
-echo "ok: reply keys, readable ids, duplicate ids, settings, logins, trimming, deleted entries"
+
+# 7. k killed (SIGKILL) while running "gone", whose entry is deleted; s reaps it
+start_worker k
+K=$LAST_PID
+wait_until 30 up k || fail "k did not start"
+e=$(rcli XADD redlm:jobs '*' json '{"id":"gone","prompt_ids":[1,2],"max_tokens":4000,"ignore_eos":true,"stream":false}')
+runs_gone() { [ "$(rcli HGET redlm:jobs:running gone)" = "$e" ]; }
+wait_until 20 runs_gone || fail "k did not start gone: $(rcli XPENDING redlm:jobs redlm - + 10)"
+kill -KILL "$K"; wait "$K" 2>/dev/null
+rcli XDEL redlm:jobs "$e" > /dev/null
+t0=$(now)
+start_worker s
+S=$LAST_PID
+# the value after a field name in the newest dead letter
+dead_field() { rcli --raw XREVRANGE redlm:dead + - COUNT 1 | awk -v f="$1" 'p { print; exit } $0 == f { p = 1 }'; }
+dead_gone() { [ "$(dead_field entry)" = "$e" ]; }
+# k's heartbeat lives 10 s after its last beat
+wait_until 30 dead_gone || fail "no dead letter for the deleted entry $e: $(dead_field error); s: $(tail -3 "$T/s.log")"
+took=$(since "$t0")
+[ "$(dead_field error | jq -r .code)" = entry_deleted ] || fail "dead letter: $(dead_field error)"
+dead_field error | jq -r .message | grep -q "^entry $e was deleted from redlm:jobs .*consumer k.* ran job 'gone'" ||
+    fail "dead letter message: $(dead_field error)"
+[ "$(dead_field stream)" = redlm:jobs ] && [ "$(dead_field consumer)" = s ] && [ "$(dead_field attempt)" = 1 ] ||
+    fail "dead letter: $(rcli --raw XREVRANGE redlm:dead + - COUNT 1 | paste -sd ' ')"
+[ "$(pending_count)" = 0 ] || fail "still pending: $(rcli XPENDING redlm:jobs redlm - + 10)"
+[ "$(rcli HEXISTS redlm:jobs:running gone)" = 0 ] || fail "gone still marked running"
+grep -q "entry $e was deleted from redlm:jobs.*dead letter entry_deleted written to redlm:dead" "$T/s.log" ||
+    fail "s did not say so: $(tail -3 "$T/s.log")"
+[ "$(rcli XLEN redlm:reply:gone)" = 0 ] || fail "gone was run again: $(stream_json redlm:reply:gone | head -2)"
+echo "7. a deleted entry of a killed worker dead-lettered (entry_deleted) and acknowledged $took s after the kill"
+kill -TERM "$S"; wait "$S" || fail "s exit status $?"
+echo "ok: reply keys, readable ids, duplicate ids, settings, logins, trimming, deleted entries, of dead workers too"

@@ -11,7 +11,8 @@
  *   - one running job per id (a hash <stream>:running, id -> entry);
  * plus the housekeeping every worker runs: refreshing its entries' idle
  * time, claiming idle entries still in the stream, taking the entries of
- * consumers whose heartbeat is gone, removing empty dead consumers,
+ * consumers whose heartbeat is gone (and dead-lettering those deleted from
+ * the stream meanwhile), removing empty dead consumers,
  * trimming acknowledged entries.  The library is loaded (REPLACE) on every
  * connection before its first FCALL. */
 #ifndef RL_FUNCTIONS_H

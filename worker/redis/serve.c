@@ -328,7 +328,9 @@ static void serve_on_pending(redisAsyncContext *ac, void *reply, void *priv) {
     free(argv);
 }
 
-/* [[id, fields, attempt], ...]: entries of consumers whose heartbeat is gone */
+/* [[id, fields, attempt], ...]: entries of consumers whose heartbeat is gone;
+ * [id, message]: one deleted from the stream meanwhile, answered in Redis
+ * with a dead letter and its XACK */
 static void serve_on_reap(redisAsyncContext *ac, void *reply, void *priv) {
     (void)ac;
     rlServe *s = priv;
@@ -339,6 +341,12 @@ static void serve_on_reap(redisAsyncContext *ac, void *reply, void *priv) {
     if (!serve_reply_error(s, r, "reaping dead consumers") && r->type == REDIS_REPLY_ARRAY)
         for (size_t i = 0; i < r->elements; i++) {
             const redisReply *en = r->element[i];
+            if (en->type == REDIS_REPLY_ARRAY && en->elements == 2 && en->element[1]->type == REDIS_REPLY_STRING) {
+                fprintf(stderr, "redlm worker: %s; dead letter entry_deleted written to %s, entry acknowledged\n",
+                        en->element[1]->str, s->o.keys.dead);
+                if (s->metrics) metrics_count_error(s->metrics, "entry_deleted");
+                continue;
+            }
             if (en->type != REDIS_REPLY_ARRAY || en->elements != 3 || en->element[0]->type != REDIS_REPLY_STRING ||
                 en->element[2]->type != REDIS_REPLY_INTEGER)
                 continue;
@@ -365,9 +373,12 @@ static void serve_cycle(rlServe *s) {
      * claim-idle */
     if (!s->own_taken || (now - s->last_reap >= SERVE_REAP_S && now - s->reader_up >= SERVE_REAP_GRACE_S)) {
         s->last_reap = now;
-        const char *argv[] = {"FCALL", "redlm_reap", "1", s->o.keys.stream, s->o.keys.group,
-                              s->o.keys.consumer, KEYS_HEARTBEAT_PREFIX, count, s->own_taken ? "0" : "1"};
-        redisAsyncCommandArgv(ac, serve_on_reap, s, 9, argv, NULL);
+        char cap[24];
+        snprintf(cap, sizeof(cap), "%ld", s->o.keys.dead_maxlen);
+        const char *argv[] = {"FCALL", "redlm_reap", "3", s->o.keys.stream, s->o.keys.running, s->o.keys.dead,
+                              s->o.keys.group, s->o.keys.consumer, KEYS_HEARTBEAT_PREFIX, count,
+                              s->own_taken ? "0" : "1", cap};
+        redisAsyncCommandArgv(ac, serve_on_reap, s, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
         return;
     }
     if (now - s->last_claim >= s->o.claim_idle_ms / 2000.0) {
