@@ -13,8 +13,11 @@
 #      (wrong, then rotated password) ends the worker within --redis-wait
 #      with a message naming the user, reconnecting with backoff meanwhile;
 #      a user whose ACL key patterns leave the reply streams out gets a
-#      reply_refused dead letter per job, not an XACK with no answer;
-#      100,000 tiny jobs leave the job stream trimmed
+#      reply_refused dead letter per job, not an XACK with no answer; one
+#      whose key patterns come to leave the dead-letter stream out holds
+#      everything, acknowledging nothing, says which key, looks again less
+#      and less often, and resumes once allowed; another worker takes what
+#      it held; 100,000 tiny jobs leave the job stream trimmed
 #   6. a job whose entry is deleted from the job stream while it runs (XDEL,
 #      a producer's MAXLEN, --jobs-maxlen) is still answered, once: neither
 #      its worker's idle refresh nor another worker's idle claim takes the
@@ -182,6 +185,51 @@ rcli --raw XRANGE redlm:dead - + | grep -a '"id":"acl"' -A 2 | grep -q reply_ref
 wait_until 10 eval '[ "$(pending_count)" = 0 ]' || fail "acl still pending"
 kill -TERM "$BOB"; wait "$BOB" || fail "bob exit status $?"
 echo "   reply streams outside the user's keys: a reply_refused dead letter"
+
+# 5d. carl's ACL loses the dead-letter stream while it runs "held1"; "held2"
+# (bad: max_tokens -1) comes meanwhile; fixer, a worker allowed everything,
+# takes both once carl has left them idle
+rcli ACL SETUSER carl on '>pw' '~redlm:*' '+@all' > /dev/null
+"$REDLM" worker --model "$MODEL" --redis "redis://carl:pw@127.0.0.1:$RPORT" --consumer carl --threads 1 \
+    --claim-idle-ms 1500 > "$T/carl.log" 2>&1 &
+CARL=$!
+PIDS+=("$CARL")
+wait_until 30 up carl || fail "worker carl did not start"
+e1=$(rcli XADD redlm:jobs '*' json '{"id":"held1","prompt_ids":[1,2],"max_tokens":2000,"ignore_eos":true,"stream":false}')
+runs_held1() { [ "$(rcli HGET redlm:jobs:running held1)" = "$e1" ]; }
+wait_until 20 runs_held1 || fail "carl did not start held1"
+rcli ACL SETUSER carl resetkeys '~redlm:jobs*' '~redlm:reply:*' '~redlm:cancel' '~redlm:instances:*' > /dev/null
+rcli CONFIG RESETSTAT > /dev/null
+e2=$(rcli XADD redlm:jobs '*' json '{"id":"held2","prompt_ids":[1],"max_tokens":-1}')
+said() { grep -q "Redis refuses this worker's writes: user 'carl' may not write redlm:dead (its ACL key patterns leave it out: NOPERM" "$T/carl.log"; }
+wait_until 10 said || fail "carl did not say which key: $(tail -3 "$T/carl.log")"
+sleep 8 # carl looks again after 1, 2 and 4 s
+refused=$(rcli INFO commandstats | awk -F'[=,]' '/^cmdstat_fcall:/ { print $8 + 0 }')
+[ "$refused" -le 8 ] || fail "$refused FCALLs refused in 8 s: no backoff"
+pend=$(rcli XPENDING redlm:jobs redlm - + 10)
+echo "$pend" | grep -qx "$e1" || fail "held1 not left pending: $pend"
+[ "$(rcli XLEN redlm:reply:held1)" = 0 ] || fail "held1 answered while carl's writes are refused"
+[ "$(dead_for held2)" = 0 ] || fail "a dead letter for held2 from carl"
+kill -0 "$CARL" || fail "carl stopped"
+start_worker fixer --claim-idle-ms 1500
+FIXER=$LAST_PID
+both_done() { stream_json redlm:reply:held1 | grep -q '"event":"done"' && [ "$(dead_for held2)" = 1 ] &&
+              [ "$(pending_count)" = 0 ]; }
+# 2,000 tokens again, on fixer (under ASan on two busy cores, some 30 s)
+wait_until 120 both_done || fail "fixer did not answer held1 and held2: $(rcli XPENDING redlm:jobs redlm - + 10); $(tail -3 "$T/fixer.log")"
+[ "$(stream_json redlm:reply:held1 | jq -sc 'map({event, attempt})')" = '[{"event":"done","attempt":2}]' ] ||
+    fail "held1: $(stream_json redlm:reply:held1 | jq -c '{event, attempt}')"
+[ "$(stream_json redlm:reply:held2 | jq -r .error.code)" = invalid_request ] || fail "held2: $(stream_json redlm:reply:held2)"
+kill -TERM "$FIXER"; wait "$FIXER" || fail "fixer exit status $?"
+rcli ACL SETUSER carl '~redlm:dead' > /dev/null
+resumed() { grep -q "Redis accepts this worker's writes again" "$T/carl.log"; }
+wait_until 40 resumed || fail "carl did not resume: $(tail -2 "$T/carl.log")"
+rcli XADD redlm:jobs '*' json '{"id":"after","prompt_ids":[1],"max_tokens":2}' > /dev/null
+wait_until 20 eval 'stream_json redlm:reply:after | grep -q done' || fail "no answer after carl resumed"
+[ "$(stream_json redlm:reply:held1 | wc -l)" = 1 ] || fail "held1 answered twice: $(stream_json redlm:reply:held1 | jq -c '{event, attempt}')"
+kill -TERM "$CARL"; wait "$CARL" || fail "carl exit status $?"
+echo "   the dead-letter stream outside carl's keys: nothing acknowledged, $refused FCALLs refused in 8 s;" \
+     "fixer answered held1 and held2; carl resumed"
 
 # 6. x (refreshing every 0.5 s) frozen while running "del", its entry
 # deleted meanwhile, and y (claim-idle 1 s) looking at the idle entry
