@@ -13,7 +13,8 @@
 # token or a draw); text and chat prompts go through the tokenizer; a stop
 # string taken from a batch's output cuts the same request, run alone,
 # right before it (both under --batch-invariant); invalid lines get one
-# error result each.
+# error result each, naming its line whether the parser or the engine
+# refused it.
 set -euo pipefail
 : "${REDLM:?}" "${FIXTURES:?}"
 tmp=$(mktemp -d)
@@ -152,7 +153,8 @@ not json
 {"id":"score","prompt_ids":[4,5,6,7],"max_tokens":0,"prompt_logprobs":2}
 JSON
 printf '{"id":"utf8","prompt":"\xff"}\n' >> "$tmp/bad.jsonl"
-"$REDLM" generate --model "$dir" --input "$tmp/bad.jsonl" --output "$tmp/bad.out"
+echo '{"id":"many","prompt_ids":[1],"n":3}' >> "$tmp/bad.jsonl"
+"$REDLM" generate --model "$dir" --input "$tmp/bad.jsonl" --output "$tmp/bad.out" --max-num-seqs 2
 got=$(jq -r '[.id // "-", .event, (.error.code // .finish_reason)] | join(" ")' "$tmp/bad.out")
 want="ok1 done length
 - error invalid_encoding
@@ -164,13 +166,20 @@ two error invalid_request
 ok2 done length
 ok2 done length
 score done length
-utf8 error invalid_utf8"
+utf8 error invalid_utf8
+many error invalid_request"
 [ "$got" = "$want" ] || { echo "$got"; fail "invalid lines"; }
+# every refusal names its line, the parser's (not json, a typo) and the
+# engine's (a token outside the vocabulary, a prompt too long, n over
+# --max-num-seqs) alike
+got=$(jq -r 'select(.event == "error") | .error.message | capture("^line (?<n>[0-9]+): ").n // "none"' "$tmp/bad.out" |
+      paste -sd ' ')
+[ "$got" = "2 3 4 5 6 7 10 11" ] || fail "error lines: $got; $(jq -c 'select(.event == "error") | .error.message' "$tmp/bad.out")"
 [ "$(jq -c 'select(.id == "score") | [.token_ids, (.prompt_logprobs | length), .prompt_logprobs[0], (.prompt_logprobs[1].top | length)]' "$tmp/bad.out")" = '[[],4,null,2]' ] \
     || fail "score-only request"
 # engine-side refusals name the field the producer gave
-jq -e -s 'map(select(.id == "vocab"))[0].error.message | startswith("prompt_ids[1] = 99999 is outside")' \
+jq -e -s 'map(select(.id == "vocab"))[0].error.message | startswith("line 5: prompt_ids[1] = 99999 is outside")' \
     "$tmp/bad.out" > /dev/null || fail "vocab: $(jq -c 'select(.id == "vocab") | .error' "$tmp/bad.out")"
 echo '{"id":"empty","prompt":""}' | "$REDLM" generate --model "$dir" --input - --output - 2> /dev/null |
-    jq -e '.error.message | startswith("field '"'prompt'"' is empty")' > /dev/null || fail "empty prompt not named"
+    jq -e '.error.message | startswith("line 1: field '"'prompt'"' is empty")' > /dev/null || fail "empty prompt not named"
 echo "generate: all checks passed"

@@ -13,12 +13,19 @@
 #      (wrong, then rotated password) ends the worker within --redis-wait
 #      with a message naming the user, reconnecting with backoff meanwhile;
 #      a user whose ACL key patterns leave the reply streams out gets a
-#      reply_refused dead letter per job, not an XACK with no answer;
-#      100,000 tiny jobs leave the job stream trimmed
+#      reply_refused dead letter per job, not an XACK with no answer; one
+#      whose key patterns come to leave the dead-letter stream out holds
+#      everything, acknowledging nothing, says which key, looks again less
+#      and less often, and resumes once allowed; another worker takes what
+#      it held; 100,000 tiny jobs leave the job stream trimmed
 #   6. a job whose entry is deleted from the job stream while it runs (XDEL,
 #      a producer's MAXLEN, --jobs-maxlen) is still answered, once: neither
 #      its worker's idle refresh nor another worker's idle claim takes the
 #      entry (XCLAIM would drop it from the group, and the answer with it)
+#   7. one whose entry is deleted while it runs on a worker killed with
+#      SIGKILL gets a dead letter entry_deleted (naming the entry and the
+#      job) from the worker that reaps it, and its XACK: it is not dropped
+#      from the group unanswered
 source "$(dirname "$0")/worker_lib.sh"
 
 now() { date +%s.%N; }
@@ -179,6 +186,51 @@ wait_until 10 eval '[ "$(pending_count)" = 0 ]' || fail "acl still pending"
 kill -TERM "$BOB"; wait "$BOB" || fail "bob exit status $?"
 echo "   reply streams outside the user's keys: a reply_refused dead letter"
 
+# 5d. carl's ACL loses the dead-letter stream while it runs "held1"; "held2"
+# (bad: max_tokens -1) comes meanwhile; fixer, a worker allowed everything,
+# takes both once carl has left them idle
+rcli ACL SETUSER carl on '>pw' '~redlm:*' '+@all' > /dev/null
+"$REDLM" worker --model "$MODEL" --redis "redis://carl:pw@127.0.0.1:$RPORT" --consumer carl --threads 1 \
+    --claim-idle-ms 1500 > "$T/carl.log" 2>&1 &
+CARL=$!
+PIDS+=("$CARL")
+wait_until 30 up carl || fail "worker carl did not start"
+e1=$(rcli XADD redlm:jobs '*' json '{"id":"held1","prompt_ids":[1,2],"max_tokens":2000,"ignore_eos":true,"stream":false}')
+runs_held1() { [ "$(rcli HGET redlm:jobs:running held1)" = "$e1" ]; }
+wait_until 20 runs_held1 || fail "carl did not start held1"
+rcli ACL SETUSER carl resetkeys '~redlm:jobs*' '~redlm:reply:*' '~redlm:cancel' '~redlm:instances:*' > /dev/null
+rcli CONFIG RESETSTAT > /dev/null
+e2=$(rcli XADD redlm:jobs '*' json '{"id":"held2","prompt_ids":[1],"max_tokens":-1}')
+said() { grep -q "Redis refuses this worker's writes: user 'carl' may not write redlm:dead (its ACL key patterns leave it out: NOPERM" "$T/carl.log"; }
+wait_until 10 said || fail "carl did not say which key: $(tail -3 "$T/carl.log")"
+sleep 8 # carl looks again after 1, 2 and 4 s
+refused=$(rcli INFO commandstats | awk -F'[=,]' '/^cmdstat_fcall:/ { print $8 + 0 }')
+[ "$refused" -le 8 ] || fail "$refused FCALLs refused in 8 s: no backoff"
+pend=$(rcli XPENDING redlm:jobs redlm - + 10)
+echo "$pend" | grep -qx "$e1" || fail "held1 not left pending: $pend"
+[ "$(rcli XLEN redlm:reply:held1)" = 0 ] || fail "held1 answered while carl's writes are refused"
+[ "$(dead_for held2)" = 0 ] || fail "a dead letter for held2 from carl"
+kill -0 "$CARL" || fail "carl stopped"
+start_worker fixer --claim-idle-ms 1500
+FIXER=$LAST_PID
+both_done() { stream_json redlm:reply:held1 | grep -q '"event":"done"' && [ "$(dead_for held2)" = 1 ] &&
+              [ "$(pending_count)" = 0 ]; }
+# 2,000 tokens again, on fixer (under ASan on two busy cores, some 30 s)
+wait_until 120 both_done || fail "fixer did not answer held1 and held2: $(rcli XPENDING redlm:jobs redlm - + 10); $(tail -3 "$T/fixer.log")"
+[ "$(stream_json redlm:reply:held1 | jq -sc 'map({event, attempt})')" = '[{"event":"done","attempt":2}]' ] ||
+    fail "held1: $(stream_json redlm:reply:held1 | jq -c '{event, attempt}')"
+[ "$(stream_json redlm:reply:held2 | jq -r .error.code)" = invalid_request ] || fail "held2: $(stream_json redlm:reply:held2)"
+kill -TERM "$FIXER"; wait "$FIXER" || fail "fixer exit status $?"
+rcli ACL SETUSER carl '~redlm:dead' > /dev/null
+resumed() { grep -q "Redis accepts this worker's writes again" "$T/carl.log"; }
+wait_until 40 resumed || fail "carl did not resume: $(tail -2 "$T/carl.log")"
+rcli XADD redlm:jobs '*' json '{"id":"after","prompt_ids":[1],"max_tokens":2}' > /dev/null
+wait_until 20 eval 'stream_json redlm:reply:after | grep -q done' || fail "no answer after carl resumed"
+[ "$(stream_json redlm:reply:held1 | wc -l)" = 1 ] || fail "held1 answered twice: $(stream_json redlm:reply:held1 | jq -c '{event, attempt}')"
+kill -TERM "$CARL"; wait "$CARL" || fail "carl exit status $?"
+echo "   the dead-letter stream outside carl's keys: nothing acknowledged, $refused FCALLs refused in 8 s;" \
+     "fixer answered held1 and held2; carl resumed"
+
 # 6. x (refreshing every 0.5 s) frozen while running "del", its entry
 # deleted meanwhile, and y (claim-idle 1 s) looking at the idle entry
 rcli MONITOR > "$T/monitor.txt" 2> /dev/null &
@@ -205,4 +257,35 @@ ev=$(stream_json redlm:reply:del | jq -c '{event, attempt, n: (.token_ids | leng
 grep -q "\"redlm_refresh\".*\"$e\"" "$T/monitor.txt" || echo "   (del finished before x's first refresh)"
 echo "6. a job whose entry was deleted while it ran answered once, attempt 1"
 kill -TERM "$X" "$Y"; wait "$X" "$Y" || fail "x or y exit status $?"
-echo "ok: reply keys, readable ids, duplicate ids, settings, logins, trimming, deleted entries"
+
+# 7. k killed (SIGKILL) while running "gone", whose entry is deleted; s reaps it
+start_worker k
+K=$LAST_PID
+wait_until 30 up k || fail "k did not start"
+e=$(rcli XADD redlm:jobs '*' json '{"id":"gone","prompt_ids":[1,2],"max_tokens":4000,"ignore_eos":true,"stream":false}')
+runs_gone() { [ "$(rcli HGET redlm:jobs:running gone)" = "$e" ]; }
+wait_until 20 runs_gone || fail "k did not start gone: $(rcli XPENDING redlm:jobs redlm - + 10)"
+kill -KILL "$K"; wait "$K" 2>/dev/null
+rcli XDEL redlm:jobs "$e" > /dev/null
+t0=$(now)
+start_worker s
+S=$LAST_PID
+# the value after a field name in the newest dead letter
+dead_field() { rcli --raw XREVRANGE redlm:dead + - COUNT 1 | awk -v f="$1" 'p { print; exit } $0 == f { p = 1 }'; }
+dead_gone() { [ "$(dead_field entry)" = "$e" ]; }
+# k's heartbeat lives 10 s after its last beat
+wait_until 30 dead_gone || fail "no dead letter for the deleted entry $e: $(dead_field error); s: $(tail -3 "$T/s.log")"
+took=$(since "$t0")
+[ "$(dead_field error | jq -r .code)" = entry_deleted ] || fail "dead letter: $(dead_field error)"
+dead_field error | jq -r .message | grep -q "^entry $e was deleted from redlm:jobs .*consumer k.* ran job 'gone'" ||
+    fail "dead letter message: $(dead_field error)"
+[ "$(dead_field stream)" = redlm:jobs ] && [ "$(dead_field consumer)" = s ] && [ "$(dead_field attempt)" = 1 ] ||
+    fail "dead letter: $(rcli --raw XREVRANGE redlm:dead + - COUNT 1 | paste -sd ' ')"
+[ "$(pending_count)" = 0 ] || fail "still pending: $(rcli XPENDING redlm:jobs redlm - + 10)"
+[ "$(rcli HEXISTS redlm:jobs:running gone)" = 0 ] || fail "gone still marked running"
+grep -q "entry $e was deleted from redlm:jobs.*dead letter entry_deleted written to redlm:dead" "$T/s.log" ||
+    fail "s did not say so: $(tail -3 "$T/s.log")"
+[ "$(rcli XLEN redlm:reply:gone)" = 0 ] || fail "gone was run again: $(stream_json redlm:reply:gone | head -2)"
+echo "7. a deleted entry of a killed worker dead-lettered (entry_deleted) and acknowledged $took s after the kill"
+kill -TERM "$S"; wait "$S" || fail "s exit status $?"
+echo "ok: reply keys, readable ids, duplicate ids, settings, logins, trimming, deleted entries, of dead workers too"

@@ -3,8 +3,12 @@
  * fenced redlm_reply), nothing lost when the connection is killed
  * mid-flight, nothing written for a job whose entry another consumer took,
  * and a reply key of another type never given a TTL but answered with a dead
- * letter, an XACK and a counted error.  RL_BENCH_EVENTS=N sets the event
- * count (scripts/bench-redis uses it). */
+ * letter, an XACK and a counted error; a dead letter refused (its key
+ * holds a string) acknowledges nothing, and is sent again; a command
+ * failing inside a job operation answered with its error code once; an
+ * entry deleted under a dead consumer dead-lettered by the reap, once its
+ * dead letter can be written.  RL_BENCH_EVENTS=N sets the
+ * event count (scripts/bench-redis uses it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,7 +33,7 @@ typedef struct harness {
     struct ev_loop *loop;
     rlConn *conn;
     rlWriter *w;
-    int acked, lost;
+    int acked, lost, held;
     int kill_after;          /* kill the connection once this many are acked */
     redisContext *admin;
 } harness;
@@ -47,6 +51,11 @@ static void on_lost(void *ctx, rlJob *job, const char *why) {
     (void)job, (void)why;
     ((harness *)ctx)->lost++;
 }
+static void on_held(void *ctx, rlJob *job, const char *why) {
+    (void)job;
+    assert_true(!strncmp(why, FUNCTIONS_HELD " ", 5));
+    ((harness *)ctx)->held++;
+}
 static void on_ready(rlConn *c, void *ctx) {
     functions_load(rconn_ctx(c), NULL, NULL);
     writer_connected(((harness *)ctx)->w, rconn_ctx(c));
@@ -58,7 +67,7 @@ static void on_conn_lost(rlConn *c, void *ctx) {
 static void on_tick(struct ev_loop *loop, ev_timer *t, int revents) {
     (void)revents;
     harness *h = t->data;
-    if (!writer_pending(h->w)) ev_break(loop, EVBREAK_ALL);
+    if (writer_pending(h->w) == writer_held(h->w)) ev_break(loop, EVBREAK_ALL);
 }
 
 /* A job entry read by consumer `who` (its first delivery): the job. */
@@ -110,7 +119,7 @@ static double run_writer(harness *h, int n, int streams) {
 static void harness_open(harness *h) {
     memset(h, 0, sizeof(*h));
     h->loop = ev_loop_new(EVFLAG_AUTO);
-    rlWriterHooks wh = {.lost = on_lost, .done = on_done, .ctx = h};
+    rlWriterHooks wh = {.lost = on_lost, .done = on_done, .held = on_held, .ctx = h};
     h->w = writer_create(&keys, &wh);
     rlRedisUrl url;
     rlError err;
@@ -216,7 +225,7 @@ static void test_writer_fenced(void **state) {
     items_fail(&items, job, "internal", "test");
     run_items(&h, &items);
     assert_int_equal(h.acked, 1);
-    assert_int_equal(h.lost, 4); /* event, error event, dead letter, XACK */
+    assert_int_equal(h.lost, 3); /* event, error event, dead letter + XACK */
     assert_int_equal(writer_errors(h.w), 0);
     assert_int_equal(command_int(h.admin, "EXISTS redlm:reply:t1"), 0);
     assert_int_equal(command_int(h.admin, "EXISTS redlm:dead"), 0);
@@ -255,6 +264,149 @@ static void test_writer_refused_reply_key(void **state) {
     harness_close(&h);
 }
 
+/* The dead-letter stream refuses the dead letter (its key holds a string):
+ * the failed job's XACK is held, the entry left pending, until it is sent
+ * again once the key is a stream; then dead letter and XACK land. */
+static void test_writer_dead_letter_refused(void **state) {
+    (void)state;
+    harness h;
+    harness_open(&h);
+    freeReplyObject(redisCommand(h.admin, "SET redlm:dead not-a-stream"));
+    rlJob *job = job_read(&h, 3, "w");
+    rlItemList items = {0};
+    assert_int_equal(items_fail(&items, job, "invalid_request", "test"), 0);
+    run_items(&h, &items);
+    assert_int_equal(h.held, 1);
+    assert_int_equal(h.acked, 0);
+    assert_int_equal(writer_held(h.w), 1);
+    assert_int_equal(pending(h.admin), 1);
+    assert_int_equal(command_int(h.admin, "XLEN redlm:reply:t3"), 1); /* the error event */
+    freeReplyObject(redisCommand(h.admin, "DEL redlm:dead"));
+    writer_resend_held(h.w);
+    run_items(&h, &(rlItemList){0});
+    assert_int_equal(h.held, 1);
+    assert_int_equal(h.acked, 1);
+    assert_int_equal(writer_pending(h.w), 0);
+    assert_int_equal(pending(h.admin), 0);
+    assert_int_equal(command_int(h.admin, "XLEN redlm:dead"), 1);
+    harness_close(&h);
+}
+
+/* A reply key and the dead-letter stream both refused: nothing is
+ * acknowledged, not even by the job's own XACK sent after the refused
+ * event; the entry stays pending, its delivery count raised past the
+ * attempt's. */
+static void test_writer_reply_and_dead_letter_refused(void **state) {
+    (void)state;
+    harness h;
+    harness_open(&h);
+    freeReplyObject(redisCommand(h.admin, "SET redlm:reply:t4 victim"));
+    freeReplyObject(redisCommand(h.admin, "SET redlm:dead not-a-stream"));
+    rlJob *job = job_read(&h, 4, "w");
+    rlItemList items = {0};
+    json_t *ev = json_pack("{s:s, s:s, s:i, s:i}", "id", "t4", "event", "chunk", "seq", 0, "attempt", 1);
+    items_event(&items, job, ev);
+    json_decref(ev);
+    items_ack(&items, job);
+    run_items(&h, &items);
+    assert_int_equal(h.acked, 1); /* the job's XACK answered (fenced out): the job is over here */
+    assert_int_equal(h.lost, 2); /* the event (HELD), the XACK (LOST) */
+    assert_int_equal(pending(h.admin), 1);
+    redisReply *r = redisCommand(h.admin, "XPENDING redlm:jobs redlm - + 1");
+    assert_string_equal(r->element[0]->element[1]->str, "w");
+    assert_int_equal(r->element[0]->element[3]->integer, 2);
+    freeReplyObject(r);
+    r = redisCommand(h.admin, "GET redlm:reply:t4");
+    assert_string_equal(r->str, "victim");
+    freeReplyObject(r);
+    harness_close(&h);
+}
+
+/* One start answered through redlm_batch by a user (NULL: the admin). */
+static redisReply *start_as(const char *user, const char *entry) {
+    redisContext *c = redis_server_connect(&server);
+    assert_non_null(c);
+    if (user) freeReplyObject(redisCommand(c, "AUTH %s pw", user));
+    redisReply *r = redisCommand(c, "FCALL redlm_batch 3 redlm:jobs redlm:jobs:running redlm:dead redlm w 0 1000 "
+                                    "start %s 1 t1", entry);
+    redisFree(c);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 1);
+    return r;
+}
+
+/* A command that fails inside a job operation is answered in Redis's own
+ * words, its code once: "WRONGTYPE ...", "ERR The user ...", never
+ * "ERR ERR The user ..." (the text the worker logs). */
+static void test_functions_error_read_once(void **state) {
+    (void)state;
+    redisContext *admin = redis_server_connect(&server);
+    freeReplyObject(redisCommand(admin, "FLUSHALL"));
+    const char *load[] = {"FUNCTION", "LOAD", "REPLACE", functions_library};
+    freeReplyObject(redisCommandArgv(admin, 4, load, NULL));
+    freeReplyObject(redisCommand(admin, "XGROUP CREATE redlm:jobs redlm 0 MKSTREAM"));
+    redisReply *e = redisCommand(admin, "XADD redlm:jobs * json {\"id\":\"t1\"}");
+    freeReplyObject(redisCommand(admin, "XREADGROUP GROUP redlm w COUNT 1 STREAMS redlm:jobs >"));
+    freeReplyObject(redisCommand(admin, "SET redlm:jobs:running not-a-hash"));
+    redisReply *r = start_as(NULL, e->str);
+    assert_int_equal(r->element[0]->type, REDIS_REPLY_ERROR);
+    assert_true(!strncmp(r->element[0]->str, "WRONGTYPE ", 10));
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(admin, "DEL redlm:jobs:running"));
+    freeReplyObject(redisCommand(admin, "ACL SETUSER nohget on >pw ~* +@all -hget"));
+    r = start_as("nohget", e->str);
+    assert_int_equal(r->element[0]->type, REDIS_REPLY_ERROR);
+    printf("a refused HGET inside redlm_batch: %s\n", r->element[0]->str);
+    assert_true(!strncmp(r->element[0]->str, "ERR The user executing the script", 33));
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(admin, "ACL DELUSER nohget"));
+    freeReplyObject(e);
+    redisFree(admin);
+}
+
+/* An entry deleted from the stream while a consumer now without a heartbeat
+ * held it: redlm_reap answers it with a dead letter entry_deleted and its
+ * XACK, but while the dead letter is refused it leaves it pending. */
+static void test_functions_reap_deleted(void **state) {
+    (void)state;
+    redisContext *admin = redis_server_connect(&server);
+    freeReplyObject(redisCommand(admin, "FLUSHALL"));
+    const char *load[] = {"FUNCTION", "LOAD", "REPLACE", functions_library};
+    freeReplyObject(redisCommandArgv(admin, 4, load, NULL));
+    freeReplyObject(redisCommand(admin, "XGROUP CREATE redlm:jobs redlm 0 MKSTREAM"));
+    redisReply *e = redisCommand(admin, "XADD redlm:jobs * json {\"id\":\"d1\"}");
+    freeReplyObject(redisCommand(admin, "XREADGROUP GROUP redlm gone COUNT 1 STREAMS redlm:jobs >"));
+    freeReplyObject(redisCommand(admin, "HSET redlm:jobs:running d1 %s", e->str));
+    freeReplyObject(redisCommand(admin, "XDEL redlm:jobs %s", e->str));
+    freeReplyObject(redisCommand(admin, "SET redlm:dead not-a-stream"));
+    const char *reap = "FCALL redlm_reap 3 redlm:jobs redlm:jobs:running redlm:dead redlm w redlm:instances: 8 0 1000";
+    for (int fixed = 0; fixed < 2; fixed++) {
+        redisReply *r = redisCommand(admin, reap);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        assert_int_equal(r->elements, 1);
+        assert_int_equal(r->element[0]->elements, 2);
+        assert_string_equal(r->element[0]->element[0]->str, e->str);
+        const char *msg = r->element[0]->element[1]->str;
+        assert_int_equal(!strncmp(msg, FUNCTIONS_HELD " ", 5), !fixed);
+        assert_non_null(strstr(msg, "consumer gone"));
+        assert_non_null(strstr(msg, "it ran job 'd1'"));
+        assert_int_equal(pending(admin), !fixed);
+        freeReplyObject(r);
+        if (!fixed) freeReplyObject(redisCommand(admin, "DEL redlm:dead"));
+    }
+    assert_int_equal(command_int(admin, "HEXISTS redlm:jobs:running d1"), 0);
+    redisReply *r = redisCommand(admin, "XRANGE redlm:dead - +");
+    assert_int_equal(r->elements, 1);
+    const redisReply *f = r->element[0]->element[1];
+    assert_string_equal(f->element[0]->str, "error");
+    assert_non_null(strstr(f->element[1]->str, "\"code\":\"entry_deleted\""));
+    assert_string_equal(f->element[5]->str, e->str);
+    freeReplyObject(r);
+    freeReplyObject(e);
+    redisFree(admin);
+}
+
 static int setup(void **state) {
     (void)state;
     signal(SIGPIPE, SIG_IGN);
@@ -272,6 +424,10 @@ int main(void) {
         cmocka_unit_test(test_writer_survives_killed_connection),
         cmocka_unit_test(test_writer_fenced),
         cmocka_unit_test(test_writer_refused_reply_key),
+        cmocka_unit_test(test_functions_error_read_once),
+        cmocka_unit_test(test_writer_dead_letter_refused),
+        cmocka_unit_test(test_writer_reply_and_dead_letter_refused),
+        cmocka_unit_test(test_functions_reap_deleted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -44,6 +44,7 @@ typedef struct genRun {
     int failed;         /* writing failed */
     rlBatchLine *batch; /* [n_lines] for an OpenAI Batch file, else NULL */
     long *line_no;      /* [n_lines]: each line's number in the file (blank lines are skipped) */
+    int name_lines;     /* --input of redlm requests: every error says "line N: " first */
     int text;           /* --prompt / --messages to a terminal or pipe: the text as it comes */
     char *error;        /* text mode: the request's error, "code: message" */
 } genRun;
@@ -128,11 +129,19 @@ static void gen_output(void *ctx, const rlOutput *out) {
     int line = (int)(intptr_t)out->req->user;
     genLine *l = &g->lines[line];
     if (out->kind == RL_OUT_ERROR) {
-        /* An error answers the whole request, whatever its n. */
+        /* An error answers the whole request, whatever its n; the parser's
+         * refusals and the engine's (n over --max-num-seqs, a prompt too
+         * long) name the line alike. */
         for (int i = 0; l->events && i < l->n; i++) json_decref(l->events[i]), l->events[i] = NULL;
         l->n = 1;
         l->got = 0;
-        gen_put(g, line, 0, output_event(out, OUTPUT_OFFLINE));
+        char msg[RL_ERROR_LEN + 32];
+        rlOutput named = *out;
+        if (g->name_lines) {
+            snprintf(msg, sizeof(msg), "line %ld: %s", g->line_no[line], out->error_message);
+            named.error_message = msg;
+        }
+        gen_put(g, line, 0, output_event(&named, OUTPUT_OFFLINE));
         return;
     }
     gen_put(g, line, out->index, output_event(out, OUTPUT_OFFLINE));
@@ -259,11 +268,7 @@ static int gen_submit(genRun *g, rlEngine *e, const char *text, int i, rlError *
     rlRequest *r = request_decode(RL_ENC_JSON, text, strlen(text), &d);
     free(mapped);
     if (!r) {
-        char msg[RL_ERROR_LEN + 32];
-        /* a batch call's body is refused in the worker's words, as submit writes it */
-        if (g->batch) snprintf(msg, sizeof(msg), "%s", d.err.msg);
-        else snprintf(msg, sizeof(msg), "line %ld: %s", g->line_no[i], d.err.msg);
-        gen_line_error(g, i, d.id, d.code, msg);
+        gen_line_error(g, i, d.id, d.code, d.err.msg);
         request_decoded_free(&d);
         return 0;
     }
@@ -343,6 +348,9 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     int batch = openai_batch_detect(format, n_lines ? lines[0] : NULL, n_lines ? strlen(lines[0]) : 0);
+    /* a batch call's body is refused in the worker's words, as submit writes
+     * it; --prompt and the like have no line to name */
+    g.name_lines = !batch && !one_off;
     if (batch && gen_check_custom_ids(lines, g.line_no, n_lines, input, &err)) goto done;
     /* a temporary name until the run is complete: a failed or killed run
      * leaves an older --output as it was */

@@ -37,29 +37,41 @@ const char functions_library[] =
      * a producer's MAXLEN, --jobs-maxlen) from the group, and with it the
      * fence of the job running it, which could then never be answered: such
      * an entry is left to its holder (neither its refresh nor redlm_claim
-     * takes it); a dead holder's go with redlm_reap's XCLAIM, nothing left
-     * to run */
+     * takes it); a dead holder's get a dead letter from redlm_reap */
     "local function in_stream(key, entry)\n"
     "  return #redis.call('XRANGE', key, entry, entry) > 0\n"
     "end\n"
-    /* Job operations: a = redlm_batch's ARGV (group, consumer, ttl,
-     * dead-letter cap, ...), i = where the operation starts: a[i] op,
-     * a[i+1] entry, a[i+2] attempt, a[i+3] job id, then its arguments. */
-    /* the entry's own fields (not a copy of a copy), then what went wrong */
-    "local function dead_letter(keys, a, i, err)\n"
+    "local function errstr(e) return type(e) == 'table' and e.err or tostring(e) end\n"
+    /* KEYS stream, running hash, dead-letter stream: the dead letter of an
+     * entry, written by consumer at this attempt (cap: --dead-maxlen), its
+     * own fields (not a copy of a copy), then what went wrong.  nil when
+     * written, else why not: a dead-letter key of another type, or one an
+     * ACL selector lets this user name but not XADD to (one its key
+     * patterns leave out refuses the whole FCALL, NOPERM).  Every caller
+     * then leaves the entry pending rather than acknowledge a job whose
+     * failure is written nowhere. */
+    "local function dead_letter(keys, cap, consumer, entry, attempt, err)\n"
     "  local cmd = {'XADD', keys[3]}\n"
-    "  if tonumber(a[4]) > 0 then\n"
-    "    cmd[#cmd + 1] = 'MAXLEN'; cmd[#cmd + 1] = '~'; cmd[#cmd + 1] = a[4]\n"
+    "  if tonumber(cap) > 0 then\n"
+    "    cmd[#cmd + 1] = 'MAXLEN'; cmd[#cmd + 1] = '~'; cmd[#cmd + 1] = cap\n"
     "  end\n"
     "  cmd[#cmd + 1] = '*'\n"
-    "  local e = redis.call('XRANGE', keys[1], a[i + 1], a[i + 1])\n"
+    "  local e = redis.call('XRANGE', keys[1], entry, entry)\n"
     "  if #e > 0 then\n"
     "    local f = e[1][2]\n"
     "    for k = 1, math.min(#f, 2000) do cmd[#cmd + 1] = f[k] end\n"
     "  end\n"
-    "  for _, v in ipairs({'error', err, 'stream', keys[1], 'entry', a[i + 1], 'consumer', a[2],\n"
-    "                      'attempt', a[i + 2]}) do cmd[#cmd + 1] = v end\n"
-    "  redis.call(unpack(cmd))\n"
+    "  for _, v in ipairs({'error', err, 'stream', keys[1], 'entry', entry, 'consumer', consumer,\n"
+    "                      'attempt', tostring(attempt)}) do cmd[#cmd + 1] = v end\n"
+    "  local ok, e = pcall(redis.call, unpack(cmd))\n"
+    "  if not ok then return 'the dead-letter stream ' .. keys[3] .. ' refused its dead letter: ' .. errstr(e) end\n"
+    "  return nil\n"
+    "end\n"
+    /* Job operations: a = redlm_batch's ARGV (group, consumer, ttl,
+     * dead-letter cap, ...), i = where the operation starts: a[i] op,
+     * a[i+1] entry, a[i+2] attempt, a[i+3] job id, then its arguments. */
+    "local function job_dead_letter(keys, a, i, err)\n"
+    "  return dead_letter(keys, a[4], a[2], a[i + 1], a[i + 2], err)\n"
     "end\n"
     "local function ack(keys, a, i, c)\n"
     "  redis.call('XACK', keys[1], a[1], a[i + 1])\n"
@@ -85,13 +97,36 @@ const char functions_library[] =
      * one this user may not write (an ACL key pattern), is left alone: the
      * job's dead letter and XACK are written instead, since a job that went
      * on to its XACK would be acknowledged with no answer anywhere.  The
-     * key's EXPIRE comes only after an XADD */
+     * key's EXPIRE comes only after an XADD.  When the dead letter is
+     * refused too, the entry stays pending, and nothing more of this
+     * attempt may acknowledge it (its XACK may be on its way already, in a
+     * later call): its delivery count goes up by one, which fences the
+     * attempt out as another worker's claim would.  An entry no longer in
+     * the stream cannot be fenced so (XCLAIM would drop it from the group);
+     * its attempt's own XACK, if it comes, ends it. */
     "local function refuse(keys, a, i, c, msg)\n"
-    "  dead_letter(keys, a, i, cjson.encode({code = 'reply_refused', message = msg}))\n"
-    "  ack(keys, a, i, c)\n"
-    "  return redis.error_reply('REFUSED ' .. msg)\n"
+    "  local why = job_dead_letter(keys, a, i, cjson.encode({code = 'reply_refused', message = msg}))\n"
+    "  if not why then\n"
+    "    ack(keys, a, i, c)\n"
+    "    return redis.error_reply('REFUSED ' .. msg)\n"
+    "  end\n"
+    "  local count = tonumber(a[i + 2]) + 1\n"
+    "  if in_stream(keys[1], a[i + 1]) then\n"
+    "    redis.call('XCLAIM', keys[1], a[1], a[2], '0', a[i + 1], 'RETRYCOUNT', count, 'JUSTID')\n"
+    "  end\n"
+    "  c.seen[a[i + 1]] = nil\n"
+    "  return redis.error_reply('HELD ' .. msg .. ', and ' .. why .. '; entry ' .. a[i + 1] .. ' is left pending, '\n"
+    "    .. 'not acknowledged (its delivery count raised to ' .. count .. ', so that nothing more of this attempt '\n"
+    "    .. 'acknowledges it)')\n"
     "end\n"
-    "local function errstr(e) return type(e) == 'table' and e.err or tostring(e) end\n"
+    /* an error answer that reads once: Redis 7.0's pcall hands a command's
+     * error back as its text, code and all ("ERR The user ...", "WRONGTYPE
+     * ..."); only a Lua runtime error comes without a code */
+    "local function error_answer(e)\n"
+    "  local s = errstr(e)\n"
+    "  if not s:match('^%u+ ') then s = 'ERR ' .. s end\n"
+    "  return redis.error_reply(s)\n"
+    "end\n"
     "ops.reply = {3, function(keys, a, i, c)\n"
     "  local key = a[i + 4]\n"
     "  if not c.streams[key] then\n"
@@ -107,8 +142,16 @@ const char functions_library[] =
     "  c.streams[key] = true\n"
     "  return 1\n"
     "end}\n"
-    /* the error as JSON */
-    "ops.dead = {1, function(keys, a, i, c) dead_letter(keys, a, i, a[i + 4]); return 1 end}\n"
+    /* the error as JSON: the job's dead letter and its XACK, in one call, so
+     * that a refused dead letter leaves the entry pending */
+    "ops.fail = {1, function(keys, a, i, c)\n"
+    "  local why = job_dead_letter(keys, a, i, a[i + 4])\n"
+    "  if why then\n"
+    "    return redis.error_reply('HELD ' .. why .. '; entry ' .. a[i + 1] .. ' is left pending, not acknowledged')\n"
+    "  end\n"
+    "  ack(keys, a, i, c)\n"
+    "  return 1\n"
+    "end}\n"
     "ops.ack = {0, function(keys, a, i, c) ack(keys, a, i, c); return 1 end}\n"
     /* KEYS stream, running hash, dead-letter stream; ARGV group, consumer,
      * reply ttl, dead-letter cap, then operations: one answer each */
@@ -123,9 +166,7 @@ const char functions_library[] =
     "      out[#out + 1] = redis.error_reply('LOST ' .. why)\n"
     "    else\n"
     "      local ok, r = pcall(op[2], keys, a, i, c)\n"
-    "      if ok then out[#out + 1] = r\n"
-    "      elseif type(r) == 'table' and r.err then out[#out + 1] = redis.error_reply(r.err)\n"
-    "      else out[#out + 1] = redis.error_reply('ERR ' .. tostring(r)) end\n"
+    "      if ok then out[#out + 1] = r else out[#out + 1] = error_answer(r) end\n"
     "    end\n"
     "    i = i + 4 + op[1]\n"
     "  end\n"
@@ -161,16 +202,48 @@ const char functions_library[] =
     "  if #cmd == 5 then return {} end\n"
     "  return redis.call(unpack(cmd))\n"
     "end)\n"
-    /* KEYS stream; ARGV group, consumer, heartbeat key prefix, count, own:
-     * the entries of consumers without a heartbeat, up to count, claimed
-     * for this consumer as {id, fields, attempt}; such consumers holding
-     * nothing are removed.  own = 1 (a worker's first look, holding
+    /* An entry deleted from the stream while a consumer that stopped
+     * without answering it held it: XCLAIM would drop it from the group and
+     * the producer would never hear of it, so it gets a dead letter
+     * (entry_deleted, no fields: they went with it) and its XACK.  The job's
+     * id is left only in the running hash (ids: entry -> id), and only if
+     * it started; its reply stream is not left anywhere (reply_to went with
+     * the entry), so no error event can be written.  Returns the message
+     * (HELD first when the dead letter is refused). */
+    "local function reap_deleted(keys, args, ids, holder, p)\n"
+    "  local entry, id = p[1], ids[p[1]]\n"
+    "  local msg = 'entry ' .. entry .. ' was deleted from ' .. keys[1] .. ' (XDEL, XADD MAXLEN or --jobs-maxlen) '\n"
+    "    .. 'while consumer ' .. holder .. ', which stopped without answering it, held it (delivery ' .. p[4]\n"
+    "    .. '): nothing is left to run; '\n"
+    "  if id then\n"
+    "    msg = msg .. 'it ran job \\'' .. id .. '\\' (as ' .. keys[2] .. ' says), whose reply stream is not known '\n"
+    "      .. '(reply_to went with the entry), so no error event was written'\n"
+    "  else\n"
+    "    msg = msg .. 'its job id and reply stream went with it'\n"
+    "  end\n"
+    "  local why = dead_letter(keys, args[6], args[2], entry, p[4], cjson.encode({code = 'entry_deleted', message = msg}))\n"
+    "  if why then return 'HELD ' .. msg .. '; ' .. why .. ': the entry is left pending, not acknowledged' end\n"
+    "  redis.call('XACK', keys[1], args[1], entry)\n"
+    "  if id then redis.call('HDEL', keys[2], id) end\n"
+    "  return msg\n"
+    "end\n"
+    "local function running_ids(keys)\n"
+    "  local m, h = {}, redis.call('HGETALL', keys[2])\n"
+    "  for i = 1, #h, 2 do m[h[i + 1]] = h[i] end\n"
+    "  return m\n"
+    "end\n"
+    /* KEYS stream, running hash, dead-letter stream; ARGV group, consumer,
+     * heartbeat key prefix, count, own, dead-letter cap: the entries of
+     * consumers without a heartbeat, up to count, claimed for this consumer
+     * as {id, fields, attempt}, and those deleted from the stream meanwhile
+     * as {id, message} (dead-lettered and acknowledged); such consumers
+     * holding nothing are removed.  own = 1 (a worker's first look, holding
      * nothing yet, before the reconnect grace): its own name's entries
      * only, a previous process's under the same name (a restart with the
      * same --consumer, or host:pid in a container, where the pid is 1
      * again) */
     "redis.register_function('redlm_reap', function(keys, args)\n"
-    "  local n, out = tonumber(args[4]), {}\n"
+    "  local n, out, ids = tonumber(args[4]), {}, nil\n"
     "  local ok, cs = pcall(redis.call, 'XINFO', 'CONSUMERS', keys[1], args[1])\n"
     "  if not ok then return out end\n"
     "  for _, c in ipairs(cs) do\n"
@@ -182,10 +255,19 @@ const char functions_library[] =
     "      elseif n > 0 then\n"
     "        local p = redis.call('XPENDING', keys[1], args[1], '-', '+', n, c.name)\n"
     "        local cmd, attempt = {'XCLAIM', keys[1], args[1], args[2], '0'}, {}\n"
-    "        for _, e in ipairs(p) do cmd[#cmd + 1] = e[1]; attempt[e[1]] = e[4] + 1 end\n"
-    "        for _, e in ipairs(redis.call(unpack(cmd))) do\n"
-    "          out[#out + 1] = {e[1], e[2], attempt[e[1]]}\n"
-    "          n = n - 1\n"
+    "        for _, e in ipairs(p) do\n"
+    "          if in_stream(keys[1], e[1]) then\n"
+    "            cmd[#cmd + 1] = e[1]; attempt[e[1]] = e[4] + 1\n"
+    "          else\n"
+    "            ids = ids or running_ids(keys)\n"
+    "            out[#out + 1] = {e[1], reap_deleted(keys, args, ids, c.name, e)}\n"
+    "          end\n"
+    "        end\n"
+    "        if #cmd > 5 then\n"
+    "          for _, e in ipairs(redis.call(unpack(cmd))) do\n"
+    "            out[#out + 1] = {e[1], e[2], attempt[e[1]]}\n"
+    "            n = n - 1\n"
+    "          end\n"
     "        end\n"
     "      end\n"
     "    end\n"
@@ -207,6 +289,11 @@ const char functions_library[] =
     "  end\n"
     "  return 0\n"
     "end)\n"
+    /* KEYS: any of the worker's keys; nothing run.  Redis checks an FCALL's
+     * keys against the user's ACL key patterns before running it, so a
+     * NOPERM answer here names a key this user may not write (the answer
+     * to a redlm_batch names none of its three) */
+    "redis.register_function('redlm_keys', function(keys, args) return 'OK' end)\n"
     /* KEYS stream; ARGV maxlen (0: none): entries every group has read and
      * acknowledged go (below each group's oldest pending and last-delivered
      * ids); maxlen caps the rest */

@@ -11,9 +11,11 @@
  *   - one running job per id (a hash <stream>:running, id -> entry);
  * plus the housekeeping every worker runs: refreshing its entries' idle
  * time, claiming idle entries still in the stream, taking the entries of
- * consumers whose heartbeat is gone, removing empty dead consumers,
- * trimming acknowledged entries.  The library is loaded (REPLACE) on every
- * connection before its first FCALL. */
+ * consumers whose heartbeat is gone (and dead-lettering those deleted from
+ * the stream meanwhile), removing empty dead consumers,
+ * trimming acknowledged entries.  No job is acknowledged unless its dead
+ * letter, when it owes one, is stored.  The library is loaded (REPLACE) on
+ * every connection before its first FCALL. */
 #ifndef RL_FUNCTIONS_H
 #define RL_FUNCTIONS_H
 
@@ -25,10 +27,18 @@ extern const char functions_library[];
 /* redlm_batch: KEYS job stream, running hash, dead-letter stream; ARGV
  * group, consumer, reply ttl, dead-letter cap, then operations, each
  * (op, entry, attempt, job id, args...): start, reply <stream> <field>
- * <payload>, dead <error json>, ack.  The answer holds one reply per
- * operation; errors among them begin with these words: */
+ * <payload>, fail <error json> (dead letter + ack), ack.  The answer holds
+ * one reply per operation; errors among them begin with these words: */
 #define FUNCTIONS_LOST "LOST"         /* the fence: the entry is no longer ours */
 #define FUNCTIONS_REFUSED "REFUSED"   /* the reply key holds another type: dead letter + ack done */
+/* the dead letter was refused (the key holds another type, an ACL
+ * selector): nothing acknowledged, the entry left pending.  After a reply,
+ * the attempt is fenced out too (its delivery count raised); after a fail,
+ * the same fail may be sent again later. */
+#define FUNCTIONS_HELD "HELD"
+/* A whole FCALL refused because the user may not write one of its keys
+ * (ACL key patterns); `FCALL redlm_keys 1 KEY` tells which. */
+#define FUNCTIONS_NOPERM "NOPERM"
 
 /* Send FUNCTION LOAD REPLACE on ac; fn gets Redis's answer. */
 void functions_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv);

@@ -168,9 +168,9 @@ int items_fail(rlItemList *out, rlJob *job, const char *code, const char *messag
     if (!err_s) return -1;
     const char *extra[1] = {err_s};
     size_t len[1] = {strlen(err_s)};
-    int rc = items_op(out, RL_ITEM_DEAD, job, "dead", 1, extra, len);
+    int rc = items_op(out, RL_ITEM_ACK, job, "fail", 1, extra, len);
     free(err_s);
-    return rc ? rc : items_ack(out, job);
+    return rc;
 }
 
 void items_push(rlItemList *l, rlItem *it) {

@@ -5,9 +5,10 @@
  * intake for bad entries), queued in order, and written by writer.c.  Each
  * is an FCALL of one of functions.c's job functions, so each is fenced: it
  * writes only while this consumer still holds the job's entry.  A job's last
- * items are always: its final event, its dead-letter copy when it failed,
- * then its XACK; writing them in order on one connection is what makes
- * "acknowledged only after the reply is stored" hold. */
+ * items are always: its final event, then its XACK (with its dead-letter
+ * copy, in one operation, when it failed); writing them in order on one
+ * connection is what makes "acknowledged only after the reply is stored"
+ * hold. */
 #ifndef RL_ITEM_H
 #define RL_ITEM_H
 
@@ -53,6 +54,7 @@ typedef struct rlJob {
     struct rlRequest *req;    /* waiting for its start's answer, then handed to the runner */
     int lost;                 /* the fence failed: nothing more is written for it */
     int acking;               /* its XACK is queued: it no longer runs */
+    int held;                 /* its dead letter was refused: pending, not refreshed, sent again later */
     struct rlJob *prev, *next; /* the list of jobs not yet acknowledged */
 } rlJob;
 
@@ -64,8 +66,7 @@ void job_free(rlJob *j);
 typedef enum rlItemKind {
     RL_ITEM_START,   /* redlm_start: the job may run (or it is a duplicate, or lost) */
     RL_ITEM_REPLY,   /* redlm_reply: XADD to the reply stream + EXPIRE */
-    RL_ITEM_DEAD,    /* redlm_dead: XADD to the dead-letter stream */
-    RL_ITEM_ACK,     /* redlm_ack: XACK; the job is finished after it */
+    RL_ITEM_ACK,     /* redlm_ack: XACK (redlm_fail: dead letter + XACK); the job is finished after it */
 } rlItemKind;
 
 typedef struct rlItem {
@@ -95,7 +96,8 @@ int items_start(rlItemList *out, rlJob *job);
 int items_event(rlItemList *out, rlJob *job, const struct json_t *event);
 int items_ack(rlItemList *out, rlJob *job);
 /* The items that end a failed job: its error event (when it has a reply
- * stream), a dead-letter copy of its entry with the error, then XACK. */
+ * stream), then a dead-letter copy of its entry with the error and XACK,
+ * one operation (no XACK when the dead letter is refused). */
 int items_fail(rlItemList *out, rlJob *job, const char *code, const char *message);
 /* A job cancelled before it ran: one `done` with finish_reason "abort" and
  * no tokens per sample, then XACK. */

@@ -187,7 +187,8 @@ char *metrics_render(rlMetrics *m) {
                   (double)m->backlog_bytes);
     metrics_gauge(&t, "redlm:reply_write_errors_total", "counter",
                   "Writes Redis refused: a reply key of another type or one the user may not "
-                  "write (the job gets a dead letter), out of memory (sent again later), ...",
+                  "write (the job gets a dead letter), out of memory, a dead letter or a worker key "
+                  "the user may not write (sent again later), ...",
                   (double)m->write_errors);
     static const char *reasons[4] = {"none", "stop", "length", "abort"};
     metrics_printf(&t, "# HELP redlm:request_success_total Samples finished, by finish reason.\n"

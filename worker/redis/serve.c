@@ -42,6 +42,15 @@
 #define SERVE_REAP_S 0.5
 #define SERVE_REAP_GRACE_S 3.0
 #define SERVE_TRIM_S 5.0
+/* Writes Redis refuses until someone acts (a key this worker's ACL user may
+ * not write, a dead-letter key of another type) are tried again after a
+ * wait that doubles from 1 s to 30 s: seen within seconds once fixed,
+ * without a Redis call every few milliseconds meanwhile. */
+#define SERVE_HOLD_MIN_S 1.0
+#define SERVE_HOLD_MAX_S 30.0
+/* Deleted entries whose refused dead letter the reap has logged: each is
+ * logged once, though every reap tries it again. */
+#define SERVE_HELD_SEEN 16
 
 typedef struct rlServe {
     struct ev_loop *loop;
@@ -69,6 +78,21 @@ typedef struct rlServe {
     ev_timer heartbeat, refresh, drain, trim;
     ev_signal sigterm, sigint;
     int draining, failed, stopping;
+    /* Redis refuses every write of this worker (NOPERM: its user may not
+     * write the job stream, the running hash or the dead-letter stream):
+     * nothing is read, written or refreshed until a look finds the keys
+     * writable again */
+    int held;
+    int hold_capped;                /* "still refused" said at the longest wait */
+    int hold_probes;                /* answers still due naming the refused keys */
+    double held_since, hold_backoff;
+    ev_timer hold;
+    char hold_why[RL_ERROR_LEN], hold_keys[RL_ERROR_LEN];
+    /* XACKs held for want of their dead letter (writer_held) */
+    double resend_backoff;
+    ev_timer resend;
+    char held_seen[SERVE_HELD_SEEN][48];
+    int held_seen_next;
     rlError err;
     uint64_t last_gen;
     double last_gen_t, tok_s;
@@ -110,6 +134,10 @@ static void serve_check_drained(rlServe *s) {
 /* the writer confirmed a job's XACK */
 static void serve_on_job_done(void *ctx, rlJob *j) {
     rlServe *s = ctx;
+    if (j->held && !j->lost)
+        fprintf(stderr, "redlm worker: job %s (entry %s): its dead letter is written now; acknowledged\n",
+                j->id ? j->id : "(no id)", j->entry);
+    if (!writer_held(s->writer)) s->resend_backoff = SERVE_HOLD_MIN_S;
     if (j->prev) j->prev->next = j->next;
     else if (s->jobs == j) s->jobs = j->next;
     if (j->next) j->next->prev = j->prev;
@@ -214,6 +242,127 @@ static void serve_on_lost(void *ctx, rlJob *job, const char *why) {
     fprintf(stderr, "redlm worker: job %s (entry %s, attempt %d): %s; stopping it\n",
             job->id ? job->id : "(no id)", job->entry, job->attempt, why);
     if (job->id && !job->acking && !job->req && s->runner) runner_abort(s->runner, job->id);
+}
+
+/* ---- writes refused until someone acts ---- */
+
+static void serve_log_hold(rlServe *s) {
+    const char *user = s->o.url.user[0] ? s->o.url.user : "default";
+    if (s->hold_keys[0])
+        fprintf(stderr, "redlm worker: Redis refuses this worker's writes: user '%s' may not write %s (its ACL "
+                "key patterns leave it out: %s).", user, s->hold_keys, s->hold_why);
+    else
+        fprintf(stderr, "redlm worker: Redis refuses this worker's writes (user '%s': %s).", user, s->hold_why);
+    fprintf(stderr, "  Until it may, it answers and acknowledges no job: the entries it holds stay pending (no "
+            "longer kept fresh: other workers take them after --claim-idle-ms %d) and it reads no new ones; "
+            "looking again in %.0f s, then less and less often (every %.0f s at most)\n",
+            s->o.claim_idle_ms, s->hold_backoff, SERVE_HOLD_MAX_S);
+}
+
+/* one answer of FCALL redlm_keys 1 KEY, in the order sent: stream, running
+ * hash, dead-letter stream */
+static void serve_on_key_probe(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (s->hold_probes <= 0) return;
+    const char *keys[3] = {s->o.keys.stream, s->o.keys.running, s->o.keys.dead};
+    int k = 3 - s->hold_probes--;
+    if (!r) s->hold_probes = 0; /* connection lost: say what is known */
+    else if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, FUNCTIONS_NOPERM " ", 7)) {
+        size_t n = strlen(s->hold_keys);
+        snprintf(s->hold_keys + n, sizeof(s->hold_keys) - n, "%s%s", n ? ", " : "", keys[k]);
+    }
+    if (!s->hold_probes) serve_log_hold(s);
+}
+
+/* Redis refused a whole call for want of permission (why: its answer): hold
+ * everything, say which keys, and look again after a wait. */
+static void serve_hold(rlServe *s, const char *why) {
+    if (s->held) return; /* the next look decides */
+    s->held = 1;
+    s->hold_capped = 0;
+    s->held_since = ev_now(s->loop);
+    s->hold_backoff = SERVE_HOLD_MIN_S;
+    snprintf(s->hold_why, sizeof(s->hold_why), "%s", why);
+    s->hold_keys[0] = 0;
+    writer_connected(s->writer, NULL); /* its runs would be refused alike */
+    redisAsyncContext *ac = rconn_ctx(s->wconn);
+    if (!ac) ac = rconn_ctx(s->reader);
+    if (ac) {
+        const char *keys[3] = {s->o.keys.stream, s->o.keys.running, s->o.keys.dead};
+        s->hold_probes = 3;
+        for (int k = 0; k < 3; k++) {
+            const char *argv[] = {"FCALL", "redlm_keys", "1", keys[k]};
+            redisAsyncCommandArgv(ac, serve_on_key_probe, s, 4, argv, NULL);
+        }
+    } else {
+        serve_log_hold(s);
+    }
+    ev_timer_set(&s->hold, s->hold_backoff, 0.);
+    ev_timer_start(s->loop, &s->hold);
+}
+
+static void serve_writer_refused(void *ctx, const char *why) { serve_hold(ctx, why); }
+
+static void serve_on_hold_look(redisAsyncContext *ac, void *reply, void *priv) {
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!s->held || s->stopping) return;
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        if (r && !strncmp(r->str, FUNCTIONS_NOPERM " ", 7)) {
+            s->hold_backoff = s->hold_backoff * 2 > SERVE_HOLD_MAX_S ? SERVE_HOLD_MAX_S : s->hold_backoff * 2;
+            if (s->hold_backoff >= SERVE_HOLD_MAX_S && !s->hold_capped++)
+                fprintf(stderr, "redlm worker: Redis still refuses this worker's writes (%s); looking every "
+                        "%.0f s\n", r->str, SERVE_HOLD_MAX_S);
+        }
+        ev_timer_set(&s->hold, s->hold_backoff, 0.);
+        ev_timer_start(s->loop, &s->hold);
+        return;
+    }
+    /* every answer this connection owed before the look has come (and been
+     * dropped): the writer may send on it again */
+    s->held = 0;
+    fprintf(stderr, "redlm worker: Redis accepts this worker's writes again (refused for %.0f s); resuming\n",
+            ev_now(s->loop) - s->held_since);
+    writer_connected(s->writer, ac);
+    serve_cycle(s);
+}
+
+static void serve_on_hold_timer(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)loop, (void)revents;
+    rlServe *s = w->data;
+    redisAsyncContext *ac = rconn_ctx(s->wconn);
+    if (!ac) { /* looked at again once the writer's connection is back */
+        ev_timer_set(&s->hold, s->hold_backoff, 0.);
+        ev_timer_start(s->loop, &s->hold);
+        return;
+    }
+    const char *argv[] = {"FCALL", "redlm_keys", "3", s->o.keys.stream, s->o.keys.running, s->o.keys.dead};
+    redisAsyncCommandArgv(ac, serve_on_hold_look, s, 6, argv, NULL);
+}
+
+/* writer hook: a failed job's XACK held for want of its dead letter; the
+ * entry stays pending, no longer kept fresh, so another worker may take it
+ * (then the XACK sent again is fenced out) */
+static void serve_on_held(void *ctx, rlJob *job, const char *why) {
+    rlServe *s = ctx;
+    if (!job->held)
+        fprintf(stderr, "redlm worker: job %s (entry %s, attempt %d): %s; sending it again in %.0f s, then less "
+                "and less often (other workers may take it after --claim-idle-ms)\n", job->id ? job->id : "(no id)",
+                job->entry, job->attempt, why + strlen(FUNCTIONS_HELD " "), s->resend_backoff);
+    job->held = 1;
+    if (!ev_is_active(&s->resend)) {
+        ev_timer_set(&s->resend, s->resend_backoff, 0.);
+        ev_timer_start(s->loop, &s->resend);
+    }
+}
+
+static void serve_on_resend(struct ev_loop *loop, ev_timer *w, int revents) {
+    (void)loop, (void)revents;
+    rlServe *s = w->data;
+    s->resend_backoff = s->resend_backoff * 2 > SERVE_HOLD_MAX_S ? SERVE_HOLD_MAX_S : s->resend_backoff * 2;
+    writer_resend_held(s->writer);
 }
 
 static int serve_reply_error(rlServe *s, const redisReply *r, const char *what) {
@@ -328,17 +477,42 @@ static void serve_on_pending(redisAsyncContext *ac, void *reply, void *priv) {
     free(argv);
 }
 
-/* [[id, fields, attempt], ...]: entries of consumers whose heartbeat is gone */
+/* [[id, fields, attempt], ...]: entries of consumers whose heartbeat is gone;
+ * [id, message]: one deleted from the stream meanwhile, answered in Redis
+ * with a dead letter and its XACK */
 static void serve_on_reap(redisAsyncContext *ac, void *reply, void *priv) {
     (void)ac;
     rlServe *s = priv;
     redisReply *r = reply;
     if (!r) return;
     s->reader_busy = 0;
+    if (r->type == REDIS_REPLY_ERROR && !strncmp(r->str, FUNCTIONS_NOPERM " ", 7)) {
+        serve_hold(s, r->str);
+        return;
+    }
     s->own_taken = 1; /* from now on, entries under this name are this process's */
     if (!serve_reply_error(s, r, "reaping dead consumers") && r->type == REDIS_REPLY_ARRAY)
         for (size_t i = 0; i < r->elements; i++) {
             const redisReply *en = r->element[i];
+            if (en->type == REDIS_REPLY_ARRAY && en->elements == 2 && en->element[0]->type == REDIS_REPLY_STRING &&
+                en->element[1]->type == REDIS_REPLY_STRING) {
+                const char *msg = en->element[1]->str;
+                if (strncmp(msg, FUNCTIONS_HELD " ", 5)) {
+                    fprintf(stderr, "redlm worker: %s; dead letter entry_deleted written to %s, entry acknowledged\n",
+                            msg, s->o.keys.dead);
+                    if (s->metrics) metrics_count_error(s->metrics, "entry_deleted");
+                    continue;
+                }
+                /* tried again at every reap, said once */
+                int seen = 0;
+                for (int k = 0; k < SERVE_HELD_SEEN; k++) seen |= !strcmp(s->held_seen[k], en->element[0]->str);
+                if (!seen && en->element[0]->len < 48) {
+                    fprintf(stderr, "redlm worker: %s (tried again at every look for dead consumers)\n", msg + 5);
+                    memcpy(s->held_seen[s->held_seen_next], en->element[0]->str, (size_t)en->element[0]->len + 1);
+                    s->held_seen_next = (s->held_seen_next + 1) % SERVE_HELD_SEEN;
+                }
+                continue;
+            }
             if (en->type != REDIS_REPLY_ARRAY || en->elements != 3 || en->element[0]->type != REDIS_REPLY_STRING ||
                 en->element[2]->type != REDIS_REPLY_INTEGER)
                 continue;
@@ -353,7 +527,7 @@ static void serve_on_reap(redisAsyncContext *ac, void *reply, void *priv) {
 
 static void serve_cycle(rlServe *s) {
     redisAsyncContext *ac = rconn_ctx(s->reader);
-    if (!ac || !s->group_ready || !s->hb_ok || s->reader_busy || s->draining || s->failed) return;
+    if (!ac || !s->group_ready || !s->hb_ok || s->reader_busy || s->draining || s->failed || s->held) return;
     int credit = runner_credit(s->runner) - s->n_starting;
     if (credit <= 0) return; /* the runner's wake-up calls again when slots free up */
     char count[16];
@@ -365,9 +539,12 @@ static void serve_cycle(rlServe *s) {
      * claim-idle */
     if (!s->own_taken || (now - s->last_reap >= SERVE_REAP_S && now - s->reader_up >= SERVE_REAP_GRACE_S)) {
         s->last_reap = now;
-        const char *argv[] = {"FCALL", "redlm_reap", "1", s->o.keys.stream, s->o.keys.group,
-                              s->o.keys.consumer, KEYS_HEARTBEAT_PREFIX, count, s->own_taken ? "0" : "1"};
-        redisAsyncCommandArgv(ac, serve_on_reap, s, 9, argv, NULL);
+        char cap[24];
+        snprintf(cap, sizeof(cap), "%ld", s->o.keys.dead_maxlen);
+        const char *argv[] = {"FCALL", "redlm_reap", "3", s->o.keys.stream, s->o.keys.running, s->o.keys.dead,
+                              s->o.keys.group, s->o.keys.consumer, KEYS_HEARTBEAT_PREFIX, count,
+                              s->own_taken ? "0" : "1", cap};
+        redisAsyncCommandArgv(ac, serve_on_reap, s, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
         return;
     }
     if (now - s->last_claim >= s->o.claim_idle_ms / 2000.0) {
@@ -525,7 +702,7 @@ static void serve_cancel_lost(rlConn *c, void *ctx) {
 static void serve_writer_ready(rlConn *c, void *ctx) {
     rlServe *s = ctx;
     functions_load(rconn_ctx(c), serve_on_load, s); /* before the writer's first FCALL */
-    writer_connected(s->writer, rconn_ctx(c));
+    if (!s->held) writer_connected(s->writer, rconn_ctx(c)); /* else once a look finds the keys writable */
 }
 
 static void serve_refused(rlConn *c, void *ctx, const char *msg) {
@@ -627,14 +804,16 @@ static void serve_on_refresh(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     rlServe *s = w->data;
     redisAsyncContext *ac = rconn_ctx(s->wconn);
-    if (!ac || !s->jobs) return;
+    /* while its writes are refused, what it holds is left to go idle, for
+     * other workers to take */
+    if (!ac || !s->jobs || s->held) return;
     enum { CHUNK = 256 };
     const char *argv[2 * CHUNK + 6] = {"FCALL", "redlm_refresh", "1", s->o.keys.stream, s->o.keys.group,
                                        s->o.keys.consumer};
     char attempts[CHUNK][16];
     int argc = 6, n = 0;
     for (rlJob *j = s->jobs; j; j = j->next) {
-        if (!j->lost) {
+        if (!j->lost && !j->held) {
             snprintf(attempts[n], sizeof(attempts[n]), "%d", j->attempt);
             argv[argc++] = j->entry;
             argv[argc++] = attempts[n++];
@@ -692,7 +871,8 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     int rc = 0;
     s->metrics = o->metrics;
     rlWriterHooks wh = {.started = serve_on_started, .lost = serve_on_lost, .done = serve_on_job_done,
-                        .retry = serve_writer_retry, .ctx = s};
+                        .retry = serve_writer_retry, .held = serve_on_held, .refused = serve_writer_refused,
+                        .ctx = s};
     s->writer = writer_create(&s->o.keys, &wh);
     s->intake = (rlIntake){.keys = &s->o.keys, .max_deliveries = o->max_deliveries, .metrics = s->metrics};
     ev_async_init(&s->wake, serve_on_wake);
@@ -725,6 +905,11 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     s->drain.data = s;
     ev_timer_init(&s->cancel_retry, serve_on_cancel_retry, 1., 0.);
     s->cancel_retry.data = s;
+    ev_timer_init(&s->hold, serve_on_hold_timer, SERVE_HOLD_MIN_S, 0.);
+    s->hold.data = s;
+    ev_timer_init(&s->resend, serve_on_resend, SERVE_HOLD_MIN_S, 0.);
+    s->resend.data = s;
+    s->resend_backoff = SERVE_HOLD_MIN_S;
     ev_signal_init(&s->sigterm, serve_on_signal, SIGTERM);
     ev_signal_init(&s->sigint, serve_on_signal, SIGINT);
     s->sigterm.data = s->sigint.data = s;
@@ -744,6 +929,8 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
     ev_timer_stop(s->loop, &s->trim);
     ev_timer_stop(s->loop, &s->drain);
     ev_timer_stop(s->loop, &s->cancel_retry);
+    ev_timer_stop(s->loop, &s->hold);
+    ev_timer_stop(s->loop, &s->resend);
     ev_signal_stop(s->loop, &s->sigterm);
     ev_signal_stop(s->loop, &s->sigint);
     /* Hand-back: without its heartbeat, whatever this worker still holds

@@ -6,7 +6,9 @@
  * back in order on one connection, so the head of the FIFO is always the
  * first item of the run being answered, and a ring of run lengths is all the
  * bookkeeping there is.  At most WRITER_WINDOW runs are in flight, which
- * keeps hiredis's output buffer small. */
+ * keeps hiredis's output buffer small.  A job's XACK refused for want of
+ * its dead letter (HELD) waits apart, in `held`, until the owner sends it
+ * again: it is the job's last item, so nothing of the job waits behind it. */
 #include "worker/redis/writer.h"
 #include "worker/redis/rconn.h"
 
@@ -23,6 +25,7 @@
 
 struct rlWriter {
     rlItemList q;            /* unconfirmed items, oldest first */
+    rlItemList held;         /* XACKs whose dead letter was refused, to send again */
     rlItem *unsent;          /* first item not yet sent on this connection */
     int runs[WRITER_WINDOW]; /* lengths of the runs in flight, oldest at run_head */
     int run_head, n_runs;
@@ -48,6 +51,7 @@ rlWriter *writer_create(const rlKeys *k, const rlWriterHooks *hooks) {
 void writer_free(rlWriter *w) {
     if (!w) return;
     for (rlItem *it; (it = items_pop(&w->q));) item_free(it);
+    for (rlItem *it; (it = items_pop(&w->held));) item_free(it);
     free(w);
 }
 
@@ -62,7 +66,13 @@ static int writer_is(const redisReply *r, const char *word) {
  * and finished jobs. */
 static void writer_answer(rlWriter *w, rlItem *it, const redisReply *reply) {
     const rlWriterHooks *h = &w->hooks;
-    int lost = writer_is(reply, FUNCTIONS_LOST);
+    int lost = writer_is(reply, FUNCTIONS_LOST), held = writer_is(reply, FUNCTIONS_HELD);
+    if (held && it->kind == RL_ITEM_ACK) {
+        w->errors++;
+        items_push(&w->held, it); /* still owed: its bytes stay counted */
+        if (h->held) h->held(h->ctx, it->job, reply->str);
+        return;
+    }
     if (reply->type == REDIS_REPLY_ERROR && !lost) {
         /* Not retried: an error reply (wrong key type, a missing function)
          * would come back the same way every time. */
@@ -72,7 +82,7 @@ static void writer_answer(rlWriter *w, rlItem *it, const redisReply *reply) {
     }
     if (it->kind == RL_ITEM_START) {
         if (h->started) h->started(h->ctx, it->job, reply);
-    } else if ((lost || writer_is(reply, FUNCTIONS_REFUSED)) && h->lost)
+    } else if ((lost || held || writer_is(reply, FUNCTIONS_REFUSED)) && h->lost)
         h->lost(h->ctx, it->job, reply->str);
     atomic_fetch_sub(&w->bytes, item_bytes(it));
     if (it->kind == RL_ITEM_ACK && h->done) h->done(h->ctx, it->job);
@@ -93,6 +103,15 @@ static void writer_on_reply(redisAsyncContext *ac, void *r, void *priv) {
                     "reconnect\n", w->runs[w->run_head], reply->str);
         w->ac = NULL;
         if (w->hooks.retry) w->hooks.retry(w->hooks.ctx);
+        return;
+    }
+    /* a run refused whole, before any of it ran, because the user may not
+     * write one of the keys every run names: everything is kept, and sent
+     * again once the owner finds the keys writable (writer_connected) */
+    if (reply->type == REDIS_REPLY_ERROR && writer_is(reply, FUNCTIONS_NOPERM)) {
+        w->errors++;
+        writer_connected(w, NULL);
+        if (w->hooks.refused) w->hooks.refused(w->hooks.ctx, reply->str);
         return;
     }
     int n = w->runs[w->run_head];
@@ -151,6 +170,15 @@ void writer_connected(rlWriter *w, redisAsyncContext *ac) {
     writer_send(w);
 }
 
-size_t writer_pending(const rlWriter *w) { return w->q.n; }
+void writer_resend_held(rlWriter *w) {
+    if (!w->held.head) return;
+    rlItem *first = w->held.head;
+    items_append(&w->q, &w->held);
+    if (!w->unsent) w->unsent = first;
+    writer_send(w);
+}
+
+size_t writer_held(const rlWriter *w) { return w->held.n; }
+size_t writer_pending(const rlWriter *w) { return w->q.n + w->held.n; }
 _Atomic size_t *writer_bytes(rlWriter *w) { return &w->bytes; }
 unsigned long writer_errors(const rlWriter *w) { return w->errors; }
