@@ -245,7 +245,7 @@ kill -STOP "$X"
 rcli XDEL redlm:jobs "$e" > /dev/null
 start_worker y --claim-idle-ms 1000
 Y=$LAST_PID
-looked() { grep -q "\"redlm_claim\".*\"$e\"" "$T/monitor.txt"; }
+looked() { grep -q "\"redlm_claim_v[0-9]*\".*\"$e\"" "$T/monitor.txt"; }
 wait_until 30 looked || fail "y never looked at the idle entry $e"
 kill -CONT "$X"
 del_done() { [ "$(pending_count)" = 0 ]; }
@@ -254,7 +254,7 @@ del_done() { [ "$(pending_count)" = 0 ]; }
 wait_until 300 del_done || fail "del still pending: $(rcli XPENDING redlm:jobs redlm - + 10)"
 ev=$(stream_json redlm:reply:del | jq -c '{event, attempt, n: (.token_ids | length)}')
 [ "$ev" = '{"event":"done","attempt":1,"n":4000}' ] || fail "del: $ev; x: $(grep del "$T/x.log" | tail -2)"
-grep -q "\"redlm_refresh\".*\"$e\"" "$T/monitor.txt" || echo "   (del finished before x's first refresh)"
+grep -q "\"redlm_refresh_v[0-9]*\".*\"$e\"" "$T/monitor.txt" || echo "   (del finished before x's first refresh)"
 echo "6. a job whose entry was deleted while it ran answered once, attempt 1"
 kill -TERM "$X" "$Y"; wait "$X" "$Y" || fail "x or y exit status $?"
 

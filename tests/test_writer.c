@@ -327,13 +327,53 @@ static redisReply *start_as(const char *user, const char *entry) {
     redisContext *c = redis_server_connect(&server);
     assert_non_null(c);
     if (user) freeReplyObject(redisCommand(c, "AUTH %s pw", user));
-    redisReply *r = redisCommand(c, "FCALL redlm_batch 3 redlm:jobs redlm:jobs:running redlm:dead redlm w 0 1000 "
+    redisReply *r = redisCommand(c, "FCALL " FUNCTIONS_FN("redlm_batch") " 3 redlm:jobs redlm:jobs:running redlm:dead redlm w 0 1000 "
                                     "start %s 1 t1", entry);
     redisFree(c);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_int_equal(r->elements, 1);
     return r;
+}
+
+/* Workers of another version on the same Redis (a rolling upgrade): their
+ * library, loaded again (REPLACE) after ours as a reconnecting worker of
+ * that version does, leaves ours and its functions in place, and ours
+ * leaves theirs. */
+static void test_functions_versions_coexist(void **state) {
+    (void)state;
+    redisContext *admin = redis_server_connect(&server);
+    freeReplyObject(redisCommand(admin, "FLUSHALL"));
+    freeReplyObject(redisCommand(admin, "FUNCTION FLUSH"));
+    static const char other[] =
+        "#!lua name=redlm\n"
+        "redis.register_function('redlm_batch', function(keys, a) return 'other' end)\n";
+    const char *load_other[] = {"FUNCTION", "LOAD", "REPLACE", other};
+    const char *load[] = {"FUNCTION", "LOAD", "REPLACE", functions_library};
+    redisReply *r = redisCommandArgv(admin, 4, load_other, NULL);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    freeReplyObject(r);
+    r = redisCommandArgv(admin, 4, load, NULL);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, FUNCTIONS_LIBRARY);
+    freeReplyObject(r);
+    freeReplyObject(redisCommandArgv(admin, 4, load_other, NULL));
+    freeReplyObject(redisCommand(admin, "XGROUP CREATE redlm:jobs redlm 0 MKSTREAM"));
+    redisReply *e = redisCommand(admin, "XADD redlm:jobs * json {\"id\":\"t1\"}");
+    freeReplyObject(redisCommand(admin, "XREADGROUP GROUP redlm w COUNT 1 STREAMS redlm:jobs >"));
+    r = start_as(NULL, e->str);   /* this version's redlm_batch answers */
+    assert_int_not_equal(r->element[0]->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    r = redisCommand(admin, "FCALL redlm_batch 0");
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_string_equal(r->str, "other");
+    freeReplyObject(r);
+    r = redisCommand(admin, "FUNCTION LIST LIBRARYNAME redlm*");
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);   /* redlm and redlm_v<N> */
+    freeReplyObject(r);
+    freeReplyObject(e);
+    redisFree(admin);
 }
 
 /* A command that fails inside a job operation is answered in Redis's own
@@ -380,7 +420,7 @@ static void test_functions_reap_deleted(void **state) {
     freeReplyObject(redisCommand(admin, "HSET redlm:jobs:running d1 %s", e->str));
     freeReplyObject(redisCommand(admin, "XDEL redlm:jobs %s", e->str));
     freeReplyObject(redisCommand(admin, "SET redlm:dead not-a-stream"));
-    const char *reap = "FCALL redlm_reap 3 redlm:jobs redlm:jobs:running redlm:dead redlm w redlm:instances: 8 0 1000";
+    const char *reap = "FCALL " FUNCTIONS_FN("redlm_reap") " 3 redlm:jobs redlm:jobs:running redlm:dead redlm w redlm:instances: 8 0 1000";
     for (int fixed = 0; fixed < 2; fixed++) {
         redisReply *r = redisCommand(admin, reap);
         assert_int_equal(r->type, REDIS_REPLY_ARRAY);
@@ -428,6 +468,7 @@ int main(void) {
         cmocka_unit_test(test_writer_dead_letter_refused),
         cmocka_unit_test(test_writer_reply_and_dead_letter_refused),
         cmocka_unit_test(test_functions_reap_deleted),
+        cmocka_unit_test(test_functions_versions_coexist),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

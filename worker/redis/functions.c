@@ -14,7 +14,7 @@
 #include <string.h>
 
 const char functions_library[] =
-    "#!lua name=redlm\n"
+    "#!lua name=" FUNCTIONS_LIBRARY "\n"
     "local function fields(t)\n"
     "  local m = {}\n"
     "  for i = 1, #t, 2 do m[t[i]] = t[i + 1] end\n"
@@ -155,7 +155,7 @@ const char functions_library[] =
     "ops.ack = {0, function(keys, a, i, c) ack(keys, a, i, c); return 1 end}\n"
     /* KEYS stream, running hash, dead-letter stream; ARGV group, consumer,
      * reply ttl, dead-letter cap, then operations: one answer each */
-    "redis.register_function('redlm_batch', function(keys, a)\n"
+    "redis.register_function('" FUNCTIONS_FN("redlm_batch") "', function(keys, a)\n"
     "  local c = {seen = {}, streams = {}}\n"
     "  local out, i = {}, 5\n"
     "  while i <= #a do\n"
@@ -178,7 +178,7 @@ const char functions_library[] =
     /* KEYS stream; ARGV group, consumer, then (entry, attempt) pairs: the
      * idle time of those still ours (and in the stream) is reset, the
      * others are returned */
-    "redis.register_function('redlm_refresh', function(keys, args)\n"
+    "redis.register_function('" FUNCTIONS_FN("redlm_refresh") "', function(keys, args)\n"
     "  local gone, mine = {}, {'XCLAIM', keys[1], args[1], args[2], '0'}\n"
     "  for i = 3, #args - 1, 2 do\n"
     "    local why = fence(keys, args[1], args[2], args[i], args[i + 1])\n"
@@ -194,7 +194,7 @@ const char functions_library[] =
     /* KEYS stream; ARGV group, consumer, min idle time, entries: XCLAIM of
      * those still in the stream (a deleted one's holder, if alive, still
      * runs it; a dead holder's are reaped) */
-    "redis.register_function('redlm_claim', function(keys, args)\n"
+    "redis.register_function('" FUNCTIONS_FN("redlm_claim") "', function(keys, args)\n"
     "  local cmd = {'XCLAIM', keys[1], args[1], args[2], args[3]}\n"
     "  for i = 4, #args do\n"
     "    if in_stream(keys[1], args[i]) then cmd[#cmd + 1] = args[i] end\n"
@@ -242,7 +242,7 @@ const char functions_library[] =
      * only, a previous process's under the same name (a restart with the
      * same --consumer, or host:pid in a container, where the pid is 1
      * again) */
-    "redis.register_function('redlm_reap', function(keys, args)\n"
+    "redis.register_function('" FUNCTIONS_FN("redlm_reap") "', function(keys, args)\n"
     "  local n, out, ids = tonumber(args[4]), {}, nil\n"
     "  local ok, cs = pcall(redis.call, 'XINFO', 'CONSUMERS', keys[1], args[1])\n"
     "  if not ok then return out end\n"
@@ -277,7 +277,7 @@ const char functions_library[] =
     /* KEYS stream; ARGV group, consumer, heartbeat key: a stopping worker's
      * heartbeat goes (others take what it still holds at their next reap),
      * and so does its consumer when it holds nothing */
-    "redis.register_function('redlm_release', function(keys, args)\n"
+    "redis.register_function('" FUNCTIONS_FN("redlm_release") "', function(keys, args)\n"
     "  redis.call('DEL', args[3])\n"
     "  local ok, cs = pcall(redis.call, 'XINFO', 'CONSUMERS', keys[1], args[1])\n"
     "  if not ok then return 0 end\n"
@@ -293,7 +293,7 @@ const char functions_library[] =
      * keys against the user's ACL key patterns before running it, so a
      * NOPERM answer here names a key this user may not write (the answer
      * to a redlm_batch names none of its three) */
-    "redis.register_function('redlm_keys', function(keys, args) return 'OK' end)\n"
+    "redis.register_function('" FUNCTIONS_FN("redlm_keys") "', function(keys, args) return 'OK' end)\n"
     /* KEYS stream; ARGV maxlen (0: none): entries every group has read and
      * acknowledged go (below each group's oldest pending and last-delivered
      * ids); maxlen caps the rest */
@@ -303,7 +303,7 @@ const char functions_library[] =
     "  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)\n"
     "  return am < bm or (am == bm and as < bs)\n"
     "end\n"
-    "redis.register_function('redlm_trim', function(keys, args)\n"
+    "redis.register_function('" FUNCTIONS_FN("redlm_trim") "', function(keys, args)\n"
     "  local ok, gs = pcall(redis.call, 'XINFO', 'GROUPS', keys[1])\n"
     "  if not ok or #gs == 0 then return 0 end\n"
     "  local min\n"

@@ -21,7 +21,19 @@
 
 #include <hiredis/async.h>
 
-/* The library's source ("#!lua name=redlm ..."). */
+/* The library's version, in its name and in each of its functions' names:
+ * workers of two versions on one Redis (a rolling upgrade) each load and
+ * call their own, where one name for every version would have the last
+ * worker to connect swap the others' functions under them (FUNCTION LOAD
+ * REPLACE).  It goes up whenever a function's keys, arguments or answers
+ * change; an older one stays loaded until an operator deletes it (FUNCTION
+ * DELETE redlm_vN) once no worker of that version is left. */
+#define FUNCTIONS_VERSION "6"
+#define FUNCTIONS_LIBRARY "redlm_v" FUNCTIONS_VERSION
+/* A function's name as this version registers it: FUNCTIONS_FN("redlm_batch"). */
+#define FUNCTIONS_FN(name) name "_v" FUNCTIONS_VERSION
+
+/* The library's source ("#!lua name=redlm_v6 ..."). */
 extern const char functions_library[];
 
 /* redlm_batch: KEYS job stream, running hash, dead-letter stream; ARGV
@@ -37,7 +49,7 @@ extern const char functions_library[];
  * the same fail may be sent again later. */
 #define FUNCTIONS_HELD "HELD"
 /* A whole FCALL refused because the user may not write one of its keys
- * (ACL key patterns); `FCALL redlm_keys 1 KEY` tells which. */
+ * (ACL key patterns); `FCALL redlm_keys_v6 1 KEY` tells which. */
 #define FUNCTIONS_NOPERM "NOPERM"
 
 /* Send FUNCTION LOAD REPLACE on ac; fn gets Redis's answer. */

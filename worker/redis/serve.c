@@ -293,7 +293,7 @@ static void serve_hold(rlServe *s, const char *why) {
         const char *keys[3] = {s->o.keys.stream, s->o.keys.running, s->o.keys.dead};
         s->hold_probes = 3;
         for (int k = 0; k < 3; k++) {
-            const char *argv[] = {"FCALL", "redlm_keys", "1", keys[k]};
+            const char *argv[] = {"FCALL", FUNCTIONS_FN("redlm_keys"), "1", keys[k]};
             redisAsyncCommandArgv(ac, serve_on_key_probe, s, 4, argv, NULL);
         }
     } else {
@@ -338,7 +338,7 @@ static void serve_on_hold_timer(struct ev_loop *loop, ev_timer *w, int revents) 
         ev_timer_start(s->loop, &s->hold);
         return;
     }
-    const char *argv[] = {"FCALL", "redlm_keys", "3", s->o.keys.stream, s->o.keys.running, s->o.keys.dead};
+    const char *argv[] = {"FCALL", FUNCTIONS_FN("redlm_keys"), "3", s->o.keys.stream, s->o.keys.running, s->o.keys.dead};
     redisAsyncCommandArgv(ac, serve_on_hold_look, s, 6, argv, NULL);
 }
 
@@ -451,7 +451,7 @@ static void serve_on_pending(redisAsyncContext *ac, void *reply, void *priv) {
     snprintf(idle, sizeof(idle), "%d", s->o.claim_idle_ms);
     int argc = 0;
     argv[argc++] = "FCALL";
-    argv[argc++] = "redlm_claim";
+    argv[argc++] = FUNCTIONS_FN("redlm_claim");
     argv[argc++] = "1";
     argv[argc++] = s->o.keys.stream;
     argv[argc++] = s->o.keys.group;
@@ -541,7 +541,7 @@ static void serve_cycle(rlServe *s) {
         s->last_reap = now;
         char cap[24];
         snprintf(cap, sizeof(cap), "%ld", s->o.keys.dead_maxlen);
-        const char *argv[] = {"FCALL", "redlm_reap", "3", s->o.keys.stream, s->o.keys.running, s->o.keys.dead,
+        const char *argv[] = {"FCALL", FUNCTIONS_FN("redlm_reap"), "3", s->o.keys.stream, s->o.keys.running, s->o.keys.dead,
                               s->o.keys.group, s->o.keys.consumer, KEYS_HEARTBEAT_PREFIX, count,
                               s->own_taken ? "0" : "1", cap};
         redisAsyncCommandArgv(ac, serve_on_reap, s, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
@@ -808,7 +808,7 @@ static void serve_on_refresh(struct ev_loop *loop, ev_timer *w, int revents) {
      * other workers to take */
     if (!ac || !s->jobs || s->held) return;
     enum { CHUNK = 256 };
-    const char *argv[2 * CHUNK + 6] = {"FCALL", "redlm_refresh", "1", s->o.keys.stream, s->o.keys.group,
+    const char *argv[2 * CHUNK + 6] = {"FCALL", FUNCTIONS_FN("redlm_refresh"), "1", s->o.keys.stream, s->o.keys.group,
                                        s->o.keys.consumer};
     char attempts[CHUNK][16];
     int argc = 6, n = 0;
@@ -832,7 +832,7 @@ static void serve_on_trim(struct ev_loop *loop, ev_timer *w, int revents) {
     if (!ac) return;
     char maxlen[24];
     snprintf(maxlen, sizeof(maxlen), "%ld", s->o.jobs_maxlen);
-    const char *argv[] = {"FCALL", "redlm_trim", "1", s->o.keys.stream, maxlen};
+    const char *argv[] = {"FCALL", FUNCTIONS_FN("redlm_trim"), "1", s->o.keys.stream, maxlen};
     redisAsyncCommandArgv(ac, NULL, NULL, 5, argv, NULL);
 }
 
@@ -937,7 +937,7 @@ int serve_run(rlEngine *e, const rlServeOptions *o, rlError *err) {
      * is taken by the others' next reap, within a second or two. */
     if (rconn_ctx(s->wconn)) {
         if (s->n_jobs) fprintf(stderr, "redlm worker: handing %d unfinished jobs back\n", s->n_jobs);
-        const char *argv[] = {"FCALL", "redlm_release", "1", s->o.keys.stream, s->o.keys.group,
+        const char *argv[] = {"FCALL", FUNCTIONS_FN("redlm_release"), "1", s->o.keys.stream, s->o.keys.group,
                               s->o.keys.consumer, s->hb_key};
         redisAsyncCommandArgv(rconn_ctx(s->wconn), NULL, NULL, 7, argv, NULL);
     }

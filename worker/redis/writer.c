@@ -135,7 +135,7 @@ static void writer_send(rlWriter *w) {
             free(argv), free(len);
             return; /* out of memory: the next push or answer tries again */
         }
-        const char *head[WRITER_HEADER] = {"FCALL", "redlm_batch", "3", w->k->stream, w->k->running, w->k->dead,
+        const char *head[WRITER_HEADER] = {"FCALL", FUNCTIONS_FN("redlm_batch"), "3", w->k->stream, w->k->running, w->k->dead,
                                            w->k->group, w->k->consumer, w->ttl, w->maxlen};
         int a = 0;
         for (; a < WRITER_HEADER; a++) argv[a] = head[a], len[a] = strlen(head[a]);
