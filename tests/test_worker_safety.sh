@@ -190,8 +190,9 @@ echo "   reply streams outside the user's keys: a reply_refused dead letter"
 # (bad: max_tokens -1) comes meanwhile; fixer, a worker allowed everything,
 # takes both once carl has left them idle
 rcli ACL SETUSER carl on '>pw' '~redlm:*' '+@all' > /dev/null
+CPORT=$(free_port)
 "$REDLM" worker --model "$MODEL" --redis "redis://carl:pw@127.0.0.1:$RPORT" --consumer carl --threads 1 \
-    --claim-idle-ms 1500 > "$T/carl.log" 2>&1 &
+    --claim-idle-ms 1500 --metrics-port "$CPORT" > "$T/carl.log" 2>&1 &
 CARL=$!
 PIDS+=("$CARL")
 wait_until 30 up carl || fail "worker carl did not start"
@@ -211,6 +212,15 @@ echo "$pend" | grep -qx "$e1" || fail "held1 not left pending: $pend"
 [ "$(rcli XLEN redlm:reply:held1)" = 0 ] || fail "held1 answered while carl's writes are refused"
 [ "$(dead_for held2)" = 0 ] || fail "a dead letter for held2 from carl"
 kill -0 "$CARL" || fail "carl stopped"
+# operators see it: the heartbeat, `redlm status`, the metrics
+carl_state() { rcli HGET redlm:instances:carl state; }
+carl_held() { curl -s "http://127.0.0.1:$CPORT/metrics" | awk '$1 == "redlm:writes_held" { print $2 }'; }
+[ "$(carl_state)" = held ] || fail "carl's heartbeat says $(carl_state)"
+[ "$(carl_held)" = 1 ] || fail "redlm:writes_held $(carl_held) while carl holds"
+st=$("$REDLM" status --redis "$(URL)")
+echo "$st" | grep -q '^carl  *held ' || fail "status has no held row for carl: $st"
+echo "$st" | grep -q "carl holds: Redis refuses its writes (may not write redlm:dead: NOPERM" ||
+    fail "status does not say why carl holds: $st"
 start_worker fixer --claim-idle-ms 1500
 FIXER=$LAST_PID
 both_done() { stream_json redlm:reply:held1 | grep -q '"event":"done"' && [ "$(dead_for held2)" = 1 ] &&
@@ -224,6 +234,9 @@ kill -TERM "$FIXER"; wait "$FIXER" || fail "fixer exit status $?"
 rcli ACL SETUSER carl '~redlm:dead' > /dev/null
 resumed() { grep -q "Redis accepts this worker's writes again" "$T/carl.log"; }
 wait_until 40 resumed || fail "carl did not resume: $(tail -2 "$T/carl.log")"
+wait_until 5 eval '[ "$(carl_state)" = serving ] && [ "$(carl_held)" = 0 ]' ||
+    fail "carl resumed, but its heartbeat says $(carl_state), redlm:writes_held $(carl_held)"
+"$REDLM" status --redis "$(URL)" | grep -q "carl holds" && fail "status still says carl holds"
 rcli XADD redlm:jobs '*' json '{"id":"after","prompt_ids":[1],"max_tokens":2}' > /dev/null
 wait_until 20 eval 'stream_json redlm:reply:after | grep -q done' || fail "no answer after carl resumed"
 [ "$(stream_json redlm:reply:held1 | wc -l)" = 1 ] || fail "held1 answered twice: $(stream_json redlm:reply:held1 | jq -c '{event, attempt}')"

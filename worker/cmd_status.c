@@ -109,13 +109,13 @@ int cmd_status(int argc, char **argv) {
     if (n) qsort(v, (size_t)n, sizeof(*v), status_by_name);
     printf("\nlive instances on %s: %d\n", stream, live);
     if (live)
-        printf("%-28s %-10s %-10s %-10s %-10s %-16s %s\n", "instance", "running", "waiting", "tokens/s",
-               "layout", "quantization", "model");
+        printf("%-28s %-10s %-10s %-10s %-10s %-10s %-16s %s\n", "instance", "state", "running", "waiting",
+               "tokens/s", "layout", "quantization", "model");
     for (int i = 0; i < n; i++) {
         if (!v[i].live) continue;
         status_cell(v[i].consumer, 28, 64);
-        static const char *const cols[] = {"running", "waiting", "tokens_per_s", "layout"};
-        for (int k = 0; k < 4; k++) {
+        static const char *const cols[] = {"state", "running", "waiting", "tokens_per_s", "layout"};
+        for (int k = 0; k < 5; k++) {
             const char *x = instances_field(&v[i], cols[k]);
             printf(" ");
             status_cell(x ? x : "-", 10, 24);
@@ -128,6 +128,15 @@ int cmd_status(int argc, char **argv) {
         printf(" ");
         status_cell(m ? m : "-", 0, 200);
         printf("\n");
+    }
+    for (int i = 0; i < n; i++) {
+        const char *why = instances_field(&v[i], "held");
+        if (!v[i].live || !why || !why[0]) continue;
+        printf("  ");
+        status_cell(v[i].consumer, 0, 64);
+        printf(" holds: Redis refuses its writes (");
+        status_cell(why, 0, 400);
+        printf("); it answers and acknowledges no job until they are allowed\n");
     }
     if (n > live) {
         printf("\ndead instances (no heartbeat for over %.0f s; listed until %d s after the last):\n",

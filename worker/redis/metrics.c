@@ -37,6 +37,7 @@ struct rlMetrics {
     rlEngineStats st;
     size_t backlog_bytes, backlog_items;
     unsigned long write_errors;
+    int held;                       /* Redis refuses the worker's writes */
     unsigned long long finished[4];              /* by rlFinish */
     char codes[METRICS_MAX_CODES][32];
     unsigned long long code_counts[METRICS_MAX_CODES];
@@ -96,6 +97,12 @@ void metrics_set_engine(rlMetrics *m, const rlEngineStats *st) {
 void metrics_set_writer(rlMetrics *m, size_t bytes, size_t items, unsigned long errors) {
     pthread_mutex_lock(&m->mu);
     m->backlog_bytes = bytes, m->backlog_items = items, m->write_errors = errors;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_set_held(rlMetrics *m, int held) {
+    pthread_mutex_lock(&m->mu);
+    m->held = held;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -185,6 +192,10 @@ char *metrics_render(rlMetrics *m) {
     metrics_gauge(&t, "redlm:reply_backlog_bytes", "gauge",
                   "Reply events, dead letters and acks not yet stored in Redis, in bytes.",
                   (double)m->backlog_bytes);
+    metrics_gauge(&t, "redlm:writes_held", "gauge",
+                  "1 while Redis refuses this worker's writes (an ACL leaves out its keys): it reads, "
+                  "answers and acknowledges no job until they are allowed.",
+                  (double)m->held);
     metrics_gauge(&t, "redlm:reply_write_errors_total", "counter",
                   "Writes Redis refused: a reply key of another type or one the user may not "
                   "write (the job gets a dead letter), out of memory, a dead letter or a worker key "

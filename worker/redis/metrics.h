@@ -33,6 +33,8 @@ int metrics_serve(rlMetrics *m, int port, rlError *err);
 void metrics_set_engine(rlMetrics *m, const rlEngineStats *st);
 /* The writer's backlog and the writes Redis refused so far. */
 void metrics_set_writer(rlMetrics *m, size_t bytes, size_t items, unsigned long errors);
+/* Whether the worker holds because Redis refuses its writes (serve.c). */
+void metrics_set_held(rlMetrics *m, int held);
 /* One finished sample: finish reason, latencies in seconds (tpot < 0 when
  * fewer than two tokens were generated). */
 void metrics_observe_done(rlMetrics *m, rlFinish finish, double ttft, double tpot, double e2e);

@@ -756,12 +756,18 @@ static void serve_on_heartbeat(struct ev_loop *loop, ev_timer *w, int revents) {
     }
     s->last_gen = st.generation_tokens;
     s->last_gen_t = now;
-    if (s->metrics)
+    if (s->metrics) {
         metrics_set_writer(s->metrics, atomic_load(writer_bytes(s->writer)), writer_pending(s->writer),
                            writer_errors(s->writer));
+        metrics_set_held(s->metrics, s->held);
+    }
     redisAsyncContext *ac = rconn_ctx(s->wconn);
     if (!ac) return;
-    char running[16], waiting[16], tps[32], jobs[16], pid[16];
+    char running[16], waiting[16], tps[32], jobs[16], pid[16], held[2 * RL_ERROR_LEN + 16] = "";
+    if (s->held && s->hold_keys[0])
+        snprintf(held, sizeof(held), "may not write %s: %s", s->hold_keys, s->hold_why);
+    else if (s->held)
+        snprintf(held, sizeof(held), "%s", s->hold_why);
     snprintf(running, sizeof(running), "%d", st.running);
     snprintf(waiting, sizeof(waiting), "%d", st.waiting);
     snprintf(tps, sizeof(tps), "%.1f", s->tok_s);
@@ -774,7 +780,8 @@ static void serve_on_heartbeat(struct ev_loop *loop, ev_timer *w, int revents) {
                           engine_sampling_defaults(s->e), "running", running, "waiting", waiting,
                           "tokens_per_s", tps,
                           "jobs", jobs, "pid", pid, "started", s->started, "state",
-                          s->draining ? "draining" : "serving", "stream", s->o.keys.stream,
+                          s->draining ? "draining" : s->held ? "held" : "serving", "held", held,
+                          "stream", s->o.keys.stream,
                           "group", s->o.keys.group, "reply_prefix", s->o.keys.reply_prefix};
     redisAsyncCommandArgv(ac, NULL, NULL, (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL);
     char ttl[16];
