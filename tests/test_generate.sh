@@ -182,4 +182,8 @@ jq -e -s 'map(select(.id == "vocab"))[0].error.message | startswith("line 5: pro
     "$tmp/bad.out" > /dev/null || fail "vocab: $(jq -c 'select(.id == "vocab") | .error' "$tmp/bad.out")"
 echo '{"id":"empty","prompt":""}' | "$REDLM" generate --model "$dir" --input - --output - 2> /dev/null |
     jq -e '.error.message | startswith("line 1: field '"'prompt'"' is empty")' > /dev/null || fail "empty prompt not named"
+# without --served-model-name the one name is the --model path, said once
+echo '{"id":"m","prompt_ids":[1],"model":"gpt-4o"}' | "$REDLM" generate --model "$dir" --input - --output - 2> /dev/null |
+    jq -r .error.message | grep -qx "line 1: model 'gpt-4o' is not served here: this worker serves '$dir' (its --model; --served-model-name gives it other names)" ||
+    fail "unknown model without --served-model-name"
 echo "generate: all checks passed"

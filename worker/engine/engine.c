@@ -543,11 +543,16 @@ static int ereq_check(rlEngine *e, engReq *q) {
                            e->opt.max_num_seqs);
     const char *served = e->opt.served_model_name ? e->opt.served_model_name : e->opt.model;
     if (r->model && !(e->opt.served_model_name && engine_serves(served, r->model)) &&
-        strcmp(r->model, e->opt.model))
+        strcmp(r->model, e->opt.model)) {
+        if (!e->opt.served_model_name)
+            return ereq_refuse(q, "invalid_request",
+                               "model '%.200s' is not served here: this worker serves '%.200s' (its "
+                               "--model; --served-model-name gives it other names)", r->model, served);
         return ereq_refuse(q, "invalid_request",
                            "model '%.200s' is not served here: this worker serves '%.200s' "
                            "(--served-model-name; also '%.200s', its --model)", r->model, served,
                            e->opt.model);
+    }
     return 0;
 }
 
