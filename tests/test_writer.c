@@ -376,18 +376,25 @@ static void test_functions_versions_coexist(void **state) {
     redisFree(admin);
 }
 
+/* A fresh Redis with this version's functions and one job entry, read by
+ * consumer (its XADD answer: the entry's id in ->str). */
+static redisReply *one_job(redisContext *admin, const char *id, const char *consumer) {
+    freeReplyObject(redisCommand(admin, "FLUSHALL"));
+    const char *load[] = {"FUNCTION", "LOAD", "REPLACE", functions_library};
+    freeReplyObject(redisCommandArgv(admin, 4, load, NULL));
+    freeReplyObject(redisCommand(admin, "XGROUP CREATE redlm:jobs redlm 0 MKSTREAM"));
+    redisReply *e = redisCommand(admin, "XADD redlm:jobs * json {\"id\":\"%s\"}", id);
+    freeReplyObject(redisCommand(admin, "XREADGROUP GROUP redlm %s COUNT 1 STREAMS redlm:jobs >", consumer));
+    return e;
+}
+
 /* A command that fails inside a job operation is answered in Redis's own
  * words, its code once: "WRONGTYPE ...", "ERR The user ...", never
  * "ERR ERR The user ..." (the text the worker logs). */
 static void test_functions_error_read_once(void **state) {
     (void)state;
     redisContext *admin = redis_server_connect(&server);
-    freeReplyObject(redisCommand(admin, "FLUSHALL"));
-    const char *load[] = {"FUNCTION", "LOAD", "REPLACE", functions_library};
-    freeReplyObject(redisCommandArgv(admin, 4, load, NULL));
-    freeReplyObject(redisCommand(admin, "XGROUP CREATE redlm:jobs redlm 0 MKSTREAM"));
-    redisReply *e = redisCommand(admin, "XADD redlm:jobs * json {\"id\":\"t1\"}");
-    freeReplyObject(redisCommand(admin, "XREADGROUP GROUP redlm w COUNT 1 STREAMS redlm:jobs >"));
+    redisReply *e = one_job(admin, "t1", "w");
     freeReplyObject(redisCommand(admin, "SET redlm:jobs:running not-a-hash"));
     redisReply *r = start_as(NULL, e->str);
     assert_int_equal(r->element[0]->type, REDIS_REPLY_ERROR);
@@ -411,12 +418,7 @@ static void test_functions_error_read_once(void **state) {
 static void test_functions_reap_deleted(void **state) {
     (void)state;
     redisContext *admin = redis_server_connect(&server);
-    freeReplyObject(redisCommand(admin, "FLUSHALL"));
-    const char *load[] = {"FUNCTION", "LOAD", "REPLACE", functions_library};
-    freeReplyObject(redisCommandArgv(admin, 4, load, NULL));
-    freeReplyObject(redisCommand(admin, "XGROUP CREATE redlm:jobs redlm 0 MKSTREAM"));
-    redisReply *e = redisCommand(admin, "XADD redlm:jobs * json {\"id\":\"d1\"}");
-    freeReplyObject(redisCommand(admin, "XREADGROUP GROUP redlm gone COUNT 1 STREAMS redlm:jobs >"));
+    redisReply *e = one_job(admin, "d1", "gone");
     freeReplyObject(redisCommand(admin, "HSET redlm:jobs:running d1 %s", e->str));
     freeReplyObject(redisCommand(admin, "XDEL redlm:jobs %s", e->str));
     freeReplyObject(redisCommand(admin, "SET redlm:dead not-a-stream"));
