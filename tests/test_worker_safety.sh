@@ -17,7 +17,10 @@
 #      whose key patterns come to leave the dead-letter stream out holds
 #      everything, acknowledging nothing, says which key, looks again less
 #      and less often, and resumes once allowed; another worker takes what
-#      it held; 100,000 tiny jobs leave the job stream trimmed
+#      it held; 100,000 tiny jobs leave the job stream trimmed; a worker
+#      started over keys of another type stops naming the key; one whose
+#      running hash turns into a string holds (nothing acknowledged
+#      unanswered), and resumes once the key is deleted: each job one answer
 #   6. a job whose entry is deleted from the job stream while it runs (XDEL,
 #      a producer's MAXLEN, --jobs-maxlen) is still answered, once: neither
 #      its worker's idle refresh nor another worker's idle claim takes the
@@ -243,6 +246,54 @@ wait_until 20 eval 'stream_json redlm:reply:after | grep -q done' || fail "no an
 kill -TERM "$CARL"; wait "$CARL" || fail "carl exit status $?"
 echo "   the dead-letter stream outside carl's keys: nothing acknowledged, $refused FCALLs refused in 8 s;" \
      "fixer answered held1 and held2; carl resumed"
+
+# 5e. keys of another type: at the start, the worker stops naming the
+# key.  While two run, the running hash SET to a string: tw1's XACK (after
+# its answer), then tw2's start are refused; each time the worker holds,
+# the entry left pending and kept fresh (the other worker, claiming after
+# the same 1.5 s, does not run tw1 again), nothing acknowledged
+# unanswered; once the key is deleted each is answered, once
+rcli SET redlm:jobs:running not-a-hash > /dev/null
+rc=0; "$REDLM" worker --model "$MODEL" --redis "$(URL)" --consumer typed0 --threads 1 > "$T/typed0.log" 2>&1 || rc=$?
+[ $rc = 8 ] || fail "a worker over a running hash of another type: exit $rc"
+grep -q "redlm:jobs:running holds a string where this pool keeps a hash .*DEL it" "$T/typed0.log" ||
+    fail "the start did not name the key: $(tail -2 "$T/typed0.log")"
+rcli DEL redlm:jobs:running > /dev/null
+start_worker typed --claim-idle-ms 1500
+TYPED=$LAST_PID
+start_worker typed2 --claim-idle-ms 1500
+TYPED2=$LAST_PID
+wait_until 30 up typed || fail "worker typed did not start"
+wait_until 30 up typed2 || fail "worker typed2 did not start"
+typed_state() { rcli HGET redlm:instances:typed state; rcli HGET redlm:instances:typed2 state; }
+holds() { typed_state | grep -qx held; }
+done_count() { stream_json "redlm:reply:$1" | grep -c '"event":"done"'; }
+e1=$(rcli XADD redlm:jobs '*' json '{"id":"tw1","prompt_ids":[1,2],"max_tokens":2000,"ignore_eos":true}')
+wait_until 20 eval '[ "$(rcli HGET redlm:jobs:running tw1)" = "$e1" ]' || fail "tw1 did not start"
+rcli DEL redlm:jobs:running > /dev/null
+rcli SET redlm:jobs:running not-a-hash > /dev/null
+wait_until 120 holds || fail "no worker holds after tw1's XACK: $(tail -3 "$T/typed.log")"
+{ rcli HGET redlm:instances:typed held; rcli HGET redlm:instances:typed2 held; } |
+    grep -q "redlm:jobs:running holds a string" || fail "no heartbeat names the key"
+sleep 3 # twice the other worker's --claim-idle-ms
+[ "$(done_count tw1)" = 1 ] || fail "tw1 held without its answer"
+rcli XPENDING redlm:jobs redlm - + 10 | grep -qx "$e1" || fail "tw1 acknowledged while its XACK was refused"
+rcli DEL redlm:jobs:running > /dev/null
+wait_until 60 eval '[ "$(pending_count)" = 0 ]' || fail "tw1 not acknowledged after the key was deleted"
+rcli SET redlm:jobs:running not-a-hash > /dev/null
+e2=$(rcli XADD redlm:jobs '*' json '{"id":"tw2","prompt_ids":[3],"max_tokens":2}')
+wait_until 30 holds || fail "no worker holds after tw2's start: $(tail -3 "$T/typed.log")"
+sleep 1
+rcli XPENDING redlm:jobs redlm - + 10 | grep -qx "$e2" || fail "tw2 not left pending"
+[ "$(done_count tw2)" = 0 ] || fail "tw2 answered while its start was refused"
+rcli DEL redlm:jobs:running > /dev/null
+typed_done() { [ "$(pending_count)" = 0 ] && [ "$(done_count tw2)" = 1 ]; }
+wait_until 90 typed_done || fail "tw2 not answered after the key was deleted: $(rcli XPENDING redlm:jobs redlm - + 10); $(tail -3 "$T/typed.log")"
+[ "$(done_count tw1)" = 1 ] || fail "tw1 answered $(done_count tw1) times"
+wait_until 5 eval '[ "$(typed_state | sort -u)" = serving ]' || fail "the states: $(typed_state)"
+kill -TERM "$TYPED" "$TYPED2"; wait "$TYPED" "$TYPED2" || fail "typed exit status $?"
+echo "   keys of another type: the start refused (exit 8) naming the key; a refused XACK and a refused" \
+     "start held, nothing acknowledged unanswered; each job answered once"
 
 # 6. x (refreshing every 0.5 s) frozen while running "del", its entry
 # deleted meanwhile, and y (claim-idle 1 s) looking at the idle entry

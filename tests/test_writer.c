@@ -412,6 +412,39 @@ static void test_functions_error_read_once(void **state) {
     redisFree(admin);
 }
 
+/* A running hash of another type: redlm_keys names it, and a job's XACK
+ * is refused before anything is written (no job acknowledged unanswered). */
+static void test_functions_wrong_key_type(void **state) {
+    (void)state;
+    redisContext *admin = redis_server_connect(&server);
+    redisReply *e = one_job(admin, "t1", "w");
+    const char *look = "FCALL " FUNCTIONS_FN("redlm_keys") " 3 redlm:jobs redlm:jobs:running redlm:dead stream hash stream";
+    redisReply *r = redisCommand(admin, look);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    freeReplyObject(r);
+    freeReplyObject(redisCommand(admin, "SET redlm:jobs:running not-a-hash"));
+    r = redisCommand(admin, look);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_true(!strncmp(r->str, FUNCTIONS_WRONGTYPE " redlm:jobs:running holds a string where this pool keeps a hash",
+                         strlen(FUNCTIONS_WRONGTYPE " redlm:jobs:running holds a string where this pool keeps a hash")));
+    freeReplyObject(r);
+    r = redisCommand(admin, "FCALL " FUNCTIONS_FN("redlm_batch") " 3 redlm:jobs redlm:jobs:running redlm:dead redlm w 0 1000 "
+                            "ack %s 1 t1", e->str);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->element[0]->type, REDIS_REPLY_ERROR);
+    assert_true(!strncmp(r->element[0]->str, FUNCTIONS_WRONGTYPE " ", 10));
+    freeReplyObject(r);
+    assert_int_equal(pending(admin), 1);
+    freeReplyObject(redisCommand(admin, "DEL redlm:jobs:running"));
+    r = redisCommand(admin, "FCALL " FUNCTIONS_FN("redlm_batch") " 3 redlm:jobs redlm:jobs:running redlm:dead redlm w 0 1000 "
+                            "ack %s 1 t1", e->str);
+    assert_int_equal(r->element[0]->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+    assert_int_equal(pending(admin), 0);
+    freeReplyObject(e);
+    redisFree(admin);
+}
+
 /* An entry deleted from the stream while a consumer now without a heartbeat
  * held it: redlm_reap answers it with a dead letter entry_deleted and its
  * XACK, but while the dead letter is refused it leaves it pending. */
@@ -470,6 +503,7 @@ int main(void) {
         cmocka_unit_test(test_writer_dead_letter_refused),
         cmocka_unit_test(test_writer_reply_and_dead_letter_refused),
         cmocka_unit_test(test_functions_reap_deleted),
+        cmocka_unit_test(test_functions_wrong_key_type),
         cmocka_unit_test(test_functions_versions_coexist),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

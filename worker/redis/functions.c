@@ -73,12 +73,14 @@ const char functions_library[] =
     "local function job_dead_letter(keys, a, i, err)\n"
     "  return dead_letter(keys, a[4], a[2], a[i + 1], a[i + 2], err)\n"
     "end\n"
+    /* the running hash is read before the XACK: a script's writes stay
+     * when a later command fails (a hash key of another type), and an
+     * acknowledged job whose answer failed would be lost */
     "local function ack(keys, a, i, c)\n"
+    "  local mine = a[i + 3] ~= '' and redis.call('HGET', keys[2], a[i + 3]) == a[i + 1]\n"
     "  redis.call('XACK', keys[1], a[1], a[i + 1])\n"
     "  c.seen[a[i + 1]] = nil\n"
-    "  if a[i + 3] ~= '' and redis.call('HGET', keys[2], a[i + 3]) == a[i + 1] then\n"
-    "    redis.call('HDEL', keys[2], a[i + 3])\n"
-    "  end\n"
+    "  if mine then redis.call('HDEL', keys[2], a[i + 3]) end\n"
     "end\n"
     /* op name -> {number of its own arguments, function} */
     "local ops = {}\n"
@@ -289,11 +291,24 @@ const char functions_library[] =
     "  end\n"
     "  return 0\n"
     "end)\n"
-    /* KEYS: any of the worker's keys; nothing run.  Redis checks an FCALL's
-     * keys against the user's ACL key patterns before running it, so a
-     * NOPERM answer here names a key this user may not write (the answer
-     * to a redlm_batch names none of its three) */
-    "redis.register_function('" FUNCTIONS_FN("redlm_keys") "', function(keys, args) return 'OK' end)\n"
+    /* KEYS: any of the worker's keys; ARGV: the type each must have if it
+     * exists (stream, hash), none for a key not checked.  Redis checks an
+     * FCALL's keys against the user's ACL key patterns before running it,
+     * so a NOPERM answer here names a key this user may not write (the
+     * answer to a redlm_batch names none of its three); a WRONGTYPE one
+     * names a key another program (or a stale run) left holding another
+     * type, which every job's start or acknowledgement would fail on */
+    "redis.register_function('" FUNCTIONS_FN("redlm_keys") "', function(keys, args)\n"
+    "  for i, want in ipairs(args) do\n"
+    "    local t = redis.call('TYPE', keys[i])['ok']\n"
+    "    if t ~= 'none' and t ~= want then\n"
+    "      return redis.error_reply('WRONGTYPE ' .. keys[i] .. ' holds a ' .. t .. ' where this pool keeps a ' .. want\n"
+    "        .. ' (another program uses the name, or it is stale): DEL it, or give the pool other keys '\n"
+    "        .. '(--stream, --dead)')\n"
+    "    end\n"
+    "  end\n"
+    "  return 'OK'\n"
+    "end)\n"
     /* KEYS stream; ARGV maxlen (0: none): entries every group has read and
      * acknowledged go (below each group's oldest pending and last-delivered
      * ids); maxlen caps the rest */

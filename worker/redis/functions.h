@@ -51,6 +51,10 @@ extern const char functions_library[];
 /* A whole FCALL refused because the user may not write one of its keys
  * (ACL key patterns); `FCALL redlm_keys_v6 1 KEY` tells which. */
 #define FUNCTIONS_NOPERM "NOPERM"
+/* One of the worker's keys holds another type: `FCALL redlm_keys_v6 3
+ * STREAM RUNNING DEAD stream hash stream` tells which (FUNCTIONS_KEY_TYPES). */
+#define FUNCTIONS_WRONGTYPE "WRONGTYPE"
+#define FUNCTIONS_KEY_TYPES "stream", "hash", "stream"
 
 /* Send FUNCTION LOAD REPLACE on ac; fn gets Redis's answer. */
 void functions_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv);

@@ -54,7 +54,10 @@ typedef struct rlJob {
     struct rlRequest *req;    /* waiting for its start's answer, then handed to the runner */
     int lost;                 /* the fence failed: nothing more is written for it */
     int acking;               /* its XACK is queued: it no longer runs */
-    int held;                 /* its dead letter was refused: pending, not refreshed, sent again later */
+    /* its XACK is held, sent again later: 1 its dead letter was refused
+     * (the entry pending, not refreshed: another worker may take it), 2 the
+     * running hash holds another type (its answer is stored: kept fresh) */
+    int held;
     struct rlJob *prev, *next; /* the list of jobs not yet acknowledged */
 } rlJob;
 

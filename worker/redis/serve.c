@@ -65,6 +65,7 @@ typedef struct rlServe {
     int hb_ok;                      /* a heartbeat has been stored */
     int n_starting;                 /* jobs read, waiting for their start's answer */
     int own_taken;                  /* the first reap, which takes a previous process's entries under this name, is answered */
+    int keys_ok;                    /* the keys' types were found right once: a later wrong one holds, not stops */
     double last_claim, last_reap, reader_up;
     char cancel_last[48];
     int cancel_busy;
@@ -118,6 +119,7 @@ void serve_options_init(rlServeOptions *o) {
 }
 
 static void serve_cycle(rlServe *s);
+static void serve_hold(rlServe *s, const char *why);
 
 static void serve_jobs_add(rlServe *s, rlJob *j) {
     j->prev = NULL;
@@ -131,19 +133,23 @@ static void serve_check_drained(rlServe *s) {
     if (s->draining && !s->n_jobs && !writer_pending(s->writer)) ev_break(s->loop, EVBREAK_ALL);
 }
 
-/* the writer confirmed a job's XACK */
-static void serve_on_job_done(void *ctx, rlJob *j) {
-    rlServe *s = ctx;
-    if (j->held && !j->lost)
-        fprintf(stderr, "redlm worker: job %s (entry %s): its dead letter is written now; acknowledged\n",
-                j->id ? j->id : "(no id)", j->entry);
-    if (!writer_held(s->writer)) s->resend_backoff = SERVE_HOLD_MIN_S;
+static void serve_jobs_remove(rlServe *s, rlJob *j) {
     if (j->prev) j->prev->next = j->next;
     else if (s->jobs == j) s->jobs = j->next;
     if (j->next) j->next->prev = j->prev;
     s->n_jobs--;
     job_free(j);
     serve_check_drained(s);
+}
+
+/* the writer confirmed a job's XACK */
+static void serve_on_job_done(void *ctx, rlJob *j) {
+    rlServe *s = ctx;
+    if (j->held && !j->lost)
+        fprintf(stderr, "redlm worker: job %s (entry %s): acknowledged now\n", j->id ? j->id : "(no id)",
+                j->entry);
+    if (!writer_held(s->writer)) s->resend_backoff = SERVE_HOLD_MIN_S;
+    serve_jobs_remove(s, j);
 }
 
 static int serve_was_cancelled(rlServe *s, const char *id) {
@@ -219,9 +225,16 @@ static void serve_on_started(void *ctx, rlJob *job, const redisReply *r) {
         if (s->metrics) metrics_count_error(s->metrics, "duplicate_id");
         if (items_fail(&items, job, "duplicate_id", msg))
             fprintf(stderr, "redlm worker: out of memory answering job %s\n", job->id);
+    } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, FUNCTIONS_LOST " ", 5)) {
+        /* Redis refused the start itself (the running hash holds another
+         * type): the entry is left pending, unacknowledged, for whoever may
+         * start it once the key is fixed; this worker holds meanwhile */
+        serve_hold(s, r->str);
+        serve_jobs_remove(s, job);
+        return;
     } else {
-        /* lost before it ran (or Redis refused the start): not ours to answer;
-         * the fenced XACK writes nothing and lets the job go */
+        /* lost before it ran: not ours to answer; the fenced XACK writes
+         * nothing and lets the job go */
         job->lost = 1;
         if (items_ack(&items, job)) {
             fprintf(stderr, "redlm worker: out of memory releasing job %s\n", job->id);
@@ -253,10 +266,15 @@ static void serve_log_hold(rlServe *s) {
                 "key patterns leave it out: %s).", user, s->hold_keys, s->hold_why);
     else
         fprintf(stderr, "redlm worker: Redis refuses this worker's writes (user '%s': %s).", user, s->hold_why);
-    fprintf(stderr, "  Until it may, it answers and acknowledges no job: the entries it holds stay pending (no "
-            "longer kept fresh: other workers take them after --claim-idle-ms %d) and it reads no new ones; "
-            "looking again in %.0f s, then less and less often (every %.0f s at most)\n",
-            s->o.claim_idle_ms, s->hold_backoff, SERVE_HOLD_MAX_S);
+    if (!strncmp(s->hold_why, FUNCTIONS_NOPERM " ", 7))
+        fprintf(stderr, "  Until it may, it answers and acknowledges no job: the entries it holds stay pending (no "
+                "longer kept fresh: other workers take them after --claim-idle-ms %d) and it reads no new ones; ",
+                s->o.claim_idle_ms);
+    else
+        fprintf(stderr, "  Until then it answers and acknowledges no job: the entries it holds stay pending and kept "
+                "fresh, their answers kept to be written, and it reads no new ones; ");
+    fprintf(stderr, "looking again in %.0f s, then less and less often (every %.0f s at most)\n", s->hold_backoff,
+            SERVE_HOLD_MAX_S);
 }
 
 /* one answer of FCALL redlm_keys 1 KEY, in the order sent: stream, running
@@ -276,7 +294,28 @@ static void serve_on_key_probe(redisAsyncContext *ac, void *reply, void *priv) {
     if (!s->hold_probes) serve_log_hold(s);
 }
 
-/* Redis refused a whole call for want of permission (why: its answer): hold
+/* FCALL redlm_keys over the stream, running hash and dead-letter stream
+ * with the types each must have: OK, NOPERM (a key the user may not
+ * write) or WRONGTYPE (naming a key of another type). */
+static void serve_keys_look(rlServe *s, redisAsyncContext *ac, redisCallbackFn *fn) {
+    const char *argv[] = {"FCALL", FUNCTIONS_FN("redlm_keys"), "3", s->o.keys.stream, s->o.keys.running,
+                          s->o.keys.dead, FUNCTIONS_KEY_TYPES};
+    redisAsyncCommandArgv(ac, fn, s, 9, argv, NULL);
+}
+
+/* the answer of serve_keys_look in a hold for another reason than NOPERM:
+ * the key it names, if any, is the reason to give */
+static void serve_on_type_probe(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, FUNCTIONS_WRONGTYPE " ", 10))
+        snprintf(s->hold_why, sizeof(s->hold_why), "%s", r->str);
+    serve_log_hold(s);
+}
+
+/* Redis refused a whole call for want of permission, or a job's start or
+ * acknowledgement for a key of another type (why: its answer): hold
  * everything, say which keys, and look again after a wait. */
 static void serve_hold(rlServe *s, const char *why) {
     if (s->held) return; /* the next look decides */
@@ -289,7 +328,9 @@ static void serve_hold(rlServe *s, const char *why) {
     writer_connected(s->writer, NULL); /* its runs would be refused alike */
     redisAsyncContext *ac = rconn_ctx(s->wconn);
     if (!ac) ac = rconn_ctx(s->reader);
-    if (ac) {
+    if (ac && strncmp(why, FUNCTIONS_NOPERM " ", 7)) {
+        serve_keys_look(s, ac, serve_on_type_probe);
+    } else if (ac) {
         const char *keys[3] = {s->o.keys.stream, s->o.keys.running, s->o.keys.dead};
         s->hold_probes = 3;
         for (int k = 0; k < 3; k++) {
@@ -310,7 +351,8 @@ static void serve_on_hold_look(redisAsyncContext *ac, void *reply, void *priv) {
     redisReply *r = reply;
     if (!s->held || s->stopping) return;
     if (!r || r->type == REDIS_REPLY_ERROR) {
-        if (r && !strncmp(r->str, FUNCTIONS_NOPERM " ", 7)) {
+        if (r) {
+            if (!strncmp(r->str, FUNCTIONS_WRONGTYPE " ", 10)) snprintf(s->hold_why, sizeof(s->hold_why), "%s", r->str);
             s->hold_backoff = s->hold_backoff * 2 > SERVE_HOLD_MAX_S ? SERVE_HOLD_MAX_S : s->hold_backoff * 2;
             if (s->hold_backoff >= SERVE_HOLD_MAX_S && !s->hold_capped++)
                 fprintf(stderr, "redlm worker: Redis still refuses this worker's writes (%s); looking every "
@@ -338,20 +380,23 @@ static void serve_on_hold_timer(struct ev_loop *loop, ev_timer *w, int revents) 
         ev_timer_start(s->loop, &s->hold);
         return;
     }
-    const char *argv[] = {"FCALL", FUNCTIONS_FN("redlm_keys"), "3", s->o.keys.stream, s->o.keys.running, s->o.keys.dead};
-    redisAsyncCommandArgv(ac, serve_on_hold_look, s, 6, argv, NULL);
+    serve_keys_look(s, ac, serve_on_hold_look);
 }
 
-/* writer hook: a failed job's XACK held for want of its dead letter; the
+/* writer hook: a job's XACK held for want of its dead letter, or refused
+ * for a running hash of another type (which holds the whole worker); the
  * entry stays pending, no longer kept fresh, so another worker may take it
  * (then the XACK sent again is fenced out) */
 static void serve_on_held(void *ctx, rlJob *job, const char *why) {
     rlServe *s = ctx;
+    int wrongtype = !strncmp(why, FUNCTIONS_WRONGTYPE " ", 10);
     if (!job->held)
-        fprintf(stderr, "redlm worker: job %s (entry %s, attempt %d): %s; sending it again in %.0f s, then less "
-                "and less often (other workers may take it after --claim-idle-ms)\n", job->id ? job->id : "(no id)",
-                job->entry, job->attempt, why + strlen(FUNCTIONS_HELD " "), s->resend_backoff);
-    job->held = 1;
+        fprintf(stderr, "redlm worker: job %s (entry %s, attempt %d): %s%s; sending it again in %.0f s, then less "
+                "and less often%s\n", job->id ? job->id : "(no id)", job->entry, job->attempt,
+                wrongtype ? "Redis refused its acknowledgement: " : "", wrongtype ? why : why + strlen(FUNCTIONS_HELD " "),
+                s->resend_backoff, wrongtype ? "" : " (other workers may take it after --claim-idle-ms)");
+    job->held = wrongtype ? 2 : 1;
+    if (wrongtype) serve_hold(s, why); /* every job's start and XACK would be refused alike */
     if (!ev_is_active(&s->resend)) {
         ev_timer_set(&s->resend, s->resend_backoff, 0.);
         ev_timer_start(s->loop, &s->resend);
@@ -566,7 +611,7 @@ static void serve_on_group(redisAsyncContext *ac, void *reply, void *priv) {
     (void)ac;
     rlServe *s = priv;
     redisReply *r = reply;
-    if (!r) return;
+    if (!r || s->failed) return;
     s->reader_busy = 0;
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9)) {
         fprintf(stderr, "redlm worker: cannot create group %s on %s: %s; trying again\n", s->o.keys.group,
@@ -600,9 +645,31 @@ static void serve_on_load(redisAsyncContext *ac, void *reply, void *priv) {
     serve_fail(s, msg);
 }
 
+/* the keys' types, looked at on every connection of the reader: wrong at
+ * the start, the worker stops saying which key; later, it holds */
+static void serve_on_keys_checked(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    rlServe *s = priv;
+    redisReply *r = reply;
+    if (!r) return;
+    if (r->type != REDIS_REPLY_ERROR) {
+        s->keys_ok = 1;
+    } else if (!strncmp(r->str, FUNCTIONS_WRONGTYPE " ", 10)) {
+        if (s->keys_ok) {
+            serve_hold(s, r->str);
+        } else {
+            char msg[RL_ERROR_LEN];
+            snprintf(msg, sizeof(msg), "Redis at %s:%d: %s", s->o.url.host, s->o.url.port,
+                     r->str + strlen(FUNCTIONS_WRONGTYPE " "));
+            serve_fail(s, msg);
+        }
+    }
+}
+
 static void serve_reader_ready(rlConn *c, void *ctx) {
     rlServe *s = ctx;
     functions_load(rconn_ctx(c), serve_on_load, s);
+    serve_keys_look(s, rconn_ctx(c), serve_on_keys_checked);
     /* From 0, not $: jobs queued before the first worker ever started are
      * jobs too.  An existing group is left as it is (BUSYGROUP). */
     const char *argv[] = {"XGROUP", "CREATE", s->o.keys.stream, s->o.keys.group, "0", "MKSTREAM"};
@@ -811,16 +878,17 @@ static void serve_on_refresh(struct ev_loop *loop, ev_timer *w, int revents) {
     (void)loop, (void)revents;
     rlServe *s = w->data;
     redisAsyncContext *ac = rconn_ctx(s->wconn);
-    /* while its writes are refused, what it holds is left to go idle, for
-     * other workers to take */
-    if (!ac || !s->jobs || s->held) return;
+    /* while its user may not write the stream, what it holds is left to go
+     * idle, for other workers to take; a hold for a key of another type
+     * keeps it fresh (answers stored, or kept to be written) */
+    if (!ac || !s->jobs || (s->held && !strncmp(s->hold_why, FUNCTIONS_NOPERM " ", 7))) return;
     enum { CHUNK = 256 };
     const char *argv[2 * CHUNK + 6] = {"FCALL", FUNCTIONS_FN("redlm_refresh"), "1", s->o.keys.stream, s->o.keys.group,
                                        s->o.keys.consumer};
     char attempts[CHUNK][16];
     int argc = 6, n = 0;
     for (rlJob *j = s->jobs; j; j = j->next) {
-        if (!j->lost && !j->held) {
+        if (!j->lost && j->held != 1) {
             snprintf(attempts[n], sizeof(attempts[n]), "%d", j->attempt);
             argv[argc++] = j->entry;
             argv[argc++] = attempts[n++];

@@ -7,8 +7,9 @@
  * first item of the run being answered, and a ring of run lengths is all the
  * bookkeeping there is.  At most WRITER_WINDOW runs are in flight, which
  * keeps hiredis's output buffer small.  A job's XACK refused for want of
- * its dead letter (HELD) waits apart, in `held`, until the owner sends it
- * again: it is the job's last item, so nothing of the job waits behind it. */
+ * its dead letter (HELD) or for a running hash of another type (WRONGTYPE)
+ * waits apart, in `held`, until the owner sends it again: it is the job's
+ * last item, so nothing of the job waits behind it. */
 #include "worker/redis/writer.h"
 #include "worker/redis/rconn.h"
 
@@ -25,7 +26,7 @@
 
 struct rlWriter {
     rlItemList q;            /* unconfirmed items, oldest first */
-    rlItemList held;         /* XACKs whose dead letter was refused, to send again */
+    rlItemList held;         /* XACKs whose dead letter or running hash refused them, to send again */
     rlItem *unsent;          /* first item not yet sent on this connection */
     int runs[WRITER_WINDOW]; /* lengths of the runs in flight, oldest at run_head */
     int run_head, n_runs;
@@ -67,7 +68,8 @@ static int writer_is(const redisReply *r, const char *word) {
 static void writer_answer(rlWriter *w, rlItem *it, const redisReply *reply) {
     const rlWriterHooks *h = &w->hooks;
     int lost = writer_is(reply, FUNCTIONS_LOST), held = writer_is(reply, FUNCTIONS_HELD);
-    if (held && it->kind == RL_ITEM_ACK) {
+    /* an XACK refused for a running hash of another type is owed as well */
+    if ((held || writer_is(reply, FUNCTIONS_WRONGTYPE)) && it->kind == RL_ITEM_ACK) {
         w->errors++;
         items_push(&w->held, it); /* still owed: its bytes stay counted */
         if (h->held) h->held(h->ctx, it->job, reply->str);

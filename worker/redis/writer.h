@@ -28,8 +28,9 @@ typedef struct rlWriterHooks {
      * pending and fenced out); the job should stop.  Called for every such
      * answer. */
     void (*lost)(void *ctx, rlJob *job, const char *why);
-    /* the job's dead letter was refused (HELD): its XACK is kept, unsent,
-     * until writer_resend_held */
+    /* the job's dead letter was refused (HELD), or its XACK for a running
+     * hash of another type (WRONGTYPE): its XACK is kept, unsent, until
+     * writer_resend_held */
     void (*held)(void *ctx, rlJob *job, const char *why);
     /* a run refused whole because the user may not write one of its keys
      * (NOPERM): the writer stopped using the connection and keeps
