@@ -225,5 +225,14 @@ grep -qF "redlm worker: interrupted (SIGTERM) while starting: no job was taken" 
     fail "SIGTERM while waiting for Redis: no word of it: $(cat "$T/wait.err")"
 echo "ok   143  SIGTERM while waiting for Redis, after $ms ms"
 expect 0 "answers PING" "$REDLM" doctor --redis "$(URL)"
+# ... and the worker's keys: one of another type fails, naming it (the
+# worker itself would stop on it)
+rcli SET pool:jobs:running not-a-hash > /dev/null
+expect 8 "pool:jobs:running holds a string where the worker keeps a hash" \
+    "$REDLM" doctor --redis "$(URL)" --stream pool:jobs
+expect 8 "pool:jobs:running holds a string" \
+    "$REDLM" worker --threads 1 --model "$GOOD" --redis "$(URL)" --stream pool:jobs
+expect 0 "redlm:jobs, redlm:jobs:running and redlm:dead are free or of their types" "$REDLM" doctor --redis "$(URL)"
+rcli DEL pool:jobs:running > /dev/null
 
 echo "startup: all cases passed"

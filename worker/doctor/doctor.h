@@ -41,6 +41,6 @@ void doctor_check_env(rlDoctor *d);
  * optional SHA-256 checksums against a manifest. */
 void doctor_check_model(rlDoctor *d, const char *dir, const char *manifest);
 /* Redis reachable and answering PING within 2 s. */
-void doctor_check_redis(rlDoctor *d, const char *url);
+void doctor_check_redis(rlDoctor *d, const char *url, const char *stream, const char *dead);
 
 #endif
