@@ -252,7 +252,8 @@ echo "   the dead-letter stream outside carl's keys: nothing acknowledged, $refu
 # its answer), then tw2's start are refused; each time the worker holds,
 # the entry left pending and kept fresh (the other worker, claiming after
 # the same 1.5 s, does not run tw1 again), nothing acknowledged
-# unanswered; once the key is deleted each is answered, once
+# unanswered; once the key is deleted each is answered, once; then the
+# same for a dead letter refused by a dead-letter stream of another type
 rcli SET redlm:jobs:running not-a-hash > /dev/null
 rc=0; "$REDLM" worker --model "$MODEL" --redis "$(URL)" --consumer typed0 --threads 1 > "$T/typed0.log" 2>&1 || rc=$?
 [ $rc = 8 ] || fail "a worker over a running hash of another type: exit $rc"
@@ -291,9 +292,25 @@ typed_done() { [ "$(pending_count)" = 0 ] && [ "$(done_count tw2)" = 1 ]; }
 wait_until 90 typed_done || fail "tw2 not answered after the key was deleted: $(rcli XPENDING redlm:jobs redlm - + 10); $(tail -3 "$T/typed.log")"
 [ "$(done_count tw1)" = 1 ] || fail "tw1 answered $(done_count tw1) times"
 wait_until 5 eval '[ "$(typed_state | sort -u)" = serving ]' || fail "the states: $(typed_state)"
+# the dead-letter stream SET to a string: a failed job's dead letter is
+# refused; its worker holds (the job kept fresh: not failed again by the
+# other), and writes it once the key is deleted
+rcli DEL redlm:dead > /dev/null
+rcli SET redlm:dead not-a-stream > /dev/null
+e3=$(rcli XADD redlm:jobs '*' json '{"id":"tw3","prompt_ids":[3],"max_tokens":-1}')
+wait_until 30 holds || fail "no worker holds after tw3's dead letter: $(tail -3 "$T/typed.log")"
+{ rcli HGET redlm:instances:typed held; rcli HGET redlm:instances:typed2 held; } |
+    grep -q "redlm:dead holds a string where this pool keeps a stream" || fail "no heartbeat names redlm:dead"
+sleep 3 # twice the other worker's --claim-idle-ms
+rcli XPENDING redlm:jobs redlm - + 10 | grep -qx "$e3" || fail "tw3 acknowledged without its dead letter"
+rcli DEL redlm:dead > /dev/null
+wait_until 60 eval '[ "$(pending_count)" = 0 ] && [ "$(dead_for tw3)" = 1 ]' ||
+    fail "tw3's dead letter not written after the key was deleted: $(tail -3 "$T/typed.log")"
+[ "$(stream_json redlm:reply:tw3 | grep -c '"event":"error"')" = 1 ] || fail "tw3 answered $(stream_json redlm:reply:tw3 | grep -c '"event":"error"') times"
+wait_until 5 eval '[ "$(typed_state | sort -u)" = serving ]' || fail "the states: $(typed_state)"
 kill -TERM "$TYPED" "$TYPED2"; wait "$TYPED" "$TYPED2" || fail "typed exit status $?"
-echo "   keys of another type: the start refused (exit 8) naming the key; a refused XACK and a refused" \
-     "start held, nothing acknowledged unanswered; each job answered once"
+echo "   keys of another type: the start refused (exit 8) naming the key; a refused XACK, start and" \
+     "dead letter held, nothing acknowledged unanswered; each job answered once"
 
 # 6. x (refreshing every 0.5 s) frozen while running "del", its entry
 # deleted meanwhile, and y (claim-idle 1 s) looking at the idle entry

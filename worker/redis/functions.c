@@ -64,7 +64,7 @@ const char functions_library[] =
     "  for _, v in ipairs({'error', err, 'stream', keys[1], 'entry', entry, 'consumer', consumer,\n"
     "                      'attempt', tostring(attempt)}) do cmd[#cmd + 1] = v end\n"
     "  local ok, e = pcall(redis.call, unpack(cmd))\n"
-    "  if not ok then return 'the dead-letter stream ' .. keys[3] .. ' refused its dead letter: ' .. errstr(e) end\n"
+    "  if not ok then return 'the dead-letter stream ' .. keys[3] .. ' " FUNCTIONS_DEAD_REFUSED "' .. errstr(e) end\n"
     "  return nil\n"
     "end\n"
     /* Job operations: a = redlm_batch's ARGV (group, consumer, ttl,

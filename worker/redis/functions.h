@@ -48,6 +48,8 @@ extern const char functions_library[];
  * the attempt is fenced out too (its delivery count raised); after a fail,
  * the same fail may be sent again later. */
 #define FUNCTIONS_HELD "HELD"
+/* in a HELD answer, before Redis's reason for refusing the dead letter */
+#define FUNCTIONS_DEAD_REFUSED "refused its dead letter: "
 /* A whole FCALL refused because the user may not write one of its keys
  * (ACL key patterns); `FCALL redlm_keys_v6 1 KEY` tells which. */
 #define FUNCTIONS_NOPERM "NOPERM"

@@ -56,7 +56,8 @@ typedef struct rlJob {
     int acking;               /* its XACK is queued: it no longer runs */
     /* its XACK is held, sent again later: 1 its dead letter was refused
      * (the entry pending, not refreshed: another worker may take it), 2 the
-     * running hash holds another type (its answer is stored: kept fresh) */
+     * running hash or the dead-letter stream holds another type (the
+     * worker holds; the entry is kept fresh: another would be refused alike) */
     int held;
     struct rlJob *prev, *next; /* the list of jobs not yet acknowledged */
 } rlJob;

@@ -248,6 +248,13 @@ static void serve_on_started(void *ctx, rlJob *job, const redisReply *r) {
 /* writer hook, and refresh: the job's entry is no longer ours (or its reply
  * key was refused, its dead letter and XACK done in Redis): stop it, and
  * write nothing more (its remaining writes are fenced out in Redis). */
+/* A refusal every job of this worker would meet: its running hash or its
+ * dead-letter stream holds another type. */
+static int serve_key_of_another_type(const char *why) {
+    return !strncmp(why, FUNCTIONS_WRONGTYPE " ", 10) ||
+           strstr(why, FUNCTIONS_DEAD_REFUSED FUNCTIONS_WRONGTYPE " ") != NULL;
+}
+
 static void serve_on_lost(void *ctx, rlJob *job, const char *why) {
     rlServe *s = ctx;
     if (job->lost) return;
@@ -255,6 +262,7 @@ static void serve_on_lost(void *ctx, rlJob *job, const char *why) {
     fprintf(stderr, "redlm worker: job %s (entry %s, attempt %d): %s; stopping it\n",
             job->id ? job->id : "(no id)", job->entry, job->attempt, why);
     if (job->id && !job->acking && !job->req && s->runner) runner_abort(s->runner, job->id);
+    if (serve_key_of_another_type(why)) serve_hold(s, why); /* no more jobs to fail alike */
 }
 
 /* ---- writes refused until someone acts ---- */
@@ -389,14 +397,15 @@ static void serve_on_hold_timer(struct ev_loop *loop, ev_timer *w, int revents) 
  * (then the XACK sent again is fenced out) */
 static void serve_on_held(void *ctx, rlJob *job, const char *why) {
     rlServe *s = ctx;
-    int wrongtype = !strncmp(why, FUNCTIONS_WRONGTYPE " ", 10);
+    int ack_refused = !strncmp(why, FUNCTIONS_WRONGTYPE " ", 10), another_type = serve_key_of_another_type(why);
     if (!job->held)
         fprintf(stderr, "redlm worker: job %s (entry %s, attempt %d): %s%s; sending it again in %.0f s, then less "
                 "and less often%s\n", job->id ? job->id : "(no id)", job->entry, job->attempt,
-                wrongtype ? "Redis refused its acknowledgement: " : "", wrongtype ? why : why + strlen(FUNCTIONS_HELD " "),
-                s->resend_backoff, wrongtype ? "" : " (other workers may take it after --claim-idle-ms)");
-    job->held = wrongtype ? 2 : 1;
-    if (wrongtype) serve_hold(s, why); /* every job's start and XACK would be refused alike */
+                ack_refused ? "Redis refused its acknowledgement: " : "",
+                ack_refused ? why : why + strlen(FUNCTIONS_HELD " "), s->resend_backoff,
+                another_type ? "" : " (other workers may take it after --claim-idle-ms)");
+    job->held = another_type ? 2 : 1;
+    if (another_type) serve_hold(s, why); /* every job's start, XACK or failure would be refused alike */
     if (!ev_is_active(&s->resend)) {
         ev_timer_set(&s->resend, s->resend_backoff, 0.);
         ev_timer_start(s->loop, &s->resend);
