@@ -192,4 +192,11 @@ timeout 5 "$REDLM" submit --redis "$(URL)" --stream redlm:app --input "$T/win.js
 grep -q "live workers of redlm:app answer under 'app:reply:'" "$T/submit-other.log" ||
     fail "no warning for a --reply-prefix the workers do not use: $(cat "$T/submit-other.log")"
 
-echo "ok: submit in input order equal to generate; resume sent $sent of 60; U+0000 in replies; --window 4; progress; another reply prefix"
+# a job stream key of another type: said so, exit 8
+rcli SET str:jobs not-a-stream > /dev/null
+rc=0; echo '{"id":"s1","prompt":"x","max_tokens":1}' | "$REDLM" submit --redis "$(URL)" --stream str:jobs --input - \
+    --output "$T/str.out" 2> "$T/submit-str.log" || rc=$?
+[ $rc = 8 ] && grep -q "str:jobs is not a stream (the key holds another type" "$T/submit-str.log" ||
+    fail "a job stream of another type: exit $rc, $(cat "$T/submit-str.log")"
+
+echo "ok: submit in input order equal to generate; resume sent $sent of 60; U+0000 in replies; --window 4; progress; another reply prefix; a stream key of another type"

@@ -558,7 +558,12 @@ static int sub_loop(subRun *r) {
         for (int i = 0; i < sent; i++) {
             redisReply *x;
             if (redisGetReply(r->c, (void **)&x) != REDIS_OK || !x || x->type == REDIS_REPLY_ERROR) {
-                fprintf(stderr, "redlm submit: XADD %s failed: %s\n", r->stream, x ? x->str : r->c->errstr);
+                if (x && !strncmp(x->str, "WRONGTYPE ", 10))
+                    fprintf(stderr, "redlm submit: %s is not a stream (the key holds another type: another "
+                            "program uses the name, or it is stale); DEL it, or give the pool another "
+                            "--stream\n", r->stream);
+                else
+                    fprintf(stderr, "redlm submit: XADD %s failed: %s\n", r->stream, x ? x->str : r->c->errstr);
                 if (x) freeReplyObject(x);
                 rc = RL_EREDIS;
                 break;
