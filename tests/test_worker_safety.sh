@@ -20,7 +20,8 @@
 #      it held; 100,000 tiny jobs leave the job stream trimmed; a worker
 #      started over keys of another type stops naming the key; one whose
 #      running hash turns into a string holds (nothing acknowledged
-#      unanswered), and resumes once the key is deleted: each job one answer
+#      unanswered), and resumes once the key is deleted: each job one answer;
+#      an ACL that denies a command the functions use holds it alike
 #   6. a job whose entry is deleted from the job stream while it runs (XDEL,
 #      a producer's MAXLEN, --jobs-maxlen) is still answered, once: neither
 #      its worker's idle refresh nor another worker's idle claim takes the
@@ -311,6 +312,31 @@ wait_until 5 eval '[ "$(typed_state | sort -u)" = serving ]' || fail "the states
 kill -TERM "$TYPED" "$TYPED2"; wait "$TYPED" "$TYPED2" || fail "typed exit status $?"
 echo "   keys of another type: the start refused (exit 8) naming the key; a refused XACK, start and" \
      "dead letter held, nothing acknowledged unanswered; each job answered once"
+
+# 5f. an ACL that denies a command the functions use (HGET): the start is
+# refused; the worker holds, keeping the job (fresh, its delivery count 1,
+# not failed as too_many_deliveries), says it once, and starts it once
+# the command is allowed: one answer, attempt 1
+rcli ACL SETUSER dana on '>pw' '~*' '&*' '+@all' '-hget' > /dev/null
+"$REDLM" worker --model "$MODEL" --redis "redis://dana:pw@127.0.0.1:$RPORT" --consumer dana --threads 1 \
+    --claim-idle-ms 1500 > "$T/dana.log" 2>&1 &
+DANA=$!
+PIDS+=("$DANA")
+wait_until 30 up dana || fail "worker dana did not start"
+e1=$(rcli XADD redlm:jobs '*' json '{"id":"dj1","prompt_ids":[1],"max_tokens":2}')
+wait_until 20 eval '[ "$(rcli HGET redlm:instances:dana state)" = held ]' || fail "dana does not hold: $(tail -2 "$T/dana.log")"
+sleep 8 # 1 + 2 + 4 s of looks, each resume refused again
+p=$(rcli XPENDING redlm:jobs redlm - + 10 | paste -sd ' ')
+[ "$(echo "$p" | awk '{ print $1, $2, $4 }')" = "$e1 dana 1" ] || fail "dj1 pending as: $p"
+[ "$(rcli XLEN redlm:reply:dj1)" = 0 ] || fail "dj1 answered while its start is refused"
+[ "$(grep -c "Redis refuses this worker's writes" "$T/dana.log")" = 1 ] || fail "the hold said $(grep -c "Redis refuses this worker's writes" "$T/dana.log") times"
+rcli ACL SETUSER dana '+hget' > /dev/null
+wait_until 60 eval 'stream_json redlm:reply:dj1 | grep -q "\"event\":\"done\""' || fail "dj1 not answered once allowed: $(tail -2 "$T/dana.log")"
+[ "$(stream_json redlm:reply:dj1 | jq -sc 'map({event, attempt})')" = '[{"event":"done","attempt":1}]' ] ||
+    fail "dj1: $(stream_json redlm:reply:dj1 | jq -c '{event, attempt}')"
+wait_until 10 eval '[ "$(pending_count)" = 0 ]' || fail "dj1 not acknowledged"
+kill -TERM "$DANA"; wait "$DANA" || fail "dana exit status $?"
+echo "   a command the functions use denied by ACL: held, the job kept at delivery 1, answered once when allowed"
 
 # 6. x (refreshing every 0.5 s) frozen while running "del", its entry
 # deleted meanwhile, and y (claim-idle 1 s) looking at the idle entry

@@ -336,6 +336,12 @@ const char functions_library[] =
     "  return n\n"
     "end)\n";
 
+int functions_refused_for_all(const char *why) {
+    return !strncmp(why, FUNCTIONS_WRONGTYPE " ", 10) ||
+           strstr(why, FUNCTIONS_DEAD_REFUSED FUNCTIONS_WRONGTYPE " ") != NULL ||
+           strstr(why, "The user executing the script can't ") != NULL;
+}
+
 void functions_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv) {
     const char *argv[4] = {"FUNCTION", "LOAD", "REPLACE", functions_library};
     size_t len[4] = {8, 4, 7, sizeof(functions_library) - 1};

@@ -58,6 +58,13 @@ extern const char functions_library[];
 #define FUNCTIONS_WRONGTYPE "WRONGTYPE"
 #define FUNCTIONS_KEY_TYPES "stream", "hash", "stream"
 
+/* Whether a refusal in one of redlm_batch's answers would meet every job
+ * of the worker alike (so the worker holds rather than give up the job): a
+ * key of another type (the running hash, or the dead-letter stream under
+ * a refused dead letter), or an ACL that denies a command or a key inside
+ * the functions ("The user executing the script can't ..."). */
+int functions_refused_for_all(const char *why);
+
 /* Send FUNCTION LOAD REPLACE on ac; fn gets Redis's answer. */
 void functions_load(redisAsyncContext *ac, redisCallbackFn *fn, void *priv);
 

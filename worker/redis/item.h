@@ -59,6 +59,7 @@ typedef struct rlJob {
      * running hash or the dead-letter stream holds another type (the
      * worker holds; the entry is kept fresh: another would be refused alike) */
     int held;
+    int start_owed;           /* Redis refused its start: sent again when the worker resumes */
     struct rlJob *prev, *next; /* the list of jobs not yet acknowledged */
 } rlJob;
 

@@ -86,7 +86,8 @@ typedef struct rlServe {
     int held;
     int hold_capped;                /* "still refused" said at the longest wait */
     int hold_probes;                /* answers still due naming the refused keys */
-    double held_since, hold_backoff;
+    double held_since, hold_backoff, hold_ended;
+    int hold_quiet;                 /* held again for the reason already given: not said again */
     ev_timer hold;
     char hold_why[RL_ERROR_LEN], hold_keys[RL_ERROR_LEN];
     /* XACKs held for want of their dead letter (writer_held) */
@@ -216,6 +217,16 @@ static void serve_on_started(void *ctx, rlJob *job, const redisReply *r) {
         serve_push(s, &items);
         return;
     }
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, FUNCTIONS_LOST " ", 5)) {
+        /* Redis refused the start itself (a running hash of another type,
+         * an ACL that denies a command, the functions flushed): the job is
+         * kept, its entry fresh, and started again once the worker resumes,
+         * so its delivery count does not grow while nobody may run it */
+        job->req = req;
+        job->start_owed = 1;
+        serve_hold(s, r->str);
+        return;
+    }
     request_free(req);
     free(req);
     if ((r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING) && !strncmp(r->str, "DUPLICATE ", 10)) {
@@ -225,13 +236,6 @@ static void serve_on_started(void *ctx, rlJob *job, const redisReply *r) {
         if (s->metrics) metrics_count_error(s->metrics, "duplicate_id");
         if (items_fail(&items, job, "duplicate_id", msg))
             fprintf(stderr, "redlm worker: out of memory answering job %s\n", job->id);
-    } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, FUNCTIONS_LOST " ", 5)) {
-        /* Redis refused the start itself (the running hash holds another
-         * type): the entry is left pending, unacknowledged, for whoever may
-         * start it once the key is fixed; this worker holds meanwhile */
-        serve_hold(s, r->str);
-        serve_jobs_remove(s, job);
-        return;
     } else {
         /* lost before it ran: not ours to answer; the fenced XACK writes
          * nothing and lets the job go */
@@ -248,13 +252,6 @@ static void serve_on_started(void *ctx, rlJob *job, const redisReply *r) {
 /* writer hook, and refresh: the job's entry is no longer ours (or its reply
  * key was refused, its dead letter and XACK done in Redis): stop it, and
  * write nothing more (its remaining writes are fenced out in Redis). */
-/* A refusal every job of this worker would meet: its running hash or its
- * dead-letter stream holds another type. */
-static int serve_key_of_another_type(const char *why) {
-    return !strncmp(why, FUNCTIONS_WRONGTYPE " ", 10) ||
-           strstr(why, FUNCTIONS_DEAD_REFUSED FUNCTIONS_WRONGTYPE " ") != NULL;
-}
-
 static void serve_on_lost(void *ctx, rlJob *job, const char *why) {
     rlServe *s = ctx;
     if (job->lost) return;
@@ -262,12 +259,13 @@ static void serve_on_lost(void *ctx, rlJob *job, const char *why) {
     fprintf(stderr, "redlm worker: job %s (entry %s, attempt %d): %s; stopping it\n",
             job->id ? job->id : "(no id)", job->entry, job->attempt, why);
     if (job->id && !job->acking && !job->req && s->runner) runner_abort(s->runner, job->id);
-    if (serve_key_of_another_type(why)) serve_hold(s, why); /* no more jobs to fail alike */
+    if (functions_refused_for_all(why)) serve_hold(s, why); /* no more jobs to fail alike */
 }
 
 /* ---- writes refused until someone acts ---- */
 
 static void serve_log_hold(rlServe *s) {
+    if (s->hold_quiet) return;
     const char *user = s->o.url.user[0] ? s->o.url.user : "default";
     if (s->hold_keys[0])
         fprintf(stderr, "redlm worker: Redis refuses this worker's writes: user '%s' may not write %s (its ACL "
@@ -323,14 +321,20 @@ static void serve_on_type_probe(redisAsyncContext *ac, void *reply, void *priv) 
 }
 
 /* Redis refused a whole call for want of permission, or a job's start or
- * acknowledgement for a key of another type (why: its answer): hold
+ * acknowledgement as it would every job's (why: its answer): hold
  * everything, say which keys, and look again after a wait. */
 static void serve_hold(rlServe *s, const char *why) {
     if (s->held) return; /* the next look decides */
     s->held = 1;
     s->hold_capped = 0;
     s->held_since = ev_now(s->loop);
-    s->hold_backoff = SERVE_HOLD_MIN_S;
+    /* Held again soon after a look found the keys fine (a refusal no look
+     * sees, such as an ACL that denies HGET): the wait grows on from the
+     * last, and the same reason is not said again. */
+    int again = s->hold_ended > 0 && s->held_since - s->hold_ended < 2 * SERVE_HOLD_MAX_S;
+    s->hold_quiet = again && !strcmp(s->hold_why, why);
+    s->hold_backoff = !again ? SERVE_HOLD_MIN_S
+                      : s->hold_backoff * 2 > SERVE_HOLD_MAX_S ? SERVE_HOLD_MAX_S : s->hold_backoff * 2;
     snprintf(s->hold_why, sizeof(s->hold_why), "%s", why);
     s->hold_keys[0] = 0;
     writer_connected(s->writer, NULL); /* its runs would be refused alike */
@@ -361,6 +365,9 @@ static void serve_on_hold_look(redisAsyncContext *ac, void *reply, void *priv) {
     if (!r || r->type == REDIS_REPLY_ERROR) {
         if (r) {
             if (!strncmp(r->str, FUNCTIONS_WRONGTYPE " ", 10)) snprintf(s->hold_why, sizeof(s->hold_why), "%s", r->str);
+            /* neither a key nor a permission: the functions may be gone
+             * (FUNCTION FLUSH), loaded again before the next look */
+            else if (strncmp(r->str, FUNCTIONS_NOPERM " ", 7)) functions_load(ac, NULL, NULL);
             s->hold_backoff = s->hold_backoff * 2 > SERVE_HOLD_MAX_S ? SERVE_HOLD_MAX_S : s->hold_backoff * 2;
             if (s->hold_backoff >= SERVE_HOLD_MAX_S && !s->hold_capped++)
                 fprintf(stderr, "redlm worker: Redis still refuses this worker's writes (%s); looking every "
@@ -373,9 +380,19 @@ static void serve_on_hold_look(redisAsyncContext *ac, void *reply, void *priv) {
     /* every answer this connection owed before the look has come (and been
      * dropped): the writer may send on it again */
     s->held = 0;
-    fprintf(stderr, "redlm worker: Redis accepts this worker's writes again (refused for %.0f s); resuming\n",
-            ev_now(s->loop) - s->held_since);
+    s->hold_ended = ev_now(s->loop);
+    if (!s->hold_quiet)
+        fprintf(stderr, "redlm worker: Redis accepts this worker's writes again (refused for %.0f s); resuming\n",
+                ev_now(s->loop) - s->held_since);
     writer_connected(s->writer, ac);
+    rlItemList items = {0};
+    for (rlJob *j = s->jobs; j; j = j->next) {
+        if (!j->start_owed || j->lost) continue;
+        if (items_start(&items, j)) break; /* out of memory: still owed, sent at the next resume */
+        j->start_owed = 0;
+        s->n_starting++;
+    }
+    serve_push(s, &items);
     serve_cycle(s);
 }
 
@@ -392,20 +409,21 @@ static void serve_on_hold_timer(struct ev_loop *loop, ev_timer *w, int revents) 
 }
 
 /* writer hook: a job's XACK held for want of its dead letter, or refused
- * for a running hash of another type (which holds the whole worker); the
- * entry stays pending, no longer kept fresh, so another worker may take it
- * (then the XACK sent again is fenced out) */
+ * as every job's would be (functions_refused_for_all: the worker holds,
+ * the entry kept fresh); otherwise the entry stays pending, no longer kept
+ * fresh, so another worker may take it (then the XACK sent again is fenced
+ * out) */
 static void serve_on_held(void *ctx, rlJob *job, const char *why) {
     rlServe *s = ctx;
-    int ack_refused = !strncmp(why, FUNCTIONS_WRONGTYPE " ", 10), another_type = serve_key_of_another_type(why);
+    int ack_refused = strncmp(why, FUNCTIONS_HELD " ", 5), for_all = functions_refused_for_all(why);
     if (!job->held)
         fprintf(stderr, "redlm worker: job %s (entry %s, attempt %d): %s%s; sending it again in %.0f s, then less "
                 "and less often%s\n", job->id ? job->id : "(no id)", job->entry, job->attempt,
                 ack_refused ? "Redis refused its acknowledgement: " : "",
                 ack_refused ? why : why + strlen(FUNCTIONS_HELD " "), s->resend_backoff,
-                another_type ? "" : " (other workers may take it after --claim-idle-ms)");
-    job->held = another_type ? 2 : 1;
-    if (another_type) serve_hold(s, why); /* every job's start, XACK or failure would be refused alike */
+                for_all ? "" : " (other workers may take it after --claim-idle-ms)");
+    job->held = for_all ? 2 : 1;
+    if (for_all) serve_hold(s, why); /* every job's start, XACK or failure would be refused alike */
     if (!ev_is_active(&s->resend)) {
         ev_timer_set(&s->resend, s->resend_backoff, 0.);
         ev_timer_start(s->loop, &s->resend);

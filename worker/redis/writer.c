@@ -68,8 +68,9 @@ static int writer_is(const redisReply *r, const char *word) {
 static void writer_answer(rlWriter *w, rlItem *it, const redisReply *reply) {
     const rlWriterHooks *h = &w->hooks;
     int lost = writer_is(reply, FUNCTIONS_LOST), held = writer_is(reply, FUNCTIONS_HELD);
-    /* an XACK refused for a running hash of another type is owed as well */
-    if ((held || writer_is(reply, FUNCTIONS_WRONGTYPE)) && it->kind == RL_ITEM_ACK) {
+    /* an XACK refused as every job's would be (functions.h) is owed as well */
+    if ((held || (reply->type == REDIS_REPLY_ERROR && functions_refused_for_all(reply->str))) &&
+        it->kind == RL_ITEM_ACK) {
         w->errors++;
         items_push(&w->held, it); /* still owed: its bytes stay counted */
         if (h->held) h->held(h->ctx, it->job, reply->str);
