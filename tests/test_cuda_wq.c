@@ -302,7 +302,7 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
     /* Both kernels on the rows they may take, whichever the rule picks for
      * the format: the mma kernel on all, the decode GEMV up to 8.  What
      * rl_wq_gemm picks by itself is one of these. */
-    const int want = c->type == RL_WQ_INT4 && !c->act_order ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA;
+    const int want = !c->act_order ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA;
     assert_int_equal(wq_kernel(w, 1), want);
     assert_int_equal(wq_kernel(w, 8), want);
     assert_int_equal(wq_kernel(w, 9), WQ_KERNEL_MMA);

@@ -95,21 +95,6 @@ static __device__ __forceinline__ uint4 wq_ld_stream(const uint8_t *p) {
     return r;
 }
 
-/* Zero points and scales: small, reread by a tile's warps. */
-static __device__ __forceinline__ void wq_prefetch_l1(const void *p) {
-    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
-}
-/* p, hidden from the compiler's loop algebra, which otherwise rebuilds a
- * per-chunk pointer from the loop counter for every use. */
-template <typename P> static __device__ __forceinline__ P *wq_opaque(P *p) {
-    asm("mov.b64 %0, %0;\n" : "+l"(p));
-    return p;
-}
-/* Weights a warp reads next but one: on their way without a register. */
-static __device__ __forceinline__ void wq_prefetch_l2(const void *p) {
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
-
 static __device__ __forceinline__ uint32_t wq_sub2(uint32_t a, uint32_t b, f16) {
     __half2 r = __hsub2(*(__half2 *)&a, *(__half2 *)&b);
     return *(uint32_t *)&r;
@@ -386,155 +371,183 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
     }
 }
 
-/* The decode GEMV, 1-8 rows (int4 without act-order: wq_kernel), on the
- * dense GEMV's occupancy model (cuda_gemv.cuh) over the same layout.  A
- * block of W warps (4-16) owns one 8-column tile at a time and its warps
- * take every W-th chunk of the tile's K, so a narrow layer (o, down: 448
- * tiles) spreads over enough warps in one wave; a wide one (more tiles than
- * the GPU holds blocks) runs one wave of blocks that stride over the tiles.
- * Each lane has two 16-byte buffers in fixed registers that take turns: the
- * next chunk loads into one while the warp works on the other, which is
- * refilled with the chunk after as soon as it is used, and the chunk after
- * that is prefetched into L2 (the items run on into the block's next tile,
- * so loads stay in flight across a tile's reduction); a chunk's zero points
- * and scales are prefetched into L1 with its load, holding no registers.  At
- * most 40 registers, so 48 warps fit an SM (PERF.md v22: the earlier
- * kernels' 58-255 registers left too few warps, each waiting on its own
- * loads).  The math is the mma kernel's: exact B fragments (q - z, e4m3),
- * x's rows 0-7 in the A fragment's first 8 rows (rows 8-15 zero), mma.sync
- * with fp32 accumulation, the fp32 scales once per group, the warps' sums
- * met in shared memory in a fixed order. */
+/* The decode GEMV, 1-8 rows, on the packed layout above.  What bounds it is
+ * instructions per weight byte, not loads in flight (kernels/PERF.md v29: the
+ * kernel before this one spent 248 warp instructions on each 512-byte chunk,
+ * which caps it near 2 TB/s however many loads fly), so each chunk's work is
+ * shared as far as it goes:
+ * - a warp works on a strip of NT tiles (8 NT output columns) at once: one
+ *   chunk index of all NT tiles per step, so the step's activations (4 x 16
+ *   bytes a lane), loop and address arithmetic serve NT chunks;
+ * - the weights are the mma's A operand, two tiles' B-layout registers
+ *   making one 16-row A fragment (rows g and g + 8 are row g of each tile),
+ *   and x its B operand (column g = row g of x): one m16n8k16 covers 16
+ *   output columns and up to 8 rows of x, half the mmas of x-as-A, and none
+ *   of the 8 rows is padding when 8 rows come;
+ * - a chunk's zero points and scales are loaded into registers with its
+ *   weights (one byte and one float per tile a lane: the lane holds one
+ *   output column of each tile) and applied to the fp32 sums once per group.
+ * A block of W warps (4-16) owns a strip at a time and its warps take every
+ * W-th chunk of K, so a narrow layer still puts enough warps on the SMs; a
+ * wide one runs one wave of blocks that stride over the strips.  Each warp
+ * has two buffers in fixed registers that take turns (PERF.md v22: moves
+ * between ring slots wait on their loads): while it works on one item the
+ * next is in flight in the other, and the item after is loaded as soon as a
+ * buffer is free, running on into the block's next strip, so loads stay in
+ * flight across a strip's reduction.  The math is the mma kernel's: exact
+ * fragments (q - z, e4m3), fp32 accumulation, fp32 scales once per group,
+ * the warps' sums met in shared memory in a fixed order, one rounding. */
 #define WQG_MAX_ROWS 8
 #define WQG_MAX_WARPS 16
 
-template <typename T, int TY, bool PLAIN>
-__global__ void __launch_bounds__(WQG_MAX_WARPS * 32, PLAIN ? 3 : 2) wq_gemv_kernel(WqArgs<T> a) {
+template <typename T, int TY, int NT, bool PLAIN>
+__global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a) {
     typedef WqDeq<T, TY> D;
-    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2;
-    __shared__ float red[WQG_MAX_WARPS][2][32];
+    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2, NP = NT / 2;
+    __shared__ float red[WQG_MAX_WARPS][NP * 4][32];
     const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, q = lane & 3, npad = a.ntiles * WQ_TILE_N;
-    const bool chunk_meta = PLAIN || a.group_units % UPC == 0, busy = warp < a.nchunks;
+    const int g = lane >> 2, npad = a.ntiles * WQ_TILE_N;
+    const int nstrips = (a.ntiles + NT - 1) / NT;
+    const bool busy = warp < a.nchunks;
+    /* Row g of x, B's column g: rows past m reread row m - 1 (no predicate,
+     * no zeros to move); their sums are never stored. */
+    const T *xr = a.x + (size_t)min(g, a.m - 1) * a.ldx;
 
-    /* Row g's zero point and the scales of columns 2q, 2q + 1 of tile t in
-     * group G (one scale for both where scale rows span several columns). */
-    auto meta = [&](int t, int G, uint32_t &z, float2 &s) {
-        const int n0 = t * WQ_TILE_N;
-        const float *srow = a.scale + (unsigned)(G * a.scale_rows);
-        z = a.zero ? __ldg(a.zero + (unsigned)(G * npad + n0 + g)) : 0u;
-        if (a.gshift) {
-            s.x = s.y = __ldg(srow + ((n0 + 2 * q) >> a.gshift)) * D::fold;
-        } else {
-            s = __ldg((const float2 *)(srow + n0 + 2 * q));
-            s.x *= D::fold, s.y *= D::fold;
+    /* Tile i of strip s; the last strip's missing tiles reread the last
+     * tile, whose columns past n are never stored. */
+    auto tile = [&](int s, int i) { return min(s * NT + i, a.ntiles - 1); };
+    /* Row g's zero point (as D::zz) and scale of tile t in group G. */
+    auto meta = [&](int t, int G, uint32_t &zz, float &sc) {
+        const unsigned row = (unsigned)(t * WQ_TILE_N + g);
+        zz = D::zz(a.zero ? __ldg(a.zero + (unsigned)(G * npad) + row) : 0u);
+        sc = __ldg(a.scale + (unsigned)(G * a.scale_rows) + (row >> a.gshift)) * D::fold;
+    };
+    struct Buf {
+        uint4 w[NT];
+        uint32_t zz[NT];   /* PLAIN: the chunk's group's zero points and scales */
+        float sc[NT];
+    };
+    auto fetch = [&](Buf &b, int s, int c) {
+#pragma unroll
+        for (int i = 0; i < NT; i++) b.w[i] = wq_ld_stream(a.qw + wq_lane_offset(a.nchunks, tile(s, i), c, lane));
+        if constexpr (PLAIN) {
+#pragma unroll
+            for (int i = 0; i < NT; i++) meta(tile(s, i), c >> a.cshift, b.zz[i], b.sc[i]);
         }
     };
-    /* Unit u (32 columns of K) of a lane's chunk c into tmp; xr: row g of x
-     * at the lane's first column of the chunk, kl: columns left in x from
-     * there.  Rows past m read row m - 1 (no predicate, no zeros to move):
-     * their sums are never stored. */
-    auto unit = [&](const uint4 &w, int c, int u, const T *xr, int kl, uint32_t zz, float *tmp) {
-        const uint4 x = !PLAIN ? wq_load_x(a, g, wq_lane_col(UPC, c, lane, 8 * u))
-                        : 32 * u < kl ? __ldg((const uint4 *)(xr + 32 * u)) : make_uint4(0, 0, 0, 0);
-        uint32_t b[4];
-        D::unit((const uint32_t *)&w, u, zz, b);
-        const uint32_t a0[4] = {x.x, 0u, x.y, 0u}, a1[4] = {x.z, 0u, x.w, 0u};
-        mma16816(tmp, a0, b[0], b[1], T());
-        mma16816(tmp, a1, b[2], b[3], T());
-    };
-
-    /* Chunk c of tile t, whose weights are w, into the lane's sums. */
-    float acc0 = 0.0f, acc1 = 0.0f;   /* (row g, column 2q), (row g, column 2q + 1) */
-    auto chunk = [&](const uint4 &w, int t, int c) {
-        float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    /* Row g of x at the lane's 8 columns of each unit of chunk c (zeros
+     * past k; gathered through perm for act-order). */
+    auto load_x = [&](int c, uint4 *x) {
         const int col0 = wq_lane_col(UPC, c, lane, 0);
-        const T *xr = wq_opaque(a.x + (size_t)min(g, a.m - 1) * a.ldx + col0);
-        const int kl = a.k - col0;
-        if (chunk_meta) {
-            uint32_t z;
-            float2 s;
-            meta(t, PLAIN ? c >> a.cshift : min(c * UPC / a.group_units, a.ngroups - 1), z, s);
-            const uint32_t zz = D::zz(z);
+        if (!PLAIN) {
 #pragma unroll
-            for (int u = 0; u < UPC; u++) unit(w, c, u, xr, kl, zz, tmp);
-            acc0 += s.x * tmp[0];
-            acc1 += s.y * tmp[1];
+            for (int u = 0; u < UPC; u++) x[u] = wq_load_x(a, g, col0 + WQ_UNIT_K * u);
+        } else if ((c + 1) * UPC * WQ_UNIT_K <= a.k) {
+#pragma unroll
+            for (int u = 0; u < UPC; u++) x[u] = __ldg((const uint4 *)(xr + col0 + WQ_UNIT_K * u));
         } else {
-            /* Groups of 32 or 64 columns, or straddling chunks: each unit's
-             * group's metadata. */
+#pragma unroll
+            for (int u = 0; u < UPC; u++)
+                x[u] = col0 + WQ_UNIT_K * u < a.k ? __ldg((const uint4 *)(xr + col0 + WQ_UNIT_K * u))
+                                                  : make_uint4(0, 0, 0, 0);
+        }
+    };
+    /* Unit u of the strip's weights in b against x, into the per-group sums
+     * tmp. */
+    auto unit = [&](const Buf &b, const uint4 &x, int u, const uint32_t *zz, float (*tmp)[4]) {
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            uint32_t w0[4], w1[4];
+            D::unit((const uint32_t *)&b.w[2 * p], u, zz[2 * p], w0);
+            D::unit((const uint32_t *)&b.w[2 * p + 1], u, zz[2 * p + 1], w1);
+            const uint32_t a0[4] = {w0[0], w1[0], w0[1], w1[1]}, a1[4] = {w0[2], w1[2], w0[3], w1[3]};
+            mma16816(tmp[p], a0, x.x, x.y, T());
+            mma16816(tmp[p], a1, x.z, x.w, T());
+        }
+    };
+    /* tmp's group sums times the tiles' scales into acc: c0, c1 are tile 2p's
+     * column g (x rows 2q, 2q + 1), c2, c3 tile 2p + 1's. */
+    auto flush = [&](float (*tmp)[4], const float *sc, float (*acc)[4]) {
+#pragma unroll
+        for (int p = 0; p < NP; p++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                acc[p][j] += sc[2 * p + (j >> 1)] * tmp[p][j];
+                tmp[p][j] = 0.0f;
+            }
+    };
+    /* Chunk c of strip s, whose weights are in b, into acc. */
+    auto chunk = [&](const Buf &b, int s, int c, float (*acc)[4]) {
+        float tmp[NP][4] = {};
+        uint4 x[UPC];
+        load_x(c, x);
+        if constexpr (PLAIN) {
+#pragma unroll
+            for (int u = 0; u < UPC; u++) unit(b, x[u], u, b.zz, tmp);
+            flush(tmp, b.sc, acc);
+        } else {
+            /* Act-order, or groups of 32 or 64 columns or straddling chunks:
+             * each unit's group's metadata. */
 #pragma unroll
             for (int u = 0; u < UPC; u++) {
-                const int U = c * UPC + u;
-                uint32_t z;
-                float2 s;
-                meta(t, min(U / a.group_units, a.ngroups - 1), z, s);
-                unit(w, c, u, xr, kl, D::zz(z), tmp);
-                if ((U + 1) % a.group_units == 0 || u == UPC - 1) {
-                    acc0 += s.x * tmp[0];
-                    acc1 += s.y * tmp[1];
-                    tmp[0] = tmp[1] = tmp[2] = tmp[3] = 0.0f;
-                }
+                const int U = c * UPC + u, G = min(U / a.group_units, a.ngroups - 1);
+                uint32_t zz[NT];
+                float sc[NT];
+#pragma unroll
+                for (int i = 0; i < NT; i++) meta(tile(s, i), G, zz[i], sc[i]);
+                unit(b, x[u], u, zz, tmp);
+                if ((U + 1) % a.group_units == 0 || u == UPC - 1) flush(tmp, sc, acc);
             }
         }
     };
-    /* The warp's item after (t, c): this tile's next chunk, else the first of
-     * the block's next tile. */
-    auto advance = [&](int &t, int &c) {
+    /* The warp's item after (s, c): this strip's next chunk, else the first
+     * of the block's next strip. */
+    auto advance = [&](int &s, int &c) {
         c += nwarps;
-        if (c >= a.nchunks) c = warp, t += gridDim.x;
+        if (c >= a.nchunks) c = warp, s += gridDim.x;
     };
-    /* Item (t, c)'s weights into w, its zero points' and scales' lines into
-     * L1, and the warp's item after it into L2. */
-    auto fetch = [&](uint4 &w, int t, int c) {
-        w = wq_ld_stream(a.qw + wq_lane_offset(a.nchunks, t, c, lane));
-        const int G = PLAIN ? c >> a.cshift : min(c * UPC / a.group_units, a.ngroups - 1), n0 = t * WQ_TILE_N;
-        if (a.zero) wq_prefetch_l1(a.zero + (unsigned)(G * npad + n0));
-        wq_prefetch_l1(a.scale + (unsigned)(G * a.scale_rows + (n0 >> a.gshift)));
-        advance(t, c);
-        if (t < a.ntiles) wq_prefetch_l2(a.qw + wq_lane_offset(a.nchunks, t, c, lane));
-    };
-    /* Two weight buffers in fixed registers take turns (no copies, so no
-     * move waits on a load: PERF.md v22): while a warp works on one item the
-     * next is in flight in the other buffer; the item after that is loaded
-     * into the first buffer as soon as it is free, and the one after that is
-     * on its way into L2: three chunks a warp on their way, two holding
-     * registers. */
+
     pdl_trigger();
-    uint4 wa = make_uint4(0, 0, 0, 0), wb = wa;
-    int t = blockIdx.x;
-    if (busy && t < a.ntiles) {
-        int t1 = t, c1 = warp;
-        fetch(wa, t1, c1);
-        advance(t1, c1);
-        if (t1 < a.ntiles) fetch(wb, t1, c1);
+    Buf ba, bb;
+    int s = blockIdx.x;
+    if (busy && s < nstrips) {
+        int s1 = s, c1 = warp;
+        fetch(ba, s1, c1);
+        advance(s1, c1);
+        if (s1 < nstrips) fetch(bb, s1, c1);
     }
     pdl_wait();   /* x is the kernel before's output; the weights were not */
-    bool in_b = false;   /* the warp's current item is in wb */
-    for (; t < a.ntiles; t += gridDim.x) {
-        acc0 = acc1 = 0.0f;
+    bool in_b = false;   /* the warp's current item is in bb */
+    for (; s < nstrips; s += gridDim.x) {
+        float acc[NP][4] = {};
 #pragma unroll 1
         for (int c = busy ? warp : a.nchunks; c < a.nchunks; c += nwarps) {
-            int t2 = t, c2 = c;
-            advance(t2, c2);
-            advance(t2, c2);
+            int s2 = s, c2 = c;
+            advance(s2, c2);
+            advance(s2, c2);
             if (!in_b) {
-                chunk(wa, t, c);
-                if (t2 < a.ntiles) fetch(wa, t2, c2);
+                chunk(ba, s, c, acc);
+                if (s2 < nstrips) fetch(ba, s2, c2);
             } else {
-                chunk(wb, t, c);
-                if (t2 < a.ntiles) fetch(wb, t2, c2);
+                chunk(bb, s, c, acc);
+                if (s2 < nstrips) fetch(bb, s2, c2);
             }
             in_b = !in_b;
         }
-        red[warp][0][lane] = acc0;
-        red[warp][1][lane] = acc1;
+#pragma unroll
+        for (int p = 0; p < NP; p++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) red[warp][4 * p + j][lane] = acc[p][j];
         __syncthreads();
-        if (threadIdx.x < 64) {
-            const int j = threadIdx.x >> 5, ln = threadIdx.x & 31;
-            float s = 0.0f;
-            for (int wi = 0; wi < nwarps; wi++) s += red[wi][j][ln];
-            const int row = ln >> 2, col = t * WQ_TILE_N + 2 * (ln & 3) + j;
-            if (row < a.m && col < a.n) st(a.y + (size_t)row * a.ldy + col, a.bias ? s + ld(a.bias + col) : s);
+        for (int i = threadIdx.x; i < NP * 4 * 32; i += blockDim.x) {
+            const int reg = i >> 5, ln = i & 31, j = reg & 3;
+            const int row = 2 * (ln & 3) + (j & 1);
+            const int col = (s * NT + 2 * (reg >> 2) + (j >> 1)) * WQ_TILE_N + (ln >> 2);
+            if (row < a.m && col < a.n) {
+                float sum = 0.0f;
+                for (int wi = 0; wi < nwarps; wi++) sum += red[wi][reg][ln];
+                st(a.y + (size_t)row * a.ldy + col, a.bias ? sum + ld(a.bias + col) : sum);
+            }
         }
         __syncthreads();
     }
@@ -636,7 +649,7 @@ extern "C" int wq_kernel(const rlWq *w, int m) {
     if (m > WQG_MAX_ROWS) return WQ_KERNEL_MMA;
     const int f = wq_forced.load(std::memory_order_relaxed);
     if (f >= 0) return f;
-    return w->type == RL_WQ_INT4 && !w->perm ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA;
+    return !w->perm ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA;
 }
 extern "C" void wq_decode_kernel_force(int kernel) { wq_forced.store(kernel); }
 
@@ -644,13 +657,13 @@ extern "C" void wq_decode_kernel_force(int kernel) { wq_forced.store(kernel); }
  * calculator once per process (first asked at upload, outside any graph
  * capture).  A failed query is reported through err (its error taken off
  * the runtime, so no later launch check inherits it) and not cached. */
-template <typename T, int TY, bool PLAIN>
+template <typename T, int TY, int NT, bool PLAIN>
 static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
     static std::atomic<int> occ[WQG_MAX_WARPS + 1];
     int nb = occ[w].load(std::memory_order_relaxed);
     if (!nb) {
         cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &nb, wq_gemv_kernel<T, TY, PLAIN>, 32 * w, 0);
+            &nb, wq_gemv_kernel<T, TY, NT, PLAIN>, 32 * w, 0);
         if (e != cudaSuccess) {
             cudaGetLastError();
             if (err && *err == cudaSuccess) *err = e;
@@ -663,45 +676,64 @@ static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
 }
 
 /* What a layer of type TY needs before its first launch, asked at upload
- * rather than inside a graph capture: the GEMV's grid sizes (every type: the
- * tests force the GEMV on 8-bit layers too). */
+ * rather than inside a graph capture: the GEMV's grid sizes. */
+template <typename T, int TY> static void wq_prepare_t(cudaError_t *e) {
+    for (int w = 4; w <= WQG_MAX_WARPS; w += 2) {
+        wq_gemv_occupancy<T, TY, 2, true>(w, e);
+        wq_gemv_occupancy<T, TY, 2, false>(w, e);
+        wq_gemv_occupancy<T, TY, 4, true>(w, e);
+        wq_gemv_occupancy<T, TY, 4, false>(w, e);
+    }
+}
 template <int TY> static cudaError_t wq_prepare(void) {
     cudaError_t e = cudaSuccess;
-    for (int w = 4; w <= WQG_MAX_WARPS; w += 2) {
-        wq_gemv_occupancy<bf16, TY, true>(w, &e);
-        wq_gemv_occupancy<bf16, TY, false>(w, &e);
-        wq_gemv_occupancy<f16, TY, true>(w, &e);
-        wq_gemv_occupancy<f16, TY, false>(w, &e);
-    }
+    wq_prepare_t<bf16, TY>(&e);
+    wq_prepare_t<f16, TY>(&e);
     if (e != cudaSuccess) cudaGetLastError();
     return e;
 }
 
 /* The GEMV's grid: the most warps that one wave of blocks holds, each warp
- * on at least one chunk (W = 4 excepted); with more tiles than a wave of
- * 4-warp blocks holds (gate_up), that wave strides over the tiles.  PLAIN:
- * no act-order and groups of 2^i whole chunks (g128 and up, fp8 blocks) or
- * all of K, the kernel that fits 40 registers; the rest (act-order, g32,
- * g64, g384) takes the general one (up to 64). */
-template <typename T, int TY, bool PLAIN> static void wq_gemv_grid(const WqArgs<T> &a, WqLaunch &L) {
+ * on at least one chunk (W = 4 excepted); with more strips than a wave of
+ * 4-warp blocks holds (gate_up), that wave strides over the strips. */
+template <typename T, int TY, int NT, bool PLAIN> static void wq_gemv_grid(const WqArgs<T> &a, WqLaunch &L) {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (sms < 1) sms = 1;
+    const int nstrips = (a.ntiles + NT - 1) / NT;
     int best_w = 0;
     long best = 0;
     for (int w = 4; w <= WQG_MAX_WARPS && (w == 4 || w <= a.nchunks); w += 2) {
-        const long warps = (long)a.ntiles * min(w, a.nchunks);
-        if (a.ntiles <= (long)sms * wq_gemv_occupancy<T, TY, PLAIN>(w) && warps > best)
+        const long warps = (long)nstrips * min(w, a.nchunks);
+        if (nstrips <= (long)sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(w) && warps > best)
             best = warps, best_w = w;
     }
-    if (best_w) L(wq_gemv_kernel<T, TY, PLAIN>, a.ntiles, 32 * best_w, 0, a);
-    else L(wq_gemv_kernel<T, TY, PLAIN>, sms * wq_gemv_occupancy<T, TY, PLAIN>(4), 128, 0, a);
+    if (best_w) L(wq_gemv_kernel<T, TY, NT, PLAIN>, nstrips, 32 * best_w, 0, a);
+    else L(wq_gemv_kernel<T, TY, NT, PLAIN>, sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(4), 128, 0, a);
 }
 
+/* Tiles per strip: RL_WQ_NT=2|4 for benchmarks, else 4. */
+static int wq_gemv_nt(void) {
+    static const int nt = [] {
+        const char *e = getenv("RL_WQ_NT");
+        return e && atoi(e) == 2 ? 2 : 4;
+    }();
+    return nt;
+}
+
+/* PLAIN: no act-order and groups of 2^i whole chunks (g128 and up, fp8
+ * blocks) or all of K, whose metadata comes once a chunk with the weights;
+ * the rest (act-order, g32, g64, g96, g384) takes the general kernel. */
 template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqLaunch &L) {
-    if (!a.perm && a.cshift >= 0) wq_gemv_grid<T, TY, true>(a, L);
-    else wq_gemv_grid<T, TY, false>(a, L);
+    const bool plain = !a.perm && a.cshift >= 0;
+    if (wq_gemv_nt() == 2) {
+        if (plain) wq_gemv_grid<T, TY, 2, true>(a, L);
+        else wq_gemv_grid<T, TY, 2, false>(a, L);
+    } else {
+        if (plain) wq_gemv_grid<T, TY, 4, true>(a, L);
+        else wq_gemv_grid<T, TY, 4, false>(a, L);
+    }
 }
 
 template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, int kernel, WqLaunch &L) {
