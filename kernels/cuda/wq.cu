@@ -2,8 +2,8 @@
  * the packed layout of wq_internal.h and dequantized in registers.
  *
  * Two kernels, one rule for which runs (wq_kernel): the decode GEMV
- * (wq_gemv_kernel below) for 1-8 rows of int4 layers without act-order (AWQ,
- * GPTQ), and the mma kernel for everything else up to 128 rows.
+ * (wq_gemv_kernel below) for 1-8 rows of layers without act-order, and the
+ * mma kernel for everything else up to 128 rows.
  *
  * The mma kernel: a block owns NW tiles of 8 output columns over all of K,
  * its 8 warps take every 8th chunk of K (a split-K inside the block, so a
@@ -19,21 +19,18 @@
  * rl_wq_fp8_values an FP8 layer's e4m3 bytes as they came, for FP8 GEMMs.
  *
  * Speed, per Qwen2.5-7B layer (qkv, o, gate_up, down) on one H200,
- * `test_cuda_wq bench int4 fp8 int8` (kernels/PERF.md v26): the mma kernel
- * takes 122 / 129 / 147 us at 1 row (int4 / fp8 / int8; 27 / 47 / 43 % of
- * the weight-read floor), 135 / 146 / 162 at 16, 200 / 207 / 228 at 32; past
- * 32 rows dequantize + the bf16 GEMM (~290-320 us) wins, so rl_wq_max_rows
- * is 32.  The decode GEMV takes 0.79-0.81x the mma kernel's time on int4 at
- * 1-8 rows (96 us a layer at 1 row; AWQ batch 1 end to end 4.46 -> 3.58 ms a
- * step, batch 8 5.36 -> 4.20) but 1.05-1.06x on fp8 and 1.03-1.04x on int8
- * (FP8 batch 1 4.51 -> 4.78 ms), so those keep the mma kernel.  Neither is
- * at the floor: the mma blocks hold 124-255 registers, so one or two of 8
- * warps fit an SM, and above 32 rows every block re-reads all of x from L2
- * (kernels/PERF.md v17, v22).  A tiled kernel for 9-128 rows (Marlin's
- * structure: warps split N, activations and weights staged through shared
- * memory by cp.async) was measured and removed: int4 411 / 418 / 561 us at
- * 16 / 32 / 64 rows, slower than the mma kernel below 128 rows and than
- * dequantize + bf16 at every count (AWQ batch 64: 9.79 -> 16.39 ms a step).
+ * `test_cuda_wq bench int4 fp8 int8` (kernels/PERF.md v30): the decode GEMV
+ * takes 56 / 82 / 99 us at 1-8 rows (int4 / fp8 / int8; 53 / 67 / 58 % of
+ * the weight-read floor; the mma kernel 124 / 131 / 148).  The mma kernel
+ * takes 135 / 146 / 162 at 16 rows, 200 / 207 / 228 at 32; past 32 rows
+ * dequantize + the bf16 GEMM (~290-320 us) wins, so rl_wq_max_rows is 32.
+ * The mma blocks hold 124-255 registers, so one or two of 8 warps fit an SM,
+ * and above 32 rows every block re-reads all of x from L2 (PERF.md v17,
+ * v22).  A tiled kernel for 9-128 rows (Marlin's structure: warps split N,
+ * activations and weights staged through shared memory by cp.async) was
+ * measured and removed: int4 411 / 418 / 561 us at 16 / 32 / 64 rows,
+ * slower than the mma kernel below 128 rows and than dequantize + bf16 at
+ * every count (AWQ batch 64: 9.79 -> 16.39 ms a step).
  *
  * rl_wq_gemm's kernels launch with PDL where the caller says so (the
  * backend's arch.pdl): each starts its first weight loads before it waits for

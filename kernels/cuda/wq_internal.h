@@ -69,12 +69,12 @@ int wq_layout(const rlWqHost *h, rlWq *w, char *msg, size_t msg_n);
 int wq_pack(const rlWqHost *h, const rlWq *w, uint8_t **qw, float **scale, uint8_t **zero,
             char *msg, size_t msg_n);
 /* The kernel rl_wq_gemm runs for m rows of w, the one home of the rule:
- * the decode GEMV for 1-8 rows of an int4 layer without act-order (on an
- * H200 at the 7B shapes 0.79-0.81x the mma kernel's time), else the mma
- * kernel (the GEMV took 1.03-1.06x its time on int8 and fp8; act-order
- * layers stay where they were, unmeasured on the GEMV).  The tests and the
- * benchmark force one kernel for 1-8 rows of every layer (-1: the rule
- * again), so both stay checked on every format. */
+ * the decode GEMV for 1-8 rows of a layer without act-order (on an H200 at
+ * the 7B shapes 0.45x the mma kernel's time on int4, 0.63x on fp8, 0.67x on
+ * int8: kernels/PERF.md v30), else the mma kernel (act-order layers stay
+ * where they were, unmeasured on the GEMV).  The tests and the benchmark
+ * force one kernel for 1-8 rows of every layer (-1: the rule again), so both
+ * stay checked on every format. */
 enum { WQ_KERNEL_MMA = 0, WQ_KERNEL_GEMV = 1 };
 int wq_kernel(const rlWq *w, int m);
 void wq_decode_kernel_force(int kernel);
