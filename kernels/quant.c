@@ -67,15 +67,16 @@ static size_t quant_ceil(int64_t a, int64_t b) { return (size_t)((a + b - 1) / b
 
 /* What the CUDA path holds for a shard in the plain form (kernels/cuda/wq.h
  * packs it; qlinear.cu adds FP8's W8A8 scales): the values in tiles of 8
- * rows and chunks of 128 (int4) or 64 (8-bit) columns, fp32 scales per
- * (group, row) and uint8 zero points per (group, row) over the padded rows,
+ * rows, padded to whole strips of 4 tiles (32 rows), and chunks of 128
+ * (int4) or 64 (8-bit) columns, fp32 scales per (group, row) and uint8 zero
+ * points per (group, row) over the padded rows,
  * the act-order permutation; FP8 layers keep their scales once more for the
  * W8A8 path of sm_89 / sm_90 (plus the static input scale). */
 size_t rl_quant_linear_bytes(const rlQuant *q, int64_t n, int64_t k, int64_t k_full,
                              size_t dense_size, int joined) {
     (void)k_full;
     if (n == 0 || k == 0) return 0;
-    size_t npad = quant_ceil(n, 8) * 8;
+    size_t npad = quant_ceil(n, 32) * 32;
     switch (q->method) {
     case RL_QUANT_AWQ:
     case RL_QUANT_GPTQ: {

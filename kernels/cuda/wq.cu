@@ -119,37 +119,57 @@ static __device__ __forceinline__ float wq_e4m3(uint32_t b) {
 
 /* Per type and element type: what a group's zero point becomes for the
  * subtraction (zz), the four B registers of unit u of a lane's 16 bytes,
- * and the factor the kernel's B values are short of (folded into scales). */
+ * and the factor the kernel's B values are short of (folded into scales).
+ * Integer formats whose values fit the element type as offset + q (a magic
+ * exponent, no arithmetic) also give those raw registers (raw, with
+ * zfold = true): the decode GEMV multiplies them and takes (offset + z)
+ * times the group's sum of x off once per group instead of subtracting z
+ * from every pair. */
 template <typename T, int TY> struct WqDeq;
 
 template <typename T> struct WqDeq<T, RL_WQ_INT4> {
     static constexpr float fold = 1.0f;
+    static constexpr bool zfold = true;
     /* 1024 + q in fp16, 128 + q in bf16 */
     static constexpr uint32_t magic = std::is_same<T, f16>::value ? 0x64006400u : 0x43004300u;
+    static constexpr float offset = std::is_same<T, f16>::value ? 1024.0f : 128.0f;
     static __device__ __forceinline__ uint32_t zz(uint32_t z) { return magic | z * 0x10001u; }
-    static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t zz, uint32_t *b) {
+    static __device__ __forceinline__ void raw(const uint32_t *w, int u, uint32_t *b) {
         uint32_t word = w[u];
 #pragma unroll
-        for (int p = 0; p < 4; p++) b[p] = wq_sub2(((word >> (4 * p)) & 0x000f000fu) | magic, zz, T());
+        for (int p = 0; p < 4; p++) b[p] = ((word >> (4 * p)) & 0x000f000fu) | magic;
+    }
+    static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t zz, uint32_t *b) {
+        raw(w, u, b);
+#pragma unroll
+        for (int p = 0; p < 4; p++) b[p] = wq_sub2(b[p], zz, T());
     }
 };
 
 template <> struct WqDeq<f16, RL_WQ_INT8> {
     static constexpr float fold = 1.0f;
+    static constexpr bool zfold = true;
+    static constexpr float offset = 1024.0f;
     static __device__ __forceinline__ uint32_t zz(uint32_t z) { return 0x64006400u | z * 0x10001u; }
-    static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t zz, uint32_t *b) {
+    static __device__ __forceinline__ void raw(const uint32_t *w, int u, uint32_t *b) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             uint32_t word = w[2 * u + h];
-            b[2 * h] = wq_sub2(__byte_perm(word, 0x64646464u, 0x4140), zz, f16());
-            b[2 * h + 1] = wq_sub2(__byte_perm(word, 0x64646464u, 0x4342), zz, f16());
+            b[2 * h] = __byte_perm(word, 0x64646464u, 0x4140);
+            b[2 * h + 1] = __byte_perm(word, 0x64646464u, 0x4342);
         }
+    }
+    static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t zz, uint32_t *b) {
+        raw(w, u, b);
+#pragma unroll
+        for (int p = 0; p < 4; p++) b[p] = wq_sub2(b[p], zz, f16());
     }
 };
 
 /* bf16 holds 128 + q only up to q = 127: int8 goes through fp32 (2^23 + q). */
 template <> struct WqDeq<bf16, RL_WQ_INT8> {
     static constexpr float fold = 1.0f;
+    static constexpr bool zfold = false;
     static __device__ __forceinline__ uint32_t zz(uint32_t z) { return __float_as_uint(8388608.0f + (float)z); }
     static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t zz, uint32_t *b) {
         float zf = __uint_as_float(zz);
@@ -169,6 +189,7 @@ template <> struct WqDeq<bf16, RL_WQ_INT8> {
 /* fp8 has no zero points; each 32-bit word's four e4m3 bytes become two
  * 16-bit pairs through the type's own bit move, D::pair. */
 template <typename D> struct WqFp8Unit {
+    static constexpr bool zfold = false;
     static __device__ __forceinline__ uint32_t zz(uint32_t) { return 0; }
     static __device__ __forceinline__ void unit(const uint32_t *w, int u, uint32_t, uint32_t *b) {
 #pragma unroll
@@ -383,7 +404,13 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
  *   of the 8 rows is padding when 8 rows come;
  * - a chunk's zero points and scales are loaded into registers with its
  *   weights (one byte and one float per tile a lane: the lane holds one
- *   output column of each tile) and applied to the fp32 sums once per group.
+ *   output column of each tile) and applied to the fp32 sums once per group;
+ *   int4 (and int8 under fp16) multiplies the raw offset + q values, and
+ *   (offset + z) times the group's sum of x, which one more mma over an A of
+ *   ones gives every lane for all its tiles, comes off at the flush, instead
+ *   of a subtraction for every pair of weights;
+ * - output rows are padded to whole strips (wq_layout), so a strip's tiles,
+ *   zero points and scales sit at constant strides from its first.
  * A block of W warps (4-16) owns a strip at a time and its warps take every
  * W-th chunk of K, so a narrow layer still puts enough warps on the SMs; a
  * wide one runs one wave of blocks that stride over the strips.  Each warp
@@ -401,36 +428,48 @@ template <typename T, int TY, int NT, bool PLAIN>
 __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a) {
     typedef WqDeq<T, TY> D;
     constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2, NP = NT / 2;
+    constexpr bool ZERO = TY != RL_WQ_FP8, FOLD = D::zfold;
+    /* bf16 / fp16 1.0 in both halves: the A operand that sums x. */
+    constexpr uint32_t ONE2 = std::is_same<T, f16>::value ? 0x3c003c00u : 0x3f803f80u;
     __shared__ float red[WQG_MAX_WARPS][NP * 4][32];
     const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, npad = a.ntiles * WQ_TILE_N;
-    const int nstrips = (a.ntiles + NT - 1) / NT;
+    const int g = lane >> 2;
+    const unsigned npad = (unsigned)a.ntiles * WQ_TILE_N, nstrips = (unsigned)a.ntiles / NT;
+    const unsigned tstride = (unsigned)a.nchunks * 32u;   /* uint4s from a tile to the next */
     const bool busy = warp < a.nchunks;
     /* Row g of x, B's column g: rows past m reread row m - 1 (no predicate,
      * no zeros to move); their sums are never stored. */
     const T *xr = a.x + (size_t)min(g, a.m - 1) * a.ldx;
+    const uint4 *qw = (const uint4 *)a.qw + lane;
 
-    /* Tile i of strip s; the last strip's missing tiles reread the last
-     * tile, whose columns past n are never stored. */
-    auto tile = [&](int s, int i) { return min(s * NT + i, a.ntiles - 1); };
-    /* Row g's zero point (as D::zz) and scale of tile t in group G. */
-    auto meta = [&](int t, int G, uint32_t &zz, float &sc) {
-        const unsigned row = (unsigned)(t * WQ_TILE_N + g);
-        zz = D::zz(a.zero ? __ldg(a.zero + (unsigned)(G * npad) + row) : 0u);
-        sc = __ldg(a.scale + (unsigned)(G * a.scale_rows) + (row >> a.gshift)) * D::fold;
-    };
+    /* Item (s, c): chunk c of the NT tiles of strip s (ntiles is a multiple
+     * of 4: wq_layout), and with PLAIN its group's zero points and scales:
+     * the lane's output column of each tile is row g of it. */
     struct Buf {
         uint4 w[NT];
-        uint32_t zz[NT];   /* PLAIN: the chunk's group's zero points and scales */
+        uint32_t z[NT];
         float sc[NT];
     };
-    auto fetch = [&](Buf &b, int s, int c) {
+    /* Row g's zero point (the byte) and scale of the strip's tile i, group G. */
+    auto meta = [&](unsigned s, unsigned G, uint32_t *z, float *sc) {
+        const unsigned row0 = s * (NT * WQ_TILE_N) + g;
+        if constexpr (ZERO) {
+            const uint8_t *zr = a.zero + G * npad + row0;
 #pragma unroll
-        for (int i = 0; i < NT; i++) b.w[i] = wq_ld_stream(a.qw + wq_lane_offset(a.nchunks, tile(s, i), c, lane));
-        if constexpr (PLAIN) {
+            for (int i = 0; i < NT; i++) z[i] = __ldg(zr + WQ_TILE_N * i);
+        } else {
 #pragma unroll
-            for (int i = 0; i < NT; i++) meta(tile(s, i), c >> a.cshift, b.zz[i], b.sc[i]);
+            for (int i = 0; i < NT; i++) z[i] = 0;
         }
+        const float *sr = a.scale + G * (unsigned)a.scale_rows;
+#pragma unroll
+        for (int i = 0; i < NT; i++) sc[i] = __ldg(sr + ((row0 + WQ_TILE_N * i) >> a.gshift)) * D::fold;
+    };
+    auto fetch = [&](Buf &b, unsigned s, unsigned c) {
+        const uint4 *p = qw + (s * NT * (unsigned)a.nchunks + c) * 32u;
+#pragma unroll
+        for (int i = 0; i < NT; i++) b.w[i] = wq_ld_stream((const uint8_t *)(p + i * tstride));
+        if constexpr (PLAIN) meta(s, c >> a.cshift, b.z, b.sc);
     };
     /* Row g of x at the lane's 8 columns of each unit of chunk c (zeros
      * past k; gathered through perm for act-order). */
@@ -449,66 +488,86 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
                                                   : make_uint4(0, 0, 0, 0);
         }
     };
-    /* Unit u of the strip's weights in b against x, into the per-group sums
-     * tmp. */
-    auto unit = [&](const Buf &b, const uint4 &x, int u, const uint32_t *zz, float (*tmp)[4]) {
+    /* The group's running sums: tmp[p] for tiles 2p (c0, c1: x rows 2q,
+     * 2q + 1) and 2p + 1 (c2, c3), and with FOLD xs, the sum of x over the
+     * group's columns (c0, c1: x rows 2q, 2q + 1). */
+    struct Sums {
+        float tmp[NP][4], xs[4];
+    };
+    /* Unit u of the strip's weights in b against x into the group's sums:
+     * with FOLD the raw offset + q values, else q - z. */
+    auto unit = [&](const Buf &b, const uint4 &x, int u, const uint32_t *z, Sums &S) {
 #pragma unroll
         for (int p = 0; p < NP; p++) {
             uint32_t w0[4], w1[4];
-            D::unit((const uint32_t *)&b.w[2 * p], u, zz[2 * p], w0);
-            D::unit((const uint32_t *)&b.w[2 * p + 1], u, zz[2 * p + 1], w1);
+            if constexpr (FOLD) {
+                D::raw((const uint32_t *)&b.w[2 * p], u, w0);
+                D::raw((const uint32_t *)&b.w[2 * p + 1], u, w1);
+            } else {
+                D::unit((const uint32_t *)&b.w[2 * p], u, D::zz(z[2 * p]), w0);
+                D::unit((const uint32_t *)&b.w[2 * p + 1], u, D::zz(z[2 * p + 1]), w1);
+            }
             const uint32_t a0[4] = {w0[0], w1[0], w0[1], w1[1]}, a1[4] = {w0[2], w1[2], w0[3], w1[3]};
-            mma16816(tmp[p], a0, x.x, x.y, T());
-            mma16816(tmp[p], a1, x.z, x.w, T());
+            mma16816(S.tmp[p], a0, x.x, x.y, T());
+            mma16816(S.tmp[p], a1, x.z, x.w, T());
+        }
+        if constexpr (FOLD) {
+            const uint32_t ones[4] = {ONE2, ONE2, ONE2, ONE2};
+            mma16816(S.xs, ones, x.x, x.y, T());
+            mma16816(S.xs, ones, x.z, x.w, T());
         }
     };
-    /* tmp's group sums times the tiles' scales into acc: c0, c1 are tile 2p's
-     * column g (x rows 2q, 2q + 1), c2, c3 tile 2p + 1's. */
-    auto flush = [&](float (*tmp)[4], const float *sc, float (*acc)[4]) {
+    /* The group's sums times the tiles' scales into acc (with FOLD less
+     * (offset + z) times the group's sum of x), and zeroed. */
+    auto flush = [&](Sums &S, const uint32_t *z, const float *sc, float (*acc)[4]) {
 #pragma unroll
         for (int p = 0; p < NP; p++)
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                acc[p][j] += sc[2 * p + (j >> 1)] * tmp[p][j];
-                tmp[p][j] = 0.0f;
+                const int i = 2 * p + (j >> 1);
+                float v = S.tmp[p][j];
+                if constexpr (FOLD) v -= ((float)z[i] + D::offset) * S.xs[j & 1];
+                acc[p][j] += sc[i] * v;
+                S.tmp[p][j] = 0.0f;
             }
+        if constexpr (FOLD) S.xs[0] = S.xs[1] = S.xs[2] = S.xs[3] = 0.0f;
     };
     /* Chunk c of strip s, whose weights are in b, into acc. */
-    auto chunk = [&](const Buf &b, int s, int c, float (*acc)[4]) {
-        float tmp[NP][4] = {};
+    auto chunk = [&](const Buf &b, unsigned s, int c, float (*acc)[4]) {
+        Sums S = {};
         uint4 x[UPC];
         load_x(c, x);
         if constexpr (PLAIN) {
 #pragma unroll
-            for (int u = 0; u < UPC; u++) unit(b, x[u], u, b.zz, tmp);
-            flush(tmp, b.sc, acc);
+            for (int u = 0; u < UPC; u++) unit(b, x[u], u, b.z, S);
+            flush(S, b.z, b.sc, acc);
         } else {
             /* Act-order, or groups of 32 or 64 columns or straddling chunks:
              * each unit's group's metadata. */
 #pragma unroll
             for (int u = 0; u < UPC; u++) {
                 const int U = c * UPC + u, G = min(U / a.group_units, a.ngroups - 1);
-                uint32_t zz[NT];
+                uint32_t z[NT];
                 float sc[NT];
-#pragma unroll
-                for (int i = 0; i < NT; i++) meta(tile(s, i), G, zz[i], sc[i]);
-                unit(b, x[u], u, zz, tmp);
-                if ((U + 1) % a.group_units == 0 || u == UPC - 1) flush(tmp, sc, acc);
+                meta(s, (unsigned)G, z, sc);
+                unit(b, x[u], u, z, S);
+                if ((U + 1) % a.group_units == 0 || u == UPC - 1) flush(S, z, sc, acc);
             }
         }
     };
     /* The warp's item after (s, c): this strip's next chunk, else the first
      * of the block's next strip. */
-    auto advance = [&](int &s, int &c) {
+    auto advance = [&](unsigned &s, int &c) {
         c += nwarps;
         if (c >= a.nchunks) c = warp, s += gridDim.x;
     };
 
     pdl_trigger();
     Buf ba, bb;
-    int s = blockIdx.x;
+    unsigned s = blockIdx.x;
     if (busy && s < nstrips) {
-        int s1 = s, c1 = warp;
+        unsigned s1 = s;
+        int c1 = warp;
         fetch(ba, s1, c1);
         advance(s1, c1);
         if (s1 < nstrips) fetch(bb, s1, c1);
@@ -519,7 +578,8 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
         float acc[NP][4] = {};
 #pragma unroll 1
         for (int c = busy ? warp : a.nchunks; c < a.nchunks; c += nwarps) {
-            int s2 = s, c2 = c;
+            unsigned s2 = s;
+            int c2 = c;
             advance(s2, c2);
             advance(s2, c2);
             if (!in_b) {
@@ -539,7 +599,7 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
         for (int i = threadIdx.x; i < NP * 4 * 32; i += blockDim.x) {
             const int reg = i >> 5, ln = i & 31, j = reg & 3;
             const int row = 2 * (ln & 3) + (j & 1);
-            const int col = (s * NT + 2 * (reg >> 2) + (j >> 1)) * WQ_TILE_N + (ln >> 2);
+            const int col = ((int)s * NT + 2 * (reg >> 2) + (j >> 1)) * WQ_TILE_N + (ln >> 2);
             if (row < a.m && col < a.n) {
                 float sum = 0.0f;
                 for (int wi = 0; wi < nwarps; wi++) sum += red[wi][reg][ln];
@@ -693,12 +753,9 @@ template <int TY> static cudaError_t wq_prepare(void) {
 /* The GEMV's grid: the most warps that one wave of blocks holds, each warp
  * on at least one chunk (W = 4 excepted); with more strips than a wave of
  * 4-warp blocks holds (gate_up), that wave strides over the strips. */
-template <typename T, int TY, int NT, bool PLAIN> static void wq_gemv_grid(const WqArgs<T> &a, WqLaunch &L) {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (sms < 1) sms = 1;
-    const int nstrips = (a.ntiles + NT - 1) / NT;
+template <typename T, int TY, int NT, bool PLAIN>
+static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
+    const int nstrips = a.ntiles / NT;
     int best_w = 0;
     long best = 0;
     for (int w = 4; w <= WQG_MAX_WARPS && (w == 4 || w <= a.nchunks); w += 2) {
@@ -710,26 +767,30 @@ template <typename T, int TY, int NT, bool PLAIN> static void wq_gemv_grid(const
     else L(wq_gemv_kernel<T, TY, NT, PLAIN>, sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(4), 128, 0, a);
 }
 
-/* Tiles per strip: RL_WQ_NT=2|4 for benchmarks, else 4. */
-static int wq_gemv_nt(void) {
-    static const int nt = [] {
-        const char *e = getenv("RL_WQ_NT");
-        return e && atoi(e) == 2 ? 2 : 4;
-    }();
-    return nt;
-}
-
-/* PLAIN: no act-order and groups of 2^i whole chunks (g128 and up, fp8
+/* Tiles per strip: 4 where strips of 4 still give every SM several (gate_up:
+ * more x reuse, fewer instructions a byte), else 2, so narrow layers spread
+ * over more blocks (test_cuda_wq bench on an H200: qkv 6.6 -> 5.9 us with 2,
+ * gate_up 31.8 -> 28.3 with 4).  RL_WQ_NT=2|4 forces one for benchmarks.
+ * PLAIN: no act-order and groups of 2^i whole chunks (g128 and up, fp8
  * blocks) or all of K, whose metadata comes once a chunk with the weights;
  * the rest (act-order, g32, g64, g96, g384) takes the general kernel. */
 template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqLaunch &L) {
+    static const int forced = [] {
+        const char *e = getenv("RL_WQ_NT");
+        return e ? atoi(e) : 0;
+    }();
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (sms < 1) sms = 1;
     const bool plain = !a.perm && a.cshift >= 0;
-    if (wq_gemv_nt() == 2) {
-        if (plain) wq_gemv_grid<T, TY, 2, true>(a, L);
-        else wq_gemv_grid<T, TY, 2, false>(a, L);
+    const int nt = forced == 2 || forced == 4 ? forced : a.ntiles / 4 >= 4 * sms ? 4 : 2;
+    if (nt == 2) {
+        if (plain) wq_gemv_grid<T, TY, 2, true>(a, sms, L);
+        else wq_gemv_grid<T, TY, 2, false>(a, sms, L);
     } else {
-        if (plain) wq_gemv_grid<T, TY, 4, true>(a, L);
-        else wq_gemv_grid<T, TY, 4, false>(a, L);
+        if (plain) wq_gemv_grid<T, TY, 4, true>(a, sms, L);
+        else wq_gemv_grid<T, TY, 4, false>(a, sms, L);
     }
 }
 

@@ -32,6 +32,9 @@
 #include "kernels/cuda/wq.h"
 
 #define WQ_TILE_N 8
+/* Output rows are padded with zeros to whole strips of 4 tiles: the decode
+ * GEMV's strips (wq.cu) never end inside the layout. */
+#define WQ_STRIP_N 32
 #define WQ_UNIT_K 32
 #define WQ_LANE_BYTES 16
 #define WQ_CHUNK_BYTES (32 * WQ_LANE_BYTES)
@@ -45,7 +48,7 @@
 struct rlWq {
     rlWqType type;
     int n, k, group_k;
-    int ntiles;          /* ceil(n / 8) */
+    int ntiles;          /* ceil(n / 32) * 4: whole strips (WQ_STRIP_N) */
     int nchunks;         /* ceil(k / chunk_k) */
     int chunk_units;     /* units of 32 columns per chunk: 4 (int4), 2 (8-bit) */
     int ngroups;         /* ceil(k / group_k) */

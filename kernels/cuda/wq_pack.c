@@ -57,7 +57,7 @@ int wq_layout(const rlWqHost *h, rlWq *w, char *msg, size_t msg_n) {
     w->n = h->n;
     w->k = h->k;
     w->group_k = h->group_k;
-    w->ntiles = (h->n + WQ_TILE_N - 1) / WQ_TILE_N;
+    w->ntiles = (h->n + WQ_STRIP_N - 1) / WQ_STRIP_N * (WQ_STRIP_N / WQ_TILE_N);
     w->chunk_units = h->type == RL_WQ_INT4 ? 4 : 2;
     int chunk_k = w->chunk_units * WQ_UNIT_K;
     w->nchunks = (h->k + chunk_k - 1) / chunk_k;
