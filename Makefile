@@ -15,7 +15,7 @@
 
 # The release; `redlm --version` prints it with the commit, the CUDA archs
 # and the backends built (the generated $(BUILD)/gen/version.h).
-VERSION  = 0.6.0
+VERSION  = 0.6.1
 BUILD    ?= build
 CC       ?= cc
 CUDA_HOME ?= /usr/local/cuda
