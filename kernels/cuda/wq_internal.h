@@ -3,8 +3,8 @@
  *
  * The kernels multiply with mma.sync m16n8k16 and want each lane's weights
  * to arrive in one 16-byte load, already in B-fragment order.  Output rows
- * are cut into tiles of 8 (WQ_TILE_N, one mma column tile; n is padded up)
- * and K into units of 32 (WQ_UNIT_K, two mma k-steps).  Within a unit, lane
+ * are cut into tiles of 8 (WQ_TILE_N, one mma column tile; n is padded up
+ * to whole strips of 4 tiles, WQ_STRIP_N) and K into units of 32 (WQ_UNIT_K, two mma k-steps).  Within a unit, lane
  * (g, q) = (lane / 4, lane % 4) holds row n0 + g and the 8 consecutive
  * columns 8q .. 8q + 7: the mma's logical k order is a permutation of the
  * unit's columns, the same for the activations, so a lane's activations are
