@@ -57,7 +57,10 @@ typedef struct rlBackendOps {
      * and sin are multiplied by scale (kernels/rope.c; n = head_dim / 2). */
     int (*rope_init)(rlBackend *be, const double *inv_freq, int n, double scale, rlError *err);
 
-    /* Make the step's batch current (stage its arrays on the device). */
+    /* Make the step's batch current (stage its arrays on the device).  b
+     * and the arrays it points to stay the caller's and must stay valid
+     * until the step's last operation (the CPU backend reads them as it
+     * runs, sample included). */
     int (*begin_step)(rlBackend *be, const rlBatch *b, rlError *err);
 
     /* Operations over the current step's n_tokens rows.
@@ -95,11 +98,6 @@ typedef struct rlBackendOps {
     /* Causal attention of each sequence's new queries over its cached keys
      * (block tables, seq_len); out[rows, n_q * head_dim]. */
     void (*attention)(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
-    /* rope_kv_store then attention, for a backend that does both in one pass
-     * where it can (NULL: the model calls the two); qkv's contents after it
-     * are unspecified. */
-    void (*rope_attention)(rlBackend *be, void *out, void *qkv, const void *q_norm,
-                           const void *k_norm, float eps, int layer, const rlAttnShape *s);
     /* out[rows, m] = silu(gu[:, :m]) * gu[:, m:] */
     void (*swiglu)(rlBackend *be, void *out, const void *gate_up, int rows, int m);
     /* Mixture of experts (NULL where a backend has none; the model then
@@ -109,13 +107,11 @@ typedef struct rlBackendOps {
      * id; weights[t, j] their p, divided by their sum when renorm. */
     void (*moe_route)(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
                       int n_experts, int k, int renorm);
-    /* Optional (NULL: the model calls add_rmsnorm, matmul_f32, then
-     * moe_route): the three in one, add_rmsnorm(resid, delta, x, ln, eps),
-     * logits[rows, n_experts] = x . router^T in fp32, then moe_route's ids
-     * and weights from them, so a backend may fuse them. */
-    void (*moe_gate)(rlBackend *be, int *ids, float *weights, float *logits, void *resid,
-                     const void *delta, void *x, const void *ln, float eps, const void *router,
-                     int rows, int n_experts, int dim, int k, int renorm);
+    /* Optional (NULL: the model calls matmul_f32, then moe_route): both in
+     * one, logits[rows, n_experts] = x . router^T in fp32, then moe_route's
+     * ids and weights from them, so a backend may fuse the two. */
+    void (*moe_gate)(rlBackend *be, int *ids, float *weights, float *logits, const void *x,
+                     const void *router, int rows, int n_experts, int dim, int k, int renorm);
     /* out[t] (+= when accumulate, else =) sum over j of weights[t, j] x
      * down_e(silu(gate_e x[t]) * up_e x[t]), e = ids[t, j]: each expert's
      * wgu (n_experts, 2 m, dim) gate rows then up rows, wdown (n_experts,

@@ -100,19 +100,16 @@ static void model_mlp(rlModel *m, const rlLayer *w, int T, int n) {
  * sigmoid(shared_expert_gate x) x shared_expert(x).  Each rank holds a column
  * range of every expert (and of the shared expert) and the whole router, so
  * every rank routes the same way and the sum over TP ranks (the all-reduce
- * after this) completes each expert's down projection.  It starts with the
- * norm before it: h += attention; x = rmsnorm(h) (a backend's moe_gate does
- * the norm, the router and the routing at once). */
-static void model_moe(rlModel *m, const rlLayer *w, int T, float eps) {
+ * after this) completes each expert's down projection. */
+static void model_moe(rlModel *m, const rlLayer *w, int T) {
     const rlModelConfig *c = &m->cfg;
     rlBackend *be = m->be;
     const rlBackendOps *op = be->ops;
     int D = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok;
     if (op->moe_gate) {
-        op->moe_gate(be, m->moe_ids, m->moe_weights, m->moe_logits, m->resid, m->delta, m->x,
-                     w->ln2, eps, w->router, T, E, D, K, c->norm_topk_prob);
+        op->moe_gate(be, m->moe_ids, m->moe_weights, m->moe_logits, m->x, w->router, T, E, D, K,
+                     c->norm_topk_prob);
     } else {
-        op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln2, T, D, eps);
         op->matmul_f32(be, m->moe_logits, m->x, w->router, T, E, D);
         op->moe_route(be, m->moe_ids, m->moe_weights, m->moe_logits, T, E, K, c->norm_topk_prob);
     }
@@ -154,23 +151,15 @@ static int model_layers(rlModel *m, const rlBatch *b, rlError *err) {
 
         /* Attention: this rank's heads, then o_proj over them, summed over TP. */
         LINEAR(m, w, wqkv, m->qkv, m->x, w->bqkv, T, qkv_width, D);
-        if (op->rope_attention) {
-            op->rope_attention(be, m->att, m->qkv, w->q_norm, w->k_norm, eps, l, &m->attn);
-        } else {
-            op->rope_kv_store(be, m->qkv, w->q_norm, w->k_norm, eps, l, &m->attn);
-            op->attention(be, m->att, m->qkv, l, &m->attn);
-        }
+        op->rope_kv_store(be, m->qkv, w->q_norm, w->k_norm, eps, l, &m->attn);
+        op->attention(be, m->att, m->qkv, l, &m->attn);
         LINEAR(m, w, wo, m->delta, m->att, w->bo, T, D, s->n_q_heads * hd);
         if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
 
-        /* h += attention; x = rmsnorm(h); MLP: down(silu(gate x) * up x),
-         * or the experts (whose router may take the norm: model_moe). */
-        if (w->router) {
-            model_moe(m, w, T, eps);
-        } else {
-            op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln2, T, D, eps);
-            model_mlp(m, w, T, s->n_mlp);
-        }
+        /* h += attention; x = rmsnorm(h); MLP: down(silu(gate x) * up x). */
+        op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln2, T, D, eps);
+        if (w->router) model_moe(m, w, T);
+        else model_mlp(m, w, T, s->n_mlp);
         if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
     }
     if (s->n_layers > 0) op->add(be, m->resid, m->delta, (size_t)T * D);

@@ -144,6 +144,7 @@ static void seqs_free(tModel *t, struct tSeq *s);
 
 static int model_teardown(void **state) {
     tModel *t = *state;
+    if (!t) return 0;       /* the setup failed and said why */
     if (t->alone) seqs_free(t, t->alone);
     rl_model_free(&t->m);
     t->be->ops->destroy(t->be);

@@ -116,6 +116,7 @@ static int setup_model(void **state) { return fix_setup(state, g_model); }
 
 static int fix_teardown(void **state) {
     tFix *f = *state;
+    if (!f) return 0;       /* the setup failed and said why */
     checkpoint_close(f->ck);
     json_decref(f->ref);
     free(f);

@@ -40,7 +40,6 @@
 #include "kernels/cuda/cuda_mma.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
 #include "kernels/cuda/cuda_types.cuh"
-#include "kernels/cuda/rope_head.cuh"
 
 #define ATT_ROWS 32      /* query rows per block */
 #define ATT_WARPS 4
@@ -76,14 +75,6 @@ struct AttArgs {
     int split_len;       /* keys per split; 0: one split, write out directly */
     float *part;         /* [split][token][q head][2 + D]: m, l, unnormalised o */
     int *count;          /* decode: finished splits per (sequence, KV head) */
-    /* Decode with RoPE fused (cuda_rope_attention): qkv holds the new token's
-     * q, k and v as the projection wrote them; the decode kernel rotates
-     * them (rope_head.cuh) and stores k and v at the token's cache slot. */
-    int rope;
-    const int32_t *slots;
-    const float *inv_freq;
-    float rope_scale, eps;
-    const void *q_norm, *k_norm;   /* Qwen3's head norms, or NULL */
 };
 
 /* Stage keys kb .. kb + 31 of KV head hk (rows of DP elements; keys past
@@ -557,16 +548,10 @@ static __device__ __forceinline__ void dec_load_tile(T *ks, T *vs, const T *kc, 
  * w + 4, ...) through a 3-deep cp.async ring and keeps its own online softmax;
  * the warps merge through shared memory.  With several splits, each block
  * leaves its partial (m, l, unnormalised o) in a.part and the last split of a
- * (sequence, KV head) to finish merges them all, so no second kernel runs.
- * With a.rope (RL_CUDA_ROPE_FUSE=1), the block first rotates its query
- * group (and, in the split that holds the new key, that key, which it also
- * stores with its value in the cache) into shared memory past the rings,
- * and writes the new key and value over the row of the tile that holds
- * them: one kernel fewer a layer, and every warp's first tiles load before
- * the wait. */
+ * (sequence, KV head) to finish merges them all, so no second kernel runs. */
 template <typename T, int D>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
-attention_decode_kernel(T *out, const T *qkv, T *kc, T *vc, AttArgs a) {
+attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
     extern __shared__ __align__(128) unsigned char dec_smem[];
     constexpr int TILE = DEC_TILE * D;     /* elements of one K or V tile */
     pdl_trigger();
@@ -588,25 +573,16 @@ attention_decode_kernel(T *out, const T *qkv, T *kc, T *vc, AttArgs a) {
     const int my_tiles = n_tiles > warp ? (n_tiles - warp + DEC_WARPS - 1) / DEC_WARPS : 0;
     const int32_t *btab = a.block_tables + (size_t)s * a.max_blocks;
     T *ring = (T *)dec_smem + (size_t)warp * DEC_STAGES * 2 * TILE;   /* [stage][K, V][TILE] */
-    /* Past the rings (attention_decode_smem): the angles, each warp's head
-     * in fp32, the rotated queries, the new key and value. */
-    float(*cs)[128] =
-        (float(*)[128])(dec_smem + (size_t)DEC_WARPS * DEC_STAGES * 2 * TILE * sizeof(T));
-    float *xw = &cs[2][0] + warp * D;
-    T *q_s = (T *)(&cs[2][0] + DEC_WARPS * D), *kn_s = q_s + DEC_G * D, *vn_s = kn_s + D;
-    const int p_new = a.positions[t];
-    const bool own = a.rope && k_begin <= p_new && p_new < k_end;   /* this split has the new key */
 
     /* The warp's first tiles.  The step's batch is staged before any kernel;
      * of the cache, only the new token's key (position positions[t]) is
      * written in this step (rope_kv_store, the kernel before): the rest
      * came from earlier steps.  So a warp whose first tiles end before the
      * new key loads them before waiting for the kernel before, overlapping
-     * its end; the warp whose tiles reach the new key waits first, except
-     * with a.rope, where this kernel writes the new key's row itself. */
+     * its end; the warp whose tiles reach the new key waits first. */
     const int pre = min(my_tiles, DEC_STAGES - 1);
     const int pre_last = pre ? min(k_begin + (warp + (pre - 1) * DEC_WARPS + 1) * DEC_TILE, k_end) - 1 : -1;
-    const bool early = a.rope || pre_last < p_new;
+    const bool early = pre_last < a.positions[t];
     auto prologue = [&]() {
 #pragma unroll
         for (int j = 0; j < DEC_STAGES - 1; j++) {
@@ -617,45 +593,11 @@ attention_decode_kernel(T *out, const T *qkv, T *kc, T *vc, AttArgs a) {
         }
     };
     if (early) prologue();
-    if (a.rope)
-        rope_angles<T>(cs, (float)p_new, a.inv_freq, a.rope_scale, D / 2, threadIdx.x, blockDim.x);
     pdl_wait();      /* qkv and the new key are the kernels before's */
     if (!early) prologue();
 
-    const T *qrow = qkv + (size_t)t * (a.n_q + 2 * a.n_kv) * D + (size_t)qh0 * D;
-    if (a.rope) {
-        /* A warp per head: the group's queries, then (own split) the new key. */
-        __syncthreads();       /* the angles */
-        const int slot = a.slots[t];
-        for (int r = warp; r < G + own; r += DEC_WARPS) {
-            const bool key = r == G;
-            const T *x = key ? qkv + ((size_t)t * (a.n_q + 2 * a.n_kv) + a.n_q + hk) * D
-                             : qrow + (size_t)r * D;
-            rope_head_load(xw, x, (const T *)(key ? a.k_norm : a.q_norm), a.eps, D, lane);
-            T *dst = key ? kn_s : q_s + r * D, *kg = NULL, *vg = NULL;
-            if (key && slot >= 0) {
-                const size_t off = a.layer_off + ((size_t)(slot / a.bs) * a.n_kv + hk) * a.bs * D +
-                                   (size_t)(slot % a.bs) * D;
-                kg = kc + off, vg = vc + off;
-            }
-            for (int i = lane; i < D / 2; i += 32) {
-                const float2 y = rope_rotate(xw, cs, i, D / 2);
-                st(dst + i, y.x);
-                st(dst + i + D / 2, y.y);
-                if (kg) st(kg + i, y.x), st(kg + i + D / 2, y.y);
-            }
-            if (key)
-                for (int j = lane; j < D; j += 32) {
-                    vn_s[j] = x[(size_t)a.n_kv * D + j];
-                    if (vg) vg[j] = vn_s[j];
-                }
-            __syncwarp();      /* xw is the next head's */
-        }
-        __syncthreads();
-        qrow = q_s;
-    }
-
     /* Rows g and g + 8 of the A fragments: query heads qh0 + g and qh0 + g + 8. */
+    const T *qrow = qkv + (size_t)t * (a.n_q + 2 * a.n_kv) * D + (size_t)qh0 * D;
     uint32_t qf[D / 16][4];
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++)
@@ -679,16 +621,8 @@ attention_decode_kernel(T *out, const T *qkv, T *kc, T *vc, AttArgs a) {
                                 k_begin + (warp + jn * DEC_WARPS) * DEC_TILE, k_end, lane);
         }
         cp_async_commit();
-        T *const ks = ring + 2 * (j % DEC_STAGES) * TILE, *const vs = ks + TILE;
+        const T *ks = ring + 2 * (j % DEC_STAGES) * TILE, *vs = ks + TILE;
         const int kb = k_begin + (warp + j * DEC_WARPS) * DEC_TILE;
-        if (own && kb <= p_new && p_new < kb + DEC_TILE) {
-            /* The new key's row came from the cache before this kernel wrote it. */
-            constexpr int CPR = D / 8;
-            if (lane < 2 * CPR)
-                *(uint4 *)((lane < CPR ? ks : vs) + swz16<D>(p_new - kb, lane % CPR)) =
-                    *(const uint4 *)((lane < CPR ? kn_s : vn_s) + (lane % CPR) * 8);
-            __syncwarp();
-        }
 
         /* S = Q K^T: two n-tiles of 8 keys; one ldmatrix.x4 gives both tiles' B
          * fragments of a 16-dim k-step. */
@@ -903,12 +837,9 @@ static bool attention_decode_fits(const rlCuda *c, int D, int g_max) {
            g_max <= DEC_G && c->kv_block_size % DEC_TILE == 0;
 }
 
-/* The decode kernel's shared memory: every warp's ring of K and V tiles,
- * then for a.rope the angles (2 x 128 floats), each warp's head in fp32, the
- * rotated queries and the new key and value. */
+/* The decode kernel's shared memory: every warp's ring of K and V tiles. */
 template <typename T, int D> static size_t attention_decode_smem() {
-    return (size_t)DEC_WARPS * DEC_STAGES * 2 * DEC_TILE * D * sizeof(T) +
-           (2 * 128 + (size_t)DEC_WARPS * D) * sizeof(float) + (size_t)(DEC_G + 2) * D * sizeof(T);
+    return (size_t)DEC_WARPS * DEC_STAGES * 2 * DEC_TILE * D * sizeof(T);
 }
 
 template <typename T, int D> static cudaError_t attention_decode_allow_smem() {
@@ -963,7 +894,7 @@ static void attention_decode_launch(rlCuda *c, T *out, const T *qkv, const AttAr
                                     dim3 grid) {
     cuda_launch_pdl(c, "attention (decode)", attention_decode_kernel<T, D>, grid,
                     dim3(DEC_WARPS * 32), attention_decode_smem<T, D>(), out, qkv,
-                    (T *)c->k_cache, (T *)c->v_cache, a);
+                    (const T *)c->k_cache, (const T *)c->v_cache, a);
 }
 
 template <typename T>
@@ -993,7 +924,7 @@ static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a) {
         a.count = c->att_count;
     }
     dim3 grid(1, base, splits);
-    PROF(c, a.rope ? "rope + attention decode" : "attention decode");
+    PROF(c, "attention decode");
     if (a.D == 64) attention_decode_launch<T, 64>(c, out, qkv, a, grid);
     else attention_decode_launch<T, 128>(c, out, qkv, a, grid);
 }
@@ -1066,48 +997,42 @@ static void attention_run(rlCuda *c, T *out, const T *qkv, AttArgs a, int tiles)
     }
 }
 
-/* The arguments every attention kernel takes for this layer and step, and
- * the most query heads any local KV head serves; 0 where the step has no
- * attention to do, -1 (the backend's error set) where the cache was set up
- * for other shapes. */
-static int attention_args(rlCuda *c, AttArgs *a, int *g_max, int layer, const rlAttnShape *s) {
-    if (!c->n_tokens || !s->n_q) return 0;
+void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s) {
+    rlCuda *c = cuda_of(be);
+    if (!c->n_tokens || !s->n_q) return;
     if (!c->k_cache || s->n_kv != c->kv_heads || s->head_dim != c->kv_head_dim ||
         layer < 0 || layer >= c->kv_layers || s->head_dim % 2 || s->head_dim > 256) {
         cuda_fail(c, RL_EINTERNAL,
                   "attention: the KV cache was set up for %d layers x %d heads x %d dims, "
                   "asked for layer %d with %d heads x %d dims", c->kv_layers, c->kv_heads,
                   c->kv_head_dim, layer, s->n_kv, s->head_dim);
-        return -1;
+        return;
     }
-    memset(a, 0, sizeof *a);
-    a->positions = c->d_positions;
-    a->seq_start = c->d_seq_start;
-    a->seq_len = c->d_seq_len;
-    a->block_tables = c->d_block_tables;
-    a->max_blocks = c->max_blocks;
-    a->n_tokens = c->n_tokens;
-    a->n_q = s->n_q, a->n_kv = s->n_kv, a->q_head0 = s->q_head0, a->kv_head0 = s->kv_head0;
-    a->group = s->group, a->D = s->head_dim, a->bs = c->kv_block_size;
-    a->layer_off = (size_t)layer * c->kv_blocks * c->kv_heads * c->kv_block_size * s->head_dim;
-    a->scale_log2 = 1.4426950408889634f / sqrtf((float)s->head_dim);
-    *g_max = 0;
+    AttArgs a;
+    a.positions = c->d_positions;
+    a.seq_start = c->d_seq_start;
+    a.seq_len = c->d_seq_len;
+    a.block_tables = c->d_block_tables;
+    a.max_blocks = c->max_blocks;
+    a.n_tokens = c->n_tokens;
+    a.n_q = s->n_q, a.n_kv = s->n_kv, a.q_head0 = s->q_head0, a.kv_head0 = s->kv_head0;
+    a.group = s->group, a.D = s->head_dim, a.bs = c->kv_block_size;
+    a.layer_off = (size_t)layer * c->kv_blocks * c->kv_heads * c->kv_block_size * s->head_dim;
+    a.scale_log2 = 1.4426950408889634f / sqrtf((float)s->head_dim);
+    a.split_len = 0;
+    a.part = NULL;
+    a.count = NULL;
+    /* The most query heads any local KV head serves sets the tiles per sequence. */
+    int g_max = 0;
     for (int hk = 0; hk < s->n_kv; hk++) {
         int gkv = s->kv_head0 + hk;
         int lo = s->q_head0 > gkv * s->group ? s->q_head0 : gkv * s->group;
         int hi = s->q_head0 + s->n_q < (gkv + 1) * s->group ? s->q_head0 + s->n_q
                                                             : (gkv + 1) * s->group;
-        if (hi - lo > *g_max) *g_max = hi - lo;
+        if (hi - lo > g_max) g_max = hi - lo;
     }
-    return *g_max > 0;
-}
-
-void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s) {
-    rlCuda *c = cuda_of(be);
-    AttArgs a;
-    int g_max;
-    if (attention_args(c, &a, &g_max, layer, s) <= 0) return;
     int tiles = (c->max_new * g_max + ATT_ROWS - 1) / ATT_ROWS;
+    if (tiles <= 0) return;
     /* --batch-invariant: the prefill kernel for every step, decode rows too
      * (the decode kernel's splits and warp merge follow the batch), else the
      * tiled kernel unsplit (attention_run). */
@@ -1129,35 +1054,4 @@ void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const 
         attention_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, tiles);
     else
         attention_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, tiles);
-}
-
-/* rope_kv_store then attention.  With RL_CUDA_ROPE_FUSE=1, steps that take
- * the decode kernel do both in it (AttArgs.rope), a kernel fewer a layer:
- * written without a GPU, off until measured (kernels/PERF.md v32). */
-void cuda_rope_attention(rlBackend *be, void *out, void *qkv, const void *q_norm,
-                         const void *k_norm, float eps, int layer, const rlAttnShape *s) {
-    static int off = -1;
-    if (off < 0) {
-        const char *e = getenv("RL_CUDA_ROPE_FUSE");
-        off = !e || strcmp(e, "1");
-    }
-    rlCuda *c = cuda_of(be);
-    AttArgs a;
-    int g_max;
-    if (!off && !c->invariant && c->rope_n == s->head_dim / 2 &&
-        attention_args(c, &a, &g_max, layer, s) > 0 && attention_decode_fits(c, a.D, g_max)) {
-        a.rope = 1;
-        a.slots = c->d_slots;
-        a.inv_freq = c->rope_inv_freq;
-        a.rope_scale = c->rope_scale;
-        a.eps = eps;
-        a.q_norm = q_norm, a.k_norm = k_norm;
-        if (be->act_dtype == RL_F16)
-            attention_decode_run<f16>(c, (f16 *)out, (const f16 *)qkv, a);
-        else
-            attention_decode_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a);
-        return;
-    }
-    cuda_rope_kv_store(be, qkv, q_norm, k_norm, eps, layer, s);
-    cuda_attention(be, out, qkv, layer, s);
 }

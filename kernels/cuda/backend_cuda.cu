@@ -378,7 +378,6 @@ static const rlBackendOps cuda_ops = {
     .matmul_f32 = cuda_matmul_f32,
     .rope_kv_store = cuda_rope_kv_store,
     .attention = cuda_attention,
-    .rope_attention = cuda_rope_attention,
     .swiglu = cuda_swiglu,
     .moe_route = cuda_moe_route,
     .moe_gate = cuda_moe_gate,

@@ -42,30 +42,15 @@ template <typename T> static __device__ __forceinline__ void unpack8(uint4 v, fl
     }
 }
 
-/* Where gemv_block reads its input rows: global memory through the
- * read-only cache, or shared memory (moe.cu's router, whose block
- * normalises its rows itself). */
-struct GemvGlobal {
-    __device__ uint4 operator()(const uint4 *p) const { return __ldg(p); }
-};
-struct GemvShared {
-    __device__ uint4 operator()(const uint4 *p) const { return *p; }
-};
-/* What gemv_block does between reading its first weights and reading its
- * input: wait for the kernel that writes the input (PDL). */
-struct GemvPdlWait {
-    __device__ void operator()() const { pdl_wait(); }
-};
-
 /* One block of gemv_kernel (gemm.cu), also the first part of moe.cu's
  * router kernel: out[r, c] = in[r, :] . w[c, :] (+ bias[c]) for rows <= R
  * and the block's GEMV_COLS columns c; k a multiple of 8.  Each thread keeps
  * the next chunk's weights loading while it uses the current one; the first
- * chunk is read before wait() (PDL: the weights are nobody's output), the
- * input after.  Launch with GEMV_THREADS threads. */
-template <typename T, typename O, int R, typename Load = GemvGlobal, typename Wait = GemvPdlWait>
+ * chunk is read before waiting on the kernel that writes `in` (PDL: the
+ * weights are nobody's output).  Launch with GEMV_THREADS threads. */
+template <typename T, typename O, int R>
 static __device__ __forceinline__ void gemv_block(O *out, const T *in, const T *w, const T *bias,
-                                                  int rows, int n, int k, Wait wait = Wait()) {
+                                                  int rows, int n, int k) {
     __shared__ float red[GEMV_THREADS / 32][GEMV_COLS * R];
     pdl_trigger();
     const int c0 = blockIdx.x * GEMV_COLS, kc = k / 8;
@@ -83,7 +68,7 @@ static __device__ __forceinline__ void gemv_block(O *out, const T *in, const T *
     if (threadIdx.x < kc)
 #pragma unroll
         for (int c = 0; c < GEMV_COLS; c++) wn[c] = __ldcs(wv[c] + threadIdx.x);
-    wait();
+    pdl_wait();
     for (int j = threadIdx.x; j < kc; j += GEMV_THREADS) {
         uint4 wq[GEMV_COLS];
 #pragma unroll
@@ -95,7 +80,7 @@ static __device__ __forceinline__ void gemv_block(O *out, const T *in, const T *
         for (int r = 0; r < R; r++) {
             if (r >= rows) break;
             float x[8];
-            unpack8(Load()(xv + (size_t)r * kc + j), x, T());
+            unpack8(__ldg(xv + (size_t)r * kc + j), x, T());
 #pragma unroll
             for (int c = 0; c < GEMV_COLS; c++) acc[c][r] = dot8(wq[c], x, acc[c][r], T());
         }

@@ -216,9 +216,8 @@ int cuda_qlinear_reserve(rlCuda *c, int rows);
 /* moe.cu */
 void cuda_moe_route(rlBackend *be, int *ids, float *weights, const float *logits, int rows,
                     int n_experts, int k, int renorm);
-void cuda_moe_gate(rlBackend *be, int *ids, float *weights, float *logits, void *resid,
-                   const void *delta, void *x, const void *ln, float eps, const void *router,
-                   int rows, int n_experts, int dim, int k, int renorm);
+void cuda_moe_gate(rlBackend *be, int *ids, float *weights, float *logits, const void *x,
+                   const void *router, int rows, int n_experts, int dim, int k, int renorm);
 void cuda_moe_experts(rlBackend *be, void *out, const void *x, const void *wgu,
                       const void *wdown, const int *ids, const float *weights, int rows, int dim,
                       int m, int n_experts, int k, int accumulate);
@@ -228,8 +227,6 @@ void cuda_shared_gate(rlBackend *be, void *out, const void *x, const void *w, in
 /* attention.cu */
 int cuda_attention_init(rlCuda *c, rlError *err);
 void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s);
-void cuda_rope_attention(rlBackend *be, void *out, void *qkv, const void *q_norm,
-                         const void *k_norm, float eps, int layer, const rlAttnShape *s);
 
 /* sample.cu */
 int cuda_sample(rlBackend *be, const float *logits, int vocab, int row0, int n, rlRowResult *out,

@@ -4,8 +4,7 @@
  * router's fp32 logits, the top k (ties to the lower expert id, as the CPU
  * backend), renormalised when asked; ids and weights stay on the device.
  * At decode (up to 8 rows) the router's GEMV and the routing are one kernel
- * (moe_gate), a launch and a wait fewer in each MoE layer; it can take the
- * norm before the router too (RL_CUDA_GATE_NORM=1, off until measured).
+ * (moe_gate), a launch and a wait fewer in each MoE layer.
  *
  * The experts run in one of two shapes, neither reading the routing on the
  * host, so decode steps stay inside CUDA graphs:
@@ -39,8 +38,6 @@
 #include "kernels/cuda/moe_chunks.h"
 
 #include <limits.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define MOE_GEMV_PAIRS 32   /* up to this many (token, expert) pairs: the GEMV kernels */
 #define MOE_BM TG_BM        /* pairs per tile of the grouped GEMMs (rl_moe_scratch_bytes's 64) */
@@ -117,151 +114,51 @@ void cuda_moe_route(rlBackend *be, int *ids, float *weights, const float *logits
  * each block computes its GEMV_COLS logits as gemm.cu's GEMV does
  * (gemv_block, so they are the same logits), and the block that finishes
  * last (a counter in device memory, set back to zero by that block for the
- * next launch) routes every row from all of them, staged in shared memory:
- * a launch and a wait fewer per MoE layer than the GEMV then
- * moe_route_kernel.  With NORM it also takes the norm before the router
- * (RL_CUDA_GATE_NORM=1; written without a GPU and off until measured,
- * kernels/PERF.md v32): each block adds the attention's output to the
- * residual stream and RMSNorms it into shared memory itself (MoeNormRows)
- * and reads its rows from there; block 0 writes the normalised rows out for
- * the experts, and the last block stores the residual stream, which every
- * block has read by then: add_rmsnorm's launch and wait gone too. */
-template <typename T>
-struct MoeNormRows {
-    T *xs;                  /* shared: rows x dim, the normalised rows */
-    T *x;                   /* global: the same, written by block 0 */
-    const T *resid, *delta, *ln;
-    float eps;
-    int rows, dim;
-    float *red;             /* shared: 32 floats */
-
-    /* resid + delta and its RMSNorm with rmsnorm8_kernel's arithmetic
-     * (norm_rope.cu), so x is the bits add_rmsnorm gives: a chunk c of 8
-     * values is that kernel's thread c, each warp of chunks summed by the
-     * same shuffle tree, then those sums by one more. */
-    __device__ void operator()() const {
-        pdl_wait();
-        const int nc = dim / 8, nw = (nc + 31) / 32;   /* rmsnorm8_kernel's warps */
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-        for (int r = 0; r < rows; r++) {
-            const uint4 *rv = (const uint4 *)(resid + (size_t)r * dim);
-            const uint4 *dv = (const uint4 *)(delta + (size_t)r * dim);
-            uint4 *xr = (uint4 *)(xs + (size_t)r * dim);
-            for (int c0 = 0; c0 < nc; c0 += GEMV_THREADS) {
-                const int c = c0 + threadIdx.x;
-                float ss = 0;
-                if (c < nc) {
-                    uint4 h = rv[c];
-                    const uint4 d = dv[c];
-                    T *hs = (T *)&h;
-                    const T *ds = (const T *)&d;
-#pragma unroll
-                    for (int i = 0; i < 8; i++) st(hs + i, ld(hs + i) + ld(ds + i));
-#pragma unroll
-                    for (int i = 0; i < 8; i++) {
-                        const float v = ld(hs + i);
-                        ss += v * v;
-                    }
-                    xr[c] = h;
-                }
-                ss = warp_sum(ss);
-                if (lane == 0) red[c0 / 32 + warp] = ss;
-            }
-            __syncthreads();
-            const float rstd = rsqrtf(warp_sum(lane < nw ? red[lane] : 0.0f) / dim + eps);
-            for (int c = threadIdx.x; c < nc; c += GEMV_THREADS) {
-                const uint4 h = xr[c], wv = *(const uint4 *)(ln + c * 8);
-                const T *hs = (const T *)&h, *ws = (const T *)&wv;
-                uint4 o;
-                T *os = (T *)&o;
-#pragma unroll
-                for (int i = 0; i < 8; i++) st(os + i, ld(ws + i) * round_to<T>(ld(hs + i) * rstd));
-                xr[c] = o;
-                if (blockIdx.x == 0) ((uint4 *)(x + (size_t)r * dim))[c] = o;
-            }
-            __syncthreads();    /* red is the next row's; xs complete */
-        }
-    }
-};
-
-template <typename T, int R, bool NORM>
+ * next launch) routes every row from all of them, staged in shared memory.
+ * One launch and one wait fewer per MoE layer than the GEMV then
+ * moe_route_kernel. */
+template <typename T, int R>
 __global__ void __launch_bounds__(GEMV_THREADS)
-moe_gate_kernel(int *ids, float *weights, float *logits, T *resid, const T *delta, T *x,
-                const T *ln, float eps, const T *router, int *count, int rows, int E, int dim,
-                int k, int renorm) {
-    extern __shared__ uint4 moe_shm[];  /* NORM: rows x dim of T; then each warp's E logits */
-    __shared__ float red[32];
+moe_gate_kernel(int *ids, float *weights, float *logits, const T *x, const T *router,
+                int *count, int rows, int E, int dim, int k, int renorm) {
+    __shared__ float lg[GEMV_THREADS / 32][MOE_MAX_EXPERTS];
     __shared__ int last;
-    T *xs = (T *)moe_shm;
-    if constexpr (NORM)
-        gemv_block<T, float, R, GemvShared>(
-            logits, xs, router, NULL, rows, E, dim,
-            MoeNormRows<T>{xs, x, resid, delta, ln, eps, rows, dim, red});
-    else
-        gemv_block<T, float, R>(logits, x, router, NULL, rows, E, dim);
+    gemv_block<T, float, R>(logits, x, router, NULL, rows, E, dim);
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(count, 1) == (int)gridDim.x - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
-    if constexpr (NORM) {
-        const int nc = dim / 8;
-        for (int i = threadIdx.x; i < rows * nc; i += GEMV_THREADS) {
-            uint4 h = ((const uint4 *)resid)[i];
-            const uint4 d = ((const uint4 *)delta)[i];
-            T *hs = (T *)&h;
-            const T *ds = (const T *)&d;
-#pragma unroll
-            for (int j = 0; j < 8; j++) st(hs + j, ld(hs + j) + ld(ds + j));
-            ((uint4 *)resid)[i] = h;
-        }
-    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float *lg = (float *)moe_shm + (size_t)warp * E;   /* xs is read: its space is free */
     for (int t = warp; t < rows; t += GEMV_THREADS / 32) {
-        for (int e = lane; e < E; e += 32) lg[e] = __ldcg(logits + (size_t)t * E + e);
+        for (int e = lane; e < E; e += 32) lg[warp][e] = __ldcg(logits + (size_t)t * E + e);
         __syncwarp();
-        route_row(ids + (size_t)t * k, weights + (size_t)t * k, lg, E, k, renorm, lane);
+        route_row(ids + (size_t)t * k, weights + (size_t)t * k, lg[warp], E, k, renorm, lane);
         __syncwarp();
     }
     if (threadIdx.x == 0) *count = 0;
 }
 
-void cuda_moe_gate(rlBackend *be, int *ids, float *weights, float *logits, void *resid,
-                   const void *delta, void *x, const void *ln, float eps, const void *router,
-                   int rows, int n_experts, int dim, int k, int renorm) {
-    static int norm = -1;
-    if (norm < 0) {
-        const char *e = getenv("RL_CUDA_GATE_NORM");
-        norm = e && !strcmp(e, "1");
-    }
+void cuda_moe_gate(rlBackend *be, int *ids, float *weights, float *logits, const void *x,
+                   const void *router, int rows, int n_experts, int dim, int k, int renorm) {
     rlCuda *c = cuda_of(be);
     if (!rows) return;
-    const size_t lg = (size_t)GEMV_THREADS / 32 * n_experts * sizeof(float);
-    const size_t xs = (size_t)rows * dim * rl_dtype_size(be->act_dtype);
-    const int fused = norm && dim <= 8 * 1024 && xs <= 44 * 1024 &&
-                      !(((uintptr_t)resid | (uintptr_t)delta | (uintptr_t)ln) & 15);
-    const size_t shm = fused && xs > lg ? xs : lg;
     if (c->invariant || rows > GEMV_MAX_ROWS || dim % 8 || be->act_dtype == RL_F32 ||
         be->weight_dtype != be->act_dtype || n_experts > MOE_MAX_EXPERTS || k > 32 ||
         (((uintptr_t)x | (uintptr_t)router) & 15)) {
-        cuda_add_rmsnorm(be, resid, delta, x, ln, rows, dim, eps);
         cuda_matmul_f32(be, logits, x, router, rows, n_experts, dim);
         cuda_moe_route(be, ids, weights, logits, rows, n_experts, k, renorm);
         return;
     }
-    if (!fused) cuda_add_rmsnorm(be, resid, delta, x, ln, rows, dim, eps);
     if (cuda_grow(c, (void **)&c->moe_count, &c->moe_count_cap, sizeof(int), 1, "moe_gate"))
         return;     /* taken by reserve already, except where an op runs alone (tests) */
-    PROF(c, fused ? "add_rmsnorm + moe_gate %dx%d" : "moe_gate %dx%d", n_experts, dim);
+    PROF(c, "moe_gate %dx%d", n_experts, dim);
     dim3 blocks((unsigned)((n_experts + GEMV_COLS - 1) / GEMV_COLS));
 #define MOE_GATE(T, R)                                                                         \
-    cuda_launch_pdl(c, "moe_gate",                                                             \
-                    fused ? moe_gate_kernel<T, R, true> : moe_gate_kernel<T, R, false>, blocks, \
-                    GEMV_THREADS, shm, ids, weights, logits, (T *)resid, (const T *)delta,      \
-                    (T *)x, (const T *)ln, eps, (const T *)router, c->moe_count, rows,         \
-                    n_experts, dim, k, renorm)
+    cuda_launch_pdl(c, "moe_gate", moe_gate_kernel<T, R>, blocks, GEMV_THREADS, 0, ids, weights, \
+                    logits, (const T *)x, (const T *)router, c->moe_count, rows, n_experts,     \
+                    dim, k, renorm)
     if (be->act_dtype == RL_F16) {
         if (rows <= 1) MOE_GATE(f16, 1);
         else if (rows <= 2) MOE_GATE(f16, 2);

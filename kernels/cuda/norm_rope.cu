@@ -12,7 +12,6 @@
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
 #include "kernels/cuda/cuda_types.cuh"
-#include "kernels/cuda/rope_head.cuh"
 
 template <typename T>
 __global__ void rmsnorm_kernel(T *out, const T *in, const T *w, int dim, float eps) {
@@ -128,13 +127,18 @@ void cuda_add_rmsnorm(rlBackend *be, void *resid, const void *x, void *out, cons
 }
 
 /* A warp per (token, q or k head): with q_norm / k_norm, RMSNorm the head
- * first (Qwen3), then rotate it (rope_head.cuh) and store it back, and for a
- * k head store it and its v head at the token's cache slot (slot < 0: a
- * padding token, nothing stored).  ROPE_WARPS heads a block, so a decode
- * token spreads its heads over many SMs.  The token's angles are computed
- * by each block before it waits on the kernel that wrote qkv (PDL).  Decode
- * steps that take the decode attention kernel do this inside it instead
- * (cuda_rope_attention, attention.cu). */
+ * first (Qwen3), then rotate it (rotate-half layout: element i pairs with
+ * i + head_dim/2) and store it back, and for a k head store it and its v
+ * head at the token's cache slot (slot < 0: a padding token, nothing
+ * stored).  ROPE_WARPS heads a block, so a decode token spreads its heads
+ * over many SMs.  The normalised head waits in shared memory for its
+ * rotation, holding the values Hugging Face's 16-bit norm stores (rounded
+ * before and after the weight), and each lane sums its squares in the
+ * order j = lane, lane + 32, ...: the same rounding steps as a norm written
+ * to memory and read back.  The token's head_dim/2 angles (position x
+ * rope_init's fp32 inverse frequencies, fp32 as Hugging Face computes them;
+ * cos and sin times the attention factor, then rounded) are computed by each
+ * block before it waits on the kernel that wrote qkv (PDL). */
 #define ROPE_WARPS 4
 template <typename T>
 __global__ void __launch_bounds__(ROPE_WARPS * 32)
@@ -146,13 +150,37 @@ rope_kv_kernel(T *qkv, T *kc, T *vc, const int32_t *positions, const int32_t *sl
     pdl_trigger();
     const int t = blockIdx.x, half = D / 2, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = blockIdx.y * ROPE_WARPS + warp;
-    rope_angles<T>(cs, (float)positions[t], inv_freq, scale, half, threadIdx.x, blockDim.x);
+    float pos = (float)positions[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        float s, co;
+        sincosf(pos * inv_freq[i], &s, &co);
+        cs[0][i] = round_to<T>(co * scale);
+        cs[1][i] = round_to<T>(s * scale);
+    }
     __syncthreads();
     pdl_wait();
     if (h >= n_q + n_kv) return;
     T *x = qkv + ((size_t)t * (n_q + 2 * n_kv) + h) * D;
     float *xw = xs[warp];
-    rope_head_load(xw, x, q_norm ? (h < n_q ? q_norm : k_norm) : (const T *)NULL, eps, D, lane);
+    if (q_norm) {
+        /* As Hugging Face's RMSNorm in 16 bits: the normalised value is
+         * rounded before the weight multiplies it. */
+        const T *w = h < n_q ? q_norm : k_norm;
+        float ss = 0;
+#pragma unroll 4
+        for (int j = lane; j < D; j += 32) {
+            float v = ld(x + j);
+            xw[j] = v;
+            ss += v * v;
+        }
+        float rstd = rsqrtf(warp_sum(ss) / D + eps);
+#pragma unroll 4
+        for (int j = lane; j < D; j += 32) xw[j] = round_to<T>(ld(w + j) * round_to<T>(xw[j] * rstd));
+    } else {
+#pragma unroll 4
+        for (int j = lane; j < D; j += 32) xw[j] = ld(x + j);
+    }
+    __syncwarp();
     const int slot = slots[t];
     T *k = NULL, *v = NULL;
     if (h >= n_q && slot >= 0) {
@@ -161,12 +189,14 @@ rope_kv_kernel(T *qkv, T *kc, T *vc, const int32_t *positions, const int32_t *sl
         k = kc + off, v = vc + off;
     }
     for (int i = lane; i < half; i += 32) {
-        const float2 y = rope_rotate(xw, cs, i, half);
-        st(x + i, y.x);
-        st(x + i + half, y.y);
+        float co = cs[0][i], s = cs[1][i];
+        float x1 = xw[i], x2 = xw[i + half];
+        float y1 = x1 * co - x2 * s, y2 = x2 * co + x1 * s;
+        st(x + i, y1);
+        st(x + i + half, y2);
         if (k) {
-            st(k + i, y.x);
-            st(k + i + half, y.y);
+            st(k + i, y1);
+            st(k + i + half, y2);
         }
     }
     if (v) {
