@@ -737,17 +737,22 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
     if (!*last) return;
     __threadfence();
     /* Each split's weight 2^(m_z - M) / L for each query head, a warp per head
-     * and a lane per split, then the weighted sum, two dims per thread. */
+     * and a lane per split, then the weighted sum, two dims per thread.  The
+     * partials come from L2: every load of a round is issued before any is
+     * used, so a round costs one L2 latency, not one per split. */
     float *w_s = o_s;                                      /* [split][16 rows] */
     const float *p0 = a.part + (size_t)t * a.n_q * (D + 2) + (size_t)qh0 * (D + 2);
+    const int nz = (int)gridDim.z;
     for (int r = warp; r < G; r += DEC_WARPS) {
         const float *pr = p0 + (size_t)r * (D + 2);
         float mz[DEC_MAX_SPLITS / 32], lz[DEC_MAX_SPLITS / 32], M = -INFINITY, L = 0;
 #pragma unroll
         for (int i = 0; i < DEC_MAX_SPLITS / 32; i++) {
             const int z = lane + 32 * i;
-            lz[i] = z < (int)gridDim.z ? __ldcg(pr + z * stride + 1) : 0.0f;
-            mz[i] = lz[i] > 0 ? __ldcg(pr + z * stride) : -INFINITY;
+            const float2 ml = z < nz ? __ldcg((const float2 *)(pr + z * stride))
+                                     : make_float2(-INFINITY, 0.0f);
+            lz[i] = ml.y;
+            mz[i] = lz[i] > 0 ? ml.x : -INFINITY;
             M = fmaxf(M, mz[i]);
         }
         M = warp_max(M);
@@ -758,19 +763,25 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
 #pragma unroll
         for (int i = 0; i < DEC_MAX_SPLITS / 32; i++) {
             const int z = lane + 32 * i;
-            if (z < (int)gridDim.z) w_s[z * 16 + r] = lz[i] > 0 ? exp2f(mz[i] - M) / L : 0.0f;
+            if (z < nz) w_s[z * 16 + r] = lz[i] > 0 ? exp2f(mz[i] - M) / L : 0.0f;
         }
     }
     __syncthreads();
+    constexpr int ZR = 8;   /* splits loaded per round */
     for (int e = threadIdx.x; e < G * D / 2; e += blockDim.x) {
         const int r = e / (D / 2), d = 2 * (e % (D / 2));
         const float *pr = p0 + (size_t)r * (D + 2) + 2 + d;
         float2 acc = make_float2(0, 0);
-        for (int z = 0; z < (int)gridDim.z; z++) {
-            const float wz = w_s[z * 16 + r];
-            if (wz > 0) {
-                const float2 v = __ldcg((const float2 *)(pr + z * stride));
-                acc.x += wz * v.x, acc.y += wz * v.y;
+        for (int z0 = 0; z0 < nz; z0 += ZR) {
+            float2 v[ZR];
+#pragma unroll
+            for (int i = 0; i < ZR; i++)
+                v[i] = z0 + i < nz ? __ldcg((const float2 *)(pr + (z0 + i) * stride))
+                                   : make_float2(0.0f, 0.0f);
+#pragma unroll
+            for (int i = 0; i < ZR; i++) {
+                const float wz = z0 + i < nz ? w_s[(z0 + i) * 16 + r] : 0.0f;
+                if (wz > 0) acc.x += wz * v[i].x, acc.y += wz * v[i].y;
             }
         }
         st2(out + ((size_t)t * a.n_q + qh0 + r) * D + d, acc.x, acc.y);
