@@ -21,7 +21,8 @@
  * are whole 128-key units (two tiles a warp): 64-key units, more and shorter
  * blocks where a step has few, measured no faster on an H200 (PERF.md v26;
  * Qwen3-30B-A3B, 4 KV heads, 512 -> 128: 3.34 and 7.08 ms a step at batch
- * 1 and 4, against 3.29 and 7.03).
+ * 1 and 4, against 3.29 and 7.03), and slower once the merge loaded its
+ * partials together (v33, an H100: 3.35-3.38 ms against 3.30-3.31).
  *
  * Prefill steps with head dims 64 or 128 take attention_fa_kernel: the same
  * tiling of (token, query head) rows by KV head, on tensor cores (mma.sync
