@@ -155,6 +155,8 @@ expect 2 "--max-backlog '512KiB' is less than the least it can be" \
 
 # --- sizes: a bare number is bytes everywhere
 CFG=$FIXTURES/configs/qwen2.5-7b.json
+expect 2 "redlm plan: --gpus '6x24' must be a whole number from 1 to 64; the memory of each is --gpu-memory (six 24 GiB cards: --gpus 6 --gpu-memory 24GiB)" \
+    "$REDLM" plan --model "$CFG" --gpus 6x24
 expect 2 "redlm plan: --gpu-memory 24: a number without a unit is bytes, and 24 bytes is less than 1 MiB; did you mean 24GiB?" \
     "$REDLM" plan --model "$CFG" --gpu-memory 24
 a=$("$REDLM" plan --model "$CFG" --gpus 2 --gpu-memory 24GiB --json) || fail "plan 24GiB"

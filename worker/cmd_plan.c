@@ -57,7 +57,9 @@ static int plan_args(int argc, char **argv, planArgs *a) {
     flags_string(&fs, "--model", &a->model, "DIR",
                  "a model directory or its config.json")->required = 1;
     flags_int(&fs, "--gpus", &a->gpus, 1, RL_PLAN_MAX_GPUS, "N",
-              "hypothetical GPUs (default 1) ...");
+              "hypothetical GPUs (default 1) ...")
+        ->refusal = "the memory of each is --gpu-memory (six 24 GiB cards: --gpus 6 "
+                    "--gpu-memory 24GiB)";
     flags_size(&fs, "--gpu-memory", &a->gpu_memory, (size_t)1 << 30,
                "... of this much memory each (e.g. 24GiB, 141GB; default\n80GiB)");
     layout_flags_add_devices(&fs, a->devices, RL_PLAN_MAX_GPUS, &a->n_devices,

@@ -60,7 +60,8 @@ typedef struct rlFlag {
     double lo, hi;          /* ranges (LIST: of each entry; SIZE: lo is the least) */
     const rlFlagChoice *choices;   /* ENUM: ended by a {NULL} entry */
     const char *refusal;    /* ENUM: said of a value that is not a choice, instead of listing
-                             * them (another program's values this one does not take) */
+                             * them (another program's values this one does not take);
+                             * INT: said after the range, of a value outside it */
     int *count, max;        /* LIST: entries stored, room in dst */
     unsigned negatable : 1; /* BOOL: --no-NAME sets 0 */
     unsigned lo_open : 1;   /* DOUBLE: lo itself is outside the range */

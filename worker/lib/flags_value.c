@@ -26,8 +26,9 @@ static int flags_whole(const rlFlag *f, const char *spelled, const char *v, long
     errno = 0;
     long long x = flags_digits(v, 1) ? strtoll(v, NULL, 10) : 0;
     if (!flags_digits(v, 1) || errno || (double)x < f->lo || (double)x > f->hi)
-        return rl_error(err, RL_EUSAGE, "%s '%s' must be a whole number from %.0f to %.0f",
-                        spelled, v, f->lo, f->hi);
+        return rl_error(err, RL_EUSAGE, "%s '%s' must be a whole number from %.0f to %.0f%s%s",
+                        spelled, v, f->lo, f->hi, f->refusal ? "; " : "",
+                        f->refusal ? f->refusal : "");
     *out = x;
     return 0;
 }
