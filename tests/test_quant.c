@@ -481,6 +481,22 @@ static void test_refusals(void **state) {
                    "block_structure", "4294967296");
     expect_refused("{\"quant_method\":\"fp8\",\"weight_block_size\":[128,2147483648]}",
                    "weight_block_size", "2147483648");
+    /* the activations' field that is wrong is named */
+    expect_refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
+                   "\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,\"type\":\"float\","
+                   "\"strategy\":\"channel\"},\"input_activations\":{\"num_bits\":8,\"type\":"
+                   "\"float\",\"strategy\":\"token\",\"dynamic\":false}}}}",
+                   "input_activations.strategy = \"token\"", "strategy \"tensor\"");
+    expect_refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
+                   "\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,\"type\":\"float\","
+                   "\"strategy\":\"channel\"},\"input_activations\":{\"num_bits\":4,\"type\":"
+                   "\"float\",\"strategy\":\"token\",\"dynamic\":true}}}}",
+                   "input_activations.num_bits = 4", "8 bits");
+    expect_refused("{\"quant_method\":\"compressed-tensors\",\"format\":\"float-quantized\","
+                   "\"config_groups\":{\"g\":{\"weights\":{\"num_bits\":8,\"type\":\"float\","
+                   "\"strategy\":\"channel\"},\"input_activations\":{\"num_bits\":8,\"type\":"
+                   "\"int\",\"strategy\":\"token\",\"dynamic\":true}}}}",
+                   "input_activations.type = \"int\"", "FP8");
     /* values of the wrong type are refused, not read as a default */
     expect_refused("{\"quant_method\":\"awq\",\"version\":2}", "version", "must be a string");
     expect_refused("{\"quant_method\":\"gptq\",\"sym\":\"false\"}", "sym", "true or false");

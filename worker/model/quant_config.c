@@ -290,17 +290,26 @@ static int quant_ct_scheme(json_t *grp, const char *path, rlQuant *q, rlError *e
         return quant_refuse(err, path, "config_groups.*.output_activations", o,
                             "output activations are not quantized");
     if (a && !json_is_null(a)) {
-        const char *at = json_string_value(json_object_get(a, "type"));
-        const char *as = json_string_value(json_object_get(a, "strategy"));
+        json_t *at = json_object_get(a, "type"), *as = json_object_get(a, "strategy");
         json_t *anb = json_object_get(a, "num_bits"), *adyn = json_object_get(a, "dynamic");
-        int dynamic = json_is_true(adyn);
-        if (!quant_is_flag(adyn) || !at || strcmp(at, "float") || !json_is_integer(anb) || json_integer_value(anb) != 8 ||
-            !as || (dynamic ? strcmp(as, "token") && strcmp(as, "group")
-                            : strcmp(as, "tensor")))
-            return quant_refuse(err, path, "config_groups.*.input_activations", a,
-                                "activations are FP8 per token or per group at run time "
-                                "(dynamic), or with one stored scale per layer (static, "
-                                "strategy tensor)");
+        const char *ats = json_string_value(at), *ass = json_string_value(as);
+        const int dynamic = json_is_true(adyn);
+        if (!quant_is_flag(adyn))
+            return quant_refuse(err, path, "config_groups.*.input_activations.dynamic", adyn,
+                                "it must be true or false");
+        if (!ats || strcmp(ats, "float"))
+            return quant_refuse(err, path, "config_groups.*.input_activations.type", at,
+                                "activations are quantized to FP8 (\"float\")");
+        if (!json_is_integer(anb) || json_integer_value(anb) != 8)
+            return quant_refuse(err, path, "config_groups.*.input_activations.num_bits", anb,
+                                "FP8 activations have 8 bits");
+        if (!ass || (dynamic ? strcmp(ass, "token") && strcmp(ass, "group")
+                             : strcmp(ass, "tensor")))
+            return quant_refuse(err, path, "config_groups.*.input_activations.strategy", as,
+                                dynamic ? "dynamic activations are scaled per token or per "
+                                          "group at run time"
+                                        : "static activations (dynamic false) take one stored "
+                                          "scale per layer, strategy \"tensor\"");
         s.act_dynamic = dynamic, s.act_static = !dynamic;
     }
     *q = s;
