@@ -429,6 +429,9 @@ static void test_refused(void **state) {
     check_refused("post_processor", "{\"type\": \"TemplateProcessing\"}", "post_processor TemplateProcessing");
     check_refused("truncation", "{\"max_length\": 5}", "truncation");
     check_refused("added_tokens.lstrip", "true", "lstrip");
+    /* an id near a billion would size the by-id tables in gigabytes */
+    check_refused("model.vocab", "{\"a\": 0, \"b\": 636894065}", "is out of range (0..16777215)");
+    check_refused("added_tokens.id", "1073741823", "(0..16777215)");
     check_refused("model.merges", "[\"a zz\"]", "not in the vocab");
     check_refused("model.merges", "[[\"a\"]]", "model.merges");
     /* a file that is not JSON at all, and one that is missing */

@@ -106,9 +106,9 @@ static int bpe_grow_ids(bpeModel *m, long long need) {
 }
 
 int bpe_add_token(bpeModel *m, const char *s, size_t n, long long id, rlError *err) {
-    if (id < 0 || id >= (1 << 30))
-        return rl_error(err, RL_EMODEL, "model.vocab: id %lld for \"%.*s\" is out of range", id,
-                        (int)(n < 64 ? n : 64), s);
+    if (id < 0 || id >= BPE_MAX_ID)
+        return rl_error(err, RL_EMODEL, "model.vocab: id %lld for \"%.*s\" is out of range "
+                        "(0..%d)", id, (int)(n < 64 ? n : 64), s, BPE_MAX_ID - 1);
     if (n >= UINT16_MAX || m->strs.len > UINT32_MAX - n)
         return rl_error(err, RL_EMODEL, "model.vocab: token of id %lld is too long", id);
     if (id >= m->ids_cap && bpe_grow_ids(m, id + 1)) return rl_error(err, RL_EMEMORY, "out of memory");

@@ -16,6 +16,11 @@
 #include "kernels/error.h"
 #include "worker/lib/bytebuf.h"
 
+/* Token ids are below this: the largest vocabularies hold a few hundred
+ * thousand, and an id sets the size of the by-id tables, so a damaged file's
+ * id of a billion must be refused before it asks for gigabytes. */
+#define BPE_MAX_ID (1 << 24)
+
 typedef struct bpeIds {
     int32_t *v;
     int n, cap;

@@ -154,9 +154,10 @@ static int tok_added_tokens(rlTokenizer *t, json_t *list, rlError *err) {
     json_t *e;
     json_array_foreach(list, i, e) {
         json_t *id = json_object_get(e, "id"), *content = json_object_get(e, "content");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 30) ||
-            !json_is_string(content))
-            return rl_error(err, RL_EMODEL, "added_tokens[%zu]: needs an \"id\" (0..2^30) and a \"content\" string", i);
+        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) >= BPE_MAX_ID || !json_is_string(content))
+            return rl_error(err, RL_EMODEL, "added_tokens[%zu]: needs an \"id\" (0..%d) and a "
+                            "\"content\" string", i, BPE_MAX_ID - 1);
         const char *opts[] = {"single_word", "lstrip", "rstrip"};
         for (int k = 0; k < 3; k++)
             if (!tok_false(e, opts[k]))
