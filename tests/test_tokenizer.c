@@ -434,6 +434,21 @@ static void test_refused(void **state) {
     check_refused("added_tokens.id", "1073741823", "(0..16777215)");
     check_refused("model.merges", "[\"a zz\"]", "not in the vocab");
     check_refused("model.merges", "[[\"a\"]]", "model.merges");
+    /* a key given twice (the second vocab would be indexed over the first) */
+    static const char *twice[] = {
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"vocab\": {\"b\": 0}}}",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [], \"merges\": []}}",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"model\": {\"vocab\": {}}}"};
+    for (size_t k = 0; k < sizeof(twice) / sizeof(*twice); k++) {
+        char tpath[] = "/tmp/redlm-tokjson-XXXXXX";
+        int tfd = mkstemp(tpath);
+        assert_int_equal(write(tfd, twice[k], strlen(twice[k])), (ssize_t)strlen(twice[k]));
+        close(tfd);
+        rlError terr = {0};
+        assert_null(tokenizer_load(tpath, &terr));
+        unlink(tpath);
+        if (!strstr(terr.msg, "is given twice")) fail_msg("%s: %s", twice[k], terr.msg);
+    }
     /* a file that is not JSON at all, and one that is missing */
     char path[] = "/tmp/redlm-tokjson-XXXXXX";
     int fd = mkstemp(path);

@@ -287,7 +287,11 @@ static int tok_model(rlTokenizer *t, jscan *j, rlError *err) {
     size_t merges_len = 0;
     int first = 1, r, have_vocab = 0, rc = -1;
     while ((r = jscan_object_next(j, &first, &key)) == 1) {
-        if (!strcmp(key.data, "vocab")) {
+        if ((!strcmp(key.data, "vocab") && have_vocab) || (!strcmp(key.data, "merges") && merges_at)) {
+            rl_error(err, RL_EMODEL, "model.%s is given twice (line %d): the file is damaged; "
+                     "download tokenizer.json again", key.data, jscan_line(j));
+            goto done;
+        } else if (!strcmp(key.data, "vocab")) {
             if (tok_vocab(t, j, err)) goto done;
             have_vocab = 1;
         } else if (!strcmp(key.data, "merges")) {
@@ -332,6 +336,11 @@ static int tok_parse(rlTokenizer *t, const char *data, size_t len, rlError *err)
     int first = 1, r, rc = -1, have_model = 0;
     while ((r = jscan_object_next(&j, &first, &key)) == 1) {
         if (!strcmp(key.data, "model")) {
+            if (have_model) {
+                rl_error(err, RL_EMODEL, "\"model\" is given twice (line %d): the file is "
+                         "damaged; download tokenizer.json again", jscan_line(&j));
+                goto done;
+            }
             if (tok_model(t, &j, err)) goto done;
             have_model = 1;
             continue;
