@@ -117,9 +117,9 @@ static void check_close(rlBackend *be, const char *what, const float *out, const
 }
 
 /* A one-sequence batch of n <= 16 tokens (positions 0..n-1, KV block 0) for
- * row-wise ops; the backend needs a KV cache of 16-token blocks. */
-/* The batch and its arrays stay valid until the next call: a backend may
- * read them until the step ends (the CPU backend reads them in sample). */
+ * row-wise ops; the backend needs a KV cache of 16-token blocks.  The batch
+ * and its arrays stay valid until the next call: a backend may read them
+ * until the step ends (the CPU backend reads them in sample). */
 static void begin_rows_adj(rlBackend *be, int n, const int32_t *tokens, int n_rows,
                            const rlRowSpec *rows, int n_adjs, const rlLogitAdj *adjs,
                            int n_fills, const rlPenFill *fills) {
