@@ -4,9 +4,13 @@
  * Each case is a random layer of one format (int4 / int8 with groups of
  * 32 / 64 / 128 / all of k, act-order, fp8 with block, channel and tensor
  * scales, odd n and k), multiplied by bf16- or fp16-rounded activations at
- * m = 1 .. 128 rows: the mma kernel at every m and the decode GEMV at 1 to
- * 8, each forced on every format (wq_decode_kernel_force), and which one
- * rl_wq_gemm picks (wq_kernel).  The reference is float64 over the weights
+ * m = 1 .. 128 rows: the mma kernel at every m, the decode GEMV at 1 to 8
+ * and the tile kernel at every m on the layers it takes (with a workspace,
+ * so narrow layers split K over blocks, and without), each forced
+ * (wq_decode_kernel_force), and which one rl_wq_gemm picks (wq_kernel).
+ * The tile kernel rounds the scale to the activations' type inside its
+ * fragments (Marlin's numerics): its error is larger, within the same
+ * bound.  The reference is float64 over the weights
  * the CPU backend dequantizes ((float)(s * (q - z)),
  * worker/model/quant.c's e4m3 decoder); the check is the largest |y - ref| over the row's sum of
  * |x| |w| (fp32 sums and one rounding of y: bf16 about 2e-3, bound 1e-2),
@@ -21,9 +25,9 @@
  * `test_cuda_wq bench [int4|int8|fp8]...`: the Qwen2.5-7B layer shapes,
  * time per launch (CUDA graphs over copies that do not fit L2), GB/s of the
  * bytes the layout holds and % of the copy bandwidth measured in the same
- * run, and at 64 rows the ratio to the CUDA backend's bf16 matmul; up to 8
- * rows both decode kernels (the table has the one rl_wq_gemm picks), so the
- * choice can be measured again. */
+ * run, and at 1-64 rows the ratio to the CUDA backend's bf16 matmul; every
+ * kernel that can take the rows (the table has the one rl_wq_gemm picks),
+ * so the choice can be measured again. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -246,7 +250,8 @@ static void test_refusals(void **state) {
 static int gpu_ok;
 
 static const int ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 24, 32, 33, 64, 100, 128};
-static const char *kernel_name[] = {"mma", "gemv"};
+static const char *kernel_name[] = {"mma", "gemv", "tile", "tile, K unsplit"};
+#define WS_BYTES (64u << 20)   /* every split the tile kernel wants */
 #define MAX_M WQ_MAX_ROWS
 
 static void *dev_alloc(size_t bytes) {
@@ -298,21 +303,30 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
     assert_int_equal(cudaMemcpy(xdv, xh, (size_t)MAX_M * ldx * 2, cudaMemcpyHostToDevice), cudaSuccess);
     assert_int_equal(cudaMemcpy(bdv, bh, (size_t)n * 2, cudaMemcpyHostToDevice), cudaSuccess);
     uint16_t *yh = malloc((size_t)MAX_M * ldy * 2);
-    assert_int_equal(rl_wq_max_rows(w), WQ_FAST_ROWS);
-    /* Both kernels on the rows they may take, whichever the rule picks for
-     * the format: the mma kernel on all, the decode GEMV up to 8.  What
-     * rl_wq_gemm picks by itself is one of these. */
+    void *wsv = dev_alloc(WS_BYTES);
+    /* The tile kernel takes layers whose groups are 2^i whole chunks of K
+     * (128 columns int4, 64 8-bit) or all of it, without act-order. */
+    const int chunk_k = c->type == RL_WQ_INT4 ? 128 : 64, cpg = c->gk / chunk_k;
+    const int tile = !c->act_order && (c->gk >= c->k || (c->gk % chunk_k == 0 && !(cpg & (cpg - 1))));
+    assert_int_equal(rl_wq_max_rows(w), tile ? WQ_MAX_ROWS : WQ_FAST_ROWS);
+    /* Every kernel on the rows it may take, whichever the rule picks: the
+     * mma kernel on all, the decode GEMV up to 8, the tile kernel from 1
+     * (with the workspace, so narrow layers split K over blocks, and
+     * without).  What rl_wq_gemm picks by itself is one of these. */
     const int want = !c->act_order ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA;
     assert_int_equal(wq_kernel(w, 1), want);
     assert_int_equal(wq_kernel(w, 8), want);
-    assert_int_equal(wq_kernel(w, 9), WQ_KERNEL_MMA);
-    for (int kern = WQ_KERNEL_MMA; kern <= WQ_KERNEL_GEMV; kern++) {
-        wq_decode_kernel_force(kern);
+    assert_int_equal(wq_kernel(w, 9), tile ? WQ_KERNEL_TILE : WQ_KERNEL_MMA);
+    for (int kern = WQ_KERNEL_MMA; kern <= WQ_KERNEL_TILE + 1; kern++) {
+        if (kern >= WQ_KERNEL_TILE && !tile) continue;
+        wq_decode_kernel_force(kern > WQ_KERNEL_TILE ? WQ_KERNEL_TILE : kern);
+        void *ws = kern > WQ_KERNEL_TILE ? NULL : wsv;
         for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
             int m = ms[mi], bias = mi % 2;
             if (kern == WQ_KERNEL_GEMV && m > 8) continue;
             assert_int_equal(cudaMemsetAsync(ydv, 0xff, (size_t)MAX_M * ldy * 2, stream), cudaSuccess);
-            assert_int_equal(rl_wq_gemm(w, dt, xdv, ldx, ydv, ldy, bias ? bdv : NULL, m, pdl, stream), 0);
+            assert_int_equal(rl_wq_gemm(w, dt, xdv, ldx, ydv, ldy, bias ? bdv : NULL, m, ws,
+                                        ws ? WS_BYTES : 0, pdl, stream), 0);
             assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
             assert_int_equal(cudaMemcpy(yh, ydv, (size_t)MAX_M * ldy * 2, cudaMemcpyDeviceToHost), cudaSuccess);
             double err = 0;
@@ -355,8 +369,9 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
                 fail_msg("%s %s dequant [%d][%d]: 0x%04x, the CPU's value rounds to 0x%04x",
                          c->name, rl_dtype_name(dt), r, j, got, want);
         }
-    printf("  %-34s %-5s %8zu bytes  max err %.2e of |x||w| (m 1..128; gemv m 1..8), dequant exact\n", c->name,
-           rl_dtype_name(dt), bytes, *worst);
+    printf("  %-34s %-5s %8zu bytes  max err %.2e of |x||w| (m 1..128; gemv m 1..8%s), dequant exact\n",
+           c->name, rl_dtype_name(dt), bytes, *worst, tile ? "; tile m 1..128" : "");
+    cudaFree(wsv);
     cudaFree(xdv);
     cudaFree(ydv);
     cudaFree(ddv);
@@ -389,14 +404,14 @@ static void test_bad_calls(void **state) {
     rlWq *w;
     assert_int_equal(rl_wq_upload(&l.h, stream, &w, NULL, msg, sizeof(msg)), 0);
     void *x = dev_alloc(4096), *y = dev_alloc(4096);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, NULL, 0, pdl, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, NULL, WQ_MAX_ROWS + 1, pdl, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_F32, x, 64, y, 16, NULL, 1, pdl, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 60, y, 16, NULL, 1, pdl, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, (char *)x + 2, 64, y, 16, NULL, 1, pdl, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, NULL, 64, y, 16, NULL, 1, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, NULL, 0, NULL, 0, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, NULL, WQ_MAX_ROWS + 1, NULL, 0, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_F32, x, 64, y, 16, NULL, 1, NULL, 0, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 60, y, 16, NULL, 1, NULL, 0, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, (char *)x + 2, 64, y, 16, NULL, 1, NULL, 0, pdl, stream), RL_EINPUT);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, NULL, 64, y, 16, NULL, 1, NULL, 0, pdl, stream), RL_EINPUT);
     assert_int_equal(rl_wq_dequant(w, RL_BF16, (char *)y + 2, stream), RL_EINPUT);
-    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, NULL, 1, pdl, stream), 0);
+    assert_int_equal(rl_wq_gemm(w, RL_BF16, x, 64, y, 16, NULL, 1, NULL, 0, pdl, stream), 0);
     assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
     cudaFree(x);
     cudaFree(y);
@@ -428,13 +443,14 @@ static rlWq *wq_clone(const rlWq *w) {
 
 /* Microseconds per launch: a CUDA graph of launches cycling through the
  * copies; m = 0 times rl_wq_dequant into y. */
-static double bench_time(rlWq **copies, int nc, const void *x, void *y, int m) {
+static double bench_time(rlWq **copies, int nc, const void *x, void *y, void *ws, size_t ws_bytes, int m) {
     int per = nc * ((40 + nc - 1) / nc);
     cudaGraph_t g;
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
     for (int i = 0; i < per; i++) {
-        if (m) rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, NULL, m, pdl, stream);
+        if (m) rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, NULL, m, ws, ws_bytes,
+                          pdl, stream);
         else rl_wq_dequant(copies[i % nc], RL_BF16, y, stream);
     }
     cudaStreamEndCapture(stream, &g);
@@ -524,7 +540,7 @@ static int bench(int argc, char **argv) {
     for (int t = 0; t < nt; t++) {
         const char *tn = argc > 2 ? argv[2 + t] : all[t];
         rlWqType type = !strcmp(tn, "int8") ? RL_WQ_INT8 : !strcmp(tn, "fp8") ? RL_WQ_FP8 : RL_WQ_INT4;
-        double layer_us[NBM] = {0}, layer_ab[2][NBM] = {{0}}, layer_bytes = 0, layer_std = 0, layer_deq = 0;
+        double layer_us[NBM] = {0}, layer_ab[3][NBM] = {{0}}, layer_bytes = 0, layer_std = 0, layer_deq = 0;
         int kdef = WQ_KERNEL_MMA;
         for (int s = 0; s < 4; s++) {
             int n = shapes[s].n, k = shapes[s].k;
@@ -544,25 +560,29 @@ static int bench(int argc, char **argv) {
             copies[0] = w;
             for (int i = 1; i < nc; i++) copies[i] = wq_clone(w);
             void *x = dev_alloc((size_t)128 * k * 2), *y = dev_alloc((size_t)n * k * 2);
+            /* The backend's workspace holds a dequantized layer: the split sums' room. */
+            const size_t ws_bytes = (size_t)n * k * 2;
+            void *ws = dev_alloc(ws_bytes);
             cudaMemset(x, 0x3c, (size_t)128 * k * 2);   /* bf16 0x3c3c, about 0.011 */
             /* The checkpoint's own bytes: fp16 scales and packed zeros (int), fp32 scales (fp8). */
             double std_bytes = type == RL_WQ_FP8 ? (double)n * k + (double)((n + 127) / 128) * (k / 128) * 4
                                : (double)n * k * (type == RL_WQ_INT4 ? 0.5 : 1) + (double)n * (k / 128) * (2 + (type == RL_WQ_INT4 ? 0.5 : 1));
             layer_bytes += bytes;
             layer_std += std_bytes;
-            double deq = bench_time(copies, nc, x, y, 0);
+            double deq = bench_time(copies, nc, x, y, NULL, 0, 0);
             layer_deq += deq;
             printf("%-4s %-7s n %5d k %5d dequant to bf16: %8.2f us  %6.0f GB/s read + written\n", tn,
                    shapes[s].name, n, k, deq, (bytes + 2.0 * n * k) / deq * 1e-3);
             kdef = wq_kernel(w, 1);
             for (int mi = 0; mi < NBM; mi++) {
-                /* Up to 8 rows both kernels, the one rl_wq_gemm picks in
-                 * the table; past 8 the mma kernel, the only one. */
+                /* Every kernel that can take the rows (the GEMV up to 8),
+                 * the one rl_wq_gemm picks in the table. */
                 const int dec = bm[mi] <= 8;
-                double ab[2] = {0, 0};
-                for (int kern = WQ_KERNEL_MMA; kern <= (dec ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA); kern++) {
+                double ab[3] = {0, 0, 0};
+                for (int kern = WQ_KERNEL_MMA; kern <= WQ_KERNEL_TILE; kern++) {
+                    if (kern == WQ_KERNEL_GEMV && !dec) continue;
                     wq_decode_kernel_force(kern);
-                    ab[kern] = bench_time(copies, nc, x, y, bm[mi]);
+                    ab[kern] = bench_time(copies, nc, x, y, ws, ws_bytes, bm[mi]);
                     layer_ab[kern][mi] += ab[kern];
                 }
                 wq_decode_kernel_force(-1);
@@ -574,9 +594,11 @@ static int bench(int argc, char **argv) {
                 for (int j = 0; j < NDM; j++)
                     if (dm[j] == bm[mi])
                         printf("  bf16 %8.2f us  bf16/%s %.2fx", bf16_us[s][j], tn, bf16_us[s][j] / us);
-                if (dec) printf("  [mma %.2f  gemv %.2f us]", ab[0], ab[1]);
+                if (dec) printf("  [mma %.2f  gemv %.2f  tile %.2f us]", ab[0], ab[1], ab[2]);
+                else printf("  [mma %.2f  tile %.2f us]", ab[0], ab[2]);
                 printf("\n");
             }
+            cudaFree(ws);
             for (int i = 0; i < nc; i++) rl_wq_free(copies[i]);
             cudaFree(x);
             cudaFree(y);
@@ -587,11 +609,14 @@ static int bench(int argc, char **argv) {
                    "%.1f %% of the checkpoint-bytes floor %.2f us)\n",
                    tn, bm[mi], layer_us[mi], layer_us[mi] * 28e-3, floor_us,
                    100 * floor_us / layer_us[mi], 100 * std_floor_us / layer_us[mi], std_floor_us);
-        for (int mi = 0; mi < NBM && bm[mi] <= 8; mi++)
-            printf("%-4s layer m %3d: mma %8.2f us (%.1f %% of the floor), gemv %8.2f us (%.1f %%): "
-                   "gemv/mma time %.2fx (default: %s)\n", tn, bm[mi], layer_ab[0][mi],
-                   100 * floor_us / layer_ab[0][mi], layer_ab[1][mi], 100 * floor_us / layer_ab[1][mi],
-                   layer_ab[1][mi] / layer_ab[0][mi], kernel_name[kdef]);
+        for (int mi = 0; mi < NBM; mi++) {
+            printf("%-4s layer m %3d: mma %8.2f us (%.1f %% of the floor)", tn, bm[mi], layer_ab[0][mi],
+                   100 * floor_us / layer_ab[0][mi]);
+            if (bm[mi] <= 8)
+                printf(", gemv %8.2f us (%.1f %%)", layer_ab[1][mi], 100 * floor_us / layer_ab[1][mi]);
+            printf(", tile %8.2f us (%.1f %%)%s%s\n", layer_ab[2][mi], 100 * floor_us / layer_ab[2][mi],
+                   bm[mi] == 1 ? "; default at 1 row: " : "", bm[mi] == 1 ? kernel_name[kdef] : "");
+        }
         for (int j = 0; j < NDM; j++)
             for (int mi = 0; mi < NBM; mi++)
                 if (bm[mi] == dm[j])

@@ -693,7 +693,8 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
     /* Merge the warps: weights 2^(m_w - M). */
     float *o_s = (float *)dec_smem;                       /* [warp][16 rows][D] */
     float *m_s = o_s + DEC_WARPS * 16 * D, *l_s = m_s + DEC_WARPS * 16;
-    int *last = (int *)(l_s + DEC_WARPS * 16);
+    float *wt_s = l_s + DEC_WARPS * 16, *ml_s = wt_s + DEC_WARPS * 16;   /* [warp][16], [16][M, L] */
+    int *last = (int *)(ml_s + 2 * 16);
 #pragma unroll
     for (int dt = 0; dt < D / 8; dt++)
 #pragma unroll
@@ -705,20 +706,30 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
         for (int h = 0; h < 2; h++)
             m_s[warp * 16 + g + 8 * h] = m[h], l_s[warp * 16 + g + 8 * h] = l[h];
     __syncthreads();
-    const size_t stride = (size_t)a.n_tokens * a.n_q * (D + 2);   /* one split's partials */
-    for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
-        const int r = e / D, d = e % D;
-        float M = -INFINITY, L = 0, acc = 0;
+    /* Each row's warp weights once, a thread a row (0 for a warp without
+     * keys, whose o is 0), so the loop below is a multiply-add a warp. */
+    if (threadIdx.x < G) {
+        const int r = threadIdx.x;
+        float M = -INFINITY, L = 0;
 #pragma unroll
         for (int w = 0; w < DEC_WARPS; w++)
             if (l_s[w * 16 + r] > 0) M = fmaxf(M, m_s[w * 16 + r]);
 #pragma unroll
-        for (int w = 0; w < DEC_WARPS; w++)
-            if (l_s[w * 16 + r] > 0) {
-                const float wt = exp2f(m_s[w * 16 + r] - M);
-                L += l_s[w * 16 + r] * wt;
-                acc += o_s[(w * 16 + r) * D + d] * wt;
-            }
+        for (int w = 0; w < DEC_WARPS; w++) {
+            const float wt = l_s[w * 16 + r] > 0 ? exp2f(m_s[w * 16 + r] - M) : 0.0f;
+            if (wt > 0) L += l_s[w * 16 + r] * wt;
+            wt_s[w * 16 + r] = wt;
+        }
+        ml_s[2 * r] = M, ml_s[2 * r + 1] = L;
+    }
+    __syncthreads();
+    const size_t stride = (size_t)a.n_tokens * a.n_q * (D + 2);   /* one split's partials */
+    for (int e = threadIdx.x; e < G * D; e += blockDim.x) {
+        const int r = e / D, d = e % D;
+        const float M = ml_s[2 * r], L = ml_s[2 * r + 1];
+        float acc = 0;
+#pragma unroll
+        for (int w = 0; w < DEC_WARPS; w++) acc += o_s[(w * 16 + r) * D + d] * wt_s[w * 16 + r];
         if (!a.split_len) {
             st(out + ((size_t)t * a.n_q + qh0 + r) * D + d, L > 0 ? acc / L : 0.0f);
         } else {

@@ -3,11 +3,12 @@
  * of wq.h.
  *
  * A product of m rows takes one of three roads:
- *   - m <= rl_wq_max_rows: rl_wq_gemm reads the int4 / int8 / float8
- *     weights and dequantizes in registers (decode, where reading the
- *     weights bounds the step), the bias added before each output's one
- *     rounding, as the dense GEMV does (no kernel of its own: it would
- *     cost Qwen2's decode a launch a layer).
+ *   - m <= rl_wq_max_rows (128 for most layouts): rl_wq_gemm reads the
+ *     int4 / int8 / float8 weights and dequantizes in registers (decode,
+ *     where reading the weights bounds the step), the bias added before
+ *     each output's one rounding, as the dense GEMV does (no kernel of its
+ *     own: it would cost Qwen2's decode a launch a layer); the workspace
+ *     holds its split sums.
  *   - FP8 weights on sm_89 / sm_90 (not RL_CUDA_GENERIC), from
  *     RL_QUANT_W8A8_MIN_ROWS rows: W8A8.  The
  *     activations are quantized to e4m3 here, per token or per 1x128 group
@@ -608,8 +609,13 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
      * dequantizes and takes the invariant GEMM (cuda_gemm) instead: a decode
      * step writes and reads each layer's 16-bit weights once more. */
     if (rows <= w->max_rows && !c->invariant) {
+        /* The workspace holds the dequantized layer on the last road, so it
+         * holds the split sums of this one. */
+        const size_t ws_bytes = (size_t)n * k * 2;
+        char *ws = ql_ws(c, ws_bytes, "matmul_quant");
+        if (!ws) return;
         PROF(c, "wq gemm %dx%d", n, k);
-        if (rl_wq_gemm(w->wq, dt, in, k, out, n, bias, rows, c->arch.pdl, c->stream)) {
+        if (rl_wq_gemm(w->wq, dt, in, k, out, n, bias, rows, ws, ws_bytes, c->arch.pdl, c->stream)) {
             cuda_fail(c, RL_EDEVICE, "matmul_quant: the quantized kernel refused %d rows of a "
                       "%d x %d layer", rows, n, k);
             return;

@@ -1,9 +1,11 @@
 /* wq.cu: linear layers over quantized weights (int4 / int8 / fp8), read in
  * the packed layout of wq_internal.h and dequantized in registers.
  *
- * Two kernels, one rule for which runs (wq_kernel): the decode GEMV
- * (wq_gemv_kernel below) for 1-8 rows of layers without act-order, and the
- * mma kernel for everything else up to 128 rows.
+ * Three kernels, one rule for which runs (wq_kernel): the decode GEMV
+ * (wq_gemv_kernel below) for 1-8 rows of layers without act-order, the tile
+ * kernel (wq_tile_kernel) for 9-128 rows of layers whose groups are whole
+ * chunks (g128 and up, fp8 blocks, one group), and the mma kernel for the
+ * rest (act-order, g32 / g64 / g96) up to 32 rows.
  *
  * The mma kernel: a block owns NW tiles of 8 output columns over all of K,
  * its 8 warps take every 8th chunk of K (a split-K inside the block, so a
@@ -18,19 +20,19 @@
  * once into y.  rl_wq_dequant writes the dense matrix for larger batches;
  * rl_wq_fp8_values an FP8 layer's e4m3 bytes as they came, for FP8 GEMMs.
  *
- * Speed, per Qwen2.5-7B layer (qkv, o, gate_up, down) on one H200,
- * `test_cuda_wq bench int4 fp8 int8` (kernels/PERF.md v30): the decode GEMV
- * takes 56 / 82 / 99 us at 1-8 rows (int4 / fp8 / int8; 53 / 67 / 58 % of
- * the weight-read floor; the mma kernel 124 / 131 / 148).  The mma kernel
- * takes 135 / 146 / 162 at 16 rows, 200 / 207 / 228 at 32; past 32 rows
- * dequantize + the bf16 GEMM (~290-320 us) wins, so rl_wq_max_rows is 32.
- * The mma blocks hold 124-255 registers, so one or two of 8 warps fit an SM,
- * and above 32 rows every block re-reads all of x from L2 (PERF.md v17,
- * v22).  A tiled kernel for 9-128 rows (Marlin's structure: warps split N,
- * activations and weights staged through shared memory by cp.async) was
- * measured and removed: int4 411 / 418 / 561 us at 16 / 32 / 64 rows,
- * slower than the mma kernel below 128 rows and than dequantize + bf16 at
- * every count (AWQ batch 64: 9.79 -> 16.39 ms a step).
+ * Speed, per Qwen2.5-7B layer (qkv, o, gate_up, down), `test_cuda_wq bench
+ * int4 fp8 int8`: the decode GEMV takes 56 / 82 / 99 us at 1-8 rows on an
+ * H200 (int4 / fp8 / int8; kernels/PERF.md v30).  On an H100 (PERF.md v34)
+ * the tile kernel takes int4 85 / 125 / 174 / 347 us at 16 / 32 / 64 / 128
+ * rows (fp8 117 / 145 / 193 / 384), against the mma kernel's 137 / 199 /
+ * 446 / 1,282 and dequantize + the bf16 GEMM's ~390-430; at 64 rows the
+ * backend's bf16 matmul takes 188, so AWQ batch 64 decodes faster than
+ * bf16.  The mma kernel stays for the layouts the tile kernel does not
+ * take, up to rl_wq_max_rows = 32 there (past it dequantize + bf16 wins):
+ * its blocks re-read all of x from L2 and hold 124-255 registers (PERF.md
+ * v17, v22).  A first tiled kernel (PERF.md v26: warps split N, no split of
+ * K over blocks, grids of 14-112 blocks on narrow layers) lost to it; the
+ * tile kernel's one-wave grids are what changed.
  *
  * rl_wq_gemm's kernels launch with PDL where the caller says so (the
  * backend's arch.pdl): each starts its first weight loads before it waits for
@@ -69,6 +71,10 @@ template <typename T> struct WqArgs {
     int ldx, ldy, m, n, k;
     int ntiles, nchunks, ngroups, group_units, scale_rows, gshift;
     int cshift;   /* a chunk's group is c >> cshift (groups of 2^i whole chunks or all of K), else -1 */
+    /* The tile kernel's split of K over blocks: chunks per split and the
+     * splits' fp32 sums [split][m][ntiles * 8]. */
+    int csplit;
+    float *part;
 };
 
 /* Where rl_wq_gemm's kernel goes: the caller's stream, with programmatic
@@ -610,6 +616,216 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
     }
 }
 
+/* The tile kernel, 9-128 rows of layers whose groups are whole chunks (as
+ * the GEMV's PLAIN), where the decode GEMV's one column group would read
+ * the weights again for every 8 rows and the mma kernel reads x from L2
+ * again in every block.  A block of W warps (8-12, chosen per layer) owns
+ * 4W tiles (32W output columns) and a split of the chunks along K, up to
+ * 64 rows a launch:
+ * - each chunk's x (8R rows) and the block's weights stream into shared
+ *   memory by cp.async, three stages deep where 99 KiB holds them (the
+ *   Ampere / Ada limit), else two; x's 16-byte pieces of odd rows are
+ *   swapped by halves, so the two rows a quarter-warp reads sit in
+ *   different banks;
+ * - each warp owns four tiles, two mma A operands as in the GEMV (rows g
+ *   and g + 8 are row g of two tiles), and multiplies them against all the
+ *   block's rows, 8 at a time as the B operand: a dequantized fragment
+ *   feeds R mma.sync and an x fragment four;
+ * - the scale is folded into the fragment (q - z and e4m3 exact, times the
+ *   scale rounded to T, one rounding: Marlin's numerics), so the fp32 sums
+ *   run over all of K in 64 registers a lane with no per-group partials;
+ * - the grid is one wave: wide layers (gate_up) widen the blocks until
+ *   there is one per SM; narrow ones (qkv, o, down) split K over blocks
+ *   until the SMs are full, each split leaving fp32 sums in the caller's
+ *   workspace for wq_split_sum_kernel to add in split order with the bias
+ *   and round once, so the result is the same every run. */
+#define WQT_TPW 4                 /* tiles a warp: two A operands */
+#define WQT_MAX_WARPS 12
+#define WQT_ROWS 64               /* rows a launch: 8 R at R = 8 */
+#define WQT_SMEM (99 << 10)       /* the most shared memory a block takes */
+
+/* One stage: x's chunk [8R][CK] of T, then the block's weights [4W][32 lanes]. */
+template <typename T, int TY, int R> struct WqtGeom {
+    static constexpr int CK = (TY == RL_WQ_INT4 ? 4 : 2) * WQ_UNIT_K;   /* a chunk's columns */
+    static constexpr size_t X_BYTES = (size_t)8 * R * CK * sizeof(T);
+    static size_t __host__ __device__ stage_bytes(int w) { return X_BYTES + (size_t)WQT_TPW * w * 32 * 16; }
+    static int __host__ __device__ stages(int w) { return 3 * stage_bytes(w) <= WQT_SMEM ? 3 : 2; }
+    static size_t __host__ __device__ smem(int w) { return stages(w) * stage_bytes(w); }
+};
+
+static __device__ __forceinline__ uint32_t wq_mul2(uint32_t a, uint32_t b, bf16) { return wq_mul2(a, b); }
+static __device__ __forceinline__ uint32_t wq_mul2(uint32_t a, uint32_t b, f16) {
+    __half2 r = __hmul2(*(__half2 *)&a, *(__half2 *)&b);
+    return *(uint32_t *)&r;
+}
+
+template <typename T, int TY, int R>
+__global__ void __launch_bounds__(WQT_MAX_WARPS * 32, 1) wq_tile_kernel(WqArgs<T> a) {
+    typedef WqDeq<T, TY> D;
+    typedef WqtGeom<T, TY, R> Geom;
+    constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2, CK = Geom::CK, PIECES = CK / 8;
+    extern __shared__ __align__(16) unsigned char wqt_smem[];
+    const int nw = blockDim.x >> 5, tiles = WQT_TPW * nw;
+    const size_t stage_bytes = Geom::stage_bytes(nw);
+    const int nstages = Geom::stages(nw);
+    auto xs = [&](int st) { return (T(*)[CK])(wqt_smem + st * stage_bytes); };
+    auto ws = [&](int st) { return (uint4(*)[32])(wqt_smem + st * stage_bytes + Geom::X_BYTES); };
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int tb = blockIdx.x * tiles, nbt = min(tiles, a.ntiles - tb);
+    const int t0 = tb + WQT_TPW * warp;
+    const bool busy = t0 < a.ntiles;   /* ntiles is a multiple of 4: a warp's tiles all exist or none */
+    const int c0 = blockIdx.y * a.csplit, nc = min(a.nchunks - c0, a.csplit);
+    const unsigned npad = (unsigned)a.ntiles * WQ_TILE_N;
+
+    /* The block's weights of chunk c into stage st (independent of the
+     * kernel before): thread (warp, lane) copies that lane's 16 bytes of
+     * tiles warp, warp + W, ..., so only the chunk moves its addresses. */
+    const uint4 *wsrc = (const uint4 *)a.qw + (size_t)(tb + warp) * a.nchunks * 32 + lane;
+    const size_t wstep = (size_t)nw * a.nchunks * 32;
+    auto load_w = [&](int st, int c) {
+        uint4(*w)[32] = ws(st);
+#pragma unroll
+        for (int i = 0; i < WQT_TPW; i++)
+            if (warp + nw * i < nbt) cp_async16(&w[warp + nw * i][lane], wsrc + (size_t)c * 32 + i * wstep, true);
+    };
+    /* x's chunk c into stage st: thread (row xr, piece xp) copies rows xr,
+     * xr + the rows a pass covers, ...; rows past m read row m - 1 again
+     * (their sums are never stored), columns past k are zeros. */
+    const int xp = threadIdx.x % PIECES, xr = threadIdx.x / PIECES, xrows = blockDim.x / PIECES;
+    auto load_x = [&](int st, int c) {
+        T(*x)[CK] = xs(st);
+        const int col = c * CK + 8 * xp;
+        const bool valid = col < a.k;
+        for (int r = xr; r < 8 * R; r += xrows) {
+            const T *src = a.x + (size_t)min(r, a.m - 1) * a.ldx + (valid ? col : 0);
+            cp_async16(&x[r][8 * (xp ^ ((r & 1) << 2))], src, valid);
+        }
+    };
+    /* Chunk c's zero point (as D::zz) and scale (times D::fold, rounded to
+     * T in both halves) of the lane's output column of each tile: row g. */
+    uint32_t zz[WQT_TPW], s2[WQT_TPW];
+    auto meta = [&](int c) {
+        const unsigned G = min((unsigned)c >> a.cshift, (unsigned)a.ngroups - 1);
+#pragma unroll
+        for (int i = 0; i < WQT_TPW; i++) {
+            const unsigned row = (unsigned)(t0 + i) * WQ_TILE_N + g;
+            zz[i] = D::zz(TY != RL_WQ_FP8 ? __ldg(a.zero + G * npad + row) : 0u);
+            const float sc = __ldg(a.scale + G * (unsigned)a.scale_rows + (row >> a.gshift)) * D::fold;
+            s2[i] = pack2(sc, sc, T());
+        }
+    };
+
+    pdl_trigger();
+    load_w(0, c0);
+    if (nstages == 3 && nc > 1) load_w(1, c0 + 1);
+    if (busy) meta(c0);
+    pdl_wait();   /* x is the kernel before's output; the weights were not */
+    load_x(0, c0);
+    cp_async_commit();
+    if (nstages == 3) {
+        if (nc > 1) load_x(1, c0 + 1);
+        cp_async_commit();
+    }
+
+    float acc[2][R][4] = {};
+    for (int j = 0; j < nc; j++) {
+        /* Stage j landed for every warp, and the stage the next loads go
+         * to (chunk j - 1's) is free. */
+        if (nstages == 3) cp_async_wait<1>();
+        else cp_async_wait<0>();
+        __syncthreads();
+        const int ahead = j + nstages - 1;
+        if (ahead < nc) {
+            load_w(ahead % nstages, c0 + ahead);
+            load_x(ahead % nstages, c0 + ahead);
+        }
+        cp_async_commit();
+        if (!busy) continue;
+        T(*x)[CK] = xs(j % nstages);
+        const uint4 *wrow = &ws(j % nstages)[WQT_TPW * warp][lane];
+        /* The tiles' 16 bytes a lane, 8 at a time (half the registers of
+         * all 16 held through the chunk). */
+        constexpr int UPH = UPC / 2;   /* units in 8 bytes */
+        uint2 wv[WQT_TPW];
+#pragma unroll
+        for (int u = 0; u < UPC; u++) {
+            if (u % UPH == 0)
+#pragma unroll
+                for (int i = 0; i < WQT_TPW; i++) wv[i] = ((const uint2 *)&wrow[32 * i])[u / UPH];
+            uint32_t af[2][2][4];   /* [tile pair][k-step of the unit] */
+#pragma unroll
+            for (int p = 0; p < 2; p++) {
+                uint32_t w0[4], w1[4];
+                D::unit((const uint32_t *)&wv[2 * p], u % UPH, zz[2 * p], w0);
+                D::unit((const uint32_t *)&wv[2 * p + 1], u % UPH, zz[2 * p + 1], w1);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    w0[e] = wq_mul2(w0[e], s2[2 * p], T());
+                    w1[e] = wq_mul2(w1[e], s2[2 * p + 1], T());
+                }
+                af[p][0][0] = w0[0], af[p][0][1] = w1[0], af[p][0][2] = w0[1], af[p][0][3] = w1[1];
+                af[p][1][0] = w0[2], af[p][1][1] = w1[2], af[p][1][2] = w0[3], af[p][1][3] = w1[3];
+            }
+            /* Two row groups at a time, so the four mma between one into
+             * an accumulator and the next into it are independent. */
+#pragma unroll
+            for (int r = 0; r < R; r += 2) {
+                uint4 xv[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    xv[h] = *(const uint4 *)&x[8 * (r + h) + g][8 * ((4 * u + q) ^ ((g & 1) << 2))];
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int p = 0; p < 2; p++) mma16816(acc[p][r + h], af[p][0], xv[h].x, xv[h].y, T());
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int p = 0; p < 2; p++) mma16816(acc[p][r + h], af[p][1], xv[h].z, xv[h].w, T());
+            }
+        }
+        if (j + 1 < nc) meta(c0 + j + 1);
+    }
+    cp_async_wait<0>();
+    if (!busy) return;
+
+    /* C fragment j of pair p: output column (tile t0 + 2p + j / 2) row g, x
+     * row 8 r + 2 q + j % 2; one split writes y, several their fp32 sums. */
+    float *part = a.part + (size_t)blockIdx.y * a.m * npad;
+#pragma unroll
+    for (int p = 0; p < 2; p++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int row = 8 * r + 2 * q + (j & 1), col = (t0 + 2 * p + (j >> 1)) * WQ_TILE_N + g;
+                if (row >= a.m) continue;
+                if (gridDim.y > 1) part[(size_t)row * npad + col] = acc[p][r][j];
+                else if (col < a.n)
+                    st(a.y + (size_t)row * a.ldy + col, a.bias ? acc[p][r][j] + ld(a.bias + col) : acc[p][r][j]);
+            }
+}
+
+/* The tile kernel's splits summed in split order, the bias added, y rounded
+ * once: a thread per 4 columns of a row. */
+template <typename T> __global__ void wq_split_sum_kernel(WqArgs<T> a, int splits) {
+    pdl_trigger();
+    const unsigned npad = (unsigned)a.ntiles * WQ_TILE_N;
+    const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (size_t)a.m * (npad / 4)) return;
+    const int row = (int)(e / (npad / 4)), c4 = 4 * (int)(e % (npad / 4));
+    pdl_wait();
+    float4 s = make_float4(0, 0, 0, 0);
+    for (int z = 0; z < splits; z++) {
+        const float4 v = __ldcg((const float4 *)(a.part + ((size_t)z * a.m + row) * npad + c4));
+        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    }
+    const float sv[4] = {s.x, s.y, s.z, s.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (c4 + i < a.n) st(a.y + (size_t)row * a.ldy + c4 + i, a.bias ? sv[i] + ld(a.bias + c4 + i) : sv[i]);
+}
+
 /* One thread per lane's 16 bytes: the values the CPU dequantizes, s * (q - z)
  * or e4m3 * s rounded once to fp32 then to T, at x's column (perm undone);
  * without a permutation each unit's 8 columns are one 16-byte store. */
@@ -646,6 +862,15 @@ template <typename T, int TY> __global__ void wq_dequant_kernel(WqArgs<T> a, siz
     }
 }
 
+/* A chunk's group is c >> wq_cshift(w) where groups are 2^i whole chunks
+ * or all of K (30); -1 for the rest (act-order is the caller's test). */
+static int wq_cshift(const rlWq *w) {
+    const int cpg = w->group_units / w->chunk_units;
+    int cs = w->group_k >= w->k ? 30 : w->group_units % w->chunk_units || (cpg & (cpg - 1)) ? -1 : 0;
+    while (cs >= 0 && cs < 30 && (1 << cs) < cpg) cs++;
+    return cs;
+}
+
 template <typename T> static WqArgs<T> wq_args(const rlWq *w, const void *x, int ldx, void *y, int ldy,
                                                const void *bias, int m) {
     WqArgs<T> a;
@@ -667,9 +892,9 @@ template <typename T> static WqArgs<T> wq_args(const rlWq *w, const void *x, int
     a.group_units = w->group_units;
     a.scale_rows = w->scale_rows;
     a.gshift = w->gshift;
-    const int cpg = w->group_units / w->chunk_units;
-    a.cshift = w->group_k >= w->k ? 30 : w->group_units % w->chunk_units || (cpg & (cpg - 1)) ? -1 : 0;
-    while (a.cshift >= 0 && a.cshift < 30 && (1 << a.cshift) < cpg) a.cshift++;
+    a.cshift = wq_cshift(w);
+    a.csplit = w->nchunks;
+    a.part = NULL;
     return a;
 }
 
@@ -700,12 +925,15 @@ static void wq_launch_mt(const WqArgs<T> &a, int nw, WqLaunch &L) {
 }
 
 /* Which kernel runs m rows of w (wq_internal.h says why); the tests and the
- * benchmark force one for 1-8 rows (-1: the rule again). */
+ * benchmark force one where it can run (-1: the rule again). */
 static std::atomic<int> wq_forced{-1};
+static bool wq_plain(const rlWq *w) { return !w->perm && wq_cshift(w) >= 0; }
 extern "C" int wq_kernel(const rlWq *w, int m) {
-    if (m > WQG_MAX_ROWS) return WQ_KERNEL_MMA;
     const int f = wq_forced.load(std::memory_order_relaxed);
-    if (f >= 0) return f;
+    if (f == WQ_KERNEL_MMA || (f == WQ_KERNEL_GEMV && m <= WQG_MAX_ROWS) ||
+        (f == WQ_KERNEL_TILE && wq_plain(w)))
+        return f;
+    if (m > WQG_MAX_ROWS) return wq_plain(w) ? WQ_KERNEL_TILE : WQ_KERNEL_MMA;
     return !w->perm ? WQ_KERNEL_GEMV : WQ_KERNEL_MMA;
 }
 extern "C" void wq_decode_kernel_force(int kernel) { wq_forced.store(kernel); }
@@ -730,24 +958,6 @@ static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
         occ[w].store(nb, std::memory_order_relaxed);
     }
     return nb;
-}
-
-/* What a layer of type TY needs before its first launch, asked at upload
- * rather than inside a graph capture: the GEMV's grid sizes. */
-template <typename T, int TY> static void wq_prepare_t(cudaError_t *e) {
-    for (int w = 4; w <= WQG_MAX_WARPS; w += 2) {
-        wq_gemv_occupancy<T, TY, 2, true>(w, e);
-        wq_gemv_occupancy<T, TY, 2, false>(w, e);
-        wq_gemv_occupancy<T, TY, 4, true>(w, e);
-        wq_gemv_occupancy<T, TY, 4, false>(w, e);
-    }
-}
-template <int TY> static cudaError_t wq_prepare(void) {
-    cudaError_t e = cudaSuccess;
-    wq_prepare_t<bf16, TY>(&e);
-    wq_prepare_t<f16, TY>(&e);
-    if (e != cudaSuccess) cudaGetLastError();
-    return e;
 }
 
 /* The GEMV's grid: the most warps that one wave of blocks holds, each warp
@@ -794,8 +1004,119 @@ template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqL
     }
 }
 
-template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, int kernel, WqLaunch &L) {
+/* The tile kernel's shared memory over the 48 KiB a launch gets unasked:
+ * raised once per device, at upload (outside any capture) and before any
+ * launch there. */
+template <typename T, int TY, int R> static cudaError_t wq_tile_allow_smem(void) {
+    typedef WqtGeom<T, TY, R> Geom;
+    static std::atomic<unsigned long long> done{0};   /* a bit per device */
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess || (dev < 64 && (done.load() >> dev & 1))) return e;
+    size_t most = 0;
+    for (int v = 8; v <= WQT_MAX_WARPS; v++) most = Geom::smem(v) > most ? Geom::smem(v) : most;
+    e = cudaFuncSetAttribute(wq_tile_kernel<T, TY, R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+    if (e == cudaSuccess && dev < 64) done.fetch_or(1ull << dev);
+    return e;
+}
+
+/* Blocks of W warps an SM holds of the tile kernel, for W = 8 .. 12, once
+ * per process. */
+template <typename T, int TY, int R> static int wq_tile_occupancy(int w, cudaError_t *err = NULL) {
+    static std::atomic<int> occ[WQT_MAX_WARPS + 1];
+    int nb = occ[w].load(std::memory_order_relaxed);
+    if (!nb) {
+        cudaError_t e = wq_tile_allow_smem<T, TY, R>();
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, wq_tile_kernel<T, TY, R>, 32 * w,
+                                                              WqtGeom<T, TY, R>::smem(w));
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            if (err && *err == cudaSuccess) *err = e;
+            return 1;
+        }
+        if (nb < 1) nb = 1;
+        occ[w].store(nb, std::memory_order_relaxed);
+    }
+    return nb;
+}
+
+/* One launch of up to 64 rows, in one wave of blocks: where the layer has
+ * more tiles than 8 warps a block on every SM take (gate_up), blocks of
+ * enough warps (up to 12) that one per SM covers it; else 8 warps a block
+ * and K split over blocks until the SMs hold no more (each split at least
+ * two chunks: the stages' overlap; only as far as the workspace holds the
+ * splits' sums), then wq_split_sum_kernel. */
+template <typename T, int TY, int R>
+static void wq_tile_run(const WqArgs<T> &a0, int sms, void *ws, size_t ws_bytes, WqLaunch &L) {
+    WqArgs<T> a = a0;
+    int w = (a.ntiles + WQT_TPW * sms - 1) / (WQT_TPW * sms);
+    w = w < 8 ? 8 : w > WQT_MAX_WARPS ? WQT_MAX_WARPS : w;
+    const int nbn = (a.ntiles + WQT_TPW * w - 1) / (WQT_TPW * w);
+    const size_t per_split = (size_t)a.m * a.ntiles * WQ_TILE_N * sizeof(float);
+    int splits = min(sms * wq_tile_occupancy<T, TY, R>(w) / nbn, a.nchunks / 2);
+    if (ws && splits > 1 && (size_t)splits * per_split > ws_bytes) splits = (int)(ws_bytes / per_split);
+    if (!ws || splits < 2) splits = 1;
+    a.csplit = (a.nchunks + splits - 1) / splits;
+    splits = (a.nchunks + a.csplit - 1) / a.csplit;
+    a.part = (float *)ws;
+    L(wq_tile_kernel<T, TY, R>, dim3(nbn, splits), 32 * w, WqtGeom<T, TY, R>::smem(w), a);
+    if (splits > 1 && L.err == cudaSuccess) {
+        const size_t n4 = (size_t)a.m * a.ntiles * WQ_TILE_N / 4;
+        L.err = cuda_launch_ex(L.s, L.pdl, wq_split_sum_kernel<T>, dim3((unsigned)((n4 + 255) / 256)),
+                               dim3(256), 0, a, splits);
+    }
+}
+
+template <typename T, int TY>
+static void wq_tile_launch(const WqArgs<T> &a0, void *ws, size_t ws_bytes, WqLaunch &L) {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (sms < 1) sms = 1;
+    for (int r0 = 0; r0 < a0.m && L.err == cudaSuccess; r0 += WQT_ROWS) {
+        WqArgs<T> a = a0;
+        a.x += (size_t)r0 * a.ldx;
+        a.y += (size_t)r0 * a.ldy;
+        a.m = min(WQT_ROWS, a0.m - r0);
+        if (a.m <= 16) wq_tile_run<T, TY, 2>(a, sms, ws, ws_bytes, L);
+        else if (a.m <= 32) wq_tile_run<T, TY, 4>(a, sms, ws, ws_bytes, L);
+        else wq_tile_run<T, TY, 8>(a, sms, ws, ws_bytes, L);
+    }
+}
+
+/* What a layer of type TY needs before its first launch, asked at upload
+ * rather than inside a graph capture: the GEMV's grid sizes, the tile
+ * kernel's shared memory on this device and its blocks per SM. */
+template <typename T, int TY> static void wq_prepare_t(cudaError_t *e) {
+    for (int w = 4; w <= WQG_MAX_WARPS; w += 2) {
+        wq_gemv_occupancy<T, TY, 2, true>(w, e);
+        wq_gemv_occupancy<T, TY, 2, false>(w, e);
+        wq_gemv_occupancy<T, TY, 4, true>(w, e);
+        wq_gemv_occupancy<T, TY, 4, false>(w, e);
+    }
+    const cudaError_t s2 = wq_tile_allow_smem<T, TY, 2>(), s4 = wq_tile_allow_smem<T, TY, 4>(),
+                      s8 = wq_tile_allow_smem<T, TY, 8>();
+    const cudaError_t smem = s2 != cudaSuccess ? s2 : s4 != cudaSuccess ? s4 : s8;
+    if (smem != cudaSuccess && *e == cudaSuccess) *e = smem;
+    for (int w = 8; w <= WQT_MAX_WARPS; w++) {
+        wq_tile_occupancy<T, TY, 2>(w, e);
+        wq_tile_occupancy<T, TY, 4>(w, e);
+        wq_tile_occupancy<T, TY, 8>(w, e);
+    }
+}
+template <int TY> static cudaError_t wq_prepare(void) {
+    cudaError_t e = cudaSuccess;
+    wq_prepare_t<bf16, TY>(&e);
+    wq_prepare_t<f16, TY>(&e);
+    if (e != cudaSuccess) cudaGetLastError();
+    return e;
+}
+
+template <typename T, int TY>
+static void wq_launch(const WqArgs<T> &a, int kernel, void *ws, size_t ws_bytes, WqLaunch &L) {
     if (kernel == WQ_KERNEL_GEMV) return wq_gemv_launch<T, TY>(a, L);
+    if (kernel == WQ_KERNEL_TILE) return wq_tile_launch<T, TY>(a, ws, ws_bytes, L);
     const int mt = (a.m + 15) / 16, *nw = wq_nw[TY == RL_WQ_INT4 ? 0 : 1];
     if (mt <= 1) wq_launch_mt<T, TY, 1>(a, nw[0], L);
     else if (mt <= 2) wq_launch_mt<T, TY, 2>(a, nw[1], L);
@@ -804,30 +1125,31 @@ template <typename T, int TY> static void wq_launch(const WqArgs<T> &a, int kern
 }
 
 template <typename T>
-static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, WqLaunch &L) {
+static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, void *ws, size_t ws_bytes, WqLaunch &L) {
     const int kernel = wq_kernel(w, a.m);
     switch (w->type) {
-    case RL_WQ_INT4: wq_launch<T, RL_WQ_INT4>(a, kernel, L); break;
-    case RL_WQ_INT8: wq_launch<T, RL_WQ_INT8>(a, kernel, L); break;
-    case RL_WQ_FP8: wq_launch<T, RL_WQ_FP8>(a, kernel, L); break;
+    case RL_WQ_INT4: wq_launch<T, RL_WQ_INT4>(a, kernel, ws, ws_bytes, L); break;
+    case RL_WQ_INT8: wq_launch<T, RL_WQ_INT8>(a, kernel, ws, ws_bytes, L); break;
+    case RL_WQ_FP8: wq_launch<T, RL_WQ_FP8>(a, kernel, ws, ws_bytes, L); break;
     }
 }
 
 extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
-                          const void *bias, int m, int pdl, cudaStream_t s) {
+                          const void *bias, int m, void *ws, size_t ws_bytes, int pdl,
+                          cudaStream_t s) {
     if (!w || !x || !y || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > WQ_MAX_ROWS ||
         ldx < w->k || ldy < w->n || ldx % 8 || ((uintptr_t)x & 15))
         return RL_EINPUT;
     static const bool nw_read = wq_nw_parse();   /* once, thread-safe */
     (void)nw_read;
     WqLaunch L = {s, pdl, cudaSuccess};
-    if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, bias, m), L);
-    else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, bias, m), L);
+    if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, bias, m), ws, ws_bytes, L);
+    else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, bias, m), ws, ws_bytes, L);
     const cudaError_t last = cudaGetLastError();   /* taken off the runtime either way */
     return L.err == cudaSuccess && last == cudaSuccess ? RL_OK : RL_EDEVICE;
 }
 
-extern "C" int rl_wq_max_rows(const rlWq *) { return WQ_FAST_ROWS; }
+extern "C" int rl_wq_max_rows(const rlWq *w) { return wq_plain(w) ? WQ_MAX_ROWS : WQ_FAST_ROWS; }
 
 template <typename T> static void wq_dequant_launch(const rlWq *w, void *dst, cudaStream_t s) {
     WqArgs<T> a = wq_args<T>(w, NULL, 0, dst, w->k, NULL, 0);

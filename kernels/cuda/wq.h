@@ -5,9 +5,9 @@
  * The loader hands over one rank's shard of a layer in one plain form,
  * whatever the checkpoint's packing (rlWqHost); rl_wq_upload repacks it into
  * the layout the kernels read.  Decode and small batches run the quantized
- * kernels directly (rl_wq_gemm); larger ones dequantize into a 16-bit matrix
- * and take the dense GEMM (rl_wq_dequant), where compute, not weight reads,
- * bounds the step. */
+ * kernels directly (rl_wq_gemm, up to 128 rows); larger ones dequantize
+ * into a 16-bit matrix and take the dense GEMM (rl_wq_dequant), where
+ * compute, not weight reads, bounds the step. */
 #ifndef RL_CUDA_WQ_H
 #define RL_CUDA_WQ_H
 
@@ -38,16 +38,21 @@ int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_t *bytes, c
  * RL_F16, like x; leading dimensions in elements) for 1 <= m <=
  * rl_wq_max_rows(w), each output rounded once.  Asynchronous on s, no allocation, no
  * synchronisation: it can be captured in a CUDA graph.  x must be 16-byte
- * aligned with ldx a multiple of 8.  pdl: launch with programmatic
+ * aligned with ldx a multiple of 8.  ws (256-byte aligned, ws_bytes long,
+ * or NULL) is device scratch for partial sums where a narrow layer splits
+ * K over blocks; n x k x 2 bytes (the dequantized layer's size) give every
+ * split it wants, less gives fewer, and the result is the same either way
+ * up to fp32 rounding; it must not be in use by another stream.  pdl: launch with programmatic
  * dependent launch (the backend's arch.pdl: Hopper code on a Hopper GPU),
  * so the kernel loads its first weights while the kernel before it ends
  * and lets the next one start early (cuda_launch.cuh).  Returns 0 or an
  * rlErrorCode: RL_EINPUT for arguments the weights cannot take, RL_EDEVICE
  * for a failed launch (the caller records it like any failed operation). */
 int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
-               const void *bias, int m, int pdl, cudaStream_t s);
+               const void *bias, int m, void *ws, size_t ws_bytes, int pdl, cudaStream_t s);
 /* The most rows for which rl_wq_gemm beats rl_wq_dequant + the dense GEMM
- * (measured, kernels/PERF.md); rl_wq_gemm itself takes up to 128. */
+ * for this layer (measured, kernels/PERF.md): 128, all rl_wq_gemm takes,
+ * where groups are whole chunks of K without act-order, else 32. */
 int rl_wq_max_rows(const rlWq *w);
 /* The whole matrix dequantized into dst [n][k] of dtype dt (16-byte
  * aligned), in x's column order (an act-order permutation undone), so

@@ -38,10 +38,11 @@
 #define WQ_UNIT_K 32
 #define WQ_LANE_BYTES 16
 #define WQ_CHUNK_BYTES (32 * WQ_LANE_BYTES)
-/* rl_wq_gemm takes up to WQ_MAX_ROWS rows; up to WQ_FAST_ROWS the mma
- * kernel beats rl_wq_dequant + the dense GEMM at the 7B shapes on an H200
- * (int4 at 32 rows: 200 us a layer against ~294; at 64: 454 against ~295;
- * wq.cu). */
+/* rl_wq_gemm takes up to WQ_MAX_ROWS rows.  The tile kernel beats
+ * rl_wq_dequant + the dense GEMM up to there (int4 at 128 rows: 347 us a 7B
+ * layer against ~400 on an H100); the mma kernel, which layers the tile
+ * kernel does not take run on, up to WQ_FAST_ROWS (int4 at 32 rows: 200 us
+ * against ~294; at 64: 454 against ~295 on an H200; wq.cu). */
 #define WQ_MAX_ROWS 128
 #define WQ_FAST_ROWS 32
 
@@ -74,11 +75,14 @@ int wq_pack(const rlWqHost *h, const rlWq *w, uint8_t **qw, float **scale, uint8
 /* The kernel rl_wq_gemm runs for m rows of w, the one home of the rule:
  * the decode GEMV for 1-8 rows of a layer without act-order (on an H200 at
  * the 7B shapes 0.45x the mma kernel's time on int4, 0.63x on fp8, 0.67x on
- * int8: kernels/PERF.md v30), else the mma kernel (act-order layers stay
- * where they were, unmeasured on the GEMV).  The tests and the benchmark
- * force one kernel for 1-8 rows of every layer (-1: the rule again), so both
- * stay checked on every format. */
-enum { WQ_KERNEL_MMA = 0, WQ_KERNEL_GEMV = 1 };
+ * int8: kernels/PERF.md v30); from 9 rows the tile kernel where the groups
+ * are 2^i whole chunks or all of K without act-order (0.38-0.64x the mma
+ * kernel's time at 16-64 rows on an H100: PERF.md v34); else the mma kernel
+ * (act-order layers stay where they were, unmeasured on the GEMV).  The
+ * tests and the benchmark force one kernel where it can run (the GEMV up
+ * to 8 rows, the tile kernel on the layers it takes; -1: the rule again),
+ * so each stays checked on every format. */
+enum { WQ_KERNEL_MMA = 0, WQ_KERNEL_GEMV = 1, WQ_KERNEL_TILE = 2 };
 int wq_kernel(const rlWq *w, int m);
 void wq_decode_kernel_force(int kernel);
 #ifdef __cplusplus
