@@ -938,26 +938,30 @@ extern "C" int wq_kernel(const rlWq *w, int m) {
 }
 extern "C" void wq_decode_kernel_force(int kernel) { wq_forced.store(kernel); }
 
-/* Blocks of W warps one SM holds of this GEMV, from the occupancy
- * calculator once per process (first asked at upload, outside any graph
- * capture).  A failed query is reported through err (its error taken off
- * the runtime, so no later launch check inherits it) and not cached. */
-template <typename T, int TY, int NT, bool PLAIN>
-static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
-    static std::atomic<int> occ[WQG_MAX_WARPS + 1];
-    int nb = occ[w].load(std::memory_order_relaxed);
+/* Blocks of `threads` threads one SM holds of a kernel, from the occupancy
+ * calculator once per process into slot (first asked at upload, outside any
+ * graph capture).  A failed query is reported through err (its error taken
+ * off the runtime, so no later launch check inherits it) and not cached. */
+template <typename K>
+static int wq_occupancy(std::atomic<int> &slot, K kernel, int threads, size_t smem, cudaError_t *err) {
+    int nb = slot.load(std::memory_order_relaxed);
     if (!nb) {
-        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &nb, wq_gemv_kernel<T, TY, NT, PLAIN>, 32 * w, 0);
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, threads, smem);
         if (e != cudaSuccess) {
             cudaGetLastError();
             if (err && *err == cudaSuccess) *err = e;
             return 1;
         }
         if (nb < 1) nb = 1;
-        occ[w].store(nb, std::memory_order_relaxed);
+        slot.store(nb, std::memory_order_relaxed);
     }
     return nb;
+}
+/* The GEMV's, for blocks of W warps. */
+template <typename T, int TY, int NT, bool PLAIN>
+static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
+    static std::atomic<int> occ[WQG_MAX_WARPS + 1];
+    return wq_occupancy(occ[w], wq_gemv_kernel<T, TY, NT, PLAIN>, 32 * w, 0, err);
 }
 
 /* The GEMV's grid: the most warps that one wave of blocks holds, each warp
@@ -1021,24 +1025,10 @@ template <typename T, int TY, int R> static cudaError_t wq_tile_allow_smem(void)
 }
 
 /* Blocks of W warps an SM holds of the tile kernel, for W = 8 .. 12, once
- * per process. */
+ * per process (asked after wq_tile_allow_smem, in wq_prepare_t). */
 template <typename T, int TY, int R> static int wq_tile_occupancy(int w, cudaError_t *err = NULL) {
     static std::atomic<int> occ[WQT_MAX_WARPS + 1];
-    int nb = occ[w].load(std::memory_order_relaxed);
-    if (!nb) {
-        cudaError_t e = wq_tile_allow_smem<T, TY, R>();
-        if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, wq_tile_kernel<T, TY, R>, 32 * w,
-                                                              WqtGeom<T, TY, R>::smem(w));
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            if (err && *err == cudaSuccess) *err = e;
-            return 1;
-        }
-        if (nb < 1) nb = 1;
-        occ[w].store(nb, std::memory_order_relaxed);
-    }
-    return nb;
+    return wq_occupancy(occ[w], wq_tile_kernel<T, TY, R>, 32 * w, WqtGeom<T, TY, R>::smem(w), err);
 }
 
 /* One launch of up to 64 rows, in one wave of blocks: where the layer has
