@@ -67,7 +67,7 @@ for i in 1 2; do
     rcli XADD redlm:jobs '*' json "{\"id\":\"cc$i\",\"prompt_ids\":[$i,7],\"max_tokens\":3000,\"ignore_eos\":true,\"stream\":false,\"reply_to\":\"redlm:reply:cc\"}" > /dev/null
 done
 running() { [ "$(rcli XPENDING redlm:jobs redlm | head -1)" = 2 ]; }
-wait_until 10 running || fail "the two jobs did not start"
+wait_until 30 running || fail "the two jobs did not start"
 kill -INT -- "-$L"
 # 3,000 tokens take a few seconds, but far longer under ASan on a loaded
 # machine: the drain gets room enough that only a worker that stopped at
