@@ -609,13 +609,11 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
      * dequantizes and takes the invariant GEMM (cuda_gemm) instead: a decode
      * step writes and reads each layer's 16-bit weights once more. */
     if (rows <= w->max_rows && !c->invariant) {
-        /* The workspace holds the dequantized layer on the last road, so it
-         * holds the split sums of this one. */
-        const size_t ws_bytes = (size_t)n * k * 2;
-        char *ws = ql_ws(c, ws_bytes, "matmul_quant");
-        if (!ws) return;
+        /* The workspace, reserved at upload for the largest dequantized
+         * layer, holds the split sums; nothing grows on this road. */
         PROF(c, "wq gemm %dx%d", n, k);
-        if (rl_wq_gemm(w->wq, dt, in, k, out, n, bias, rows, ws, ws_bytes, c->arch.pdl, c->stream)) {
+        if (rl_wq_gemm(w->wq, dt, in, k, out, n, bias, rows, c->ql->ws, c->ql->ws_cap, c->arch.pdl,
+                       c->stream)) {
             cuda_fail(c, RL_EDEVICE, "matmul_quant: the quantized kernel refused %d rows of a "
                       "%d x %d layer", rows, n, k);
             return;

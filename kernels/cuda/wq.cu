@@ -77,11 +77,13 @@ template <typename T> struct WqArgs {
     float *part;
 };
 
-/* Where rl_wq_gemm's kernel goes: the caller's stream, with programmatic
- * dependent launch or not (cuda_launch.cuh), and the launch's error. */
+/* Where rl_wq_gemm's kernels go: the caller's stream, with programmatic
+ * dependent launch or not (cuda_launch.cuh), the device's SMs (asked once
+ * a call) and the launch's error. */
 struct WqLaunch {
     cudaStream_t s;
     int pdl;
+    int sms;   /* the device's SMs, which the GEMV and tile grids fill */
     cudaError_t err;
     template <typename T>
     void operator()(void (*kernel)(WqArgs<T>), dim3 grid, int threads, size_t shm, const WqArgs<T> &a) {
@@ -106,8 +108,12 @@ static __device__ __forceinline__ uint32_t wq_sub2(uint32_t a, uint32_t b, bf16)
     __nv_bfloat162 r = __hsub2(*(__nv_bfloat162 *)&a, *(__nv_bfloat162 *)&b);
     return *(uint32_t *)&r;
 }
-static __device__ __forceinline__ uint32_t wq_mul2(uint32_t a, uint32_t b) {
+static __device__ __forceinline__ uint32_t wq_mul2(uint32_t a, uint32_t b, bf16) {
     __nv_bfloat162 r = __hmul2(*(__nv_bfloat162 *)&a, *(__nv_bfloat162 *)&b);
+    return *(uint32_t *)&r;
+}
+static __device__ __forceinline__ uint32_t wq_mul2(uint32_t a, uint32_t b, f16) {
+    __half2 r = __hmul2(*(__half2 *)&a, *(__half2 *)&b);
     return *(uint32_t *)&r;
 }
 static __device__ __forceinline__ uint32_t wq_pack2(float lo, float hi, bf16) {
@@ -225,7 +231,7 @@ template <> struct WqDeq<bf16, RL_WQ_FP8> : WqFp8Unit<WqDeq<bf16, RL_WQ_FP8>> {
     static constexpr float fold = 1.0f;
     static __device__ __forceinline__ uint32_t pair(uint32_t t) {
         uint32_t r = ((t >> 4) & 0x07f007f0u) | (t & 0x80008000u);
-        return wq_mul2(r, 0x7b807b80u);   /* 2^120 in both halves */
+        return wq_mul2(r, 0x7b807b80u, bf16());   /* 2^120 in both halves */
     }
 };
 
@@ -653,12 +659,6 @@ template <typename T, int TY, int R> struct WqtGeom {
     static size_t __host__ __device__ smem(int w) { return stages(w) * stage_bytes(w); }
 };
 
-static __device__ __forceinline__ uint32_t wq_mul2(uint32_t a, uint32_t b, bf16) { return wq_mul2(a, b); }
-static __device__ __forceinline__ uint32_t wq_mul2(uint32_t a, uint32_t b, f16) {
-    __half2 r = __hmul2(*(__half2 *)&a, *(__half2 *)&b);
-    return *(uint32_t *)&r;
-}
-
 template <typename T, int TY, int R>
 __global__ void __launch_bounds__(WQT_MAX_WARPS * 32, 1) wq_tile_kernel(WqArgs<T> a) {
     typedef WqDeq<T, TY> D;
@@ -993,11 +993,8 @@ template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqL
         const char *e = getenv("RL_WQ_NT");
         return e ? atoi(e) : 0;
     }();
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (sms < 1) sms = 1;
     const bool plain = !a.perm && a.cshift >= 0;
+    const int sms = L.sms;
     const int nt = forced == 2 || forced == 4 ? forced : a.ntiles / 4 >= 4 * sms ? 4 : 2;
     if (nt == 2) {
         if (plain) wq_gemv_grid<T, TY, 2, true>(a, sms, L);
@@ -1038,8 +1035,9 @@ template <typename T, int TY, int R> static int wq_tile_occupancy(int w, cudaErr
  * two chunks: the stages' overlap; only as far as the workspace holds the
  * splits' sums), then wq_split_sum_kernel. */
 template <typename T, int TY, int R>
-static void wq_tile_run(const WqArgs<T> &a0, int sms, void *ws, size_t ws_bytes, WqLaunch &L) {
+static void wq_tile_run(const WqArgs<T> &a0, void *ws, size_t ws_bytes, WqLaunch &L) {
     WqArgs<T> a = a0;
+    const int sms = L.sms;
     int w = (a.ntiles + WQT_TPW * sms - 1) / (WQT_TPW * sms);
     w = w < 8 ? 8 : w > WQT_MAX_WARPS ? WQT_MAX_WARPS : w;
     const int nbn = (a.ntiles + WQT_TPW * w - 1) / (WQT_TPW * w);
@@ -1060,18 +1058,14 @@ static void wq_tile_run(const WqArgs<T> &a0, int sms, void *ws, size_t ws_bytes,
 
 template <typename T, int TY>
 static void wq_tile_launch(const WqArgs<T> &a0, void *ws, size_t ws_bytes, WqLaunch &L) {
-    int dev = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (sms < 1) sms = 1;
     for (int r0 = 0; r0 < a0.m && L.err == cudaSuccess; r0 += WQT_ROWS) {
         WqArgs<T> a = a0;
         a.x += (size_t)r0 * a.ldx;
         a.y += (size_t)r0 * a.ldy;
         a.m = min(WQT_ROWS, a0.m - r0);
-        if (a.m <= 16) wq_tile_run<T, TY, 2>(a, sms, ws, ws_bytes, L);
-        else if (a.m <= 32) wq_tile_run<T, TY, 4>(a, sms, ws, ws_bytes, L);
-        else wq_tile_run<T, TY, 8>(a, sms, ws, ws_bytes, L);
+        if (a.m <= 16) wq_tile_run<T, TY, 2>(a, ws, ws_bytes, L);
+        else if (a.m <= 32) wq_tile_run<T, TY, 4>(a, ws, ws_bytes, L);
+        else wq_tile_run<T, TY, 8>(a, ws, ws_bytes, L);
     }
 }
 
@@ -1085,10 +1079,9 @@ template <typename T, int TY> static void wq_prepare_t(cudaError_t *e) {
         wq_gemv_occupancy<T, TY, 4, true>(w, e);
         wq_gemv_occupancy<T, TY, 4, false>(w, e);
     }
-    const cudaError_t s2 = wq_tile_allow_smem<T, TY, 2>(), s4 = wq_tile_allow_smem<T, TY, 4>(),
-                      s8 = wq_tile_allow_smem<T, TY, 8>();
-    const cudaError_t smem = s2 != cudaSuccess ? s2 : s4 != cudaSuccess ? s4 : s8;
-    if (smem != cudaSuccess && *e == cudaSuccess) *e = smem;
+    for (cudaError_t r : {wq_tile_allow_smem<T, TY, 2>(), wq_tile_allow_smem<T, TY, 4>(),
+                          wq_tile_allow_smem<T, TY, 8>()})
+        if (r != cudaSuccess && *e == cudaSuccess) *e = r;
     for (int w = 8; w <= WQT_MAX_WARPS; w++) {
         wq_tile_occupancy<T, TY, 2>(w, e);
         wq_tile_occupancy<T, TY, 4>(w, e);
@@ -1132,7 +1125,10 @@ extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, voi
         return RL_EINPUT;
     static const bool nw_read = wq_nw_parse();   /* once, thread-safe */
     (void)nw_read;
-    WqLaunch L = {s, pdl, cudaSuccess};
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    WqLaunch L = {s, pdl, sms > 0 ? sms : 1, cudaSuccess};
     if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, bias, m), ws, ws_bytes, L);
     else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, bias, m), ws, ws_bytes, L);
     const cudaError_t last = cudaGetLastError();   /* taken off the runtime either way */
