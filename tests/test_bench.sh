@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_bench.sh: `redlm bench` runs end to end on a tiny model (dummy weights
 # from a config, and real ones from a checkpoint) and prints its table/JSON,
-# with --batch-invariant too;
+# with --batch-invariant and --prompt-logprobs (a scoring prefill) too;
 # bad options fail with a usage error.  Timing numbers are not checked.
 set -euo pipefail
 m=$FIXTURES/models/qwen2-tiny-gqa3
@@ -27,7 +27,19 @@ out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 8 --gen 2 --ba
       --threads 2 --batch-invariant --json)
 [[ $out == *'"batch_invariant":true'* ]] || fail "--batch-invariant: JSON: $out"
 
+# --prompt-logprobs: every prompt token scored in the prefill, in chunks
+# smaller than a prompt too, and said so.
+out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 24 --gen 2 --batch 1,3 --copy-mib 16 \
+      --threads 2 --max-num-batched-tokens 16 --prompt-logprobs 3)
+[[ $out == *"prompt 24 tokens, each scored (prompt_logprobs 3), 2 generated"* ]] ||
+    fail "--prompt-logprobs: table: $out"
+out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 24 --gen 2 --batch 2 --copy-mib 16 \
+      --threads 2 --prompt-logprobs 0 --json)
+[[ $out == *'"prompt_logprobs":0,'* ]] || fail "--prompt-logprobs: JSON: $out"
+
 set +e
+err=$("$REDLM" bench --model "$m" --prompt-logprobs 21 2>&1); rc=$?
+[ $rc = 2 ] || fail "--prompt-logprobs 21 accepted (rc $rc)"
 err=$("$REDLM" bench --load-format dummy 2>&1); rc=$?
 [ $rc = 2 ] && [[ $err == *"--model is required"* ]] || fail "missing --model: rc $rc, $err"
 err=$("$REDLM" bench --model "$m" --batch 0 2>&1); rc=$?

@@ -11,7 +11,10 @@
  * are a warmed-up engine's.  Weights are dummy unless a
  * checkpoint directory is given with --load-format auto.  --profile prints the
  * device time per operation kind of the prefill and of the decode steps
- * (backends that time their operations: CUDA, with graphs off). */
+ * (backends that time their operations: CUDA, with graphs off).
+ * --prompt-logprobs N makes the prefill a scoring run: every prompt token
+ * but the last asks its successor's logprob and N alternatives, as a job
+ * with prompt_logprobs N does, so the prefill rate is the scoring rate. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +37,7 @@
 typedef struct benchOpts {
     const char *backend, *model, *load_format, *quantization;
     int threads, prompt_len, gen, max_tokens, json, profile;
+    int prompt_logprobs;    /* -1: off; else the alternatives each prompt row asks */
     int invariant;          /* --batch-invariant: the engine's batch-invariant kernels */
     int eager;              /* --enforce-eager: no CUDA graphs (their share of a step) */
     int copy_mib;           /* the bandwidth copy: far larger than any cache */
@@ -87,17 +91,19 @@ typedef struct benchSeqs {
 } benchSeqs;
 
 /* One step: `take[i]` new tokens of sequence i (0 = not in this step); the
- * last token of each sequence that reaches its prompt end samples greedily. */
+ * last token of each sequence that reaches its prompt end samples greedily,
+ * and with prompt_logprobs >= 0 every prompt token before it scores its
+ * successor. */
 static int bench_step(rlModel *m, benchSeqs *s, const int *take, int prompt_len,
-                      rlRowResult *res, rlError *err) {
+                      int prompt_logprobs, rlRowResult *res, rlError *err) {
     int nt = 0, ns = 0, nr = 0;
     for (int i = 0; i < s->n; i++) nt += take[i];
     int32_t *tok = malloc((size_t)nt * 3 * sizeof(int32_t));
     int32_t *start = malloc(((size_t)s->n + 1) * sizeof(int32_t));
     int32_t *len = malloc((size_t)s->n * sizeof(int32_t));
     int32_t *tables = malloc((size_t)s->n * s->max_blocks * sizeof(int32_t));
-    rlRowSpec *rows = calloc((size_t)s->n, sizeof(rlRowSpec));
-    int *row_seq = malloc((size_t)s->n * sizeof(int));
+    rlRowSpec *rows = calloc((size_t)nt, sizeof(rlRowSpec));
+    int *row_seq = malloc((size_t)nt * sizeof(int));
     int rc = -1;
     if (!tok || !start || !len || !tables || !rows || !row_seq) {
         rl_error(err, RL_EMEMORY, "out of host memory building a benchmark step");
@@ -113,6 +119,11 @@ static int bench_step(rlModel *m, benchSeqs *s, const int *take, int prompt_len,
             tok[t] = s->ids[(size_t)i * s->len_max + p];
             pos[t] = p;
             slots[t] = bt[p / BENCH_BLOCK] * BENCH_BLOCK + p % BENCH_BLOCK;
+            if (prompt_logprobs >= 0 && p + 1 < prompt_len) {
+                rows[nr] = (rlRowSpec){.token = t, .target = s->ids[(size_t)i * s->len_max + p + 1],
+                                       .n_top = prompt_logprobs, .top_p = 1};
+                row_seq[nr++] = -1;
+            }
         }
         len[ns] = s->cached[i] + take[i];
         memcpy(tables + (size_t)ns * s->max_blocks, bt, (size_t)s->max_blocks * sizeof(int32_t));
@@ -130,12 +141,18 @@ static int bench_step(rlModel *m, benchSeqs *s, const int *take, int prompt_len,
     for (int i = 0; i < s->n; i++) s->cached[i] += take[i];
     for (int r = 0; r < nr; r++) {
         int i = row_seq[r];
-        if (s->cached[i] < s->len_max) s->ids[(size_t)i * s->len_max + s->cached[i]] = res[r].token;
+        if (i >= 0 && s->cached[i] < s->len_max) s->ids[(size_t)i * s->len_max + s->cached[i]] = res[r].token;
     }
     rc = 0;
 out:
     free(tok), free(start), free(len), free(tables), free(rows), free(row_seq);
     return rc;
+}
+
+/* The most logit rows a step of `batch` sequences has: one a sequence, or
+ * with prompt logprobs one a prompt token. */
+static int bench_max_rows(const benchOpts *o, int batch) {
+    return o->prompt_logprobs >= 0 && o->max_tokens > batch ? o->max_tokens : batch;
 }
 
 /* Prefill `batch` prompts (chunked to max_tokens per step), then decode gen
@@ -148,7 +165,7 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE 
     s.tables = malloc((size_t)batch * s.max_blocks * sizeof(int32_t));
     s.cached = calloc((size_t)batch, sizeof(int));
     int *take = calloc((size_t)batch, sizeof(int));
-    rlRowResult *res = calloc((size_t)batch, sizeof(rlRowResult));
+    rlRowResult *res = calloc((size_t)bench_max_rows(o, batch), sizeof(rlRowResult));
     int rc = -1;
     if (!s.ids || !s.tables || !s.cached || !take || !res) {
         rl_error(err, RL_EMEMORY, "out of host memory for a batch of %d", batch);
@@ -171,7 +188,7 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE 
             take[i] = left < budget ? left : budget;
             if (take[i] < left) break;
         }
-        if (bench_step(m, &s, take, o->prompt_len, res, err) != 0) goto out;
+        if (bench_step(m, &s, take, o->prompt_len, o->prompt_logprobs, res, err) != 0) goto out;
     }
     double t1 = now_s();
     char label[64];
@@ -181,7 +198,7 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE 
     }
     for (int i = 0; i < batch; i++) take[i] = 1;
     for (int g = 0; g < gen; g++)
-        if (bench_step(m, &s, take, o->prompt_len, res, err) != 0) goto out;
+        if (bench_step(m, &s, take, o->prompt_len, -1, res, err) != 0) goto out;
     if (o->profile && m->be->ops->profile_report) {
         snprintf(label, sizeof label, "decode, batch %d", batch);
         m->be->ops->profile_report(m->be, f, label, gen);
@@ -198,7 +215,8 @@ out:
 /* -1: go on; else the exit status (help printed, or a bad flag). */
 static int bench_parse(int argc, char **argv, benchOpts *o) {
     *o = (benchOpts){.backend = "cpu", .load_format = "dummy", .prompt_len = 512, .gen = 32,
-                     .max_tokens = 2048, .batches = {1, 8}, .n_batches = 2, .copy_mib = 256};
+                     .max_tokens = 2048, .batches = {1, 8}, .n_batches = 2, .copy_mib = 256,
+                     .prompt_logprobs = -1};
     rlFlags fs;
     flags_init(&fs, "bench", "usage: redlm bench --model DIR|config.json [options]\n");
     flags_string(&fs, "--model", &o->model, "DIR",
@@ -219,6 +237,9 @@ static int bench_parse(int argc, char **argv, benchOpts *o) {
               "prefill tokens per step (default 2048)");
     flags_int(&fs, "--copy-mib", &o->copy_mib, 1, 65536, "N",
               "the bandwidth copy's size, well above the last-level\ncache (default 256)");
+    flags_int(&fs, "--prompt-logprobs", &o->prompt_logprobs, 0, RL_MAX_TOP, "N",
+              "score the prompts: each prompt token's logprob and N\n"
+              "alternatives, as prompt_logprobs N (default: off)");
     flags_bool(&fs, "--json", &o->json, "one JSON object instead of the table");
     flags_bool(&fs, "--profile", &o->profile,
                "device time per operation kind (CUDA, with graphs off)");
@@ -279,9 +300,11 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         printf("{\"backend\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"quantization\":\"%s\","
                "\"weight_bytes\":%zu,\"decode_bytes_per_step\":%zu,\"bandwidth_bytes_per_s\":%.0f,"
                "\"quant_bytes_held\":%zu,\"quant_bytes_planned\":%zu,"
-               "\"batch_invariant\":%s,\"prompt_len\":%d,\"gen\":%d,\"results\":[",
+               "\"batch_invariant\":%s,\"prompt_len\":%d,\"prompt_logprobs\":%d,\"gen\":%d,"
+               "\"results\":[",
                m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), quant, wb, step_bytes,
-               bw, q_held, q_plan, o->invariant ? "true" : "false", o->prompt_len, o->gen);
+               bw, q_held, q_plan, o->invariant ? "true" : "false", o->prompt_len,
+               o->prompt_logprobs, o->gen);
         for (int i = 0; i < n; i++)
             printf("%s{\"batch\":%d,\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.2f,"
                    "\"decode_ms_per_step\":%.3f,\"floor_ms_per_step\":%.3f}",
@@ -313,7 +336,11 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
     }
     printf("memory bandwidth (copy, bytes read + written): %.1f GB/s, median of %d\n", bw / 1e9,
            BENCH_COPY_REPS);
-    printf("prompt %d tokens, %d generated\n\n", o->prompt_len, o->gen);
+    if (o->prompt_logprobs >= 0)
+        printf("prompt %d tokens, each scored (prompt_logprobs %d), %d generated\n\n",
+               o->prompt_len, o->prompt_logprobs, o->gen);
+    else
+        printf("prompt %d tokens, %d generated\n\n", o->prompt_len, o->gen);
     printf("%5s %14s %13s %14s %15s %9s\n", "batch", "prefill tok/s", "decode tok/s",
            "decode ms/step", "floor ms/step", "x floor");
     for (int i = 0; i < n; i++) {
@@ -381,7 +408,8 @@ int cmd_bench(int argc, char **argv) {
                                       (size_t)max_batch * (size_t)len, &err)) ||
         rl_model_init(&m, &cfg, &shard, be, NULL, NULL,
                       ck ? checkpoint_lookup : cfg.quant.method ? quant_dummy_lookup : NULL,
-                      ck ? (void *)ck : (void *)&qdummy, 1, max_tokens, max_batch, &err) != 0 ||
+                      ck ? (void *)ck : (void *)&qdummy, 1, max_tokens,
+                      bench_max_rows(&o, max_batch), &err) != 0 ||
         be->ops->kv_init(be, shard.n_layers, max_batch * ((len + BENCH_BLOCK - 1) / BENCH_BLOCK),
                          BENCH_BLOCK, shard.n_kv_heads, cfg.head_dim, &err) != 0)
         goto fail;
