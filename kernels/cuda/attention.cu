@@ -38,6 +38,7 @@
 
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_launch.cuh"
+#include "kernels/cuda/cuda_math.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
 #include "kernels/cuda/cuda_types.cuh"
@@ -58,13 +59,6 @@ static __device__ __forceinline__ void st2(bf16 *p, float a, float b) {
 }
 static __device__ __forceinline__ void st2(f16 *p, float a, float b) {
     *(__half2 *)p = __floats2half2_rn(a, b);
-}
-
-/* 2^x in one instruction (ex2.approx, relative error ~2^-22; -inf gives 0). */
-static __device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
 }
 
 struct AttArgs {

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_math.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
 
 extern "C" {
@@ -61,6 +62,12 @@ struct RowStats {
 /* (v, i) beats (w, j): larger value, ties to the lower id. */
 static __device__ __forceinline__ bool arg_better(float v, int i, float w, int j) {
     return v > w || (v == w && (unsigned)i < (unsigned)j);
+}
+
+/* e^(a - b) in fp32, each step rounded on its own (no contracted
+ * multiply-add: --batch-invariant runs these kernels). */
+static __device__ __forceinline__ float exp_diff(float a, float b) {
+    return ex2(__fmul_rn(__fsub_rn(a, b), 1.4426950408889634f));
 }
 
 /* The block's best (*v, *i), in every thread; sv / si: 32 slots of shared memory. */
@@ -130,11 +137,12 @@ row_stats_kernel(const float *logits, const rlRowSpec *rows, const rlLogitAdj *a
     }
     const float *l = logits + (size_t)row * V;
     /* One read of the chunk: each thread keeps its largest logit and the sum
-     * of exp(l - that largest) in fp32, rescaled when the largest moves (a
-     * few times a thread); the block adds the threads' sums in double.  Each
-     * thread has STATS_LOADS logits in flight, so the pass streams at the
-     * memory's rate (two passes with one load each in flight and a double
-     * exp a logit: 0.30 ms for 256 rows of 152k on an H100, PERF.md v35). */
+     * of exp(l - that largest) in fp32 (exp_diff), rescaled when the largest
+     * moves (a few times a thread); the block adds the threads' sums in
+     * double.  Each thread has STATS_LOADS logits in flight, so the pass
+     * streams at the memory's rate (two passes with one load each in flight
+     * and a double exp a logit: 0.30 ms for 256 rows of 152k on an H100,
+     * PERF.md v35). */
     float best = -INFINITY, abest = -INFINITY, ts = 0.0f;
     int arg = -1, aarg = -1;
     for (int i0 = b + threadIdx.x; i0 < e; i0 += STATS_LOADS * blockDim.x) {
@@ -150,10 +158,10 @@ row_stats_kernel(const float *logits, const rlRowSpec *rows, const rlLogitAdj *a
             if (i >= e) break;
             float x = xs[u];
             if (arg_better(x, i, best, arg)) {
-                if (x > best) ts *= expf(best - x);
+                if (x > best) ts = __fmul_rn(ts, exp_diff(best, x));
                 best = x, arg = i;
             }
-            if (x != -INFINITY) ts += expf(x - best);
+            if (x != -INFINITY) ts = __fadd_rn(ts, exp_diff(x, best));
             if (!adj || (lst && (listed[(i - b) >> 5] >> ((i - b) & 31) & 1u))) continue;
             if (pt) {
                 uint32_t p = pt[i];
@@ -171,7 +179,7 @@ row_stats_kernel(const float *logits, const rlRowSpec *rows, const rlLogitAdj *a
     const float mine = best;
     block_argmax(&best, &arg, sv, si);
     if (adj) block_argmax(&abest, &aarg, sv, si);   /* adj is the same in the whole block */
-    double s = mine != -INFINITY ? (double)ts * exp((double)mine - best) : 0.0;
+    double s = mine != -INFINITY ? __dmul_rn((double)ts, exp((double)mine - best)) : 0.0;
     s = block_sum(s, sd);
     if (threadIdx.x == 0)
         stats[(size_t)row * gridDim.x + blockIdx.x] = RowStats{s, best, arg, abest, aarg};

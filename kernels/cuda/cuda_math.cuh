@@ -1,0 +1,18 @@
+/* cuda_math.cuh: the exponential the softmax kernels share (attention's
+ * online softmax, the sampler's row statistics).
+ *
+ * One instruction, and no multiply-add the compiler could contract: the
+ * kernels --batch-invariant runs must round each step the same wherever
+ * they are inlined (tests/test_invariant_ptx.sh), which the math library's
+ * expf does not promise. */
+#ifndef RL_CUDA_MATH_CUH
+#define RL_CUDA_MATH_CUH
+
+/* 2^x (ex2.approx, relative error ~2^-22; -inf gives 0). */
+static __device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+#endif
