@@ -27,7 +27,6 @@
  * tile_gemm_kernel (cuda_tile_gemm.cuh, moe.cu's grouped GEMM with a dense
  * tile list): one fixed chain of mma steps over k per output element, no
  * split, whatever the row count. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
@@ -36,8 +35,6 @@
 
 #define GEMM_TUNE_ROWS 256
 #define GEMM_CANDIDATES 24
-#define GEMM_SPLIT_BASES 4     /* heuristic candidates given split-K variants */
-#define GEMM_SPLITS 3          /* K split 2, 3 and 4 ways */
 
 /* The fastest of the candidates on these buffers (index into h), timed over
  * three runs each after a warm-up; -1 when timing is not possible. */
@@ -69,57 +66,6 @@ static int gemm_tune(rlCuda *c, rlGemmAlgo *g, const cublasLtMatmulHeuristicResu
     cudaEventDestroy(e1);
     cudaGetLastError();
     return best;
-}
-
-/* Split-K variants of the heuristic's first candidates, appended to h
- * (room for cap).  At up to GEMM_TUNE_ROWS rows a narrow layer (q/k/v, o,
- * down_proj) has fewer output tiles than the GPU has SMs, and the best of
- * the heuristic's list ran such layers at 37-44 % of the GEMM peak at 256
- * rows (PERF.md v35); splitting K fills the GPU, the partial sums reduced
- * in fp32 in the workspace.  gemm_tune times them beside the rest, so a
- * variant is taken only where it is faster.  Written without a GPU: on
- * only with RL_CUDA_GEMM_SPLITK=1 until measured (PERF.md v36).  Returns
- * the new count. */
-static int gemm_add_splits(rlCuda *c, const rlGemmAlgo *g, cublasLtMatmulHeuristicResult_t *h,
-                           int found, int cap) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("RL_CUDA_GEMM_SPLITK");
-        on = e && !strcmp(e, "1");
-    }
-    if (!on) return found;
-    int n = found;
-    for (int i = 0; i < found && i < GEMM_SPLIT_BASES; i++) {
-        int32_t can = 0;
-        uint32_t schemes = 0;
-        size_t got;
-        if (h[i].state != CUBLAS_STATUS_SUCCESS ||
-            cublasLtMatmulAlgoCapGetAttribute(&h[i].algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &can,
-                                              sizeof can, &got) != CUBLAS_STATUS_SUCCESS ||
-            !can ||
-            cublasLtMatmulAlgoCapGetAttribute(&h[i].algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK,
-                                              &schemes, sizeof schemes,
-                                              &got) != CUBLAS_STATUS_SUCCESS ||
-            !(schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE))
-            continue;
-        for (int32_t k = 2; k < 2 + GEMM_SPLITS && n < cap; k++) {
-            cublasLtMatmulHeuristicResult_t r;
-            cublasLtMatmulAlgo_t a = h[i].algo;
-            uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-            if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &k,
-                                                     sizeof k) != CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-                                                     &scheme, sizeof scheme) != CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoCheck(c->lt, g->desc, g->a, g->b, g->c, g->c, &a, &r) !=
-                    CUBLAS_STATUS_SUCCESS ||
-                r.workspaceSize > c->lt_ws_bytes)
-                continue;
-            r.algo = a;        /* AlgoCheck leaves it unset */
-            r.state = CUBLAS_STATUS_SUCCESS;
-            h[n++] = r;
-        }
-    }
-    return n;
 }
 
 /* ---- --batch-invariant: the tile GEMM (see the top of this file) ---- */
@@ -314,7 +260,7 @@ static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, cons
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &c->lt_ws_bytes, sizeof c->lt_ws_bytes);
-    cublasLtMatmulHeuristicResult_t h[GEMM_CANDIDATES + GEMM_SPLIT_BASES * GEMM_SPLITS];
+    cublasLtMatmulHeuristicResult_t h[GEMM_CANDIDATES];
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulAlgoGetHeuristic(c->lt, g->desc, g->a, g->b, g->c, g->c, pref,
@@ -333,10 +279,8 @@ static rlGemmAlgo *gemm_plan(rlCuda *c, rlDtype wt, int rows, int n, int k, cons
         return NULL;
     }
     int pick = -1;
-    if (rows <= GEMM_TUNE_ROWS && !c->capturing && c->err.code == RL_OK) {
-        found = gemm_add_splits(c, g, h, found, (int)(sizeof h / sizeof h[0]));
-        if (found > 1) pick = gemm_tune(c, g, h, found, out, in, w);
-    }
+    if (found > 1 && rows <= GEMM_TUNE_ROWS && !c->capturing && c->err.code == RL_OK)
+        pick = gemm_tune(c, g, h, found, out, in, w);
     g->timed = pick >= 0;
     g->algo = h[pick >= 0 ? pick : 0].algo;
     c->n_gemm++;
