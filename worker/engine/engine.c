@@ -86,6 +86,7 @@ typedef struct engFlight {
     rlRowResult *results;
     rlAdjBuf adj;               /* the rows' logit adjustments */
     uint64_t ticket;
+    int samples;                /* sampling rows: requests that will want the next step */
 } engFlight;
 
 struct rlEngine {
@@ -106,7 +107,8 @@ struct rlEngine {
     int n_blocks;
     int max_rows;
     engFlight *flights;         /* [depth], a ring: n_flight of them from oldest on */
-    int depth;                  /* steps kept in flight: the pipeline's stages */
+    int depth;                  /* most steps in flight: the pipeline's stages, or 2 on
+                                 * asynchronous ranks without a pipeline (engine_may_submit) */
     int oldest, n_flight, max_flight;
     engReq *head, *tail;        /* every request not yet fully answered */
     uint64_t n_arrivals;
@@ -146,6 +148,9 @@ static int engine_ranks_open(rlEngine *e, rlDtype dtype, rlError *err) {
                          .n_blocks = e->n_blocks, .max_tokens = o->max_num_batched_tokens,
                          .max_rows = e->max_rows, .nccl_timeout_s = o->nccl_timeout_s,
                          .collectives = o->collectives,
+                         /* a GPU computes while this thread plans and lands steps;
+                          * the CPU backend's threads are this machine's cores */
+                         .thread = strcmp(o->backend, "cpu") != 0,
                          .gpu_memory_utilization = o->gpu_memory_utilization,
                          .quiet = o->tp * o->pp == 1 && !o->collectives,
                          .batch_invariant = o->batch_invariant,
@@ -418,7 +423,7 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     if (engine_ranks_open(e, dtype, err)) goto fail;
     n_blocks = sc.n_blocks = e->n_blocks = ranks_n_blocks(e->ranks);
     e->sched = sched_create(&sc);
-    e->depth = o->pp;
+    e->depth = o->pp > 1 ? o->pp : ranks_async(e->ranks) ? 2 : 1;
     e->flights = calloc((size_t)e->depth, sizeof(*e->flights));
     int ok = e->sched && e->flights;
     for (int i = 0; ok && i < e->depth; i++) {
@@ -855,7 +860,8 @@ static int engine_submit(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
         int end = p->seq_len[i] < q->req->n_prompt_ids ? p->seq_len[i] : q->req->n_prompt_ids;
         if (end > start) e->prompt_tokens += (uint64_t)(end - start);
     }
-    f->adj.n = f->adj.n_fills = 0;
+    f->adj.n = f->adj.n_fills = f->samples = 0;
+    for (int i = 0; i < p->n_rows; i++) f->samples += p->rows[i].kind == RL_ROW_SAMPLE;
     for (int i = 0; i < p->n_rows; i++)
         if (row_spec(&p->rows[i], &f->specs[i], &f->adj))
             return rl_error(err, RL_EINTERNAL, "out of memory building logit adjustments");
@@ -920,10 +926,28 @@ static int engine_land(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     return 0;
 }
 
+/* Whether another step may go out before the oldest lands.  A pipeline
+ * takes one per stage (the scheduler gives each its share of the
+ * requests).  Without one, on asynchronous ranks, a second step goes out
+ * only while every step in flight samples nothing (prompt chunks: prefill,
+ * scoring): their requests have nothing to run until they land, so the
+ * next step, over other requests, is planned now and the ranks start it
+ * the moment they finish, while this thread applies the last results
+ * (scoring's host work was 9 % of a run, PERF.md v37).  A step that samples
+ * holds the running decodes; planning past it would split them into two
+ * smaller batches, each reading every weight. */
+static int engine_may_submit(const rlEngine *e) {
+    if (e->n_flight >= e->depth) return 0;
+    if (e->opt.pp > 1) return 1;
+    for (int i = 0; i < e->n_flight; i++)
+        if (e->flights[(e->oldest + i) % e->depth].samples) return 0;
+    return 1;
+}
+
 int engine_step(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
     if (engine_answer_pending(e, fn, ctx, err)) return -1;
     int rc = 1;
-    while (e->n_flight < e->depth && (rc = engine_submit(e, fn, ctx, err)) > 0) continue;
+    while (engine_may_submit(e) && (rc = engine_submit(e, fn, ctx, err)) > 0) continue;
     if (rc < 0) return -1;
     return e->n_flight ? engine_land(e, fn, ctx, err) : 0;
 }

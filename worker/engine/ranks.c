@@ -6,9 +6,11 @@
  * thread, because a CUDA device and an NCCL communicator belong to the thread
  * that set them up.  A 1x1 layout has no thread: the model runs in the
  * caller's thread, with no hop and no communicator, unless the options ask
- * for collectives always; then it runs like any other layout, on a rank
- * thread with communicators of one rank, which is how one GPU checks the
- * NCCL path.
+ * for a thread (a GPU: the device computes a step while the caller plans the
+ * next one and applies the last one's results) or for collectives always;
+ * then it runs like any other layout, on a rank thread, with communicators
+ * of one rank only for the collectives, which is how one GPU checks the NCCL
+ * path.
  *
  * Work reaches the rank threads as a queue of micro-batches.  A step is cut
  * into micro-batches of whole sequences; every rank runs every micro-batch in
@@ -206,12 +208,18 @@ static void ranks_fail(rlRanks *r, const rlError *err) {
     if (r->comms) r->comms->ops->abort(r->comms);
 }
 
+/* A failure names its rank where there are ranks to tell apart (or
+ * collectives to blame); a lone rank on its own thread speaks as the
+ * caller's would. */
+static int rank_named(const ranksRank *k) { return k->r->comms != NULL; }
+
 static int rank_run(ranksRank *k, ranksItem *it, rlError *err) {
     rlRanks *r = k->r;
     int reporter = k->index == ranks_reporter(r);
     if (rl_model_forward(&k->model, &it->b, reporter ? it->res : k->scratch, err))
-        return rl_error_wrap(err, "rank %d (stage %d, tensor rank %d)", k->index,
-                             k->shard.pp_rank, k->shard.tp_rank);
+        return rank_named(k) ? rl_error_wrap(err, "rank %d (stage %d, tensor rank %d)", k->index,
+                                             k->shard.pp_rank, k->shard.tp_rank)
+                             : -1;
     if (reporter)
         for (int i = 0; i < it->b.n_rows; i++) it->out[it->row_map[i]] = it->res[i];
     return 0;
@@ -223,8 +231,9 @@ static void *rank_main(void *arg) {
     rlError err = {0};
     int ok = rank_setup(k, &err) == 0;
     if (!ok) {
-        rl_error_wrap(&err, "setting up rank %d (stage %d, tensor rank %d)", k->index,
-                      k->shard.pp_rank, k->shard.tp_rank);
+        if (rank_named(k))
+            rl_error_wrap(&err, "setting up rank %d (stage %d, tensor rank %d)", k->index,
+                          k->shard.pp_rank, k->shard.tp_rank);
         ranks_fail(r, &err);
     }
     pthread_mutex_lock(&r->mu);
@@ -325,7 +334,7 @@ rlRanks *ranks_open(const rlRanksOptions *o, rlError *err) {
     }
     r->o = *o;
     r->n = o->tp * o->pp;
-    r->threaded = r->n > 1 || o->collectives;
+    r->threaded = r->n > 1 || o->collectives || o->thread;
     r->n_blocks = o->n_blocks;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
@@ -357,8 +366,7 @@ rlRanks *ranks_open(const rlRanksOptions *o, rlError *err) {
         return r;
     }
 
-    r->comms = ranks_comms(&r->o, err);
-    if (!r->comms) goto fail;
+    if ((r->n > 1 || o->collectives) && !(r->comms = ranks_comms(&r->o, err))) goto fail;
     r->starting = r->n;
     for (int i = 0; i < r->n; i++) {
         if (pthread_create(&r->ranks[i].thread, NULL, rank_main, &r->ranks[i])) {
@@ -519,6 +527,8 @@ int ranks_wait(rlRanks *r, uint64_t ticket, rlError *err) {
     pthread_mutex_unlock(&r->mu);
     return failed ? -1 : 0;
 }
+
+int ranks_async(const rlRanks *r) { return r->threaded; }
 
 int ranks_n_blocks(const rlRanks *r) { return r->n_blocks; }
 

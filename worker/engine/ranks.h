@@ -38,6 +38,9 @@ typedef struct rlRanksOptions {
     int collectives;            /* 1: rank threads and communicators for every group, even
                                  * of one rank, so a 1x1 layout runs the multi-rank path
                                  * (NCCL on one GPU); 0: a 1x1 layout runs in the caller */
+    int thread;                 /* 1: a 1x1 layout runs on a rank thread of its own too
+                                 * (without communicators), so ranks_submit returns while
+                                 * the device computes and the caller can work meanwhile */
     int quiet;                  /* 0: print each rank's share of the model at open */
     int batch_invariant;        /* rlBackendOptions.batch_invariant */
     int eager;                  /* rlBackendOptions.eager */
@@ -56,6 +59,10 @@ int ranks_forward(rlRanks *r, const rlBatch *b, rlRowResult *out, rlError *err);
  * ranks_forward is submit + wait. */
 int ranks_submit(rlRanks *r, const rlBatch *b, rlRowResult *out, uint64_t *ticket, rlError *err);
 int ranks_wait(rlRanks *r, uint64_t ticket, rlError *err);
+/* 1 when ranks_submit returns before its step is computed (rank threads):
+ * a caller then gains from planning the next step, or applying the last
+ * one's results, while the ranks compute. */
+int ranks_async(const rlRanks *r);
 /* The KV blocks every rank holds: n_blocks as given, or as found. */
 int ranks_n_blocks(const rlRanks *r);
 void ranks_close(rlRanks *r);
