@@ -37,7 +37,8 @@ typedef struct rlRanksOptions {
                                  * process after this long, 0 = 600 s */
     int collectives;            /* 1: rank threads and communicators for every group, even
                                  * of one rank, so a 1x1 layout runs the multi-rank path
-                                 * (NCCL on one GPU); 0: a 1x1 layout runs in the caller */
+                                 * (NCCL on one GPU); 0: a 1x1 layout runs in the caller,
+                                 * or with `thread` on a thread of its own */
     int thread;                 /* 1: a 1x1 layout runs on a rank thread of its own too
                                  * (without communicators), so ranks_submit returns while
                                  * the device computes and the caller can work meanwhile */
