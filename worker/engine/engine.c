@@ -861,10 +861,11 @@ static int engine_submit(rlEngine *e, rlOutputFn fn, void *ctx, rlError *err) {
         if (end > start) e->prompt_tokens += (uint64_t)(end - start);
     }
     f->adj.n = f->adj.n_fills = f->samples = 0;
-    for (int i = 0; i < p->n_rows; i++) f->samples += p->rows[i].kind == RL_ROW_SAMPLE;
-    for (int i = 0; i < p->n_rows; i++)
+    for (int i = 0; i < p->n_rows; i++) {
         if (row_spec(&p->rows[i], &f->specs[i], &f->adj))
             return rl_error(err, RL_EINTERNAL, "out of memory building logit adjustments");
+        f->samples += p->rows[i].kind == RL_ROW_SAMPLE;
+    }
     rlBatch b = {.n_seqs = p->n_seqs, .n_tokens = p->n_tokens, .tokens = p->tokens,
                  .positions = p->positions, .slots = p->slots, .seq_start = p->seq_start,
                  .seq_len = p->seq_len, .block_tables = p->block_tables,
