@@ -25,9 +25,12 @@
 #include "worker/engine/ranks.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/comm.h"
@@ -36,6 +39,15 @@
 
 /* Micro-batches queued at once; ranks_submit waits while the queue is full. */
 #define RANKS_QUEUE 64
+
+/* On GPUs a waiting thread spins this long before it sleeps on the
+ * condition variable: the caller waits out each step's device time, the
+ * rank thread the caller's planning of the next, and waking a thread that
+ * slept costs each decode step ~70 us (two wake-ups of idle cores,
+ * kernels/PERF.md v37-v38) against a core kept busy meanwhile, as CUDA's
+ * own stream synchronisation does.  CPU ranks never spin: their cores
+ * compute. */
+#define RANKS_SPIN_NS 20000000LL
 
 typedef struct ranksItem {
     rlBatch b;              /* the micro-batch, pointing into the caller's arrays */
@@ -74,7 +86,10 @@ struct rlRanks {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     ranksItem queue[RANKS_QUEUE];
-    uint64_t head, tail;    /* items [head, tail) are queued; head is the oldest unfinished */
+    /* Items [head, tail) are queued; head is the oldest unfinished.  Written
+     * under mu; atomic so a spinning thread may read them without it. */
+    _Atomic uint64_t head, tail;
+    long long spin_ns;      /* RANKS_SPIN_NS on GPUs, 0 on CPU ranks */
     int starting;           /* ranks still setting up */
     int met[2];             /* ranks arrived at each set-up meeting point */
     long long meet_min[2];  /* the smallest value brought to it */
@@ -85,6 +100,26 @@ struct rlRanks {
 };
 
 static int ranks_reporter(const rlRanks *r) { return (r->o.pp - 1) * r->o.tp; }
+
+static long long ranks_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Spin, without the mutex and yielding the core to anything runnable, until
+ * *v reaches target or r->spin_ns passes.  Only a shortcut: the caller then
+ * takes the mutex and waits on the condition variable as before, which also
+ * covers quitting and failures (a failed layout still drains its queue, so
+ * head keeps moving). */
+static void ranks_spin(const rlRanks *r, const _Atomic uint64_t *v, uint64_t target) {
+    if (!r->spin_ns || atomic_load(v) >= target) return;
+    long long until = ranks_now_ns() + r->spin_ns;
+    for (unsigned i = 1; atomic_load(v) < target; i++) {
+        if (i % 64 == 0 && ranks_now_ns() > until) return;
+        sched_yield();
+    }
+}
 
 static void ranks_item_free(ranksItem *it) {
     free(it->seq_start);
@@ -240,6 +275,11 @@ static void *rank_main(void *arg) {
     r->starting--;
     pthread_cond_broadcast(&r->cv);
     for (;;) {
+        if (k->next == r->tail && !r->quit) {
+            pthread_mutex_unlock(&r->mu);
+            ranks_spin(r, &r->tail, k->next + 1);
+            pthread_mutex_lock(&r->mu);
+        }
         while (k->next == r->tail && !r->quit) pthread_cond_wait(&r->cv, &r->mu);
         if (k->next == r->tail) break; /* quitting with nothing queued */
         ranksItem *it = &r->queue[k->next % RANKS_QUEUE];
@@ -335,6 +375,7 @@ rlRanks *ranks_open(const rlRanksOptions *o, rlError *err) {
     r->o = *o;
     r->n = o->tp * o->pp;
     r->threaded = r->n > 1 || o->collectives || o->thread;
+    r->spin_ns = o->backend && strcmp(o->backend, "cpu") ? RANKS_SPIN_NS : 0;
     r->n_blocks = o->n_blocks;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
@@ -517,6 +558,7 @@ int ranks_submit(rlRanks *r, const rlBatch *b, rlRowResult *out, uint64_t *ticke
 
 int ranks_wait(rlRanks *r, uint64_t ticket, rlError *err) {
     if (!r->threaded) return 0;
+    ranks_spin(r, &r->head, ticket);
     pthread_mutex_lock(&r->mu);
     while (r->head < ticket && !r->failed) pthread_cond_wait(&r->cv, &r->mu);
     /* On failure, the ranks drain the queue without running it; wait for
