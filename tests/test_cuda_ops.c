@@ -432,14 +432,12 @@ static void rope_ref(float *x, int D, int pos, const double *table, double scale
     }
 }
 
-/* decode: every sequence has one new token (the backend's decode-only path). */
-static void run_attention_case(rlBackend *be, const AttCase *ac, int decode) {
+/* decode: every sequence has one new token (the backend's decode-only path).
+ * cached: each sequence's cached prefix. */
+static void run_attention_case(rlBackend *be, const AttCase *ac, int decode, const int cached[4]) {
     rlDtype t = be->act_dtype;
     const int bs = 16, n_blocks = 160, layers = 2, layer = 1, D = ac->head_dim;
     const int n_seqs = 4;
-    /* cached prefix, new tokens: a prompt, a chunk after a cached prefix, a long chunk after a
-     * long prefix (several query tiles, the diagonal across key tiles), a long decode */
-    const int cached[4] = {0, 20, 700, 1500};
     const int fresh[4] = {decode ? 1 : 13, decode ? 1 : 5, decode ? 1 : 150, 1};
     rlError err;
     assert_int_equal(be->ops->kv_init(be, layers, n_blocks, bs, ac->n_kv, D, &err), 0);
@@ -568,10 +566,18 @@ static void test_attention(void **state) {
         {2, 1, 0, 0, 2, 96},     /* an untuned head dim */
         {3, 1, 0, 0, 3, 34},     /* one that takes the 4-byte load path */
     };
+    /* Cached prefixes, then the new tokens: a prompt, a chunk after a cached
+     * prefix, a long chunk after a long prefix (several query tiles, the
+     * diagonal across key tiles), a long decode.  Decode again over at most
+     * 701 keys: few enough splits to merge over a cluster on Hopper (the
+     * longer ones merge through memory), an empty split included. */
+    const int cached[4] = {0, 20, 700, 1500}, cached_short[4] = {0, 20, 300, 700};
     for (int d = 0; d < 2; d++)
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             for (int decode = 0; decode < 2; decode++)
-                run_attention_case(backends[d], &cases[i], decode);
+                run_attention_case(backends[d], &cases[i], decode, cached);
+            run_attention_case(backends[d], &cases[i], 1, cached_short);
+        }
 }
 
 /* --batch-invariant's attention (kernels/cuda/README.md): one sequence of

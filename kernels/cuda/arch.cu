@@ -3,7 +3,8 @@
  * One binary carries code for sm_80, sm_86, sm_89 and sm_90 (Makefile
  * CUDA_ARCHS); the driver picks the closest, and this file tells the
  * kernels what that code and the device allow: programmatic dependent
- * launch only where Hopper code runs on a Hopper GPU, and the shared memory
+ * launch and thread-block clusters only where Hopper code runs on a Hopper
+ * GPU, and the shared memory
  * and threads per SM that size the decode attention's splits.
  *
  * RL_CUDA_GENERIC=1 puts any GPU on the generic path with the limits of the
@@ -92,6 +93,7 @@ int cuda_arch_init(rlCuda *c, rlError *err) {
         if (a->threads_sm > GENERIC_THREADS_SM) a->threads_sm = GENERIC_THREADS_SM;
     }
     a->pdl = arch_pdl(a->cc, &fa);
+    a->clusters = a->cc >= 90 && fa.ptxVersion >= 90 && !a->generic;
 
     static unsigned long long said; /* one line per device and process */
     if (c->device < 64 && !(__atomic_fetch_or(&said, 1ULL << c->device, __ATOMIC_RELAXED) &

@@ -17,7 +17,10 @@
  * shared memory (several tiles in flight, the block table read once per
  * tile) and scores its KV head's whole query group against each tile on
  * tensor cores (the group as the rows of one m16n8k16 tile).  Splits of one
- * sequence merge in the same kernel: the last one to finish does it.  They
+ * sequence merge in the same kernel: on Hopper, up to 8 splits are one
+ * thread-block cluster and merge through distributed shared memory (batch-1
+ * decode 1-1.5 % faster a step on an H100, PERF.md v38); more, or on older
+ * GPUs, the last one to finish merges them from memory.  They
  * are whole 128-key units (two tiles a warp): 64-key units, more and shorter
  * blocks where a step has few, measured no faster on an H200 (PERF.md v26;
  * Qwen3-30B-A3B, 4 KV heads, 512 -> 128: 3.34 and 7.08 ms a step at batch
@@ -35,6 +38,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cooperative_groups.h>
 
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_launch.cuh"
@@ -515,6 +520,7 @@ template <typename T, int D> static cudaError_t attention_fa_allow_smem() {
 #define DEC_G 16             /* most query heads per KV head: the mma's 16 rows */
 #define DEC_MIN_SPLIT (2 * DEC_WARPS * DEC_TILE)   /* two tiles per warp: its ring overlaps them */
 #define DEC_MAX_SPLITS 64
+#define DEC_CLUSTER_MAX 8    /* most splits merged over a cluster: the portable cluster size */
 
 /* Start copying keys kb .. kb + 15 of KV head hk (K to ks, V to vs); rows past
  * k_end are zero-filled, since 0 x garbage could still be NaN.  kb is a
@@ -537,14 +543,76 @@ static __device__ __forceinline__ void dec_load_tile(T *ks, T *vs, const T *kc, 
     }
 }
 
+/* The splits of one cluster merged: every split's partial (cp: [16 rows][D]
+ * unnormalised o, ml: [16][M, L]) is in its own block's shared memory.  A
+ * thread per (row, split), 16 x 8 = the block's 128 threads, reads that
+ * split's M and L and the 8 lanes of a row agree on its weights; then each
+ * block writes its share of the G x D outputs, every split's value read
+ * where it lies.  The second barrier keeps each block's shared memory alive
+ * until every block has read it. */
+template <typename T, int D>
+static __device__ __forceinline__ void attention_decode_cluster_merge(T *out, const float *cp,
+                                                                      const float *ml, float *w,
+                                                                      int G) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    static_assert(DEC_WARPS * 32 == 16 * DEC_CLUSTER_MAX, "a thread per (row, split)");
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    const int nz = (int)cl.num_blocks(), me = (int)cl.block_rank();
+    const int r = threadIdx.x / DEC_CLUSTER_MAX, z = threadIdx.x % DEC_CLUSTER_MAX;
+    float mz = -INFINITY, lz = 0;
+    if (r < G && z < nz) {
+        const float *rml = cl.map_shared_rank(ml, z);
+        lz = rml[2 * r + 1];
+        mz = lz > 0 ? rml[2 * r] : -INFINITY;
+    }
+    float M = mz;
+#pragma unroll
+    for (int o = 1; o < DEC_CLUSTER_MAX; o <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    float L = lz > 0 ? lz * exp2f(mz - M) : 0.0f;
+#pragma unroll
+    for (int o = 1; o < DEC_CLUSTER_MAX; o <<= 1) L += __shfl_xor_sync(0xffffffffu, L, o);
+    w[z * 16 + r] = lz > 0 ? exp2f(mz - M) / L : 0.0f;
+    __syncthreads();
+    const float *src[DEC_CLUSTER_MAX];
+#pragma unroll
+    for (int i = 0; i < DEC_CLUSTER_MAX; i++) src[i] = i < nz ? cl.map_shared_rank(cp, i) : cp;
+    const int pairs = G * D / 2, share = (pairs + nz - 1) / nz;
+    const int end = min(pairs, (me + 1) * share);
+    for (int e = me * share + threadIdx.x; e < end; e += blockDim.x) {
+        const int rr = e / (D / 2), d = 2 * (e % (D / 2));
+        float2 v[DEC_CLUSTER_MAX];
+#pragma unroll
+        for (int i = 0; i < DEC_CLUSTER_MAX; i++)
+            v[i] = i < nz ? *(const float2 *)(src[i] + rr * D + d) : make_float2(0.0f, 0.0f);
+        float2 acc = make_float2(0, 0);
+#pragma unroll
+        for (int i = 0; i < DEC_CLUSTER_MAX; i++) {
+            const float wz = i < nz ? w[i * 16 + rr] : 0.0f;
+            if (wz > 0) acc.x += wz * v[i].x, acc.y += wz * v[i].y;
+        }
+        st2(out + (size_t)rr * D + d, acc.x, acc.y);
+    }
+    cl.sync();
+#endif
+}
+
 /* One block: a sequence's single new token, one KV head with its group of up
  * to 16 query heads (the 16 rows of the mma tiles, zero past the group) and
  * one split of the keys.  Each warp streams its own 16-key tiles (tile w,
  * w + 4, ...) through a 3-deep cp.async ring and keeps its own online softmax;
  * the warps merge through shared memory.  With several splits, each block
  * leaves its partial (m, l, unnormalised o) in a.part and the last split of a
- * (sequence, KV head) to finish merges them all, so no second kernel runs. */
-template <typename T, int D>
+ * (sequence, KV head) to finish merges them all, so no second kernel runs.
+ * CL (Hopper, up to DEC_CLUSTER_MAX splits): the splits of a (sequence, KV
+ * head) are one thread-block cluster instead; each keeps its partial in its
+ * own shared memory and all of them merge together, reading the others'
+ * through distributed shared memory, so the merge waits on two cluster
+ * barriers instead of a fence, an atomic and a last block's loads from L2
+ * (at batch 1 the decode attention is a chain of latencies, not a read of
+ * its bytes: kernels/PERF.md v33, v38). */
+template <typename T, int D, bool CL>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs a) {
     extern __shared__ __align__(128) unsigned char dec_smem[];
@@ -689,6 +757,13 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
     float *m_s = o_s + DEC_WARPS * 16 * D, *l_s = m_s + DEC_WARPS * 16;
     float *wt_s = l_s + DEC_WARPS * 16, *ml_s = wt_s + DEC_WARPS * 16;   /* [warp][16], [16][M, L] */
     int *last = (int *)(ml_s + 2 * 16);
+    /* CL: this split's partial for the cluster, [16 rows][D] then [16][M, L],
+     * and each split's weight [split][16 rows]. */
+    float *cp_s = ml_s + 2 * 16 + 4, *cml_s = cp_s + 16 * D, *cw_s = cml_s + 2 * 16;
+    static_assert(sizeof(float) * (DEC_WARPS * 16 * (D + 3) + 2 * 16 + 4 + 16 * D + 2 * 16 +
+                                   DEC_CLUSTER_MAX * 16) <=
+                      (size_t)DEC_WARPS * DEC_STAGES * 2 * DEC_TILE * D * sizeof(T),
+                  "the merges fit in the rings' shared memory");
 #pragma unroll
     for (int dt = 0; dt < D / 8; dt++)
 #pragma unroll
@@ -726,6 +801,9 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
         for (int w = 0; w < DEC_WARPS; w++) acc += o_s[(w * 16 + r) * D + d] * wt_s[w * 16 + r];
         if (!a.split_len) {
             st(out + ((size_t)t * a.n_q + qh0 + r) * D + d, L > 0 ? acc / L : 0.0f);
+        } else if (CL) {
+            if (d == 0) cml_s[2 * r] = M, cml_s[2 * r + 1] = L;
+            cp_s[r * D + d] = acc;
         } else {
             float *dst = a.part + blockIdx.z * stride + ((size_t)t * a.n_q + qh0 + r) * (D + 2);
             if (d == 0) dst[0] = M, dst[1] = L;
@@ -733,6 +811,11 @@ attention_decode_kernel(T *out, const T *qkv, const T *kc, const T *vc, AttArgs 
         }
     }
     if (!a.split_len) return;
+    if (CL) {
+        attention_decode_cluster_merge<T, D>(out + ((size_t)t * a.n_q + qh0) * D, cp_s, cml_s,
+                                             cw_s, G);
+        return;
+    }
 
     /* The last split of this (sequence, KV head) to finish merges every split. */
     __threadfence();
@@ -860,9 +943,14 @@ template <typename T, int D> static size_t attention_decode_smem() {
 }
 
 template <typename T, int D> static cudaError_t attention_decode_allow_smem() {
-    return cudaFuncSetAttribute(attention_decode_kernel<T, D>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)attention_decode_smem<T, D>());
+    cudaError_t e = cudaFuncSetAttribute(attention_decode_kernel<T, D, false>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)attention_decode_smem<T, D>());
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(attention_decode_kernel<T, D, true>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)attention_decode_smem<T, D>());
+    return e;
 }
 
 /* The decode kernel takes more than the default 48 KiB of shared memory: the
@@ -888,11 +976,11 @@ int cuda_attention_init(rlCuda *c, rlError *err) {
     int occ[2] = {0, 0};
     if (e == cudaSuccess)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &occ[0], attention_decode_kernel<bf16, 64>, DEC_WARPS * 32,
+            &occ[0], attention_decode_kernel<bf16, 64, false>, DEC_WARPS * 32,
             attention_decode_smem<bf16, 64>());
     if (e == cudaSuccess)
         e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &occ[1], attention_decode_kernel<bf16, 128>, DEC_WARPS * 32,
+            &occ[1], attention_decode_kernel<bf16, 128, false>, DEC_WARPS * 32,
             attention_decode_smem<bf16, 128>());
     if (e != cudaSuccess)
         return rl_error(err, RL_EDEVICE,
@@ -908,10 +996,13 @@ int cuda_attention_init(rlCuda *c, rlError *err) {
 
 template <typename T, int D>
 static void attention_decode_launch(rlCuda *c, T *out, const T *qkv, const AttArgs &a,
-                                    dim3 grid) {
-    cuda_launch_pdl(c, "attention (decode)", attention_decode_kernel<T, D>, grid,
-                    dim3(DEC_WARPS * 32), attention_decode_smem<T, D>(), out, qkv,
-                    (const T *)c->k_cache, (const T *)c->v_cache, a);
+                                    dim3 grid, bool cluster) {
+    cuda_check(c, cuda_launch_cluster(c->stream, c->arch.pdl, cluster ? grid.z : 1,
+                                      cluster ? attention_decode_kernel<T, D, true>
+                                              : attention_decode_kernel<T, D, false>,
+                                      grid, dim3(DEC_WARPS * 32), attention_decode_smem<T, D>(),
+                                      out, qkv, (const T *)c->k_cache, (const T *)c->v_cache, a),
+               "attention (decode)");
 }
 
 template <typename T>
@@ -932,18 +1023,24 @@ static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a) {
     len = (len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT * DEC_MIN_SPLIT;
     splits = (c->att_len + len - 1) / len;
     a.split_len = 0;
+    /* Splits merge over a cluster where the GPU has them and they are few
+     * enough (the kernel's CL); else through a.part and an atomic count. */
+    const bool cluster = splits > 1 && splits <= DEC_CLUSTER_MAX && c->arch.clusters;
     if (splits > 1) {
-        size_t part_bytes = (size_t)splits * c->n_tokens * a.n_q * (a.D + 2) * sizeof(float);
-        if (cuda_scratch(c, part_bytes, "attention") || cuda_att_counters(c, base, "attention"))
-            return;
         a.split_len = len;
-        a.part = (float *)c->scratch;
-        a.count = c->att_count;
+        if (!cluster) {
+            size_t part_bytes = (size_t)splits * c->n_tokens * a.n_q * (a.D + 2) * sizeof(float);
+            if (cuda_scratch(c, part_bytes, "attention") ||
+                cuda_att_counters(c, base, "attention"))
+                return;
+            a.part = (float *)c->scratch;
+            a.count = c->att_count;
+        }
     }
     dim3 grid(1, base, splits);
     PROF(c, "attention decode");
-    if (a.D == 64) attention_decode_launch<T, 64>(c, out, qkv, a, grid);
-    else attention_decode_launch<T, 128>(c, out, qkv, a, grid);
+    if (a.D == 64) attention_decode_launch<T, 64>(c, out, qkv, a, grid, cluster);
+    else attention_decode_launch<T, 128>(c, out, qkv, a, grid, cluster);
 }
 
 /* Tensor-core prefill: head dim 64 or 128 (RL_CUDA_PREFILL_MMA=0: off). */

@@ -41,6 +41,7 @@ typedef struct rlCudaArch {
     int cc;                     /* compute capability, 10 x major + minor: 90 */
     int generic;                /* forced onto the generic path (RL_CUDA_GENERIC=1) */
     int pdl;                    /* launch with programmatic dependent launch (sm_90 code) */
+    int clusters;               /* thread-block clusters (sm_90 code on a Hopper GPU) */
     size_t smem_block;          /* most dynamic shared memory one block may ask for */
     size_t smem_sm;             /* shared memory per SM, for blocks resident at once */
     int threads_sm;             /* threads resident per SM */

@@ -32,23 +32,33 @@ static __device__ __forceinline__ void pdl_wait() {
 }
 
 /* kernel<<<grid, block, shm, s>>>(args...), with the PDL attribute where pdl
- * is set; the launch's error. */
+ * is set and, for cluster_z > 1, in thread-block clusters of cluster_z
+ * blocks along z (sm_90 code on a Hopper GPU only); the launch's error. */
 template <typename... P, typename... A>
-static cudaError_t cuda_launch_ex(cudaStream_t s, int pdl, void (*kernel)(P...), dim3 grid, dim3 block,
-                                  size_t shm, A... args) {
-    cudaLaunchAttribute attr = {};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = pdl;
+static cudaError_t cuda_launch_cluster(cudaStream_t s, int pdl, unsigned cluster_z,
+                                       void (*kernel)(P...), dim3 grid, dim3 block, size_t shm,
+                                       A... args) {
+    cudaLaunchAttribute attr[2] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = 1;
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = cluster_z;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = shm;
     cfg.stream = s;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cluster_z > 1 ? 2 : 1;
     return cudaLaunchKernelEx(&cfg, kernel, (P)args...);
 }
-
+template <typename... P, typename... A>
+static cudaError_t cuda_launch_ex(cudaStream_t s, int pdl, void (*kernel)(P...), dim3 grid, dim3 block,
+                                  size_t shm, A... args) {
+    return cuda_launch_cluster(s, pdl, 1, kernel, grid, block, shm, args...);
+}
 /* The same on the backend's stream, where the GPU and the code allow PDL,
  * the launch's error checked under op's name (C: rlCuda, a parameter so
  * that wq.cu, which has no backend, can include this header). */
