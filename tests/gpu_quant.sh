@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # gpu_quant.sh: quantized checkpoints kept quantized on the CUDA backend
-# (kernels/cuda/qlinear.cu over wq.h's kernels), on both paths: the default
-# one (FP8 W8A8 through cuBLASLt at prefill on sm_89+) and RL_CUDA_GENERIC=1
-# (every large batch dequantizes to 16 bits, W8A16 / W4A16).
+# (kernels/cuda/qlinear.cu over wq.h's kernels), on the path the caller's
+# RL_CUDA_GENERIC picks, as every GPU test: the default one (FP8 W8A8
+# through cuBLASLt at prefill on sm_89+) or RL_CUDA_GENERIC=1 (every large
+# batch dequantizes to 16 bits, W8A16 / W4A16).  scripts/gpu-check runs
+# the GPU tests once on each.
 #   - test_cuda_qlinear: random int4 / int8 / FP8 layers (groups, act-order,
 #     block / channel / tensor scales, static input scale) at 1 to 300 rows
 #     against a float64 host reference;
@@ -19,25 +21,23 @@ set -eu
 source "$(dirname "$0")/skip_without_gpu.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for generic in 0 1; do
-    export RL_CUDA_GENERIC=$generic
-    echo "## RL_CUDA_GENERIC=$generic"
-    RL_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_qlinear"
-    RL_TEST_BACKEND=cuda RL_TEST_DTYPE=fp16 RL_TEST_ONLY=quant "$BUILD/tests/test_forward"
-    RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 RL_TEST_ONLY=quant "$BUILD/tests/test_forward"
-    RL_TEST_BACKEND=cuda RL_TEST_DTYPE=fp16 RL_TEST_ONLY=quant "$BUILD/tests/test_ranks"
-    for cfg in "$FIXTURES"/models-quant/*/config.json; do
-        dir=$(dirname "$cfg") model=$(basename "$(dirname "$cfg")")
-        python3 - "$dir/reference.json" > "$tmp/in.jsonl" <<'PY'
+echo "## RL_CUDA_GENERIC=${RL_CUDA_GENERIC:-0}"
+RL_REQUIRE_GPU=1 "$BUILD/tests/test_cuda_qlinear"
+RL_TEST_BACKEND=cuda RL_TEST_DTYPE=fp16 RL_TEST_ONLY=quant "$BUILD/tests/test_forward"
+RL_TEST_BACKEND=cuda RL_TEST_DTYPE=bf16 RL_TEST_ONLY=quant "$BUILD/tests/test_forward"
+RL_TEST_BACKEND=cuda RL_TEST_DTYPE=fp16 RL_TEST_ONLY=quant "$BUILD/tests/test_ranks"
+for cfg in "$FIXTURES"/models-quant/*/config.json; do
+    dir=$(dirname "$cfg") model=$(basename "$(dirname "$cfg")")
+    python3 - "$dir/reference.json" > "$tmp/in.jsonl" <<'PY'
 import json, sys
 for p in json.load(open(sys.argv[1]))["prompts"]:
     print(json.dumps({"id": p["name"], "prompt_ids": p["ids"], "max_tokens": 24,
                       "temperature": 0, "prompt_logprobs": 0, "ignore_eos": True}))
 PY
-        "$REDLM" generate --backend cuda --model "$dir" --input "$tmp/in.jsonl" \
-            --output "$tmp/out.jsonl" 2> "$tmp/err" || { cat "$tmp/err"; exit 1; }
-        grep -h "FP8 W8A8" "$tmp/err" || true
-        python3 - "$dir/reference.json" "$tmp/out.jsonl" "$model" <<'PY'
+    "$REDLM" generate --backend cuda --model "$dir" --input "$tmp/in.jsonl" \
+        --output "$tmp/out.jsonl" 2> "$tmp/err" || { cat "$tmp/err"; exit 1; }
+    grep -h "FP8 W8A8" "$tmp/err" || true
+    python3 - "$dir/reference.json" "$tmp/out.jsonl" "$model" <<'PY'
 import json, sys
 ref = json.load(open(sys.argv[1]))["prompts"]
 got = {r["id"]: r for r in map(json.loads, open(sys.argv[2])) if r.get("event") == "done"}
@@ -57,9 +57,7 @@ for p in ref:
 print("  %s: %d prompts, prompt logprobs within %.4f (bound %g)" % (sys.argv[3], len(ref), worst, tol))
 sys.exit(bad)
 PY
-    done
 done
-unset RL_CUDA_GENERIC
 
 # The memory plan's bytes for quantized layers against what the GPU holds.
 for q in awq gptq fp8; do
