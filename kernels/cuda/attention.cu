@@ -19,7 +19,7 @@
  * tensor cores (the group as the rows of one m16n8k16 tile).  Splits of one
  * sequence merge in the same kernel: on Hopper, up to 8 splits are one
  * thread-block cluster and merge through distributed shared memory (batch-1
- * decode 1-1.5 % faster a step on an H100, PERF.md v38); more, or on older
+ * decode 1-1.6 % faster a step on an H100, PERF.md v38); more, or on older
  * GPUs, the last one to finish merges them from memory.  They
  * are whole 128-key units (two tiles a warp): 64-key units, more and shorter
  * blocks where a step has few, measured no faster on an H200 (PERF.md v26;
