@@ -30,12 +30,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kernels/comm.h"
 #include "kernels/gpuinfo.h"
 #include "kernels/shard.h"
+#include "worker/lib/now.h"
 
 /* Micro-batches queued at once; ranks_submit waits while the queue is full. */
 #define RANKS_QUEUE 64
@@ -47,7 +47,7 @@
  * kernels/PERF.md v37-v38) against a core kept busy meanwhile, as CUDA's
  * own stream synchronisation does.  CPU ranks never spin: their cores
  * compute. */
-#define RANKS_SPIN_NS 20000000LL
+#define RANKS_SPIN_S 0.020
 
 typedef struct ranksItem {
     rlBatch b;              /* the micro-batch, pointing into the caller's arrays */
@@ -89,7 +89,7 @@ struct rlRanks {
     /* Items [head, tail) are queued; head is the oldest unfinished.  Written
      * under mu; atomic so a spinning thread may read them without it. */
     _Atomic uint64_t head, tail;
-    long long spin_ns;      /* RANKS_SPIN_NS on GPUs, 0 on CPU ranks */
+    double spin_s;          /* RANKS_SPIN_S on GPUs, 0 on CPU ranks */
     int starting;           /* ranks still setting up */
     int met[2];             /* ranks arrived at each set-up meeting point */
     long long meet_min[2];  /* the smallest value brought to it */
@@ -101,22 +101,16 @@ struct rlRanks {
 
 static int ranks_reporter(const rlRanks *r) { return (r->o.pp - 1) * r->o.tp; }
 
-static long long ranks_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Spin, without the mutex and yielding the core to anything runnable, until
- * *v reaches target or r->spin_ns passes.  Only a shortcut: the caller then
+ * *v reaches target or r->spin_s passes.  Only a shortcut: the caller then
  * takes the mutex and waits on the condition variable as before, which also
  * covers quitting and failures (a failed layout still drains its queue, so
  * head keeps moving). */
 static void ranks_spin(const rlRanks *r, const _Atomic uint64_t *v, uint64_t target) {
-    if (!r->spin_ns || atomic_load(v) >= target) return;
-    long long until = ranks_now_ns() + r->spin_ns;
+    if (!r->spin_s || atomic_load(v) >= target) return;
+    double until = now_s() + r->spin_s;
     for (unsigned i = 1; atomic_load(v) < target; i++) {
-        if (i % 64 == 0 && ranks_now_ns() > until) return;
+        if (i % 64 == 0 && now_s() > until) return;
         sched_yield();
     }
 }
@@ -375,7 +369,7 @@ rlRanks *ranks_open(const rlRanksOptions *o, rlError *err) {
     r->o = *o;
     r->n = o->tp * o->pp;
     r->threaded = r->n > 1 || o->collectives || o->thread;
-    r->spin_ns = o->backend && strcmp(o->backend, "cpu") ? RANKS_SPIN_NS : 0;
+    r->spin_s = o->backend && strcmp(o->backend, "cpu") ? RANKS_SPIN_S : 0;
     r->n_blocks = o->n_blocks;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
