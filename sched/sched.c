@@ -1,7 +1,6 @@
 /* sched.c: step building, admission, forking of samples and preemption.
  *
- * Requests live in two arrays kept in run order (priority, then arrival;
- * with longest_first, priority, then max_tokens, largest first, then arrival):
+ * Requests live in two arrays kept in run order (priority, then arrival):
  * running (holding blocks) and waiting (new or preempted).  Insertion is a
  * binary search plus a memmove: O(n) per admission, negligible next to a
  * forward step even with thousands queued; a heap would lose the cheap
@@ -143,18 +142,16 @@ int sched_max_tokens(const rlSched *s, int n_prompt, int n) {
 }
 
 /* a runs before b */
-static int req_before(const rlSched *s, const rlSchedReq *a, const rlSchedReq *b) {
+static int req_before(const rlSchedReq *a, const rlSchedReq *b) {
     if (a->priority != b->priority) return a->priority < b->priority;   /* lower first, as vLLM */
-    if (s->cfg.longest_first && a->max_tokens != b->max_tokens)
-        return a->max_tokens > b->max_tokens;
     return a->arrival < b->arrival;
 }
 
-static void list_insert(const rlSched *s, rlSchedReq **list, int *n, rlSchedReq *r) {
+static void list_insert(rlSchedReq **list, int *n, rlSchedReq *r) {
     int lo = 0, hi = *n;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if (req_before(s, list[mid], r)) lo = mid + 1;
+        if (req_before(list[mid], r)) lo = mid + 1;
         else hi = mid;
     }
     memmove(list + lo + 1, list + lo, (size_t)(*n - lo) * sizeof(*list));
@@ -225,7 +222,7 @@ rlSchedAdd sched_add(rlSched *s, const rlSchedParams *p, rlSchedReq **out) {
     r->arrival = s->next_arrival++;
     r->all_index = s->n_all;
     s->all[s->n_all++] = r;
-    list_insert(s, s->waiting, &s->n_waiting, r);
+    list_insert(s->waiting, &s->n_waiting, r);
     *out = r;
     return RL_SCHED_OK;
 }
@@ -264,7 +261,7 @@ static void req_preempt(rlSched *s, rlStep *p, rlSchedReq *r) {
     list_remove(s->running, &s->n_running, r);
     r->state = RL_REQ_PREEMPTED;
     r->n_preemptions++;
-    list_insert(s, s->waiting, &s->n_waiting, r);
+    list_insert(s->waiting, &s->n_waiting, r);
     s->preemptions++;
     p->n_preempted++;
 }
@@ -458,7 +455,7 @@ static int plan_admit(rlSched *s, rlStep *p, rlSchedReq *r, int *budget, int *ro
     if (!r->started) r->cached_tokens = q->n_computed;
     r->started = 1;
     list_remove(s->waiting, &s->n_waiting, r);
-    list_insert(s, s->running, &s->n_running, r);
+    list_insert(s->running, &s->n_running, r);
     r->state = RL_REQ_RUNNING;
     *n_running_seqs += active;
     *rows -= plan_seq(s, p, r, lead, chunk);

@@ -3,8 +3,7 @@
  * The scheduler decides, once per step, which tokens of which sequences run:
  * every running decode first (one token each), then chunks of the running
  * requests' prompts, then waiting requests in order of priority and arrival
- * (or of priority, then most max_tokens: longest_first) while the step's
- * sequence and token budgets and the KV pool allow (chunked
+ * while the step's sequence and token budgets and the KV pool allow (chunked
  * prefill: a long prompt spreads over steps, so decodes are never starved).  It owns
  * block numbers and never memory; its step plan is a plain struct of arrays
  * that maps one to one onto kernels/batch.h's rlBatch.
@@ -49,10 +48,6 @@ typedef struct rlSchedConfig {
     int pipeline_depth;         /* steps the caller keeps in flight; each then takes
                                  * about 1/depth of the sequences (0 or 1: one step
                                  * at a time, each taking all it can) */
-    int longest_first;          /* among equal priorities, the request with the most
-                                 * max_tokens first, then arrival (--scheduling-policy
-                                 * lof): an offline batch's long decodes start early
-                                 * instead of trailing alone at the end */
 } rlSchedConfig;
 
 /* Logit rows one step may hold under cfg: one per sequence for sampling,

@@ -836,38 +836,6 @@ static void test_priority_and_deadline(void **state) {
     sched_free(s);
 }
 
-/* --scheduling-policy lof: among equal priorities the most max_tokens start first, ties by
- * arrival; a lower priority value still goes before any of them. */
-static void test_longest_first(void **state) {
-    (void)state;
-    rlSchedConfig c = config(64, 1, 256, 1);
-    c.longest_first = 1;
-    rlSched *s = sched_create(&c);
-    int32_t prompt[4] = {1, 2, 3, 4};
-    static const int max_tokens[] = {4, 9, 2, 9, 6};
-    rlSchedReq *r[6];
-    for (int i = 0; i < 5; i++) {
-        rlSchedParams p = {.prompt = prompt, .n_prompt = 4, .n = 1, .max_tokens = max_tokens[i]};
-        assert_int_equal(sched_add(s, &p, &r[i]), RL_SCHED_OK);
-    }
-    rlSchedParams urgent = {.prompt = prompt, .n_prompt = 4, .n = 1, .max_tokens = 1,
-                            .priority = -1};
-    assert_int_equal(sched_add(s, &urgent, &r[5]), RL_SCHED_OK);
-    static const int order[] = {5, 1, 3, 4, 0, 2};
-    rlStep *pl = sched_step_create(s);
-    for (int i = 0; i < 6; i++) {
-        assert_int_equal(sched_step(s, 0, pl), 0);
-        assert_int_equal(pl->n_seqs, 1);
-        assert_ptr_equal(pl->seq_req[0], r[order[i]]);
-        sched_finish_seq(s, r[order[i]], 0);
-        sched_remove(s, r[order[i]]);
-    }
-    assert_false(sched_has_work(s));
-    assert_int_equal(sched_check(s), 0);
-    sched_step_free(pl);
-    sched_free(s);
-}
-
 /* Unreferenced cached blocks are evicted oldest first. */
 static void test_lru_eviction(void **state) {
     (void)state;
@@ -996,7 +964,6 @@ int main(void) {
         cmocka_unit_test(test_in_flight),
         cmocka_unit_test(test_pipeline_samples_together),
         cmocka_unit_test(test_priority_and_deadline),
-        cmocka_unit_test(test_longest_first),
         cmocka_unit_test(test_lru_eviction),
         cmocka_unit_test(test_random_property),
     };

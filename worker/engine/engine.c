@@ -418,7 +418,7 @@ rlEngine *engine_open(const rlEngineOptions *opt, rlError *err) {
     rlSchedConfig sc = {.block_size = o->block_size, .max_num_seqs = o->max_num_seqs,
                         .max_num_batched_tokens = o->max_num_batched_tokens,
                         .max_model_len = o->max_model_len, .prefix_caching = o->prefix_caching,
-                        .pipeline_depth = o->pp, .longest_first = o->longest_first};
+                        .pipeline_depth = o->pp};
     e->max_rows = sched_config_max_rows(&sc);
     if (engine_ranks_open(e, dtype, err)) goto fail;
     n_blocks = sc.n_blocks = e->n_blocks = ranks_n_blocks(e->ranks);

@@ -33,8 +33,6 @@ typedef struct rlEngineOptions {
     int max_num_batched_tokens; /* 0 (default): chosen at open from the GPU and model,
                                  * as vLLM does (engine_default_batch) */
     int offline;                /* redlm generate: vLLM's offline (LLM class) defaults */
-    int longest_first;          /* --scheduling-policy lof: among equal priorities, the
-                                 * most max_tokens first (sched.h) */
     int batch_invariant;        /* --batch-invariant: a token's numbers independent of the
                                  * batch and of the prompt's chunking (CPU; CUDA up to --tp 2) */
     int enforce_eager;          /* --enforce-eager: CUDA decode steps without graphs */

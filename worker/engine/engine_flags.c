@@ -11,9 +11,6 @@ const rlFlagChoice engine_generation_configs[] = {{"auto", NULL, 0}, {"vllm", NU
 const rlFlagChoice engine_quantizations[] = {
     {"awq", NULL, 0},        {"gptq", NULL, 0},          {"fp8", NULL, 0},
     {"awq_marlin", "awq", 0}, {"gptq_marlin", "gptq", 0}, {NULL, NULL, 0}};
-/* vLLM's --scheduling-policy names, SGLang's lof (longest output first). */
-static const rlFlagChoice engine_scheduling_policies[] = {
-    {"fcfs", NULL, 0}, {"priority", NULL, 0}, {"lof", NULL, 1}, {NULL, NULL, 0}};
 const rlFlagChoice engine_dtypes[] = {
     {"auto", NULL, 0}, {"bf16", NULL, 0}, {"fp16", NULL, 0}, {"fp32", NULL, 0},
     {"bfloat16", "bf16", 0}, {"float16", "fp16", 0}, {"half", "fp16", 0},
@@ -124,14 +121,6 @@ void engine_flags_add(rlFlags *fs, rlEngineFlags *f) {
                "auto: the model's generation_config.json sampling\n"
                "defaults fill the fields a request leaves out\n"
                "(as vLLM; default); vllm: none, the protocol's defaults");
-    flags_enum_int(fs, "--scheduling-policy", &o->longest_first, engine_scheduling_policies,
-                   "the order waiting requests start in: fcfs (default):\n"
-                   "by each request's priority, lower first, then arrival\n"
-                   "(vLLM's priority policy; with no priorities given,\n"
-                   "first come first served; priority is the same); lof:\n"
-                   "by priority, then the most max_tokens first (longest\n"
-                   "output first), so an offline batch's long decodes\n"
-                   "start early instead of trailing at its end");
     flags_bool(fs, "--batch-invariant", &o->batch_invariant,
                "bit-identical tokens and logprobs whatever else is\n"
                "in the batch and however a prompt is chunked, at a\n"
