@@ -69,7 +69,7 @@ OBJ      = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(patsubst %.cu,$(BUILD)/%.o,$(CU
 LIBOBJ   = $(filter-out $(BUILD)/worker/main.o,$(OBJ))
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
-.PHONY: all deps test test-asan bench test-gpu bench-gpu demo fuzz clean fixtures models FORCE
+.PHONY: all deps test test-asan bench test-gpu bench-gpu gemm-sm90-check demo fuzz clean fixtures models FORCE
 all: $(BUILD)/redlm models
 
 # What this build is: rewritten only when it changes, so main.o (its only
@@ -147,6 +147,13 @@ test-gpu: $(BUILD)/redlm $(TESTS) fixtures models
 
 bench-gpu: $(BUILD)/redlm fixtures
 	BUILD=$(BUILD) scripts/bench-gpu
+
+# A kernel in development (kernels/cuda/proto/README.md), built on request only.
+gemm-sm90-check: $(BUILD)/proto/gemm_sm90_check
+$(BUILD)/proto/gemm_sm90_check: kernels/cuda/proto/gemm_sm90_check.cu kernels/cuda/proto/gemm_sm90.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -o $@ $< \
+	    $(addprefix -L,$(CUDA_LIBDIRS)) $(addprefix -Xlinker -rpath$(comma),$(CUDA_LIBDIRS)) -lcublas
 
 demo: $(BUILD)/redlm models
 	BUILD=$(BUILD) scripts/demo
