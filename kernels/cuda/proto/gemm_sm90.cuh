@@ -62,6 +62,23 @@ static __device__ __forceinline__ void hg_tma_2d(void *dst, const CUtensorMap *m
         "l"((uint64_t)map), "r"(hg_smem(bar)), "r"(c0), "r"(c1)
         : "memory");
 }
+/* The same box into the same offset of every CTA in mask (cluster ranks),
+ * each CTA's barrier at bar's offset counting its bytes. */
+static __device__ __forceinline__ void hg_tma_2d_mc(void *dst, const CUtensorMap *map,
+                                                    uint64_t *bar, int c0, int c1, uint16_t mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(hg_smem(dst)),
+        "l"((uint64_t)map), "r"(hg_smem(bar)), "r"(c0), "r"(c1), "h"(mask)
+        : "memory");
+}
+/* An arrival on the barrier at b's offset in cluster rank `rank`. */
+static __device__ __forceinline__ void hg_bar_arrive_at(uint64_t *b, unsigned rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(hg_smem(b)), "r"(rank));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
+                 : "memory");
+}
 /* A wgmma descriptor of a K-major tile in 128-byte swizzle: rows of 128 bytes,
  * 8-row atoms 1024 bytes apart. */
 static __device__ __forceinline__ uint64_t hg_desc(const void *p) {
@@ -92,9 +109,11 @@ static __device__ __forceinline__ void hg_wgmma(float (&d)[64], uint64_t da, uin
 }
 #endif
 
-/* Grid (N / 128 tiles, 1, S) in clusters of (1, 1, S); K / 64 k-tiles dealt to the S ranks
- * in contiguous runs. */
-template <bool PIPE>
+/* Grid (N / 128 tiles rounded up to CN, 1, S) in clusters of (CN, 1, S): the
+ * CN column tiles of a cluster share the activations, each loading 256 / CN
+ * of their rows and multicasting them to the others (CN = 1: one CTA loads
+ * them all); the S ranks along z split K's 64-wide tiles in contiguous runs. */
+template <int CN>
 __global__ void __launch_bounds__(HG_THREADS, 1)
 hg_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tw,
           __nv_bfloat16 *out, const __nv_bfloat16 *bias, int M, int N, int K) {
@@ -105,23 +124,31 @@ hg_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtens
     uint64_t *full = (uint64_t *)(sm + HG_STAGES * HG_STAGE_BYTES);
     uint64_t *empty = full + HG_STAGES;
     cg::cluster_group cl = cg::this_cluster();
-    const int S = (int)cl.num_blocks(), rank = (int)cl.block_rank();
-    const int kt = K / HG_BK, k0 = (int)((long)kt * rank / S), k1 = (int)((long)kt * (rank + 1) / S);
+    const int cx = (int)cl.block_index().x, cz = (int)cl.block_index().z;
+    const int S = (int)cl.dim_blocks().z;
+    const int kt = K / HG_BK, k0 = (int)((long)kt * cz / S), k1 = (int)((long)kt * (cz + 1) / S);
     const int n0 = blockIdx.x * HG_BN, wg = threadIdx.x / 128, t = threadIdx.x % 128;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < HG_STAGES; s++) hg_bar_init(full + s, 1), hg_bar_init(empty + s, 2);
+        /* a stage is free again once both consumer warpgroups of every CTA
+         * it is multicast to have read it */
+        for (int s = 0; s < HG_STAGES; s++) hg_bar_init(full + s, 1), hg_bar_init(empty + s, 2 * CN);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    cl.sync();   /* no CTA multicasts into another before its barriers exist */
     float acc[2][64];
     if (wg == 0) {
         if (t == 0) {
+            const uint16_t pair = (uint16_t)(((1u << CN) - 1) << (CN * cz));
             for (int i = 0; i < k1 - k0; i++) {
                 const int s = i % HG_STAGES, round = i / HG_STAGES;
                 if (round) hg_bar_wait(empty + s, (round - 1) & 1);
                 unsigned char *st = sm + s * HG_STAGE_BYTES;
                 hg_bar_expect(full + s, HG_STAGE_BYTES);
-                hg_tma_2d(st, &ta, full + s, (k0 + i) * HG_BK, 0);
+                if (CN == 1)
+                    hg_tma_2d(st, &ta, full + s, (k0 + i) * HG_BK, 0);
+                else
+                    hg_tma_2d_mc(st + cx * (HG_A_BYTES / CN), &ta, full + s, (k0 + i) * HG_BK,
+                                 cx * (HG_BM / CN), pair);
                 hg_tma_2d(st + HG_A_BYTES, &tw, full + s, (k0 + i) * HG_BK, n0);
             }
         }
@@ -144,16 +171,13 @@ hg_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtens
                 hg_wgmma(acc[1], hg_desc(a + 64 * 128 + kk * 32), db, 1);
             }
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            if (PIPE) {
-                /* the stage before this one is read: give it back */
-                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-                if (t == 0 && i) hg_bar_arrive(empty + (i - 1) % HG_STAGES);
-            } else {
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                if (t == 0) hg_bar_arrive(empty + s);
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            if (t == 0) {
+                if (CN == 1) hg_bar_arrive(empty + s);
+                else
+                    for (int x = 0; x < CN; x++) hg_bar_arrive_at(empty + s, x + CN * cz);
             }
         }
-        if (PIPE) asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     }
     /* Every stage is consumed: the stages' memory takes this rank's fp32 partial. */
     __syncthreads();
@@ -173,15 +197,17 @@ hg_kernel(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtens
         }
     }
     cl.sync();
-    /* This rank's share of the rows: every rank's partial summed in rank order. */
+    /* This rank's share of the rows: the partials of its column tile's S
+     * ranks summed in k order. */
     const int rows = M < HG_BM ? M : HG_BM, per = (rows + S - 1) / S;
-    const int r0 = rank * per, r1 = min(rows, r0 + per);
+    const int r0 = cz * per, r1 = min(rows, r0 + per);
     for (int e = r0 * (HG_BN / 4) + threadIdx.x; e < r1 * (HG_BN / 4); e += HG_THREADS) {
         const int r = e / (HG_BN / 4), col = 4 * (e % (HG_BN / 4)), n = n0 + col;
         if (n >= N) continue;
         float4 v = make_float4(0, 0, 0, 0);
         for (int z = 0; z < S; z++) {
-            const float4 p = *(const float4 *)(cl.map_shared_rank(part, z) + r * HG_PART_LD + col);
+            const float4 p =
+                *(const float4 *)(cl.map_shared_rank(part, cx + CN * z) + r * HG_PART_LD + col);
             v.x += p.x, v.y += p.y, v.z += p.z, v.w += p.w;
         }
         if (bias) {
@@ -217,24 +243,25 @@ static int hg_map(CUtensorMap *map, const void *p, int rows, int K, int box_rows
     return r == CUDA_SUCCESS ? 0 : -1;
 }
 
-template <bool PIPE>
+template <int CN>
 static cudaError_t hg_gemm(cudaStream_t st, __nv_bfloat16 *out, const __nv_bfloat16 *a,
                            const __nv_bfloat16 *w, const __nv_bfloat16 *bias, int M, int N, int K,
                            int S) {
     CUtensorMap ta, tw;
-    if (hg_map(&ta, a, M, K, HG_BM) || hg_map(&tw, w, N, K, HG_BN)) return cudaErrorInvalidValue;
-    cudaFuncSetAttribute(hg_kernel<PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, HG_SMEM);
+    if (hg_map(&ta, a, M, K, HG_BM / CN) || hg_map(&tw, w, N, K, HG_BN))
+        return cudaErrorInvalidValue;
+    cudaFuncSetAttribute(hg_kernel<CN>, cudaFuncAttributeMaxDynamicSharedMemorySize, HG_SMEM);
     cudaLaunchAttribute attr[1] = {};
     attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.x = CN;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = S;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((N + HG_BN - 1) / HG_BN, 1, S);
+    cfg.gridDim = dim3((N + HG_BN * CN - 1) / (HG_BN * CN) * CN, 1, S);
     cfg.blockDim = dim3(HG_THREADS);
     cfg.dynamicSmemBytes = HG_SMEM;
     cfg.stream = st;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, hg_kernel<PIPE>, ta, tw, out, bias, M, N, K);
+    return cudaLaunchKernelEx(&cfg, hg_kernel<CN>, ta, tw, out, bias, M, N, K);
 }

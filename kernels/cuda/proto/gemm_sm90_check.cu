@@ -1,7 +1,8 @@
 /* gemm_sm90_check.cu: gemm_sm90.cuh's kernel against a plain reference
  * (error relative to each output's sum of |a w|, bound 1e-2) and timed
  * beside cuBLAS on the same shapes (Qwen2.5-7B's layers at 256 rows and
- * odd ones), each S (1-4 CTAs over k) and both stage releases; the weights
+ * odd ones), each S (1-4 CTAs over k) and CN (1 or 2 column tiles sharing
+ * the activations' loads); the weights
  * rotate over copies larger than the L2 together, as a decode step reads
  * them.  Exit 1 when an output is off. */
 #include <cublas_v2.h>
@@ -67,15 +68,15 @@ int main(int argc, char **argv) {
         CK(cudaMemcpy(r.data(), ref, r.size() * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(g.data(), mag, g.size() * 4, cudaMemcpyDeviceToHost));
         for (int v = 0; v < 8; v++) {
-            const int S = v % 4 + 1, pipe = v / 4;
+            const int S = v % 4 + 1, cn = v / 4 + 1;
             auto run = [&](const __nv_bfloat16 *wp) {
-                return pipe ? hg_gemm<true>(0, out, a, wp, bias, M, N, K, S)
-                            : hg_gemm<false>(0, out, a, wp, bias, M, N, K, S);
+                return cn == 2 ? hg_gemm<2>(0, out, a, wp, bias, M, N, K, S)
+                               : hg_gemm<1>(0, out, a, wp, bias, M, N, K, S);
             };
             CK(cudaMemset(out, 0xff, (size_t)M * N * 2));
             CK(run(w));
             cudaError_t e = cudaDeviceSynchronize();
-            if (e != cudaSuccess) { printf("%d x %d x %d S %d pipe %d: %s\n", M, N, K, S, pipe, cudaGetErrorString(e)); return 1; }
+            if (e != cudaSuccess) { printf("%d x %d x %d S %d cn %d: %s\n", M, N, K, S, cn, cudaGetErrorString(e)); return 1; }
             CK(cudaMemcpy(o.data(), out, o.size() * 2, cudaMemcpyDeviceToHost));
             double worst = 0;
             size_t wi = 0;
@@ -108,8 +109,8 @@ int main(int argc, char **argv) {
             CK(cudaGetLastError());
             const double us_hg = ms_hg * 1000 / reps, us_cb = ms_cb * 1000 / reps;
             const double gb = ((double)N * K * 2 + (double)M * K * 2) / 1e9;
-            printf("%4d x %5d x %5d S %d pipe %d: err %.2e (at %zu: %g vs %g)  hg %7.1f us (%5.2f TB/s, %4.0f TFLOP/s)  cublas %7.1f us (%5.2f TB/s)\n",
-                   M, N, K, S, pipe, worst, wi, (double)__bfloat162float(o[wi]), (double)r[wi], us_hg,
+            printf("%4d x %5d x %5d S %d cn %d: err %.2e (at %zu: %g vs %g)  hg %7.1f us (%5.2f TB/s, %4.0f TFLOP/s)  cublas %7.1f us (%5.2f TB/s)\n",
+                   M, N, K, S, cn, worst, wi, (double)__bfloat162float(o[wi]), (double)r[wi], us_hg,
                    gb / us_hg * 1e3, 2.0 * M * N * K / us_hg / 1e6, us_cb,
                    gb / us_cb * 1e3);
         }
