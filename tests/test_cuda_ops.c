@@ -432,13 +432,17 @@ static void rope_ref(float *x, int D, int pos, const double *table, double scale
     }
 }
 
-/* decode: every sequence has one new token (the backend's decode-only path).
- * cached: each sequence's cached prefix. */
+/* decode 1: every sequence has one new token (the backend's decode-only
+ * path); 2: the first two have one, the others a chunk (a step of chunked
+ * prefill beside running sequences, which the scheduler orders decodes
+ * first); 0: chunks, the last sequence one token.  cached: each sequence's
+ * cached prefix. */
 static void run_attention_case(rlBackend *be, const AttCase *ac, int decode, const int cached[4]) {
     rlDtype t = be->act_dtype;
     const int bs = 16, n_blocks = 160, layers = 2, layer = 1, D = ac->head_dim;
     const int n_seqs = 4;
-    const int fresh[4] = {decode ? 1 : 13, decode ? 1 : 5, decode ? 1 : 150, 1};
+    static const int fresh_of[3][4] = {{13, 5, 150, 1}, {1, 1, 1, 1}, {1, 1, 150, 13}};
+    const int *fresh = fresh_of[decode];
     rlError err;
     assert_int_equal(be->ops->kv_init(be, layers, n_blocks, bs, ac->n_kv, D, &err), 0);
     int perm[160];
@@ -542,7 +546,8 @@ static void run_attention_case(rlBackend *be, const AttCase *ac, int decode, con
                         }
                     }
             char what[64];
-            snprintf(what, sizeof what, "attention%s hd%d q%d/kv%d@%d", decode ? " decode" : "",
+            snprintf(what, sizeof what, "attention%s hd%d q%d/kv%d@%d",
+                     decode == 2 ? " mixed" : decode ? " decode" : "",
                      D, ac->n_q, ac->n_kv, ac->q_head0);
             check_close(be, what, out, ref, (size_t)n * ac->n_q * D);
             free(out), free(ref), free(sc);
@@ -570,12 +575,15 @@ static void test_attention(void **state) {
      * prefix, a long chunk after a long prefix (several query tiles, the
      * diagonal across key tiles), a long decode.  Decode again over at most
      * 701 keys: few enough splits to merge over a cluster on Hopper (the
-     * longer ones merge through memory), an empty split included. */
+     * longer ones merge through memory), an empty split included.  Then a
+     * mixed step: two decode rows ahead of two chunks. */
     const int cached[4] = {0, 20, 700, 1500}, cached_short[4] = {0, 20, 300, 700};
+    const int cached_mixed[4] = {1500, 40, 0, 300};
     for (int d = 0; d < 2; d++)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             for (int decode = 0; decode < 2; decode++)
                 run_attention_case(backends[d], &cases[i], decode, cached);
+            run_attention_case(backends[d], &cases[i], 2, cached_mixed);
             run_attention_case(backends[d], &cases[i], 1, cached_short);
         }
 }

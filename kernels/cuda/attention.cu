@@ -27,6 +27,11 @@
  * 1 and 4, against 3.29 and 7.03), and slower once the merge loaded its
  * partials together (v33, an H100: 3.35-3.38 ms against 3.30-3.31).
  *
+ * In a step that prefills beside running sequences, RL_CUDA_MIXED_DECODE=1
+ * (written without a GPU, off until measured: PERF.md v40) gives the
+ * step's leading one-token sequences to the decode kernel and the rest to
+ * the prefill kernel, which otherwise takes them all.
+ *
  * Prefill steps with head dims 64 or 128 take attention_fa_kernel: the same
  * tiling of (token, query head) rows by KV head, on tensor cores (mma.sync
  * m16n8k16, bf16 or fp16 in, fp32 accumulate), flash-attention 2 style:
@@ -933,8 +938,22 @@ static bool attention_decode_fits(const rlCuda *c, int D, int g_max) {
         const char *e = getenv("RL_CUDA_DECODE_ATTN");
         off = e && !strcmp(e, "0");
     }
-    return !off && c->max_new == 1 && c->n_tokens == c->n_seqs && (D == 64 || D == 128) &&
-           g_max <= DEC_G && c->kv_block_size % DEC_TILE == 0;
+    return !off && (D == 64 || D == 128) && g_max <= DEC_G && c->kv_block_size % DEC_TILE == 0;
+}
+
+/* A step that prefills and decodes (chunked prefill beside running
+ * sequences): its leading one-token sequences take the decode kernel and the
+ * rest the prefill kernel, instead of the prefill kernel for all, whose grid
+ * gives every decode row as many query tiles as the longest chunk needs
+ * (mostly empty blocks) and no split of its keys.  RL_CUDA_MIXED_DECODE=1:
+ * written without a GPU, off until measured (PERF.md v40). */
+static bool attention_mixed_split(const rlCuda *c) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("RL_CUDA_MIXED_DECODE");
+        on = e && !strcmp(e, "1");
+    }
+    return on && c->max_new > 1 && c->lead_decode > 0 && c->lead_decode < c->n_seqs;
 }
 
 /* The decode kernel's shared memory: every warp's ring of K and V tiles. */
@@ -1005,15 +1024,16 @@ static void attention_decode_launch(rlCuda *c, T *out, const T *qkv, const AttAr
                "attention (decode)");
 }
 
+/* The decode kernel over sequences 0 .. n_seqs - 1 of a (each one new token). */
 template <typename T>
-static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a) {
+static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a, int n_seqs) {
     /* Split only as far as one wave of resident blocks goes: each block
      * pays a fixed start (the batch's indices, Q, the first tiles' latency)
      * and a split its merge, so more blocks than the GPU holds at once cost
      * more than they balance (PERF.md v7).  Splits are whole numbers of
      * DEC_MIN_SPLIT keys (finer units measured no faster: the top of this
      * file). */
-    int base = c->n_seqs * a.n_kv;
+    int base = n_seqs * a.n_kv;
     int slots = c->sm_count * c->dec_blocks_per_sm[a.D == 128];
     int splits = slots / base, most = (c->att_len + DEC_MIN_SPLIT - 1) / DEC_MIN_SPLIT;
     if (splits > most) splits = most;
@@ -1054,23 +1074,26 @@ static bool attention_mma_fits(int D) {
 }
 
 template <typename T, int D>
-static void attention_fa_launch(rlCuda *c, T *out, const T *qkv, const AttArgs &a, int g_max) {
+static void attention_fa_launch(rlCuda *c, T *out, const T *qkv, const AttArgs &a, int g_max,
+                                int n_seqs) {
     const int tiles = (c->max_new * g_max + FA_ROWS - 1) / FA_ROWS;
     if (tiles > 65535) {
         cuda_fail(c, RL_EUSAGE, "attention (prefill): %d query tiles in one sequence, more than "
                   "the 65,535 one launch takes; lower --max-num-batched-tokens", tiles);
         return;
     }
-    const dim3 grid(c->n_seqs * a.n_kv, tiles);
+    const dim3 grid(n_seqs * a.n_kv, tiles);
     attention_fa_kernel<T, D><<<grid, FA_WARPS * 32, attention_fa_smem<T, D>(), c->stream>>>(
         out, qkv, (const T *)c->k_cache, (const T *)c->v_cache, a);
 }
 
+/* The prefill kernel over sequences 0 .. n_seqs - 1 of a. */
 template <typename T>
-static void attention_mma_run(rlCuda *c, T *out, const T *qkv, const AttArgs &a, int g_max) {
+static void attention_mma_run(rlCuda *c, T *out, const T *qkv, const AttArgs &a, int g_max,
+                              int n_seqs) {
     PROF(c, "attention prefill (mma)");
-    if (a.D == 64) attention_fa_launch<T, 64>(c, out, qkv, a, g_max);
-    else attention_fa_launch<T, 128>(c, out, qkv, a, g_max);
+    if (a.D == 64) attention_fa_launch<T, 64>(c, out, qkv, a, g_max, n_seqs);
+    else attention_fa_launch<T, 128>(c, out, qkv, a, g_max, n_seqs);
     cuda_launched(c, "attention (prefill)");
 }
 
@@ -1150,18 +1173,30 @@ void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const 
     /* --batch-invariant: the prefill kernel for every step, decode rows too
      * (the decode kernel's splits and warp merge follow the batch), else the
      * tiled kernel unsplit (attention_run). */
-    if (!c->invariant && attention_decode_fits(c, a.D, g_max)) {
+    const bool decode_ok = !c->invariant && attention_decode_fits(c, a.D, g_max);
+    if (decode_ok && c->max_new == 1 && c->n_tokens == c->n_seqs) {
         if (be->act_dtype == RL_F16)
-            attention_decode_run<f16>(c, (f16 *)out, (const f16 *)qkv, a);
+            attention_decode_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, c->n_seqs);
         else
-            attention_decode_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a);
+            attention_decode_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, c->n_seqs);
         return;
     }
     if ((c->max_new > 1 || c->invariant) && attention_mma_fits(a.D)) {
+        int lead = 0;
+        if (decode_ok && attention_mixed_split(c)) {
+            lead = c->lead_decode;
+            if (be->act_dtype == RL_F16)
+                attention_decode_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, lead);
+            else
+                attention_decode_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, lead);
+            a.split_len = 0, a.part = NULL, a.count = NULL;
+            a.seq_start += lead, a.seq_len += lead;
+            a.block_tables += (size_t)lead * c->max_blocks;
+        }
         if (be->act_dtype == RL_F16)
-            attention_mma_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, g_max);
+            attention_mma_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, g_max, c->n_seqs - lead);
         else
-            attention_mma_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, g_max);
+            attention_mma_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, g_max, c->n_seqs - lead);
         return;
     }
     if (be->act_dtype == RL_F16)

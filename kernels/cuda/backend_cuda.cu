@@ -213,9 +213,10 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     if (rl_batch_check(b, c->kv_blocks, c->kv_block_size, err)) return -1;
     cudaSetDevice(c->device);
     PROF(c, "begin_step (H2D)");
-    int max_new = 0, max_seq_len = 0;
+    int max_new = 0, max_seq_len = 0, lead = -1;
     for (int s = 0; s < b->n_seqs; s++) {
         int n_new = b->seq_start[s + 1] - b->seq_start[s];
+        if (n_new != 1 && lead < 0) lead = s;
         if (n_new > max_new) max_new = n_new;
         if (b->seq_len[s] > max_seq_len) max_seq_len = b->seq_len[s];
     }
@@ -290,6 +291,7 @@ static int cuda_begin_step(rlBackend *be, const rlBatch *b, rlError *err) {
     c->n_rows = b->n_rows;
     c->max_blocks = pitch;
     c->max_new = max_new;
+    c->lead_decode = lead < 0 ? b->n_seqs : lead;
     c->max_seq_len = max_seq_len;
     c->att_len = c->graph_shape ? pitch * c->kv_block_size : max_seq_len;
     return cuda_take_error(c, err);

@@ -83,6 +83,8 @@ typedef struct rlCuda {
     size_t stage_cap;
     int n_seqs, n_tokens, n_rows, max_blocks;
     int max_new;        /* most new tokens of one sequence in this step */
+    int lead_decode;    /* sequences of one new token before the step's first longer one
+                         * (the scheduler puts running decodes first) */
     int max_seq_len;    /* longest KV length in this step */
     int32_t *d_tokens, *d_positions, *d_slots, *d_seq_start, *d_seq_len, *d_block_tables;
     rlRowSpec *d_rows;
