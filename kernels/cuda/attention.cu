@@ -1134,6 +1134,31 @@ static void attention_run(rlCuda *c, T *out, const T *qkv, AttArgs a, int tiles)
     }
 }
 
+/* The kernels a step's attention takes.  --batch-invariant: the prefill
+ * kernel for every step, decode rows too (the decode kernel's splits and
+ * warp merge follow the batch), else the tiled kernel unsplit
+ * (attention_run). */
+template <typename T>
+static void attention_step(rlCuda *c, T *out, const T *qkv, AttArgs a, int g_max, int tiles) {
+    const bool decode_ok = !c->invariant && attention_decode_fits(c, a.D, g_max);
+    if (decode_ok && c->max_new == 1 && c->n_tokens == c->n_seqs) {
+        attention_decode_run<T>(c, out, qkv, a, c->n_seqs);
+        return;
+    }
+    if ((c->max_new > 1 || c->invariant) && attention_mma_fits(a.D)) {
+        int lead = 0;
+        if (decode_ok && attention_mixed_split(c)) {
+            lead = c->lead_decode;
+            attention_decode_run<T>(c, out, qkv, a, lead);
+            a.seq_start += lead, a.seq_len += lead;
+            a.block_tables += (size_t)lead * c->max_blocks;
+        }
+        attention_mma_run<T>(c, out, qkv, a, g_max, c->n_seqs - lead);
+        return;
+    }
+    attention_run<T>(c, out, qkv, a, tiles);
+}
+
 void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const rlAttnShape *s) {
     rlCuda *c = cuda_of(be);
     if (!c->n_tokens || !s->n_q) return;
@@ -1170,37 +1195,8 @@ void cuda_attention(rlBackend *be, void *out, const void *qkv, int layer, const 
     }
     int tiles = (c->max_new * g_max + ATT_ROWS - 1) / ATT_ROWS;
     if (tiles <= 0) return;
-    /* --batch-invariant: the prefill kernel for every step, decode rows too
-     * (the decode kernel's splits and warp merge follow the batch), else the
-     * tiled kernel unsplit (attention_run). */
-    const bool decode_ok = !c->invariant && attention_decode_fits(c, a.D, g_max);
-    if (decode_ok && c->max_new == 1 && c->n_tokens == c->n_seqs) {
-        if (be->act_dtype == RL_F16)
-            attention_decode_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, c->n_seqs);
-        else
-            attention_decode_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, c->n_seqs);
-        return;
-    }
-    if ((c->max_new > 1 || c->invariant) && attention_mma_fits(a.D)) {
-        int lead = 0;
-        if (decode_ok && attention_mixed_split(c)) {
-            lead = c->lead_decode;
-            if (be->act_dtype == RL_F16)
-                attention_decode_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, lead);
-            else
-                attention_decode_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, lead);
-            a.split_len = 0, a.part = NULL, a.count = NULL;
-            a.seq_start += lead, a.seq_len += lead;
-            a.block_tables += (size_t)lead * c->max_blocks;
-        }
-        if (be->act_dtype == RL_F16)
-            attention_mma_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, g_max, c->n_seqs - lead);
-        else
-            attention_mma_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, g_max, c->n_seqs - lead);
-        return;
-    }
     if (be->act_dtype == RL_F16)
-        attention_run<f16>(c, (f16 *)out, (const f16 *)qkv, a, tiles);
+        attention_step<f16>(c, (f16 *)out, (const f16 *)qkv, a, g_max, tiles);
     else
-        attention_run<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, tiles);
+        attention_step<bf16>(c, (bf16 *)out, (const bf16 *)qkv, a, g_max, tiles);
 }
