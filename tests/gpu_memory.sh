@@ -9,6 +9,7 @@
 #      other and both answer a job; a third at 0.45 exits at once with
 #      status 5 and the plan's message (its share is not free).
 # Figures are printed; every bound is generous (1 % of the GPU).
+source "$(dirname "$0")/skip_without_gpu.sh"
 source "$(dirname "$0")/worker_lib.sh"
 MODEL=$FIXTURES/configs/qwen2.5-7b.json
 flags=(--backend cuda --load-format dummy --max-model-len 4096 --max-num-seqs 16)
