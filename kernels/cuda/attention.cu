@@ -1024,9 +1024,12 @@ static void attention_decode_launch(rlCuda *c, T *out, const T *qkv, const AttAr
                "attention (decode)");
 }
 
-/* The decode kernel over sequences 0 .. n_seqs - 1 of a (each one new token). */
+/* The decode kernel over sequences 0 .. n_seqs - 1 of a (each one new token,
+ * so token s is sequence s): its split partials hold those n_seqs rows only,
+ * not a mixed step's prompt tokens after them. */
 template <typename T>
 static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a, int n_seqs) {
+    a.n_tokens = n_seqs;
     /* Split only as far as one wave of resident blocks goes: each block
      * pays a fixed start (the batch's indices, Q, the first tiles' latency)
      * and a split its merge, so more blocks than the GPU holds at once cost
@@ -1049,7 +1052,7 @@ static void attention_decode_run(rlCuda *c, T *out, const T *qkv, AttArgs a, int
     if (splits > 1) {
         a.split_len = len;
         if (!cluster) {
-            size_t part_bytes = (size_t)splits * c->n_tokens * a.n_q * (a.D + 2) * sizeof(float);
+            size_t part_bytes = (size_t)splits * n_seqs * a.n_q * (a.D + 2) * sizeof(float);
             if (cuda_scratch(c, part_bytes, "attention") ||
                 cuda_att_counters(c, base, "attention"))
                 return;
