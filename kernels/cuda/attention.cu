@@ -27,10 +27,10 @@
  * 1 and 4, against 3.29 and 7.03), and slower once the merge loaded its
  * partials together (v33, an H100: 3.35-3.38 ms against 3.30-3.31).
  *
- * In a step that prefills beside running sequences, RL_CUDA_MIXED_DECODE=1
- * (written without a GPU, off until measured: PERF.md v40) gives the
- * step's leading one-token sequences to the decode kernel and the rest to
- * the prefill kernel, which otherwise takes them all.
+ * A step that prefills beside running sequences gives its leading
+ * one-token sequences to the decode kernel and the rest to the prefill
+ * kernel (PERF.md v40-v41: the mixed 1,000-request batch 38.23 -> 37.11 s
+ * on an H100, against the prefill kernel for all).
  *
  * Prefill steps with head dims 64 or 128 take attention_fa_kernel: the same
  * tiling of (token, query head) rows by KV head, on tensor cores (mma.sync
@@ -945,15 +945,9 @@ static bool attention_decode_fits(const rlCuda *c, int D, int g_max) {
  * sequences): its leading one-token sequences take the decode kernel and the
  * rest the prefill kernel, instead of the prefill kernel for all, whose grid
  * gives every decode row as many query tiles as the longest chunk needs
- * (mostly empty blocks) and no split of its keys.  RL_CUDA_MIXED_DECODE=1:
- * written without a GPU, off until measured (PERF.md v40). */
+ * (mostly empty blocks) and no split of its keys. */
 static bool attention_mixed_split(const rlCuda *c) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("RL_CUDA_MIXED_DECODE");
-        on = e && !strcmp(e, "1");
-    }
-    return on && c->max_new > 1 && c->lead_decode > 0 && c->lead_decode < c->n_seqs;
+    return c->max_new > 1 && c->lead_decode > 0 && c->lead_decode < c->n_seqs;
 }
 
 /* The decode kernel's shared memory: every warp's ring of K and V tiles. */
