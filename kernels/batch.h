@@ -106,6 +106,13 @@ typedef struct rlBatchPad {
  * at all) followed by padding up to p sequences (batch_pad.c), its arrays in
  * pad, valid until the next call with pad.  -1 when out of memory. */
 int rl_batch_pad(rlBatchPad *pad, const rlBatch *b, int p, rlBatch *out);
+/* *out = a prefill step of padding alone: n_tokens tokens in sequences of up
+ * to max_len (at most max_seqs of them, fewer tokens if those cannot hold
+ * them all), each from position 0, every token a logit row scoring token 0
+ * (up to max_rows rows), its arrays in pad as above.  -1 when out of memory
+ * or given no room. */
+int rl_batch_pad_prefill(rlBatchPad *pad, int n_tokens, int max_len, int max_seqs, int max_rows,
+                         int block_size, rlBatch *out);
 void rl_batch_pad_free(rlBatchPad *pad);
 
 /* The bucket a batch of n rows is padded or planned for: powers of two up

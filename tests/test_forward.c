@@ -462,6 +462,34 @@ static void test_bucket(void **state) {
         assert_int_equal(rl_batch_bucket(want[i][0]), want[i][1]);
 }
 
+/* The engine's prefill step of padding at start: its shape (tokens in
+ * sequences of at most max_len, capped by max_seqs; rows capped by
+ * max_rows), a step rl_batch_check takes, and one the model runs, every
+ * row's logprob of token 0 finite. */
+static void test_prefill_pad(void **state) {
+    tModel *t = *state;
+    static rlRowResult res[MAX_TOKENS];
+    static const int shape[][4] = {{1000, 300, 8, 900}, {1000, 300, 2, 2000}, {64, 0, 4, 64}};
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+        rlBatchPad pad = {0};
+        rlBatch b;
+        rlError err = {0};
+        const int *c = shape[i];
+        assert_int_equal(rl_batch_pad_prefill(&pad, c[0], c[1], c[2], c[3], BLOCK, &b), 0);
+        int len = c[1] > 0 && c[1] < c[0] ? c[1] : c[0], n = (c[0] + len - 1) / len;
+        if (n > c[2]) n = c[2];
+        int tokens = n * len < c[0] ? n * len : c[0];
+        assert_int_equal(b.n_seqs, n);
+        assert_int_equal(b.n_tokens, tokens);
+        assert_int_equal(b.n_rows, tokens < c[3] ? tokens : c[3]);
+        for (int s = 0; s < n; s++) assert_true(b.seq_len[s] <= len);
+        if (rl_batch_check(&b, N_BLOCKS, BLOCK, &err)) fail_msg("%s", err.msg);
+        if (rl_model_forward(&t->m, &b, res, &err) != 0) fail_msg("%s", err.msg);
+        for (int r = 0; r < b.n_rows; r++) assert_true(isfinite(res[r].target_logprob));
+        rl_batch_pad_free(&pad);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference),
@@ -469,6 +497,7 @@ int main(void) {
         cmocka_unit_test(test_chunked),
         cmocka_unit_test(test_routed),
         cmocka_unit_test(test_bucket),
+        cmocka_unit_test(test_prefill_pad),
     };
     int failed = 0;
     for (int i = 0; i < FIXTURE_N_MODELS; i++) {

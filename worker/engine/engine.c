@@ -216,10 +216,10 @@ static int engine_kv_blocks(rlEngine *e, rlDtype dtype, rlError *err) {
     return (int)n;
 }
 
-/* One prefill step of padding at start, before the decode sizes are
- * planned, as vLLM's start-up profile run: --max-num-batched-tokens new
- * tokens in sequences of up to --max-model-len that store nothing and
- * attend to block 0 (zeros), every token a prompt-logprob row, so the head
+/* One prefill step of padding at start (rl_batch_pad_prefill), before the
+ * decode sizes are planned, as vLLM's start-up profile run:
+ * --max-num-batched-tokens new tokens in sequences of up to --max-model-len
+ * (block 0 holds zeros there), every token a prompt-logprob row, so the head
  * and the sampler run their largest step too.  What the first step of that
  * size pays once (the products' plans, the kernels' first loading, the step
  * buffer and scratch grown to their largest) is then paid before any
@@ -228,38 +228,19 @@ static int engine_kv_blocks(rlEngine *e, rlDtype dtype, rlError *err) {
  * without a GPU: kernels/PERF.md v41 has what it is to save. */
 static int engine_plan_prefill(rlEngine *e, rlError *err) {
     const rlEngineOptions *o = &e->opt;
-    int total = o->max_num_batched_tokens, len = total;
-    if (o->max_model_len > 0 && o->max_model_len < len) len = o->max_model_len;
-    if (len < 1) return 0;
-    int n = (total + len - 1) / len;
-    if (n > o->max_num_seqs) n = o->max_num_seqs, total = n * len;
-    int rows = total < e->max_rows ? total : e->max_rows, mb = (len + o->block_size - 1) / o->block_size;
-    int32_t *ints = calloc((size_t)3 * total + 2 * (size_t)n + 1 + (size_t)n * mb, sizeof *ints);
-    rlRowSpec *specs = calloc((size_t)rows, sizeof *specs);
-    if (!ints || !specs) {
-        free(ints);
-        free(specs);
+    rlBatchPad pad = {0};
+    rlBatch b;
+    if (rl_batch_pad_prefill(&pad, o->max_num_batched_tokens, o->max_model_len, o->max_num_seqs,
+                             e->max_rows, o->block_size, &b)) {
+        rl_batch_pad_free(&pad);
         return rl_error(err, RL_EMEMORY, "out of memory planning a prefill step");
     }
-    int32_t *tokens = ints, *positions = tokens + total, *slots = positions + total,
-            *seq_start = slots + total, *seq_len = seq_start + n + 1, *tables = seq_len + n;
-    for (int s = 0; s < n; s++) {
-        seq_start[s] = s * len;
-        seq_len[s] = (s + 1) * len <= total ? len : total - s * len;
-        for (int i = 0; i < seq_len[s]; i++) positions[s * len + i] = i, slots[s * len + i] = -1;
-    }
-    seq_start[n] = total;
-    for (int r = 0; r < rows; r++) specs[r] = (rlRowSpec){.token = r, .target = 0, .top_p = 1};
-    rlBatch b = {.n_seqs = n, .n_tokens = total, .tokens = tokens, .positions = positions,
-                 .slots = slots, .seq_start = seq_start, .seq_len = seq_len,
-                 .block_tables = tables, .max_blocks = mb, .n_rows = rows, .rows = specs};
     double t0 = now_ms();
     int rc = ranks_forward(e->ranks, &b, e->flights[0].results, err);
-    free(ints);
-    free(specs);
+    rl_batch_pad_free(&pad);
     if (rc) return rl_error_wrap(err, "a prefill step of padding at start");
     fprintf(stderr, "redlm: a prefill step of %d tokens (%d logprob rows) run at start in %.2f s\n",
-            total, rows, (now_ms() - t0) / 1e3);
+            b.n_tokens, b.n_rows, (now_ms() - t0) / 1e3);
     return 0;
 }
 
