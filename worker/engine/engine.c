@@ -220,13 +220,12 @@ static int engine_kv_blocks(rlEngine *e, rlDtype dtype, rlError *err) {
  * decode sizes are planned, as vLLM's start-up profile run:
  * --max-num-batched-tokens new tokens in sequences of up to --max-model-len
  * (block 0 holds zeros there), every token a prompt-logprob row, so the head
- * and the sampler run their largest step too.  What the first step of that
- * size pays once (the products' plans, the kernels' first loading, the step
- * buffer and scratch grown to their largest) is then paid before any
- * request waits on it, and the step buffer has grown before the decode
- * graphs are captured (a larger one clears them, backend_cuda.cu), and a
+ * and the sampler run their largest step too.  Two things follow: the step
+ * buffer and scratch reach their largest before the decode graphs are
+ * captured (a larger buffer later would clear them, backend_cuda.cu), and a
  * step that does not fit the GPU's memory stops the start, not a job.
- * 0.64 s for 16,384 tokens of a 7B model on an H100 (kernels/PERF.md v42). */
+ * 0.64 s for 16,384 tokens of a 7B model on an H100; scoring runs no faster
+ * for it (kernels/PERF.md v42). */
 static int engine_plan_prefill(rlEngine *e, rlError *err) {
     const rlEngineOptions *o = &e->opt;
     rlBatchPad pad = {0};
