@@ -19,6 +19,7 @@
 #include "kernels/model.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,13 +85,14 @@ static float *model_full_logits(rlModel *m, int rows, rlError *err) {
     return m->logits_full;
 }
 
-/* delta = down(silu(gate x) * up x), n columns of this rank's share. */
-static void model_mlp(rlModel *m, const rlLayer *w, int T, int n) {
+/* delta = down(silu(gate x) * up x), n columns of this rank's share;
+ * `skip`: the RL_LEAVE_* kinds this step leaves out. */
+static void model_mlp(rlModel *m, const rlLayer *w, int T, int n, unsigned skip) {
     const rlBackendOps *op = m->be->ops;
     int D = m->cfg.hidden_size;
-    LINEAR(m, w, wgu, m->gu, m->x, w->bgu, T, 2 * n, D);
-    op->swiglu(m->be, m->mlp, m->gu, T, n);
-    LINEAR(m, w, wdown, m->delta, m->mlp, w->bdown, T, D, n);
+    if (!(skip & RL_LEAVE_GATE_UP)) LINEAR(m, w, wgu, m->gu, m->x, w->bgu, T, 2 * n, D);
+    if (!(skip & RL_LEAVE_SWIGLU)) op->swiglu(m->be, m->mlp, m->gu, T, n);
+    if (!(skip & RL_LEAVE_DOWN)) LINEAR(m, w, wdown, m->delta, m->mlp, w->bdown, T, D, n);
 }
 
 /* A mixture-of-experts MLP (Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock):
@@ -101,12 +103,14 @@ static void model_mlp(rlModel *m, const rlLayer *w, int T, int n) {
  * range of every expert (and of the shared expert) and the whole router, so
  * every rank routes the same way and the sum over TP ranks (the all-reduce
  * after this) completes each expert's down projection. */
-static void model_moe(rlModel *m, const rlLayer *w, int T) {
+static void model_moe(rlModel *m, const rlLayer *w, int T, unsigned skip) {
     const rlModelConfig *c = &m->cfg;
     rlBackend *be = m->be;
     const rlBackendOps *op = be->ops;
     int D = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok;
-    if (op->moe_gate) {
+    if (skip & RL_LEAVE_ROUTER) {
+        /* the experts chosen last time stay chosen */
+    } else if (op->moe_gate) {
         op->moe_gate(be, m->moe_ids, m->moe_weights, m->moe_logits, m->x, w->router, T, E, D, K,
                      c->norm_topk_prob);
     } else {
@@ -114,11 +118,12 @@ static void model_moe(rlModel *m, const rlLayer *w, int T) {
         op->moe_route(be, m->moe_ids, m->moe_weights, m->moe_logits, T, E, K, c->norm_topk_prob);
     }
     if (w->wgu) {
-        model_mlp(m, w, T, m->shard.n_shared);
+        model_mlp(m, w, T, m->shard.n_shared, skip);
         op->shared_gate(be, m->delta, m->x, w->wsgate, T, D);
     }
-    op->moe_experts(be, m->delta, m->x, w->wgu_e, w->wdown_e, m->moe_ids, m->moe_weights, T, D,
-                    m->shard.n_moe, E, K, w->wgu != NULL);
+    if (!(skip & RL_LEAVE_EXPERTS))
+        op->moe_experts(be, m->delta, m->x, w->wgu_e, w->wdown_e, m->moe_ids, m->moe_weights, T,
+                        D, m->shard.n_moe, E, K, w->wgu != NULL);
 }
 
 /* The hidden state after the last layer: embedded (vocabulary-parallel,
@@ -141,25 +146,29 @@ static int model_layers(rlModel *m, const rlBatch *b, rlError *err) {
     }
 
     int qkv_width = (s->n_q_heads + 2 * s->n_kv_heads) * hd;
+    const unsigned skip = b->n_tokens == b->n_seqs ? m->leave_out : 0;
     for (int l = 0; l < s->n_layers; l++) {
         const rlLayer *w = &m->layers[l];
         /* x = rmsnorm(h); the previous layer's MLP output joins h here. */
         if (l == 0)
             op->rmsnorm(be, m->x, m->resid, w->ln1, T, D, eps);
-        else
+        else if (!(skip & RL_LEAVE_NORM))
             op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln1, T, D, eps);
 
         /* Attention: this rank's heads, then o_proj over them, summed over TP. */
-        LINEAR(m, w, wqkv, m->qkv, m->x, w->bqkv, T, qkv_width, D);
-        op->rope_kv_store(be, m->qkv, w->q_norm, w->k_norm, eps, l, &m->attn);
-        op->attention(be, m->att, m->qkv, l, &m->attn);
-        LINEAR(m, w, wo, m->delta, m->att, w->bo, T, D, s->n_q_heads * hd);
+        if (!(skip & RL_LEAVE_QKV)) LINEAR(m, w, wqkv, m->qkv, m->x, w->bqkv, T, qkv_width, D);
+        if (!(skip & RL_LEAVE_ROPE))
+            op->rope_kv_store(be, m->qkv, w->q_norm, w->k_norm, eps, l, &m->attn);
+        if (!(skip & RL_LEAVE_ATTENTION)) op->attention(be, m->att, m->qkv, l, &m->attn);
+        if (!(skip & RL_LEAVE_O))
+            LINEAR(m, w, wo, m->delta, m->att, w->bo, T, D, s->n_q_heads * hd);
         if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
 
         /* h += attention; x = rmsnorm(h); MLP: down(silu(gate x) * up x). */
-        op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln2, T, D, eps);
-        if (w->router) model_moe(m, w, T);
-        else model_mlp(m, w, T, s->n_mlp);
+        if (!(skip & RL_LEAVE_NORM))
+            op->add_rmsnorm(be, m->resid, m->delta, m->x, w->ln2, T, D, eps);
+        if (w->router) model_moe(m, w, T, skip);
+        else model_mlp(m, w, T, s->n_mlp, skip);
         if (model_all_reduce(m, m->delta, (size_t)T * D, err) != 0) return -1;
     }
     if (s->n_layers > 0) op->add(be, m->resid, m->delta, (size_t)T * D);
@@ -256,4 +265,34 @@ int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *er
     }
     if (run->n_rows > 0 && results != out) memcpy(out, results, (size_t)b->n_rows * sizeof *out);
     return op->sync(be, err);
+}
+
+int rl_model_leave_out_parse(const char *list, unsigned *mask, rlError *err) {
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } kinds[] = {{"norm", RL_LEAVE_NORM},        {"qkv_proj", RL_LEAVE_QKV},
+                 {"rope", RL_LEAVE_ROPE},        {"attention", RL_LEAVE_ATTENTION},
+                 {"o_proj", RL_LEAVE_O},         {"gate_up_proj", RL_LEAVE_GATE_UP},
+                 {"swiglu", RL_LEAVE_SWIGLU},    {"down_proj", RL_LEAVE_DOWN},
+                 {"router", RL_LEAVE_ROUTER},    {"experts", RL_LEAVE_EXPERTS}};
+    const size_t n_kinds = sizeof kinds / sizeof *kinds;
+    *mask = 0;
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        size_t i = 0;
+        while (i < n_kinds && (strlen(kinds[i].name) != len || strncmp(p, kinds[i].name, len))) i++;
+        if (i == n_kinds) {
+            char names[160] = "";
+            for (size_t j = 0; j < n_kinds; j++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", j ? ", " : "",
+                         kinds[j].name);
+            return rl_error(err, RL_EUSAGE, "unknown kind '%.*s' (kinds: %s)", (int)len, p,
+                            names);
+        }
+        *mask |= kinds[i].bit;
+        p += len;
+        if (*p == ',') p++;
+    }
+    return 0;
 }

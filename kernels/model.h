@@ -150,7 +150,32 @@ typedef struct rlModel {
     rlRowResult *pad_out;
     int pad_out_cap;
     size_t quant_bytes;  /* device bytes of the layers held quantized (upload_quant) */
+    unsigned leave_out;  /* RL_LEAVE_* kinds not launched in decode steps (bench --leave-out) */
 } rlModel;
+
+/* Kinds of a layer's work that `redlm bench --leave-out` skips in decode
+ * steps (every sequence one new token; prefill runs whole, so the cache
+ * holds real keys).  The results are wrong while any is set: the point is
+ * the time a step takes without that work, the one way to see what a
+ * kernel costs inside a graphed step where launches overlap (PDL) and no
+ * profiler separates them (kernels/PERF.md v43). */
+enum {
+    RL_LEAVE_NORM = 1 << 0,      /* the two add_rmsnorms of each layer after the first */
+    RL_LEAVE_QKV = 1 << 1,       /* q/k/v projection */
+    RL_LEAVE_ROPE = 1 << 2,      /* RoPE and the new token's K/V into the cache */
+    RL_LEAVE_ATTENTION = 1 << 3, /* attention over the cache */
+    RL_LEAVE_O = 1 << 4,         /* o projection */
+    RL_LEAVE_GATE_UP = 1 << 5,   /* gate/up projection (dense MLP, shared expert) */
+    RL_LEAVE_SWIGLU = 1 << 6,    /* silu(gate) * up */
+    RL_LEAVE_DOWN = 1 << 7,      /* down projection */
+    RL_LEAVE_ROUTER = 1 << 8,    /* MoE router and top-k */
+    RL_LEAVE_EXPERTS = 1 << 9,   /* MoE routed experts */
+};
+
+/* Parse a comma-separated list of kinds (norm, qkv_proj, rope, attention,
+ * o_proj, gate_up_proj, swiglu, down_proj, router, experts) into *mask;
+ * an unknown name is an RL_EUSAGE error that lists them. */
+int rl_model_leave_out_parse(const char *list, unsigned *mask, rlError *err);
 
 /* The most logit rows the head computes at once: a step with more (prompt
  * logprobs over a long prompt chunk) runs the head and the sampler a slice

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_bench.sh: `redlm bench` runs end to end on a tiny model (dummy weights
 # from a config, and real ones from a checkpoint) and prints its table/JSON,
-# with --batch-invariant and --prompt-logprobs (a scoring prefill) too;
-# bad options fail with a usage error.  Timing numbers are not checked.
+# with --batch-invariant, --prompt-logprobs (a scoring prefill) and
+# --leave-out too; bad options fail with a usage error.  Timing numbers are
+# not checked.
 set -euo pipefail
 m=$FIXTURES/models/qwen2-tiny-gqa3
 fail() { echo "test_bench: $*" >&2; exit 1; }
@@ -37,7 +38,19 @@ out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 24 --gen 2 --b
       --threads 2 --prompt-logprobs 0 --json)
 [[ $out == *'"prompt_logprobs":0,'* ]] || fail "--prompt-logprobs: JSON: $out"
 
+# --leave-out: decode steps without the named work, said in the table and
+# the JSON; the MoE kinds on a mixture of experts.
+out=$("$REDLM" bench --model "$m" --load-format auto --prompt-len 8 --gen 2 --batch 2 --copy-mib 16 \
+      --threads 2 --leave-out attention,o_proj)
+[[ $out == *"decode steps leave out attention,o_proj in every layer"* ]] || fail "--leave-out: table: $out"
+out=$("$REDLM" bench --model "$FIXTURES/models/qwen3-moe-tiny" --load-format auto --prompt-len 8 --gen 2 \
+      --batch 2 --copy-mib 16 --threads 2 --leave-out router,experts,norm --json)
+[[ $out == *'"leave_out":"router,experts,norm",'*'"results":[{"batch":2,'* ]] || fail "--leave-out: JSON: $out"
+
 set +e
+err=$("$REDLM" bench --model "$m" --leave-out attention,mlp 2>&1); rc=$?
+[ $rc = 2 ] && [[ $err == *"unknown kind 'mlp' (kinds: norm, qkv_proj,"* ]] ||
+    fail "--leave-out mlp: rc $rc, $err"
 err=$("$REDLM" bench --model "$m" --prompt-logprobs 21 2>&1); rc=$?
 [ $rc = 2 ] || fail "--prompt-logprobs 21 accepted (rc $rc)"
 err=$("$REDLM" bench --load-format dummy 2>&1); rc=$?

@@ -490,6 +490,32 @@ static void test_prefill_pad(void **state) {
     }
 }
 
+/* bench --leave-out: a step of prompt tokens runs whole (the same prompt
+ * logprobs and first token as alone, so the cache holds real keys); a
+ * decode step leaves the work out, so its tokens differ somewhere.  A
+ * one-token prompt's step has a decode step's shape: not checked. */
+static void test_leave_out(void **state) {
+    tModel *t = *state;
+    tSeq *base = alone(t), *s = seqs_new(t);
+    const unsigned all = (RL_LEAVE_EXPERTS << 1) - 1;
+    int differ = 0;
+    t->m.leave_out = all;
+    for (int i = 0; i < t->n_seqs; i++) {
+        tSeq *q = &s[i];
+        int n = q->n_prompt, one = 1;
+        if (n < 2) continue;
+        t->next_block = 0;
+        step(t, &q, &n, 1, 0);
+        for (int j = 1; j < q->n_prompt; j++) assert_true(q->prompt_lp[j] == base[i].prompt_lp[j]);
+        assert_int_equal(q->gen[0], base[i].gen[0]);
+        step(t, &q, &one, 1, 0);
+        differ += q->gen[1] != base[i].gen[1];
+    }
+    t->m.leave_out = 0;
+    assert_true(differ > 0);
+    seqs_free(t, s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference),
@@ -498,6 +524,7 @@ int main(void) {
         cmocka_unit_test(test_routed),
         cmocka_unit_test(test_bucket),
         cmocka_unit_test(test_prefill_pad),
+        cmocka_unit_test(test_leave_out),
     };
     int failed = 0;
     for (int i = 0; i < FIXTURE_N_MODELS; i++) {

@@ -41,6 +41,7 @@ typedef struct benchOpts {
     int invariant;          /* --batch-invariant: the engine's batch-invariant kernels */
     int eager;              /* --enforce-eager: no CUDA graphs (their share of a step) */
     int copy_mib;           /* the bandwidth copy: far larger than any cache */
+    const char *leave_out;  /* --leave-out: kinds of work decode steps skip (model.h) */
     int batches[BENCH_MAX_BATCHES], n_batches;
 } benchOpts;
 
@@ -245,6 +246,12 @@ static int bench_parse(int argc, char **argv, benchOpts *o) {
                "device time per operation kind (CUDA, with graphs off)");
     flags_bool(&fs, "--batch-invariant", &o->invariant,
                "time the batch-invariant kernels (generate's and\nworker's --batch-invariant)");
+    flags_string(&fs, "--leave-out", &o->leave_out, "KINDS",
+                 "time decode steps without some of each layer's work,\n"
+                 "e.g. attention,o_proj (also norm, qkv_proj, rope,\n"
+                 "gate_up_proj, swiglu, down_proj, router, experts):\n"
+                 "what each costs inside a graphed step; the tokens\n"
+                 "are wrong meanwhile");
     engine_flags_add_eager(&fs, &o->eager);
     const char *kv_cache_dtype = "auto";   /* the only choice: nothing to keep */
     int trust_remote_code = 0;
@@ -300,11 +307,11 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
         printf("{\"backend\":\"%s\",\"model\":\"%s\",\"weights\":\"%s\",\"quantization\":\"%s\","
                "\"weight_bytes\":%zu,\"decode_bytes_per_step\":%zu,\"bandwidth_bytes_per_s\":%.0f,"
                "\"quant_bytes_held\":%zu,\"quant_bytes_planned\":%zu,"
-               "\"batch_invariant\":%s,\"prompt_len\":%d,\"prompt_logprobs\":%d,\"gen\":%d,"
-               "\"results\":[",
+               "\"batch_invariant\":%s,\"leave_out\":\"%s\",\"prompt_len\":%d,"
+               "\"prompt_logprobs\":%d,\"gen\":%d,\"results\":[",
                m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), quant, wb, step_bytes,
-               bw, q_held, q_plan, o->invariant ? "true" : "false", o->prompt_len,
-               o->prompt_logprobs, o->gen);
+               bw, q_held, q_plan, o->invariant ? "true" : "false",
+               o->leave_out ? o->leave_out : "", o->prompt_len, o->prompt_logprobs, o->gen);
         for (int i = 0; i < n; i++)
             printf("%s{\"batch\":%d,\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.2f,"
                    "\"decode_ms_per_step\":%.3f,\"floor_ms_per_step\":%.3f}",
@@ -320,6 +327,9 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
            o->eager && !strcmp(m->be->ops->name, "cuda") ? " (eager: no CUDA graphs)" : "", base,
            rl_dtype_name(m->be->weight_dtype), how, m->cfg.quant.method ? quant : "",
            m->cfg.quant.method && !m->quant_bytes ? " at load" : "", wb / 1e9, step_bytes / 1e9);
+    if (o->leave_out)
+        printf("decode steps leave out %s in every layer: their tokens are wrong, their times "
+               "show what that work costs\n", o->leave_out);
     if (m->quant_bytes)
         printf("quantized layers: %zu bytes held on the device, %zu counted by the memory plan "
                "(%s)\n", q_held, q_plan, q_held == q_plan ? "equal" : "they differ");
@@ -376,6 +386,11 @@ int cmd_bench(int argc, char **argv) {
                  cfg.max_position_embeddings);
         goto fail;
     }
+    unsigned leave_out = 0;
+    if (o.leave_out && rl_model_leave_out_parse(o.leave_out, &leave_out, &err) != 0) {
+        rl_error_wrap(&err, "--leave-out %s", o.leave_out);
+        goto fail;
+    }
     quant_dummy_init(&qdummy, &cfg, 1);
     rlBackendOptions bo = {.threads = o.threads, .dtype = RL_BF16, .profile = o.profile,
                            .batch_invariant = o.invariant, .eager = o.eager};
@@ -413,6 +428,7 @@ int cmd_bench(int argc, char **argv) {
         be->ops->kv_init(be, shard.n_layers, max_batch * ((len + BENCH_BLOCK - 1) / BENCH_BLOCK),
                          BENCH_BLOCK, shard.n_kv_heads, cfg.head_dim, &err) != 0)
         goto fail;
+    m.leave_out = leave_out;
 
     if (!be->ops->copy2d) {
         rl_error(&err, RL_EINTERNAL, "the %s backend has no copy2d to measure bandwidth with",
