@@ -47,6 +47,12 @@ out=$("$REDLM" bench --model "$FIXTURES/models/qwen3-moe-tiny" --load-format aut
       --batch 2 --copy-mib 16 --threads 2 --leave-out router,experts,norm --json)
 [[ $out == *'"leave_out":"router,experts,norm",'*'"results":[{"batch":2,'* ]] || fail "--leave-out: JSON: $out"
 
+# scripts/bench-leave-out: the whole step, then each kind the model has.
+out=$(REDLM="$REDLM" scripts/bench-leave-out --model "$FIXTURES/models/qwen3-moe-tiny" --backend cpu \
+      --load-format auto --prompt-len 8 --gen 2 --batch 2 --copy-mib 16 --threads 2)
+[[ $out == *"whole step: "*" ms (first and last run), "*" layers"*"attention "*"experts "* ]] ||
+    fail "bench-leave-out: $out"
+
 set +e
 err=$("$REDLM" bench --model "$m" --leave-out attention,mlp 2>&1); rc=$?
 [ $rc = 2 ] && [[ $err == *"unknown kind 'mlp' (kinds: norm, qkv_proj,"* ]] ||
