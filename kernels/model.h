@@ -168,7 +168,8 @@ enum {
     RL_LEAVE_GATE_UP = 1 << 5,   /* gate/up projection (dense MLP, shared expert) */
     RL_LEAVE_SWIGLU = 1 << 6,    /* silu(gate) * up */
     RL_LEAVE_DOWN = 1 << 7,      /* down projection */
-    RL_LEAVE_ROUTER = 1 << 8,    /* MoE router and top-k */
+    RL_LEAVE_ROUTER = 1 << 8,    /* MoE router and top-k (the last routing stays: at batch > 1
+                                    the experts read may differ from a real step's) */
     RL_LEAVE_EXPERTS = 1 << 9,   /* MoE routed experts */
 };
 
