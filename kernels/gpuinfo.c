@@ -26,7 +26,7 @@ typedef struct {
 } nvmlProcessInfo_t;
 
 enum { NVML_P2P_CAPS_INDEX_READ = 0, NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_NVLINK_MAX_LINKS = 18,
-       NVML_CLOCK_MEM = 2 };
+       NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2 };
 
 static struct {
     int tried, ok;
@@ -45,9 +45,13 @@ static struct {
     int (*ancestor)(nvmlDevice_t, nvmlDevice_t, int *);
     int (*p2p)(nvmlDevice_t, nvmlDevice_t, int, int *);
     int (*link_state)(nvmlDevice_t, unsigned, int *);
-    /* Optional (older drivers lack them): memory bandwidth. */
+    /* Optional (older drivers lack them): memory bandwidth; the SM clock
+     * and power now and their limits. */
     int (*bus_width)(nvmlDevice_t, unsigned *);
     int (*max_clock)(nvmlDevice_t, int, unsigned *);
+    int (*clock)(nvmlDevice_t, int, unsigned *);
+    int (*power)(nvmlDevice_t, unsigned *);
+    int (*power_limit)(nvmlDevice_t, unsigned *);
 } nv;
 
 static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
@@ -85,6 +89,9 @@ static void nv_load(void) {
 #undef NV_SYM
     *(void **)&nv.bus_width = dlsym(h, "nvmlDeviceGetMemoryBusWidth");
     *(void **)&nv.max_clock = dlsym(h, "nvmlDeviceGetMaxClockInfo");
+    *(void **)&nv.clock = dlsym(h, "nvmlDeviceGetClockInfo");
+    *(void **)&nv.power = dlsym(h, "nvmlDeviceGetPowerUsage");
+    *(void **)&nv.power_limit = dlsym(h, "nvmlDeviceGetEnforcedPowerLimit");
     int rc = nv.init();
     if (rc) {
         snprintf(nv.why, sizeof(nv.why), "NVML does not start: %s (is the driver loaded? "
@@ -144,6 +151,26 @@ static double nv_bandwidth(nvmlDevice_t d) {
         nv.max_clock(d, NVML_CLOCK_MEM, &mhz))
         return 0;
     return width / 8.0 * mhz * 1e6 * 2;
+}
+
+int rl_gpu_clock_now(int device, unsigned *sm_mhz, double *watts) {
+    nvmlDevice_t d;
+    unsigned mw = 0;
+    if (!nv_ready() || !nv.clock || !nv.power || nv_device(device, &d) ||
+        nv.clock(d, NVML_CLOCK_SM, sm_mhz) || nv.power(d, &mw))
+        return -1;
+    *watts = mw / 1e3;
+    return 0;
+}
+
+int rl_gpu_clock_limits(int device, unsigned *top_mhz, double *cap_watts) {
+    nvmlDevice_t d;
+    unsigned mw = 0;
+    if (!nv_ready() || !nv.max_clock || !nv.power_limit || nv_device(device, &d) ||
+        nv.max_clock(d, NVML_CLOCK_SM, top_mhz) || nv.power_limit(d, &mw))
+        return -1;
+    *cap_watts = mw / 1e3;
+    return 0;
 }
 
 /* Other processes on d into g (procs, others); -1 when NVML cannot list them. */

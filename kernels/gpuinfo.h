@@ -4,7 +4,8 @@
  * binary starts (and `redlm plan`, `doctor`, CPU ranks work) on machines
  * without an NVIDIA driver.  Used for the start-up plan (free memory, what
  * other processes hold), the NCCL watchdog's diagnosis, the TP-group link
- * check and the plan's link costs (topology), and `redlm doctor`.
+ * check and the plan's link costs (topology), `redlm doctor`, and the clock
+ * and power `redlm bench` reports (gpuclocks.h).
  *
  * RL_GPU_TOPOLOGY, when set, holds the links instead of NVML: the text of
  * `nvidia-smi topo -m` (and optionally of `nvidia-smi topo -p2p r`), or bare
@@ -56,6 +57,11 @@ int rl_gpu_probe(rlGpuHost *host, char *why, size_t why_len);
 /* Bytes this process holds on a visible device by NVML's process list;
  * -1 when NVML cannot tell (no driver, or a PID namespace hides us). */
 int rl_gpu_own_used(int device, unsigned long long *bytes);
+
+/* A visible device's SM clock (MHz) and power draw (W) now; its top SM
+ * clock and the power limit it is held to.  -1 when NVML cannot tell. */
+int rl_gpu_clock_now(int device, unsigned *sm_mhz, double *watts);
+int rl_gpu_clock_limits(int device, unsigned *top_mhz, double *cap_watts);
 
 /* How two devices reach each other, slowest last (`nvidia-smi topo -m`). */
 typedef enum rlLinkKind {

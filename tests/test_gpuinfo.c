@@ -12,9 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
+#include "kernels/gpuclocks.h"
 #include "kernels/gpuinfo.h"
 
 static void test_probe(void **state) {
@@ -45,6 +47,47 @@ static void test_probe(void **state) {
     rl_gpu_topology_print(f, devs, 2);
     assert_true(ftell(f) > 0);
     fclose(f);
+}
+
+/* The clock sampler: nothing to sample without a driver, and with one a
+ * stretch of 50 ms gives samples whose median lies in their range, under
+ * the device's top clock. */
+static void test_clock_sampler(void **state) {
+    (void)state;
+    unsigned mhz;
+    double watts;
+    rlGpuClocks c;
+    rlClockSampler *s = rl_clock_sampler_start(0);
+    if (rl_gpu_clock_now(0, &mhz, &watts) != 0) {
+        assert_null(s);
+        assert_int_equal(rl_clock_sampler_stop(NULL, &c), -1);
+        assert_int_equal(c.n, 0);
+        return;
+    }
+    assert_non_null(s);
+    const struct timespec wait = {0, 50 * 1000000L};
+    nanosleep(&wait, NULL);
+    assert_int_equal(rl_clock_sampler_stop(s, &c), 0);
+    assert_true(c.n >= 1);
+    assert_true(c.min_mhz <= c.median_mhz && c.median_mhz <= c.max_mhz);
+    assert_true(c.top_mhz == 0 || c.max_mhz <= c.top_mhz);
+    assert_true(c.watts > 0);
+}
+
+/* The summary: the median is the lower middle sample, the power a mean. */
+static void test_clocks_summarize(void **state) {
+    (void)state;
+    unsigned mhz[] = {1980, 1410, 1755, 1425};
+    const double watts[] = {650, 700, 690, 660};
+    rlGpuClocks c;
+    assert_int_equal(rl_gpu_clocks_summarize(mhz, watts, 4, &c), 0);
+    assert_int_equal(c.n, 4);
+    assert_int_equal(c.min_mhz, 1410);
+    assert_int_equal(c.median_mhz, 1425);
+    assert_int_equal(c.max_mhz, 1980);
+    assert_true(c.watts > 674.9 && c.watts < 675.1);
+    assert_int_equal(rl_gpu_clocks_summarize(mhz, watts, 0, &c), -1);
+    assert_int_equal(c.n, 0);
 }
 
 /* tests/fixtures/topology/pcie-2x3.txt: `nvidia-smi topo -m` then
@@ -110,6 +153,8 @@ static void test_topology_parse(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_probe),
+                                       cmocka_unit_test(test_clock_sampler),
+                                       cmocka_unit_test(test_clocks_summarize),
                                        cmocka_unit_test(test_topology_parse)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

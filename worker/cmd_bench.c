@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/gpuclocks.h"
 #include "kernels/model.h"
 #include "worker/model/checkpoint.h"
 #include "worker/model/quant.h"
@@ -42,6 +43,7 @@ typedef struct benchOpts {
     int eager;              /* --enforce-eager: no CUDA graphs (their share of a step) */
     int copy_mib;           /* the bandwidth copy: far larger than any cache */
     const char *leave_out;  /* --leave-out: kinds of work decode steps skip (model.h) */
+    int clock_device;       /* the GPU whose clock and power the timed runs sample; -1: none */
     int batches[BENCH_MAX_BATCHES], n_batches;
 } benchOpts;
 
@@ -49,6 +51,7 @@ typedef struct benchRow {
     int batch;
     double prefill_s, decode_s;      /* wall time of all prefill / decode steps */
     double floor_s;                  /* one decode step at the bandwidth floor */
+    rlGpuClocks prefill_clk, decode_clk;   /* the GPU's clock and power meanwhile (n 0: none) */
 } benchRow;
 
 static int bench_cmp(const void *a, const void *b) {
@@ -156,6 +159,12 @@ static int bench_max_rows(const benchOpts *o, int batch) {
     return o->prompt_logprobs >= 0 && o->max_tokens > batch ? o->max_tokens : batch;
 }
 
+/* The timed run's (f's) sampler of the GPU's clock and power, started and
+ * stopped outside the timed spans; NULL on the CPU or without NVML. */
+static rlClockSampler *bench_clocks(const benchOpts *o, FILE *f) {
+    return f && o->clock_device >= 0 ? rl_clock_sampler_start(o->clock_device) : NULL;
+}
+
 /* Prefill `batch` prompts (chunked to max_tokens per step), then decode gen
  * tokens; the profile (with --profile) goes to f, NULL: discarded. */
 static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE *f,
@@ -167,6 +176,7 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE 
     s.cached = calloc((size_t)batch, sizeof(int));
     int *take = calloc((size_t)batch, sizeof(int));
     rlRowResult *res = calloc((size_t)bench_max_rows(o, batch), sizeof(rlRowResult));
+    rlClockSampler *clk = NULL;
     int rc = -1;
     if (!s.ids || !s.tables || !s.cached || !take || !res) {
         rl_error(err, RL_EMEMORY, "out of host memory for a batch of %d", batch);
@@ -179,6 +189,7 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE 
     }
     for (int i = 0; i < batch * s.max_blocks; i++) s.tables[i] = i;
 
+    clk = bench_clocks(o, f);
     int prefill_steps = 0;
     double t0 = now_s();
     for (int i = 0; i < batch; prefill_steps++) {          /* whole prompts while they fit, else chunks */
@@ -192,23 +203,33 @@ static int bench_batch(rlModel *m, const benchOpts *o, int batch, int gen, FILE 
         if (bench_step(m, &s, take, o->prompt_len, o->prompt_logprobs, res, err) != 0) goto out;
     }
     double t1 = now_s();
+    rl_clock_sampler_stop(clk, &row->prefill_clk);
+    clk = bench_clocks(o, f);
     char label[64];
     if (o->profile && m->be->ops->profile_report) {
         snprintf(label, sizeof label, "prefill, batch %d x %d tokens", batch, o->prompt_len);
         m->be->ops->profile_report(m->be, f, label, prefill_steps);
     }
     for (int i = 0; i < batch; i++) take[i] = 1;
+    double t2 = now_s();
     for (int g = 0; g < gen; g++)
         if (bench_step(m, &s, take, o->prompt_len, -1, res, err) != 0) goto out;
+    double t3 = now_s();
+    rl_clock_sampler_stop(clk, &row->decode_clk);
+    clk = NULL;
     if (o->profile && m->be->ops->profile_report) {
         snprintf(label, sizeof label, "decode, batch %d", batch);
         m->be->ops->profile_report(m->be, f, label, gen);
     }
     row->batch = batch;
     row->prefill_s = t1 - t0;
-    row->decode_s = now_s() - t1;
+    row->decode_s = t3 - t2;
     rc = 0;
 out:
+    if (clk) {
+        rlGpuClocks unused;
+        rl_clock_sampler_stop(clk, &unused);
+    }
     free(s.ids), free(s.tables), free(s.cached), free(take), free(res);
     return rc;
 }
@@ -217,7 +238,7 @@ out:
 static int bench_parse(int argc, char **argv, benchOpts *o) {
     *o = (benchOpts){.backend = "cpu", .load_format = "dummy", .prompt_len = 512, .gen = 32,
                      .max_tokens = 2048, .batches = {1, 8}, .n_batches = 2, .copy_mib = 256,
-                     .prompt_logprobs = -1};
+                     .prompt_logprobs = -1, .clock_device = -1};
     rlFlags fs;
     flags_init(&fs, "bench", "usage: redlm bench --model DIR|config.json [options]\n");
     flags_string(&fs, "--model", &o->model, "DIR",
@@ -312,13 +333,19 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
                m->be->ops->name, base, rl_dtype_name(m->be->weight_dtype), quant, wb, step_bytes,
                bw, q_held, q_plan, o->invariant ? "true" : "false",
                o->leave_out ? o->leave_out : "", o->prompt_len, o->prompt_logprobs, o->gen);
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < n; i++) {
+            const rlGpuClocks *p = &rows[i].prefill_clk, *d = &rows[i].decode_clk;
             printf("%s{\"batch\":%d,\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.2f,"
-                   "\"decode_ms_per_step\":%.3f,\"floor_ms_per_step\":%.3f}",
+                   "\"decode_ms_per_step\":%.3f,\"floor_ms_per_step\":%.3f",
                    i ? "," : "", rows[i].batch,
                    rows[i].batch * (double)o->prompt_len / rows[i].prefill_s,
                    rows[i].batch * (double)o->gen / rows[i].decode_s,
                    1e3 * rows[i].decode_s / o->gen, 1e3 * rows[i].floor_s);
+            if (p->n && d->n)
+                printf(",\"prefill_sm_mhz\":%u,\"prefill_watts\":%.0f,\"decode_sm_mhz\":%u,"
+                       "\"decode_watts\":%.0f", p->median_mhz, p->watts, d->median_mhz, d->watts);
+            printf("}");
+        }
         printf("]}\n");
         return;
     }
@@ -359,6 +386,18 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
                rows[i].batch * (double)o->prompt_len / rows[i].prefill_s,
                rows[i].batch * (double)o->gen / rows[i].decode_s, 1e3 * step,
                1e3 * rows[i].floor_s, step / rows[i].floor_s);
+    }
+    /* The GPU's clock while each row ran: a rate compares to another only
+     * at the same clock, and a GPU at its power limit runs lower. */
+    for (int i = 0; i < n; i++) {
+        const rlGpuClocks *p = &rows[i].prefill_clk, *d = &rows[i].decode_clk;
+        if (!p->n || !d->n) continue;
+        if (i == 0)
+            printf("\nthe GPU meanwhile (NVML, every %d ms; top SM clock %u MHz, power limit %.0f "
+                   "W):\n", RL_CLOCK_PERIOD_MS, p->top_mhz, p->cap_watts);
+        printf("%5d  prefill SM clock %u MHz median (%u-%u), %.0f W; decode %u MHz (%u-%u), "
+               "%.0f W\n", rows[i].batch, p->median_mhz, p->min_mhz, p->max_mhz, p->watts,
+               d->median_mhz, d->min_mhz, d->max_mhz, d->watts);
     }
 }
 
@@ -402,6 +441,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "redlm bench: --profile times CUDA operations; the %s backend has none to "
                 "show\n", be->ops->name);
     if (!strcmp(o.backend, "cuda")) {
+        o.clock_device = bo.device;
         /* The GPU's two ceilings, measured now, before the model takes its memory. */
         double copy_bw, gemm;
         if (rl_cuda_ceilings(bo.device, &copy_bw, &gemm, &err) != 0) goto fail;
