@@ -153,24 +153,26 @@ static double nv_bandwidth(nvmlDevice_t d) {
     return width / 8.0 * mhz * 1e6 * 2;
 }
 
-int rl_gpu_clock_now(int device, unsigned *sm_mhz, double *watts) {
+/* A device's SM clock through `clock` (NVML's current or top clock) and its
+ * power through `power` (draw or limit, milliwatts): one reading of either
+ * pair, -1 when the driver lacks them or the device is not visible. */
+static int nv_clock_power(int device, int (*clock)(nvmlDevice_t, int, unsigned *),
+                          int (*power)(nvmlDevice_t, unsigned *), unsigned *mhz, double *watts) {
     nvmlDevice_t d;
     unsigned mw = 0;
-    if (!nv_ready() || !nv.clock || !nv.power || nv_device(device, &d) ||
-        nv.clock(d, NVML_CLOCK_SM, sm_mhz) || nv.power(d, &mw))
+    if (!clock || !power || nv_device(device, &d) || clock(d, NVML_CLOCK_SM, mhz) || power(d, &mw))
         return -1;
     *watts = mw / 1e3;
     return 0;
 }
 
+int rl_gpu_clock_now(int device, unsigned *sm_mhz, double *watts) {
+    return nv_ready() ? nv_clock_power(device, nv.clock, nv.power, sm_mhz, watts) : -1;
+}
+
 int rl_gpu_clock_limits(int device, unsigned *top_mhz, double *cap_watts) {
-    nvmlDevice_t d;
-    unsigned mw = 0;
-    if (!nv_ready() || !nv.max_clock || !nv.power_limit || nv_device(device, &d) ||
-        nv.max_clock(d, NVML_CLOCK_SM, top_mhz) || nv.power_limit(d, &mw))
-        return -1;
-    *cap_watts = mw / 1e3;
-    return 0;
+    return nv_ready() ? nv_clock_power(device, nv.max_clock, nv.power_limit, top_mhz, cap_watts)
+                      : -1;
 }
 
 /* Other processes on d into g (procs, others); -1 when NVML cannot list them. */
