@@ -389,10 +389,10 @@ static void bench_print(const benchOpts *o, const rlModel *m, double bw, size_t 
     }
     /* The GPU's clock while each row ran: a rate compares to another only
      * at the same clock, and a GPU at its power limit runs lower. */
-    for (int i = 0; i < n; i++) {
+    for (int i = 0, said = 0; i < n; i++) {
         const rlGpuClocks *p = &rows[i].prefill_clk, *d = &rows[i].decode_clk;
         if (!p->n || !d->n) continue;
-        if (i == 0)
+        if (!said++)
             printf("\nthe GPU meanwhile (NVML, every %d ms; top SM clock %u MHz, power limit %.0f "
                    "W):\n", RL_CLOCK_PERIOD_MS, p->top_mhz, p->cap_watts);
         printf("%5d  prefill SM clock %u MHz median (%u-%u), %.0f W; decode %u MHz (%u-%u), "
