@@ -164,8 +164,11 @@ typedef struct rlBackendOps {
      * must make no host syncs (one rank, no collectives).  A device backend
      * may capture it once per batch shape and replay the capture on later
      * decode steps of that shape instead of launching every operation.
+     * variant is whatever else decides body's work (the model's leave-out
+     * kinds): a capture serves only its own shape and variant.
      * NULL: the caller runs body itself. */
-    int (*graph_run)(rlBackend *be, void (*body)(void *ctx), void *ctx, rlError *err);
+    int (*graph_run)(rlBackend *be, void (*body)(void *ctx), void *ctx, unsigned variant,
+                     rlError *err);
 
     /* With rlBackendOptions.profile: print the device time per operation
      * kind since the last report, per step over `steps` steps, and reset

@@ -239,7 +239,7 @@ int rl_model_forward(rlModel *m, const rlBatch *b, rlRowResult *out, rlError *er
         /* No collectives, so nothing in the step waits on the host. */
         modelStep st = {m, run, err, 0};
         if (!op->graph_run) model_step_body(&st);
-        else if (op->graph_run(be, model_step_body, &st, err) != 0) return -1;
+        else if (op->graph_run(be, model_step_body, &st, m->leave_out, err) != 0) return -1;
         if (st.rc != 0) return -1;
     } else {
         if (model_layers(m, b, err) != 0) return -1;

@@ -172,7 +172,8 @@ void cuda_profile_report(rlBackend *be, FILE *f, const char *label, int steps);
 
 /* graph.cu */
 int cuda_graphs_init(rlCuda *c, rlError *err);
-int cuda_graph_run(rlBackend *be, void (*body)(void *ctx), void *ctx, rlError *err);
+int cuda_graph_run(rlBackend *be, void (*body)(void *ctx), void *ctx, unsigned variant,
+                   rlError *err);
 void cuda_graphs_clear(rlCuda *c);
 void cuda_graphs_free(rlCuda *c);
 

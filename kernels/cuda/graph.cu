@@ -3,16 +3,18 @@
  * A decode step at small batch launches ~300 short kernels; launched one by
  * one, the GPU waits between them.  Captured once as a graph, a step is one
  * launch.  The model pads decode steps to bucket sizes (model.c), so a
- * running set that changes size every few steps still meets few shapes.  Everything a step's kernels take as arguments is fixed by its
- * shape (tokens, sequences, logit rows, block-table pitch): begin_step stages
- * the batch at offsets that depend on those alone, pads the block tables to a
+ * running set that changes size every few steps still meets few shapes.
+ * Everything a step's kernels take as arguments is fixed by its shape
+ * (tokens, sequences, logit rows, block-table pitch): begin_step stages the
+ * batch at offsets that depend on those alone, pads the block tables to a
  * power-of-two pitch, and attention plans its splits for that pitch, so one
- * capture serves every later step of the shape.  A shape runs eagerly the
- * first time (which sizes scratch buffers and plans GEMMs), is captured the
- * second, and replayed after.  Buffers a capture points into never move while
- * it lives: growing the staging or scratch buffer, or a new KV cache, drops
- * every capture.  A capture that fails (an operation that cannot be captured)
- * leaves its shape eager. */
+ * capture serves every later step of the shape and of graph_run's variant
+ * (bench --leave-out's kinds change the work, not the shape).  A shape runs
+ * eagerly the first time (which sizes scratch buffers and plans GEMMs), is
+ * captured the second, and replayed after.  Buffers a capture points into
+ * never move while it lives: growing the staging or scratch buffer, or a new
+ * KV cache, drops every capture.  A capture that fails (an operation that
+ * cannot be captured) leaves its shape eager. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +24,7 @@
 
 typedef struct rlGraph {
     int n_tokens, n_seqs, n_rows, pitch;
+    unsigned variant;       /* graph_run's: the step's work beyond its shape */
     int state;              /* 1: seen once; 2: captured; -1: eager only */
     unsigned long last_use;
     cudaGraphExec_t exec;
@@ -53,13 +56,14 @@ void cuda_graphs_free(rlCuda *c) {
     c->graphs = NULL;
 }
 
-/* The entry of the current shape, made (least recently used one replaced) when new. */
-static rlGraph *graph_entry(rlCuda *c) {
+/* The entry of the current shape and variant, made (least recently used one
+ * replaced) when new. */
+static rlGraph *graph_entry(rlCuda *c, unsigned variant) {
     rlGraphs *gs = c->graphs;
     for (int i = 0; i < gs->n; i++) {
         rlGraph *g = &gs->g[i];
         if (g->n_tokens == c->n_tokens && g->n_seqs == c->n_seqs && g->n_rows == c->n_rows &&
-            g->pitch == c->max_blocks)
+            g->pitch == c->max_blocks && g->variant == variant)
             return g;
     }
     rlGraph *g = &gs->g[0];
@@ -69,7 +73,7 @@ static rlGraph *graph_entry(rlCuda *c) {
         for (int i = 1; i < gs->n; i++)
             if (gs->g[i].last_use < g->last_use) g = &gs->g[i];
     if (g->exec) cudaGraphExecDestroy(g->exec);
-    *g = (rlGraph){c->n_tokens, c->n_seqs, c->n_rows, c->max_blocks, 0, 0, NULL};
+    *g = (rlGraph){c->n_tokens, c->n_seqs, c->n_rows, c->max_blocks, variant, 0, 0, NULL};
     return g;
 }
 
@@ -94,14 +98,15 @@ static void graph_capture(rlCuda *c, rlGraph *g, void (*body)(void *), void *ctx
     c->err.msg[0] = 0;
 }
 
-int cuda_graph_run(rlBackend *be, void (*body)(void *ctx), void *ctx, rlError *err) {
+int cuda_graph_run(rlBackend *be, void (*body)(void *ctx), void *ctx, unsigned variant,
+                   rlError *err) {
     (void)err;    /* failures are recorded and reported by the step's sync */
     rlCuda *c = cuda_of(be);
     if (!c->graphs || !c->graph_shape || c->err.code != RL_OK) {
         body(ctx);
         return 0;
     }
-    rlGraph *g = graph_entry(c);
+    rlGraph *g = graph_entry(c, variant);
     g->last_use = ++c->graphs->tick;
     if (g->state == 1) graph_capture(c, g, body, ctx);
     if (g->state == 2) {
