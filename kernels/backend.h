@@ -86,6 +86,13 @@ typedef struct rlBackendOps {
     void (*matmul_quant)(rlBackend *be, void *out, const void *in, const void *w,
                          const void *bias, int rows, int n, int k);
     void (*free_quant)(rlBackend *be, void *w);
+    /* out = swiglu(gate_up) . w^T (+ bias) for a quantized w of n x k:
+     * swiglu into mid (rows x k), then matmul_quant, except where the
+     * product quantizes its activations itself (FP8 W8A8): those are made
+     * straight from gate_up, the same bytes without writing mid and reading
+     * it back.  Optional (NULL: the model calls the two). */
+    void (*swiglu_matmul_quant)(rlBackend *be, void *out, void *mid, const void *gate_up,
+                                const void *w, const void *bias, int rows, int n, int k);
     /* Same with fp32 output (LM head). */
     void (*matmul_f32)(rlBackend *be, float *out, const void *in, const void *w, int rows, int n,
                        int k);

@@ -91,6 +91,11 @@ static void model_mlp(rlModel *m, const rlLayer *w, int T, int n, unsigned skip)
     const rlBackendOps *op = m->be->ops;
     int D = m->cfg.hidden_size;
     if (!(skip & RL_LEAVE_GATE_UP)) LINEAR(m, w, wgu, m->gu, m->x, w->bgu, T, 2 * n, D);
+    if (!(skip & (RL_LEAVE_SWIGLU | RL_LEAVE_DOWN)) && op->swiglu_matmul_quant &&
+        (w->quantized & RL_LAYER_BIT(offsetof(rlLayer, wdown)))) {
+        op->swiglu_matmul_quant(m->be, m->delta, m->mlp, m->gu, w->wdown, w->bdown, T, D, n);
+        return;
+    }
     if (!(skip & RL_LEAVE_SWIGLU)) op->swiglu(m->be, m->mlp, m->gu, T, n);
     if (!(skip & RL_LEAVE_DOWN)) LINEAR(m, w, wdown, m->delta, m->mlp, w->bdown, T, D, n);
 }

@@ -11,8 +11,10 @@
  * relative to the output's largest value printed.  Weight-only products
  * differ from the reference by bf16 rounding of the inputs and output
  * (bound 2e-2); W8A8 also rounds the activations to e4m3 (3 mantissa bits,
- * up to 6 % each, averaging over k: bound 8e-2).  Without a GPU: skipped
- * (77), unless RL_REQUIRE_GPU is set. */
+ * up to 6 % each, averaging over k: bound 8e-2).  At every row count,
+ * swiglu_matmul_quant must give the same bytes as swiglu then matmul_quant
+ * (W8A8 quantizes SwiGLU's output as it makes it; the other roads take the
+ * two steps).  Without a GPU: skipped (77), unless RL_REQUIRE_GPU is set. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -40,6 +42,31 @@ typedef struct tLayer {
     int n, k, group_n, group_k, perm, bias;
     float input_scale;
 } tLayer;
+
+/* swiglu_matmul_quant(gate_up) against swiglu then matmul_quant: the same
+ * bytes, every road.  gate_up holds rows of [gate | up], 2k each. */
+static void check_swiglu(const tLayer *L, void *w, const void *gate_up, const void *bias, int m) {
+    rlError err = {0};
+    size_t midb = (size_t)m * L->k * 2, yb = (size_t)m * L->n * 2;
+    void *mid = g_be->ops->alloc(g_be, midb, &err), *mid2 = g_be->ops->alloc(g_be, midb, &err);
+    void *y1 = g_be->ops->alloc(g_be, yb, &err), *y2 = g_be->ops->alloc(g_be, yb, &err);
+    uint16_t *h1 = malloc(yb), *h2 = malloc(yb);
+    assert_true(mid && mid2 && y1 && y2 && h1 && h2);
+    g_be->ops->swiglu(g_be, mid, gate_up, m, L->k);
+    g_be->ops->matmul_quant(g_be, y1, mid, w, bias, m, L->n, L->k);
+    g_be->ops->swiglu_matmul_quant(g_be, y2, mid2, gate_up, w, bias, m, L->n, L->k);
+    if (g_be->ops->sync(g_be, &err)) fail_msg("%s, %d rows, swiglu: %s", L->name, m, err.msg);
+    assert_int_equal(g_be->ops->download(g_be, h1, y1, yb, &err), 0);
+    assert_int_equal(g_be->ops->download(g_be, h2, y2, yb, &err), 0);
+    if (memcmp(h1, h2, yb))
+        fail_msg("%s, %d rows: swiglu_matmul_quant differs from swiglu then matmul_quant",
+                 L->name, m);
+    g_be->ops->free(g_be, mid);
+    g_be->ops->free(g_be, mid2);
+    g_be->ops->free(g_be, y1);
+    g_be->ops->free(g_be, y2);
+    free(h1), free(h2);
+}
 
 static void run_layer(const tLayer *L) {
     rlError err = {0};
@@ -84,8 +111,15 @@ static void run_layer(const tLayer *L) {
     for (size_t i = 0; i < (size_t)max_rows * L->k; i++)
         x[i] = rl_f32_to_bf16((float)(uniform() * 2 - 1) * (L->input_scale > 0 ? 20.0f : 1.0f));
     for (int i = 0; i < L->n; i++) bias[i] = rl_f32_to_bf16((float)(uniform() - 0.5));
+    uint16_t *gu = malloc(2 * xb);
+    for (size_t i = 0; i < 2 * (size_t)max_rows * L->k; i++)
+        gu[i] = rl_f32_to_bf16((float)(uniform() * 6 - 3));
     void *dx = g_be->ops->alloc(g_be, xb, &err), *dy = g_be->ops->alloc(g_be, yb, &err),
-         *db = g_be->ops->alloc(g_be, (size_t)L->n * 2, &err);
+         *db = g_be->ops->alloc(g_be, (size_t)L->n * 2, &err),
+         *dgu = g_be->ops->alloc(g_be, 2 * xb, &err);
+    assert_non_null(dgu);
+    assert_int_equal(
+        g_be->ops->upload(g_be, dgu, RL_BF16, gu, RL_BF16, 2 * (size_t)max_rows * L->k, &err), 0);
     assert_non_null(dx);
     assert_non_null(dy);
     assert_non_null(db);
@@ -109,13 +143,15 @@ static void run_layer(const tLayer *L) {
         print_message("%-28s %3d rows: worst error %.2e of the largest output (bound %.0e)\n",
                       L->name, m, rel, bound);
         if (!(rel <= bound)) fail_msg("%s, %d rows: error %.3e over %.0e", L->name, m, rel, bound);
+        check_swiglu(L, w, dgu, L->bias ? db : NULL, m);
     }
     print_message("%-28s holds %zu bytes on the device\n", L->name, held);
     g_be->ops->free_quant(g_be, w);
     g_be->ops->free(g_be, dx);
     g_be->ops->free(g_be, dy);
     g_be->ops->free(g_be, db);
-    free(x), free(y), free(bias), free(dense), free(owned);
+    g_be->ops->free(g_be, dgu);
+    free(x), free(y), free(bias), free(gu), free(dense), free(owned);
 }
 
 static void test_int(void **state) {

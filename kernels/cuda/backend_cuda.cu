@@ -377,6 +377,7 @@ static const rlBackendOps cuda_ops = {
     .upload_quant = cuda_upload_quant,
     .matmul_quant = cuda_matmul_quant,
     .free_quant = cuda_free_quant,
+    .swiglu_matmul_quant = cuda_swiglu_matmul_quant,
     .matmul_f32 = cuda_matmul_f32,
     .rope_kv_store = cuda_rope_kv_store,
     .attention = cuda_attention,

@@ -211,6 +211,8 @@ void *cuda_upload_quant(rlBackend *be, const rlWqHost *w, float input_scale, siz
                         rlError *err);
 void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
                        int rows, int n, int k);
+void cuda_swiglu_matmul_quant(rlBackend *be, void *out, void *mid, const void *gate_up,
+                              const void *w, const void *bias, int rows, int n, int k);
 void cuda_free_quant(rlBackend *be, void *w);
 void cuda_qlinear_free(rlCuda *c);
 /* Grow the quantized layers' workspace for steps of up to rows rows; 0 on

@@ -1,10 +1,15 @@
-/* cuda_math.cuh: the exponential the softmax kernels share (attention's
- * online softmax, the sampler's row statistics).
+/* cuda_math.cuh: arithmetic that several kernels must do alike.
  *
- * One instruction, and no multiply-add the compiler could contract: the
- * kernels --batch-invariant runs must round each step the same wherever
- * they are inlined (tests/test_invariant_ptx.sh), which the math library's
- * expf does not promise. */
+ * ex2, the exponential the softmax kernels share (attention's online
+ * softmax, the sampler's row statistics): one instruction, and no
+ * multiply-add the compiler could contract: the kernels --batch-invariant
+ * runs must round each step the same wherever they are inlined
+ * (tests/test_invariant_ptx.sh), which the math library's expf does not
+ * promise.
+ *
+ * silu_mul, SwiGLU's value before its rounding to 16 bits: the swiglu
+ * kernel and the FP8 activation quantizer that takes SwiGLU's output
+ * straight from gate_up (qlinear.cu) must make the same bits. */
 #ifndef RL_CUDA_MATH_CUH
 #define RL_CUDA_MATH_CUH
 
@@ -13,6 +18,11 @@ static __device__ __forceinline__ float ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+}
+
+/* silu(g) * u */
+static __device__ __forceinline__ float silu_mul(float g, float u) {
+    return g / (1.0f + expf(-g)) * u;
 }
 
 #endif

@@ -6,6 +6,7 @@
  * grid-stride loops, and vectorised only where it is free. */
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_launch.cuh"
+#include "kernels/cuda/cuda_math.cuh"
 #include "kernels/cuda/cuda_types.cuh"
 
 extern "C" {
@@ -73,8 +74,7 @@ __global__ void swiglu_kernel(T *out, const T *gu, int rows, int m) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / m, j = i % m;
-        float g = ld(gu + r * 2 * m + j), u = ld(gu + r * 2 * m + m + j);
-        st(out + i, g / (1.0f + expf(-g)) * u);
+        st(out + i, silu_mul(ld(gu + r * 2 * m + j), ld(gu + r * 2 * m + m + j)));
     }
 }
 
@@ -92,10 +92,7 @@ __global__ void swiglu8_kernel(T *out, const T *gu, int m) {
     const T *gs = (const T *)&gv, *us = (const T *)&uv;
     T *os = (T *)&ov;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        float x = ld(gs + i);
-        st(os + i, x / (1.0f + expf(-x)) * ld(us + i));
-    }
+    for (int i = 0; i < 8; i++) st(os + i, silu_mul(ld(gs + i), ld(us + i)));
     *(uint4 *)(out + (size_t)blockIdx.y * m + j) = ov;
 }
 

@@ -10,16 +10,18 @@
  *     own: it would cost Qwen2's decode a launch a layer); the workspace
  *     holds its split sums.
  *   - FP8 weights on sm_89 / sm_90 (not RL_CUDA_GENERIC), from
- *     RL_QUANT_W8A8_MIN_ROWS rows: W8A8.  The
- *     activations are quantized to e4m3 here, per token or per 1x128 group
- *     (block FP8, as DeepSeek-V3 and vLLM do), or with the checkpoint's static
- *     input_scale; rl_wq_fp8_values writes the layer's e4m3 bytes row-major
- *     into the workspace (2 bytes moved a weight), so no second copy of the
- *     weights is held; cuBLASLt multiplies e4m3 x e4m3 in
- *     fp32 with the scales applied through its scale modes (BLK128x128 /
- *     VEC128, OUTER_VEC per channel or token, SCALAR per tensor) and writes
- *     16-bit with the bias in its epilogue.  Prefill is compute-bound, and
- *     FP8 tensor cores run twice the bf16 rate.
+ *     RL_QUANT_W8A8_MIN_ROWS rows: W8A8.  The activations are quantized to
+ *     e4m3 here, per token or per 1x128 group (block FP8, as DeepSeek-V3 and
+ *     vLLM do), or with the checkpoint's static input_scale; the down
+ *     projection's (swiglu_matmul_quant) are made straight from gate_up,
+ *     SwiGLU on the way, where the groups allow (vLLM fuses the two too).
+ *     rl_wq_fp8_values writes the layer's e4m3 bytes row-major into the
+ *     workspace (2 bytes moved a weight), so no second copy of the weights
+ *     is held; cuBLASLt multiplies e4m3 x e4m3 in fp32 with the scales
+ *     applied through its scale modes (BLK128x128 / VEC128, OUTER_VEC per
+ *     channel or token, SCALAR per tensor) and writes 16-bit with the bias
+ *     in its epilogue.  Prefill is compute-bound, and FP8 tensor cores run
+ *     twice the bf16 rate.
  *   - otherwise (int4 / int8, FP8 on sm_80 / sm_86 or the generic path, a
  *     scale mode this cuBLASLt refuses): rl_wq_dequant into the workspace
  *     and the bf16 / fp16 GEMM of gemm.cu (W8A16 / W4A16).
@@ -39,6 +41,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cuda_math.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
 #include "kernels/cuda/cuda_types.cuh"
 #include "kernels/cuda/wq.h"
@@ -185,42 +188,70 @@ ql_quant_act(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k, int mode,
     }
 }
 
-/* Groups of 128 columns (Qwen's 1x128 activation scales) or a static
- * scale: a warp per (row, 128 columns), four values per lane held in
- * registers, so x is read once (a block per group, as per token above, left the down projection's input, 8,192 x
- * 18,944, at ~0.6 TB/s: kernels/PERF.md, "FP8 prefill").  k % 16 == 0 on this path,
- * so a lane's four values are all inside the row or all past it. */
-template <typename T>
-__global__ void __launch_bounds__(256)
-ql_quant_act128(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k,
-                const float *static_scale, int mode, int var) {
-    const int lane = threadIdx.x & 31, groups = (k + 127) / 128;
-    const size_t wi = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (wi >= (size_t)m * groups) return;
-    const int row = (int)(wi / groups), k0 = (int)(wi % groups) * 128, col = k0 + 4 * lane;
-    float v[4] = {0, 0, 0, 0};
-    if (col < k) {
-        const uint2 raw = *(const uint2 *)(x + (size_t)row * k + col);
+/* Where the 1x128 quantizer's values come from: x itself, or SwiGLU's
+ * output made from gate_up (rows of [gate | up], k each) and rounded to T
+ * as cuda_swiglu stores it, so the bytes are the same as quantizing that. */
+template <typename T> struct QlFromX {
+    const T *x;
+    __device__ void load8(int row, int col, int k, float *v) const {
+        const uint4 raw = *(const uint4 *)(x + (size_t)row * k + col);
         const T *e = (const T *)&raw;
 #pragma unroll
-        for (int i = 0; i < 4; i++) v[i] = ld(e + i);
+        for (int i = 0; i < 8; i++) v[i] = ld(e + i);
     }
+};
+template <typename T> struct QlFromSwiglu {
+    const T *gate_up;
+    __device__ void load8(int row, int col, int k, float *v) const {
+        const T *g = gate_up + (size_t)row * 2 * k + col;
+        const uint4 graw = *(const uint4 *)g, uraw = *(const uint4 *)(g + k);
+        const T *ge = (const T *)&graw, *ue = (const T *)&uraw;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            T h;
+            st(&h, silu_mul(ld(ge + i), ld(ue + i)));
+            v[i] = ld(&h);
+        }
+    }
+};
+
+/* Groups of 128 columns (Qwen's 1x128 activation scales) or a static
+ * scale: a half-warp per (row, 128 columns), eight values per lane from one
+ * 16-byte load held in registers, so the input is read once (a block per
+ * group, as per token above, left the down projection's input, 8,192 x
+ * 18,944, at ~0.6 TB/s: kernels/PERF.md, "FP8 prefill"; a warp per group
+ * with 8-byte loads at ~1.4 TB/s, v45).  k % 16 == 0 on this path, so a
+ * lane's eight values are all inside the row or all past it. */
+template <typename T, typename Src>
+__global__ void __launch_bounds__(256)
+ql_quant_act128(__nv_fp8_e4m3 *q, float *scale, Src src, int m, int k,
+                const float *static_scale, int mode, int var) {
+    const int lane = threadIdx.x & 15, groups = (k + 127) / 128;
+    const size_t gi = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4;
+    const bool live = gi < (size_t)m * groups;   /* the whole half-warp alike */
+    const int row = live ? (int)(gi / groups) : 0, k0 = live ? (int)(gi % groups) * 128 : 0;
+    const int col = k0 + 8 * lane;
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (live && col < k) src.load8(row, col, k, v);
     float s;
     if (static_scale) {
         s = *static_scale;
     } else {
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-        amax = warp_max(amax);
-        s = amax > 0 ? amax / QL_E4M3_MAX : 1.0f;
-        if (lane == 0) scale[ql_scale_at(mode, var, m, k, row, k0)] = s;
-    }
-    if (col >= k) return;
-    union { __nv_fp8_storage_t b[4]; uint32_t u; } o;
+        float amax = 0;
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+        for (int o = 8; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        s = amax > 0 ? amax / QL_E4M3_MAX : 1.0f;
+        if (live && lane == 0) scale[ql_scale_at(mode, var, m, k, row, k0)] = s;
+    }
+    if (!live || col >= k) return;
+    union { __nv_fp8_storage_t b[8]; uint2 u; } o;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
         o.b[i] = __nv_cvt_float_to_fp8(fminf(fmaxf(v[i] / s, -QL_E4M3_MAX), QL_E4M3_MAX),
                                        __NV_SATFINITE, __NV_E4M3);
-    *(uint32_t *)(q + (size_t)row * k + col) = o.u;
+    *(uint2 *)(q + (size_t)row * k + col) = o.u;
 }
 
 /* ---- state, workspace, plans ------------------------------------------- */
@@ -345,23 +376,35 @@ static int ql_fp8_gemm(rlCuda *c, rlDtype dt, void *out, const void *a8, const f
     return st ? -1 : 0;
 }
 
+/* The activations' e4m3 values and scales: of x (rows x k), or with
+ * gate_up set of swiglu(gate_up) instead (groups of 128 or a static scale
+ * only: ql_takes_swiglu). */
 template <typename T>
-static void ql_quant_act_launch(rlCuda *c, void *q, float *scale, const void *x, int m, int k,
-                                int group, const float *static_scale, int mode, int var) {
+static void ql_quant_act_launch(rlCuda *c, void *q, float *scale, const void *x,
+                                const void *gate_up, int m, int k, int group,
+                                const float *static_scale, int mode, int var) {
     if (group == 128 || static_scale) {
-        const size_t warps = (size_t)m * ql_ceil(k, 128);
-        ql_quant_act128<T><<<(unsigned)((warps + 7) / 8), 256, 0, c->stream>>>(
-            (__nv_fp8_e4m3 *)q, scale, (const T *)x, m, k, static_scale, mode, var);
+        const unsigned blocks = (unsigned)(((size_t)m * ql_ceil(k, 128) + 15) / 16);
+        if (gate_up)
+            ql_quant_act128<T><<<blocks, 256, 0, c->stream>>>(
+                (__nv_fp8_e4m3 *)q, scale, QlFromSwiglu<T>{(const T *)gate_up}, m, k, static_scale,
+                mode, var);
+        else
+            ql_quant_act128<T><<<blocks, 256, 0, c->stream>>>(
+                (__nv_fp8_e4m3 *)q, scale, QlFromX<T>{(const T *)x}, m, k, static_scale, mode, var);
         return;
     }
     ql_quant_act<T><<<(unsigned)m, QL_THREADS, 0, c->stream>>>((__nv_fp8_e4m3 *)q, scale,
                                                                 (const T *)x, m, k, mode, var);
 }
 
-static void ql_quant_act_run(rlCuda *c, rlDtype dt, void *q, float *scale, const void *x, int m,
-                             int k, int group, const float *static_scale, int mode, int var) {
-    if (dt == RL_F16) ql_quant_act_launch<f16>(c, q, scale, x, m, k, group, static_scale, mode, var);
-    else ql_quant_act_launch<bf16>(c, q, scale, x, m, k, group, static_scale, mode, var);
+static void ql_quant_act_run(rlCuda *c, rlDtype dt, void *q, float *scale, const void *x,
+                             const void *gate_up, int m, int k, int group,
+                             const float *static_scale, int mode, int var) {
+    if (dt == RL_F16)
+        ql_quant_act_launch<f16>(c, q, scale, x, gate_up, m, k, group, static_scale, mode, var);
+    else
+        ql_quant_act_launch<bf16>(c, q, scale, x, gate_up, m, k, group, static_scale, mode, var);
 }
 
 /* ---- the probe ----------------------------------------------------------- */
@@ -407,8 +450,8 @@ static int ql_probe_one(rlCuda *c, int a_mode, int b_mode, int a_var, int b_var,
         cudaMemcpy(dp + off_ws, ws, na * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(dp + off_x, x, (size_t)m * k * 2, cudaMemcpyHostToDevice);
         int group = b_mode == CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F ? 128 : k;
-        ql_quant_act_run(c, RL_BF16, dp + off_a, (float *)(dp + off_as), dp + off_x, m, k, group,
-                         d_static, b_mode, b_var);
+        ql_quant_act_run(c, RL_BF16, dp + off_a, (float *)(dp + off_as), dp + off_x, NULL, m, k,
+                         group, d_static, b_mode, b_var);
         if (ql_fp8_gemm(c, RL_BF16, dp + off_y, dp + off_a,
                         d_static ? d_static : (const float *)(dp + off_as), dp + off_w,
                         (const float *)(dp + off_ws), NULL, m, n, k, a_mode, b_mode)) {
@@ -592,8 +635,12 @@ void cuda_free_quant(rlBackend *be, void *p) {
     free(w);
 }
 
-void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, const void *bias,
-                       int rows, int n, int k) {
+/* matmul_quant's product, or with gate_up set swiglu_matmul_quant's: in
+ * is then swiglu(gate_up), made into mid unless W8A8 quantizes it straight
+ * from gate_up (groups of 128 or a static scale: the per-token quantizer
+ * reads its row twice, so it takes mid). */
+static void ql_matmul(rlBackend *be, void *out, const void *in, void *mid, const void *gate_up,
+                      const void *p, const void *bias, int rows, int n, int k) {
     rlCuda *c = cuda_of(be);
     const rlQLinear *w = (const rlQLinear *)p;
     rlDtype dt = be->act_dtype;
@@ -608,7 +655,14 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
      * more, so a row's product would depend on its step's size; every step
      * dequantizes and takes the invariant GEMM (cuda_gemm) instead: a decode
      * step writes and reads each layer's 16-bit weights once more. */
-    if (rows <= w->max_rows && !c->invariant) {
+    const int gemv = rows <= w->max_rows && !c->invariant;
+    const int w8a8 = !gemv && !c->invariant && rows >= RL_QUANT_W8A8_MIN_ROWS &&
+                     (w->w8a8 == 1 || (w->w8a8 == 2 && rows % 16 == 0));
+    if (gate_up && !(w8a8 && (w->act_group == 128 || w->in_scale))) {
+        cuda_swiglu(be, mid, gate_up, rows, k);
+        in = mid, gate_up = NULL;
+    }
+    if (gemv) {
         /* The workspace, reserved at upload for the largest dequantized
          * layer, holds the split sums; nothing grows on this road. */
         PROF(c, "wq gemm %dx%d", n, k);
@@ -621,8 +675,6 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
         cuda_launched(c, "matmul_quant");
         return;
     }
-    int w8a8 = !c->invariant && rows >= RL_QUANT_W8A8_MIN_ROWS &&
-               (w->w8a8 == 1 || (w->w8a8 == 2 && rows % 16 == 0));
     if (!w8a8) {
         char *ws = ql_ws(c, (size_t)n * k * 2, "matmul_quant");
         if (!ws) return;
@@ -645,12 +697,23 @@ void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *p, 
         cuda_fail(c, RL_EDEVICE, "matmul_quant: the e4m3 values of a %d x %d layer failed", n, k);
         return;
     }
-    PROF(c, "fp8 quantize %dx%d", n, k);
-    ql_quant_act_run(c, dt, a8, as, in, rows, k, w->act_group, w->in_scale, w->b_mode, w->b_var);
+    PROF(c, gate_up ? "swiglu + fp8 quantize %dx%d" : "fp8 quantize %dx%d", n, k);
+    ql_quant_act_run(c, dt, a8, as, in, gate_up, rows, k, w->act_group, w->in_scale, w->b_mode,
+                     w->b_var);
     if (cuda_check(c, cudaGetLastError(), "matmul_quant")) return;
     PROF(c, "fp8 gemm %dx%d", n, k);
     if (ql_fp8_gemm(c, dt, out, a8, w->in_scale ? w->in_scale : as, w8, w->lt_scale, bias, rows,
                     n, k, w->a_mode, w->b_mode))
         cuda_fail(c, RL_EDEVICE, "matmul_quant (%d x %d x %d): cuBLASLt's FP8 GEMM failed "
                   "(RL_CUDA_FP8_W8A8=0 takes the 16-bit path)", rows, n, k);
+}
+
+void cuda_matmul_quant(rlBackend *be, void *out, const void *in, const void *w, const void *bias,
+                       int rows, int n, int k) {
+    ql_matmul(be, out, in, NULL, NULL, w, bias, rows, n, k);
+}
+
+void cuda_swiglu_matmul_quant(rlBackend *be, void *out, void *mid, const void *gate_up,
+                              const void *w, const void *bias, int rows, int n, int k) {
+    ql_matmul(be, out, mid, mid, gate_up, w, bias, rows, n, k);
 }
