@@ -378,7 +378,7 @@ static int ql_fp8_gemm(rlCuda *c, rlDtype dt, void *out, const void *a8, const f
 
 /* The activations' e4m3 values and scales: of x (rows x k), or with
  * gate_up set of swiglu(gate_up) instead (groups of 128 or a static scale
- * only: ql_takes_swiglu). */
+ * only, as ql_matmul asks). */
 template <typename T>
 static void ql_quant_act_launch(rlCuda *c, void *q, float *scale, const void *x,
                                 const void *gate_up, int m, int k, int group,
