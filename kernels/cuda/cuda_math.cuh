@@ -8,8 +8,9 @@
  * promise.
  *
  * silu_mul, SwiGLU's value before its rounding to 16 bits: the swiglu
- * kernel and the FP8 activation quantizer that takes SwiGLU's output
- * straight from gate_up (qlinear.cu) must make the same bits. */
+ * kernel, the experts' (moe.cu, cuda_tile_gemm.cuh) and the FP8 activation
+ * quantizer that takes SwiGLU's output straight from gate_up (qlinear.cu)
+ * must make the same bits. */
 #ifndef RL_CUDA_MATH_CUH
 #define RL_CUDA_MATH_CUH
 
@@ -20,9 +21,13 @@ static __device__ __forceinline__ float ex2(float x) {
     return y;
 }
 
-/* silu(g) * u */
+/* silu(g) * u with the fast exponential and division (a few ulp of fp32,
+ * far below the 16-bit rounding that follows; the accurate expf and IEEE
+ * division made the FP8 quantizer that calls this issue-bound: PERF.md
+ * v46), each step rounded as written, so no inlined copy contracts
+ * differently (tests/test_invariant_ptx.sh).  g -> -inf gives -0. */
 static __device__ __forceinline__ float silu_mul(float g, float u) {
-    return g / (1.0f + expf(-g)) * u;
+    return __fmul_rn(__fdividef(g, __fadd_rn(1.0f, __expf(-g))), u);
 }
 
 #endif

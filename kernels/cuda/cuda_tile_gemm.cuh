@@ -33,6 +33,7 @@
 #ifndef RL_CUDA_TILE_GEMM_CUH
 #define RL_CUDA_TILE_GEMM_CUH
 
+#include "kernels/cuda/cuda_math.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
 #include "kernels/cuda/cuda_types.cuh"
 
@@ -216,12 +217,8 @@ tile_gemm_kernel(void *out, const T *a, const T *w, const T *bias, const int4 *t
         for (int i = tid; i < BM * 32; i += TG_THREADS) {
             int r = i >> 5, cc = i & 31;
             if (r >= nrows || col0 + cc >= m) continue;
-            /* Rounded step by step: the loop is unrolled, and a fused
-             * 1 + expf(-g) in some copies only would make a row's value
-             * depend on its place (tests/test_invariant_ptx.sh). */
-            const float gv = Cs[r][cc], uv = Cs[r][32 + cc];
-            const float silu = gv / __fadd_rn(1.0f, expf(-gv));
-            st((T *)out + (size_t)(row0 + r) * m + col0 + cc, __fmul_rn(silu, uv));
+            st((T *)out + (size_t)(row0 + r) * m + col0 + cc,
+               silu_mul(Cs[r][cc], Cs[r][32 + cc]));
         }
     } else {
         for (int i = tid; i < BM * BN; i += TG_THREADS) {

@@ -251,7 +251,7 @@ moe_gu_gemv_kernel(T *h, const T *__restrict__ x, const T *__restrict__ wgu, con
         float gs = 0, us = 0;
 #pragma unroll
         for (int w = 0; w < GEMV_THREADS / 32; w++) gs += red[w][0], us += red[w][1];
-        st(h + (size_t)p * m + j, gs / (1.0f + expf(-gs)) * us);
+        st(h + (size_t)p * m + j, silu_mul(gs, us));
     }
 }
 

@@ -151,10 +151,29 @@ static const char *ql_mode_name(int mode) {
 
 /* ---- kernels ----------------------------------------------------------- */
 
+/* Eight values times inv (448 over their group's absolute maximum, or one
+ * over a static scale) rounded to e4m3, saturating, two a conversion.  A
+ * multiply, not a division by the scale: the quantizers are bound by the
+ * instructions they issue as much as by the bytes they move (PERF.md v46). */
+static __device__ __forceinline__ uint2 ql_e4m3x8(const float *v, float inv) {
+    union { __nv_fp8x2_storage_t b[4]; uint2 u; } o;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        o.b[i] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] * inv, v[2 * i + 1] * inv),
+                                          __NV_SATFINITE, __NV_E4M3);
+    return o.u;
+}
+
+/* A group's scale (stored, the GEMM's multiplier) and its inverse (ql_e4m3x8's). */
+static __device__ __forceinline__ float ql_scale_of(float amax, float *inv) {
+    *inv = amax > 0 ? QL_E4M3_MAX / amax : 1.0f;
+    return amax > 0 ? amax / QL_E4M3_MAX : 1.0f;
+}
+
 /* Per token (a group of all k columns, no static scale): one block per
  * row, 8 values a thread per 16-byte load (k % 16 == 0 on this path); the
  * row's absolute maximum makes its scale (max / 448), and the values are
- * rounded to e4m3, saturating, on a second read of the row (from L1 / L2). */
+ * rounded to e4m3 on a second read of the row (from L1 / L2). */
 template <typename T>
 __global__ void __launch_bounds__(QL_THREADS)
 ql_quant_act(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k, int mode, int var) {
@@ -173,18 +192,16 @@ ql_quant_act(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k, int mode,
     if (lane == 0) red[threadIdx.x >> 5] = amax;
     __syncthreads();
     amax = warp_max(lane < (int)(blockDim.x >> 5) ? red[lane] : 0.0f);  /* every warp */
-    float s = amax > 0 ? amax / QL_E4M3_MAX : 1.0f;
+    float inv, s = ql_scale_of(amax, &inv);
     if (threadIdx.x == 0) scale[ql_scale_at(mode, var, m, k, row, 0)] = s;
     uint2 *qr = (uint2 *)(q + (size_t)row * k);
     for (int i = threadIdx.x; i < k8; i += blockDim.x) {
         const uint4 raw = xr[i];
         const T *e = (const T *)&raw;
-        union { __nv_fp8_storage_t b[8]; uint2 u; } o;
+        float v[8];
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            o.b[j] = __nv_cvt_float_to_fp8(fminf(fmaxf(ld(e + j) / s, -QL_E4M3_MAX), QL_E4M3_MAX),
-                                           __NV_SATFINITE, __NV_E4M3);
-        qr[i] = o.u;
+        for (int j = 0; j < 8; j++) v[j] = ld(e + j);
+        qr[i] = ql_e4m3x8(v, inv);
     }
 }
 
@@ -220,38 +237,50 @@ template <typename T> struct QlFromSwiglu {
  * 16-byte load held in registers, so the input is read once (a block per
  * group, as per token above, left the down projection's input, 8,192 x
  * 18,944, at ~0.6 TB/s: kernels/PERF.md, "FP8 prefill"; a warp per group
- * with 8-byte loads at ~1.4 TB/s, v45).  k % 16 == 0 on this path, so a
- * lane's eight values are all inside the row or all past it. */
+ * with 8-byte loads at ~1.4 TB/s, v45).  Each half-warp takes QL_GROUPS
+ * groups a grid's width apart, every load issued before any value is used,
+ * so more bytes are in flight than one short-lived group a lane keeps
+ * (v46).  k % 16 == 0 on this path, so a lane's eight values are all inside
+ * the row or all past it.  The scales' place is linear in (row, group): two
+ * strides from ql_scale_at, so the kernel holds one copy of its loop, not
+ * one per layout. */
+#define QL_GROUPS 2
 template <typename T, typename Src>
 __global__ void __launch_bounds__(256)
 ql_quant_act128(__nv_fp8_e4m3 *q, float *scale, Src src, int m, int k,
-                const float *static_scale, int mode, int var) {
+                const float *static_scale, size_t row_stride, size_t block_stride) {
     const int lane = threadIdx.x & 15, groups = (k + 127) / 128;
-    const size_t gi = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4;
-    const bool live = gi < (size_t)m * groups;   /* the whole half-warp alike */
-    const int row = live ? (int)(gi / groups) : 0, k0 = live ? (int)(gi % groups) * 128 : 0;
-    const int col = k0 + 8 * lane;
-    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (live && col < k) src.load8(row, col, k, v);
-    float s;
-    if (static_scale) {
-        s = *static_scale;
-    } else {
-        float amax = 0;
+    const size_t first = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4,
+                 apart = (size_t)gridDim.x * blockDim.x >> 4, n = (size_t)m * groups;
+    float v[QL_GROUPS][8];
 #pragma unroll
-        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+    for (int u = 0; u < QL_GROUPS; u++) {
+        const size_t gi = first + u * apart;
+        const int row = (int)(gi / groups), col = (int)(gi % groups) * 128 + 8 * lane;
 #pragma unroll
-        for (int o = 8; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        s = amax > 0 ? amax / QL_E4M3_MAX : 1.0f;
-        if (live && lane == 0) scale[ql_scale_at(mode, var, m, k, row, k0)] = s;
+        for (int i = 0; i < 8; i++) v[u][i] = 0;
+        if (gi < n && col < k) src.load8(row, col, k, v[u]);
     }
-    if (!live || col >= k) return;
-    union { __nv_fp8_storage_t b[8]; uint2 u; } o;
 #pragma unroll
-    for (int i = 0; i < 8; i++)
-        o.b[i] = __nv_cvt_float_to_fp8(fminf(fmaxf(v[i] / s, -QL_E4M3_MAX), QL_E4M3_MAX),
-                                       __NV_SATFINITE, __NV_E4M3);
-    *(uint2 *)(q + (size_t)row * k + col) = o.u;
+    for (int u = 0; u < QL_GROUPS; u++) {
+        const size_t gi = first + u * apart;
+        const bool live = gi < n;    /* the whole half-warp alike; the shuffles take both */
+        const int row = (int)(gi / groups), k0 = (int)(gi % groups) * 128, col = k0 + 8 * lane;
+        float inv;
+        if (static_scale) {
+            inv = 1.0f / *static_scale;
+        } else {
+            float amax = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[u][i]));
+#pragma unroll
+            for (int o = 8; o; o >>= 1)
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            const float s = ql_scale_of(amax, &inv);
+            if (live && lane == 0) scale[row * row_stride + (k0 / 128) * block_stride] = s;
+        }
+        if (live && col < k) *(uint2 *)(q + (size_t)row * k + col) = ql_e4m3x8(v[u], inv);
+    }
 }
 
 /* ---- state, workspace, plans ------------------------------------------- */
@@ -384,14 +413,17 @@ static void ql_quant_act_launch(rlCuda *c, void *q, float *scale, const void *x,
                                 const void *gate_up, int m, int k, int group,
                                 const float *static_scale, int mode, int var) {
     if (group == 128 || static_scale) {
-        const unsigned blocks = (unsigned)(((size_t)m * ql_ceil(k, 128) + 15) / 16);
+        const unsigned blocks =
+            (unsigned)(((size_t)m * ql_ceil(k, 128) + 16 * QL_GROUPS - 1) / (16 * QL_GROUPS));
+        const size_t rs = ql_scale_at(mode, var, m, k, 1, 0) - ql_scale_at(mode, var, m, k, 0, 0),
+                     bs = ql_scale_at(mode, var, m, k, 0, 128) - ql_scale_at(mode, var, m, k, 0, 0);
         if (gate_up)
             ql_quant_act128<T><<<blocks, 256, 0, c->stream>>>(
                 (__nv_fp8_e4m3 *)q, scale, QlFromSwiglu<T>{(const T *)gate_up}, m, k, static_scale,
-                mode, var);
+                rs, bs);
         else
             ql_quant_act128<T><<<blocks, 256, 0, c->stream>>>(
-                (__nv_fp8_e4m3 *)q, scale, QlFromX<T>{(const T *)x}, m, k, static_scale, mode, var);
+                (__nv_fp8_e4m3 *)q, scale, QlFromX<T>{(const T *)x}, m, k, static_scale, rs, bs);
         return;
     }
     ql_quant_act<T><<<(unsigned)m, QL_THREADS, 0, c->stream>>>((__nv_fp8_e4m3 *)q, scale,
