@@ -137,6 +137,9 @@ static const Case cases[] = {
     {"int4 g128 k 3584", RL_WQ_INT4, 40, 3584, 128, 1, 0},
     {"int4 g384 (3 chunks a group)", RL_WQ_INT4, 48, 1152, 384, 1, 0},
     {"int4 g128 n 20000 (tiles > a wave)", RL_WQ_INT4, 20000, 256, 128, 1, 0},
+    /* More strips than two waves of the GEMV's 4-warp blocks on 132-148
+     * SMs, and 8 chunks: its blocks take strips from the counter. */
+    {"int4 g128 n 40000 k 1024 (the GEMV's strip counter)", RL_WQ_INT4, 40000, 1024, 128, 1, 0},
     {"int4 g96 (groups straddle chunks)", RL_WQ_INT4, 56, 480, 96, 1, 0},
     {"int8 g32", RL_WQ_INT8, 80, 320, 32, 1, 0},
     {"int8 g64 (n 33)", RL_WQ_INT8, 33, 384, 64, 1, 0},
@@ -425,12 +428,13 @@ static void test_bad_calls(void **state) {
 static rlWq *wq_clone(const rlWq *w) {
     rlWq *c = malloc(sizeof(*c));
     *c = *w;
-    const void *src[4] = {w->qw, w->scale, w->zero, w->perm};
-    void **dst[4] = {(void **)&c->qw, (void **)&c->scale, (void **)&c->zero, (void **)&c->perm};
-    size_t sz[4] = {wq_qw_bytes(w), (size_t)w->ngroups * w->scale_rows * 4,
+    const void *src[5] = {w->qw, w->scale, w->zero, w->perm, w->strips};
+    void **dst[5] = {(void **)&c->qw, (void **)&c->scale, (void **)&c->zero, (void **)&c->perm,
+                     (void **)&c->strips};
+    size_t sz[5] = {wq_qw_bytes(w), (size_t)w->ngroups * w->scale_rows * 4,
                     w->zero ? (size_t)w->ngroups * w->ntiles * WQ_TILE_N : 0,
-                    w->perm ? (size_t)w->k * 4 : 0};
-    for (int i = 0; i < 4; i++) {
+                    w->perm ? (size_t)w->k * 4 : 0, 2 * sizeof(unsigned)};
+    for (int i = 0; i < 5; i++) {
         *dst[i] = NULL;
         if (!sz[i]) continue;
         if (cudaMalloc(dst[i], sz[i]) || cudaMemcpy(*dst[i], src[i], sz[i], cudaMemcpyDeviceToDevice)) {

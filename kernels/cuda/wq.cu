@@ -75,6 +75,10 @@ template <typename T> struct WqArgs {
      * splits' fp32 sums [split][m][ntiles * 8]. */
     int csplit;
     float *part;
+    /* The decode GEMV's counter of strips past each block's first two
+     * (rlWq's strips; wq_gemv_grid keeps it only where its wave strides
+     * over them, else NULL). */
+    unsigned *strips;
 };
 
 /* Where rl_wq_gemm's kernels go: the caller's stream, with programmatic
@@ -425,7 +429,14 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
  *   zero points and scales sit at constant strides from its first.
  * A block of W warps (4-16) owns a strip at a time and its warps take every
  * W-th chunk of K, so a narrow layer still puts enough warps on the SMs; a
- * wide one runs one wave of blocks that stride over the strips.  Each warp
+ * wide one runs one wave of blocks over the strips: each block its own
+ * first two (blockIdx.x and one wave on), then, with a.strips, whichever
+ * strip a counter hands it next, claimed a strip ahead.  Under PDL the
+ * blocks that fit beside the kernel before start early and the rest as it
+ * retires, so fixed shares left the late blocks' last strips as a tail
+ * with few loads in flight (PERF.md v44, v45); taken from the counter, the
+ * early blocks take more.  A strip's sums are its warps' in a fixed order
+ * whichever block runs it, so the result is the same.  Each warp
  * has two buffers in fixed registers that take turns (PERF.md v22: moves
  * between ring slots wait on their loads): while it works on one item the
  * next is in flight in the other, and the item after is loaded as soon as a
@@ -567,16 +578,19 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
             }
         }
     };
-    /* The warp's item after (s, c): this strip's next chunk, else the first
+    /* The block's strip now and its next (a.strips: nchunks >= 2 W, so an
+     * item two ahead is at most one strip on, which the block knows). */
+    unsigned s = blockIdx.x, nxt = blockIdx.x + gridDim.x;
+    __shared__ unsigned after;   /* the strip after nxt, for every warp */
+    /* The warp's item after (s2, c): this strip's next chunk, else the first
      * of the block's next strip. */
-    auto advance = [&](unsigned &s, int &c) {
+    auto advance = [&](unsigned &s2, int &c) {
         c += nwarps;
-        if (c >= a.nchunks) c = warp, s += gridDim.x;
+        if (c >= a.nchunks) c = warp, s2 = s2 == s ? nxt : s2 + gridDim.x;
     };
 
     pdl_trigger();
     Buf ba, bb;
-    unsigned s = blockIdx.x;
     if (busy && s < nstrips) {
         unsigned s1 = s;
         int c1 = warp;
@@ -586,7 +600,10 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
     }
     pdl_wait();   /* x is the kernel before's output; the weights were not */
     bool in_b = false;   /* the warp's current item is in bb */
-    for (; s < nstrips; s += gridDim.x) {
+    while (s < nstrips) {
+        /* The strip after nxt, asked for now and read at the strip's end. */
+        unsigned claim = 0;
+        if (a.strips && threadIdx.x == 0 && nxt < nstrips) claim = atomicAdd(a.strips, 1u);
         float acc[NP][4] = {};
 #pragma unroll 1
         for (int c = busy ? warp : a.nchunks; c < a.nchunks; c += nwarps) {
@@ -607,6 +624,8 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
         for (int p = 0; p < NP; p++)
 #pragma unroll
             for (int j = 0; j < 4; j++) red[warp][4 * p + j][lane] = acc[p][j];
+        if (threadIdx.x == 0)
+            after = !a.strips ? nxt + gridDim.x : nxt < nstrips ? 2 * gridDim.x + claim : nstrips;
         __syncthreads();
         for (int i = threadIdx.x; i < NP * 4 * 32; i += blockDim.x) {
             const int reg = i >> 5, ln = i & 31, j = reg & 3;
@@ -618,7 +637,15 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
                 st(a.y + (size_t)row * a.ldy + col, a.bias ? sum + ld(a.bias + col) : sum);
             }
         }
+        const unsigned later = after;
         __syncthreads();
+        s = nxt, nxt = later;
+    }
+    /* The last block out sets the counter back to zero for the next launch
+     * (every block's claims come before its count: the fence). */
+    if (a.strips && threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(a.strips + 1, 1u) == gridDim.x - 1) a.strips[0] = 0, a.strips[1] = 0;
     }
 }
 
@@ -895,6 +922,7 @@ template <typename T> static WqArgs<T> wq_args(const rlWq *w, const void *x, int
     a.cshift = wq_cshift(w);
     a.csplit = w->nchunks;
     a.part = NULL;
+    a.strips = w->strips;
     return a;
 }
 
@@ -977,8 +1005,17 @@ static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
         if (nstrips <= (long)sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(w) && warps > best)
             best = warps, best_w = w;
     }
-    if (best_w) L(wq_gemv_kernel<T, TY, NT, PLAIN>, nstrips, 32 * best_w, 0, a);
-    else L(wq_gemv_kernel<T, TY, NT, PLAIN>, sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(4), 128, 0, a);
+    WqArgs<T> b = a;
+    b.strips = NULL;
+    if (best_w) {
+        L(wq_gemv_kernel<T, TY, NT, PLAIN>, nstrips, 32 * best_w, 0, b);
+        return;
+    }
+    /* The counter where some strips are past each block's first two and an
+     * item two ahead stays within the next strip (nchunks >= 2 W). */
+    const int blocks = sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(4);
+    if (a.nchunks >= 2 * 4 && nstrips > 2 * blocks) b.strips = a.strips;
+    L(wq_gemv_kernel<T, TY, NT, PLAIN>, blocks, 128, 0, b);
 }
 
 /* Tiles per strip: 4 where strips of 4 still give every SM several (gate_up:
@@ -1187,6 +1224,7 @@ extern "C" void rl_wq_free(rlWq *w) {
     cudaFree(w->scale);
     cudaFree(w->zero);
     cudaFree(w->perm);
+    cudaFree(w->strips);
     free(w);
 }
 
@@ -1220,6 +1258,8 @@ extern "C" int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_
     if (!rc) rc = wq_copy((void **)&w->scale, scale, sb, s, msg, msg_n, "scales");
     if (!rc && zb) rc = wq_copy((void **)&w->zero, zero, zb, s, msg, msg_n, "zero points");
     if (!rc && pb) rc = wq_copy((void **)&w->perm, h->perm, pb, s, msg, msg_n, "act-order permutation");
+    static const unsigned zeros[2] = {0, 0};
+    if (!rc) rc = wq_copy((void **)&w->strips, zeros, sizeof zeros, s, msg, msg_n, "strip counter");
     if (!rc) {
         cudaError_t e = h->type == RL_WQ_INT4   ? wq_prepare<RL_WQ_INT4>()
                         : h->type == RL_WQ_INT8 ? wq_prepare<RL_WQ_INT8>()

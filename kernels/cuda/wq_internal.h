@@ -60,6 +60,7 @@ struct rlWq {
     float *scale;        /* device: [ngroups][scale_rows] */
     uint8_t *zero;       /* device: [ngroups][ntiles * 8], int types only */
     int32_t *perm;       /* device: [k] or NULL */
+    unsigned *strips;    /* device: [2], the decode GEMV's strip counter (wq.cu), zero between launches */
     size_t bytes;
 };
 
