@@ -76,8 +76,7 @@ template <typename T> struct WqArgs {
     int csplit;
     float *part;
     /* The decode GEMV's counter of strips past each block's first two
-     * (rlWq's strips; wq_gemv_grid keeps it only where its wave strides
-     * over them, else NULL). */
+     * (rlWq's strips), for its COUNTER kernel (wq_gemv_grid). */
     unsigned *strips;
 };
 
@@ -447,7 +446,7 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
 #define WQG_MAX_ROWS 8
 #define WQG_MAX_WARPS 16
 
-template <typename T, int TY, int NT, bool PLAIN>
+template <typename T, int TY, int NT, bool PLAIN, bool COUNTER>
 __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a) {
     typedef WqDeq<T, TY> D;
     constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2, NP = NT / 2;
@@ -578,15 +577,19 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
             }
         }
     };
-    /* The block's strip now and its next (a.strips: nchunks >= 2 W, so an
-     * item two ahead is at most one strip on, which the block knows). */
+    /* The block's strip now and, with COUNTER, its next (nchunks >= 2 W:
+     * an item two ahead is at most one strip on, the one the block knows). */
     unsigned s = blockIdx.x, nxt = blockIdx.x + gridDim.x;
-    __shared__ unsigned after;   /* the strip after nxt, for every warp */
+    __shared__ unsigned after;   /* COUNTER: the strip after nxt, for every warp */
     /* The warp's item after (s2, c): this strip's next chunk, else the first
      * of the block's next strip. */
     auto advance = [&](unsigned &s2, int &c) {
         c += nwarps;
-        if (c >= a.nchunks) c = warp, s2 = s2 == s ? nxt : s2 + gridDim.x;
+        if (c >= a.nchunks) {
+            c = warp;
+            if constexpr (COUNTER) s2 = s2 == s ? nxt : nstrips;
+            else s2 += gridDim.x;
+        }
     };
 
     pdl_trigger();
@@ -603,7 +606,7 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
     while (s < nstrips) {
         /* The strip after nxt, asked for now and read at the strip's end. */
         unsigned claim = 0;
-        if (a.strips && threadIdx.x == 0 && nxt < nstrips) claim = atomicAdd(a.strips, 1u);
+        if (COUNTER && threadIdx.x == 0 && nxt < nstrips) claim = atomicAdd(a.strips, 1u);
         float acc[NP][4] = {};
 #pragma unroll 1
         for (int c = busy ? warp : a.nchunks; c < a.nchunks; c += nwarps) {
@@ -624,8 +627,7 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
         for (int p = 0; p < NP; p++)
 #pragma unroll
             for (int j = 0; j < 4; j++) red[warp][4 * p + j][lane] = acc[p][j];
-        if (threadIdx.x == 0)
-            after = !a.strips ? nxt + gridDim.x : nxt < nstrips ? 2 * gridDim.x + claim : nstrips;
+        if (COUNTER && threadIdx.x == 0) after = nxt < nstrips ? 2 * gridDim.x + claim : nstrips;
         __syncthreads();
         for (int i = threadIdx.x; i < NP * 4 * 32; i += blockDim.x) {
             const int reg = i >> 5, ln = i & 31, j = reg & 3;
@@ -637,13 +639,14 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
                 st(a.y + (size_t)row * a.ldy + col, a.bias ? sum + ld(a.bias + col) : sum);
             }
         }
-        const unsigned later = after;
+        const unsigned later = COUNTER ? after : 0;
         __syncthreads();
-        s = nxt, nxt = later;
+        if constexpr (COUNTER) s = nxt, nxt = later;
+        else s += gridDim.x;
     }
     /* The last block out sets the counter back to zero for the next launch
      * (every block's claims come before its count: the fence). */
-    if (a.strips && threadIdx.x == 0) {
+    if (COUNTER && threadIdx.x == 0) {
         __threadfence();
         if (atomicAdd(a.strips + 1, 1u) == gridDim.x - 1) a.strips[0] = 0, a.strips[1] = 0;
     }
@@ -986,15 +989,19 @@ static int wq_occupancy(std::atomic<int> &slot, K kernel, int threads, size_t sm
     return nb;
 }
 /* The GEMV's, for blocks of W warps. */
-template <typename T, int TY, int NT, bool PLAIN>
+template <typename T, int TY, int NT, bool PLAIN, bool COUNTER = false>
 static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
     static std::atomic<int> occ[WQG_MAX_WARPS + 1];
-    return wq_occupancy(occ[w], wq_gemv_kernel<T, TY, NT, PLAIN>, 32 * w, 0, err);
+    return wq_occupancy(occ[w], wq_gemv_kernel<T, TY, NT, PLAIN, COUNTER>, 32 * w, 0, err);
 }
 
 /* The GEMV's grid: the most warps that one wave of blocks holds, each warp
  * on at least one chunk (W = 4 excepted); with more strips than a wave of
- * 4-warp blocks holds (gate_up), that wave strides over the strips. */
+ * 4-warp blocks holds (gate_up), that wave strides over the strips, taking
+ * those past each block's first two from the counter (the COUNTER kernel,
+ * a few registers more, so the others do without it) where there are such
+ * strips and an item two ahead stays within the next strip (nchunks >=
+ * 2 W). */
 template <typename T, int TY, int NT, bool PLAIN>
 static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
     const int nstrips = a.ntiles / NT;
@@ -1005,17 +1012,11 @@ static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
         if (nstrips <= (long)sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(w) && warps > best)
             best = warps, best_w = w;
     }
-    WqArgs<T> b = a;
-    b.strips = NULL;
-    if (best_w) {
-        L(wq_gemv_kernel<T, TY, NT, PLAIN>, nstrips, 32 * best_w, 0, b);
-        return;
-    }
-    /* The counter where some strips are past each block's first two and an
-     * item two ahead stays within the next strip (nchunks >= 2 W). */
-    const int blocks = sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(4);
-    if (a.nchunks >= 2 * 4 && nstrips > 2 * blocks) b.strips = a.strips;
-    L(wq_gemv_kernel<T, TY, NT, PLAIN>, blocks, 128, 0, b);
+    const int wave = sms * wq_gemv_occupancy<T, TY, NT, PLAIN, true>(4);
+    if (best_w) L(wq_gemv_kernel<T, TY, NT, PLAIN, false>, nstrips, 32 * best_w, 0, a);
+    else if (a.nchunks >= 2 * 4 && nstrips > 2 * wave)
+        L(wq_gemv_kernel<T, TY, NT, PLAIN, true>, wave, 128, 0, a);
+    else L(wq_gemv_kernel<T, TY, NT, PLAIN, false>, sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(4), 128, 0, a);
 }
 
 /* Tiles per strip: 4 where strips of 4 still give every SM several (gate_up:
@@ -1116,6 +1117,10 @@ template <typename T, int TY> static void wq_prepare_t(cudaError_t *e) {
         wq_gemv_occupancy<T, TY, 4, true>(w, e);
         wq_gemv_occupancy<T, TY, 4, false>(w, e);
     }
+    wq_gemv_occupancy<T, TY, 2, true, true>(4, e);
+    wq_gemv_occupancy<T, TY, 2, false, true>(4, e);
+    wq_gemv_occupancy<T, TY, 4, true, true>(4, e);
+    wq_gemv_occupancy<T, TY, 4, false, true>(4, e);
     for (cudaError_t r : {wq_tile_allow_smem<T, TY, 2>(), wq_tile_allow_smem<T, TY, 4>(),
                           wq_tile_allow_smem<T, TY, 8>()})
         if (r != cudaSuccess && *e == cudaSuccess) *e = r;
