@@ -138,7 +138,8 @@ static const Case cases[] = {
     {"int4 g384 (3 chunks a group)", RL_WQ_INT4, 48, 1152, 384, 1, 0},
     {"int4 g128 n 20000 (tiles > a wave)", RL_WQ_INT4, 20000, 256, 128, 1, 0},
     /* More strips than two waves of the GEMV's 4-warp blocks on 132-148
-     * SMs, and 8 chunks: its blocks take strips from the counter. */
+     * SMs, and 8 chunks: with RL_WQ_COUNTER=1 (gpu_wq.sh's second run) its
+     * blocks take strips from the counter. */
     {"int4 g128 n 40000 k 1024 (the GEMV's strip counter)", RL_WQ_INT4, 40000, 1024, 128, 1, 0},
     {"int4 g96 (groups straddle chunks)", RL_WQ_INT4, 56, 480, 96, 1, 0},
     {"int8 g32", RL_WQ_INT8, 80, 320, 32, 1, 0},

@@ -45,6 +45,7 @@
  * failure; nothing here aborts. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <atomic>
 #include <type_traits>
@@ -1001,7 +1002,15 @@ static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
  * those past each block's first two from the counter (the COUNTER kernel,
  * a few registers more, so the others do without it) where there are such
  * strips and an item two ahead stays within the next strip (nchunks >=
- * 2 W). */
+ * 2 W).  The counter waits behind RL_WQ_COUNTER=1 until it is measured
+ * against the fixed shares (PERF.md v47, scripts/bench-ab). */
+static bool wq_counter_on(void) {
+    static const bool on = [] {
+        const char *e = getenv("RL_WQ_COUNTER");
+        return e && !strcmp(e, "1");
+    }();
+    return on;
+}
 template <typename T, int TY, int NT, bool PLAIN>
 static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
     const int nstrips = a.ntiles / NT;
@@ -1014,7 +1023,7 @@ static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
     }
     const int wave = sms * wq_gemv_occupancy<T, TY, NT, PLAIN, true>(4);
     if (best_w) L(wq_gemv_kernel<T, TY, NT, PLAIN, false>, nstrips, 32 * best_w, 0, a);
-    else if (a.nchunks >= 2 * 4 && nstrips > 2 * wave)
+    else if (wq_counter_on() && a.nchunks >= 2 * 4 && nstrips > 2 * wave)
         L(wq_gemv_kernel<T, TY, NT, PLAIN, true>, wave, 128, 0, a);
     else L(wq_gemv_kernel<T, TY, NT, PLAIN, false>, sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(4), 128, 0, a);
 }
