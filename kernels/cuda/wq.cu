@@ -430,8 +430,8 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
  * A block of W warps (4-16) owns a strip at a time and its warps take every
  * W-th chunk of K, so a narrow layer still puts enough warps on the SMs; a
  * wide one runs one wave of blocks over the strips: each block its own
- * first two (blockIdx.x and one wave on), then, with a.strips, whichever
- * strip a counter hands it next, claimed a strip ahead.  Under PDL the
+ * first two (blockIdx.x and one wave on), then, in the COUNTER kernel,
+ * whichever strip a counter (a.strips) hands it next, claimed a strip ahead.  Under PDL the
  * blocks that fit beside the kernel before start early and the rest as it
  * retires, so fixed shares left the late blocks' last strips as a tail
  * with few loads in flight (PERF.md v44, v45); taken from the counter, the
