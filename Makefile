@@ -69,7 +69,7 @@ OBJ      = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(patsubst %.cu,$(BUILD)/%.o,$(CU
 LIBOBJ   = $(filter-out $(BUILD)/worker/main.o,$(OBJ))
 TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 
-.PHONY: all deps test test-asan bench test-gpu bench-gpu gemm-sm90-check demo fuzz clean fixtures models FORCE
+.PHONY: all deps test-build test test-asan bench test-gpu bench-gpu gemm-sm90-check demo fuzz clean fixtures models FORCE
 all: $(BUILD)/redlm models
 
 # What this build is: rewritten only when it changes, so main.o (its only
@@ -133,7 +133,10 @@ $(BUILD)/models/%: $(BUNDLED)/%
 	@mkdir -p $(dir $@)
 	cp $< $@
 
-test: $(BUILD)/redlm $(TESTS) fixtures models
+# What any test run needs built: test, test-gpu and the GPU machine's scripts.
+test-build: $(BUILD)/redlm $(TESTS) fixtures models
+
+test: test-build
 	BUILD=$(BUILD) CUDA=$(CUDA) CUDA_ARCHS='$(CUDA_ARCHS)' CUDA_PTX=$(CUDA_PTX) tests/run
 
 test-asan:
@@ -142,7 +145,7 @@ test-asan:
 bench: $(BUILD)/redlm fixtures
 	BUILD=$(BUILD) scripts/bench-cpu
 
-test-gpu: $(BUILD)/redlm $(TESTS) fixtures models
+test-gpu: test-build
 	BUILD=$(BUILD) RL_REQUIRE_GPU=1 tests/run gpu
 
 bench-gpu: $(BUILD)/redlm fixtures
