@@ -264,6 +264,92 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 
+/* y (MAX_M x ldy on the device) against ref + bias for m rows: the largest
+ * error over the row's |x||w| sum (mag); what lies outside the m x n
+ * output must still be the 0xff poison. */
+static double check_y(const Case *c, rlDtype dt, const char *what, int m, const uint16_t *yh, int ldy,
+                      const double *ref, const double *mag, const double *bd) {
+    const int n = c->n;
+    double err = 0;
+    for (int r = 0; r < MAX_M; r++)
+        for (int o = 0; o < ldy; o++) {
+            uint16_t b = yh[(size_t)r * ldy + o];
+            if (r >= m || o >= n) {
+                if (b != 0xffff)
+                    fail_msg("%s %s m=%d: y[%d][%d] outside the output was written", c->name, what, m, r, o);
+                continue;
+            }
+            float v = from_half(b, dt);
+            if (!isfinite(v)) fail_msg("%s %s m=%d: y[%d][%d] = %f (unwritten?)", c->name, what, m, r, o, v);
+            const double bo = bd ? bd[o] : 0, want = ref[(size_t)r * n + o] + bo;
+            const double scale = mag[(size_t)r * n + o] + fabs(bo);
+            double e = fabs(v - want) / (scale > 0 ? scale : 1);
+            if (e > err) err = e;
+        }
+    if (!(err < 1e-2))
+        fail_msg("%s %s %s m=%d: error %.3e of the row's |x||w| sum, over 1e-2", c->name,
+                 rl_dtype_name(dt), what, m, err);
+    return err;
+}
+
+/* float8_e4m3fn nearest to v (ties to even), saturating at +-448: what the
+ * GPU's cvt.rn.satfinite makes of it. */
+static double e4m3_round(float v) {
+    double a = fabs((double)v);
+    if (a >= 448) return copysign(448, v);
+    int e;
+    frexp(a, &e);
+    int ex = e - 1 < -6 ? -6 : e - 1;   /* 3 mantissa bits; subnormals step 2^-9 */
+    return copysign(ldexp(nearbyint(ldexp(a, 3 - ex)), ex - 3), v);
+}
+
+/* rl_wq_gemm_a8 on an FP8 layer at 1 .. its rows, dynamic scales and a
+ * static one (0.002: x in [-1, 1) saturates past 0.896): the reference
+ * multiplies x rounded as the host rounds it here, per row and 128
+ * columns, as qlinear.cu's quantizer does, so it checks the kernel's
+ * rounding and fragments exactly up to fp32 sums and y's rounding. */
+static void run_a8(const Case *c, rlDtype dt, const rlWq *w, const double *xd, const double *wd,
+                   void *xdv, int ldx, void *ydv, int ldy, void *bdv, const double *bd, uint16_t *yh,
+                   double *worst) {
+    const int n = c->n, k = c->k, rows = rl_wq_a8_rows(w);
+    double *ref = malloc((size_t)MAX_M * n * sizeof(double)), *mag = malloc((size_t)MAX_M * n * sizeof(double));
+    double *xq = malloc((size_t)k * sizeof(double));
+    float *sdv = dev_alloc(sizeof(float));
+    for (int st = 0; st < 2; st++) {
+        const float in_scale = st ? 0.002f : 0.0f;
+        assert_int_equal(cudaMemcpy(sdv, &in_scale, sizeof in_scale, cudaMemcpyHostToDevice), cudaSuccess);
+        for (int r = 0; r < rows; r++) {
+            for (int g0 = 0; g0 < k; g0 += 128) {
+                float amax = 0;
+                for (int j = g0; j < g0 + 128 && j < k; j++) amax = fmaxf(amax, fabsf((float)xd[(size_t)r * k + j]));
+                const float inv = st ? 1.0f / in_scale : amax > 0 ? 448.0f / amax : 1.0f;
+                const float sc = st ? in_scale : amax > 0 ? amax / 448.0f : 1.0f;
+                for (int j = g0; j < g0 + 128 && j < k; j++)
+                    xq[j] = e4m3_round((float)xd[(size_t)r * k + j] * inv) * sc;
+            }
+            for (int o = 0; o < n; o++) {
+                double sum = 0, a = 0;
+                for (int j = 0; j < k; j++) sum += xq[j] * wd[(size_t)o * k + j], a += fabs(xq[j] * wd[(size_t)o * k + j]);
+                ref[(size_t)r * n + o] = sum, mag[(size_t)r * n + o] = a;
+            }
+        }
+        for (int m = 1; m <= rows; m++) {
+            const int bias = m % 2;
+            assert_int_equal(cudaMemsetAsync(ydv, 0xff, (size_t)MAX_M * ldy * 2, stream), cudaSuccess);
+            assert_int_equal(rl_wq_gemm_a8(w, dt, xdv, ldx, ydv, ldy, bias ? bdv : NULL, m, st ? sdv : NULL,
+                                           pdl, stream), 0);
+            assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
+            assert_int_equal(cudaMemcpy(yh, ydv, (size_t)MAX_M * ldy * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+            double e = check_y(c, dt, st ? "a8 static" : "a8", m, yh, ldy, ref, mag, bias ? bd : NULL);
+            if (e > *worst) *worst = e;
+        }
+    }
+    /* Past its rows it refuses, as rl_wq_gemm does past its own. */
+    assert_int_equal(rl_wq_gemm_a8(w, dt, xdv, ldx, ydv, ldy, NULL, rows + 1, NULL, pdl, stream), RL_EINPUT);
+    cudaFree(sdv);
+    free(ref), free(mag), free(xq);
+}
+
 static void run_case(const Case *c, rlDtype dt, double *worst) {
     Layer l;
     layer_make(&l, c->type, c->n, c->k, c->gk, c->gn, c->act_order);
@@ -333,31 +419,13 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
                                         ws ? WS_BYTES : 0, pdl, stream), 0);
             assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
             assert_int_equal(cudaMemcpy(yh, ydv, (size_t)MAX_M * ldy * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-            double err = 0;
-            for (int r = 0; r < MAX_M; r++)
-                for (int o = 0; o < ldy; o++) {
-                    uint16_t b = yh[(size_t)r * ldy + o];
-                    if (r >= m || o >= n) {
-                        if (b != 0xffff)
-                            fail_msg("%s %s m=%d: y[%d][%d] outside the output was written", c->name,
-                                     kernel_name[kern], m, r, o);
-                        continue;
-                    }
-                    float v = from_half(b, dt);
-                    if (!isfinite(v))
-                        fail_msg("%s %s m=%d: y[%d][%d] = %f (unwritten?)", c->name, kernel_name[kern], m, r, o, v);
-                    const double bo = bias ? bd[o] : 0, want = ref[(size_t)r * n + o] + bo;
-                    const double scale = mag[(size_t)r * n + o] + fabs(bo);
-                    double e = fabs(v - want) / (scale > 0 ? scale : 1);
-                    if (e > err) err = e;
-                }
+            double err = check_y(c, dt, kernel_name[kern], m, yh, ldy, ref, mag, bias ? bd : NULL);
             if (err > *worst) *worst = err;
-            if (!(err < 1e-2))
-                fail_msg("%s %s %s m=%d: error %.3e of the row's |x||w| sum, over 1e-2", c->name,
-                         rl_dtype_name(dt), kernel_name[kern], m, err);
         }
     }
     wq_decode_kernel_force(-1);
+    const int a8 = c->type == RL_WQ_FP8 ? rl_wq_a8_rows(w) : 0;
+    if (a8) run_a8(c, dt, w, xd, wd, xdv, ldx, ydv, ldy, bdv, bd, yh, worst);
     /* rl_wq_dequant: exactly the CPU's values, rounded once. */
     void *ddv = dev_alloc((size_t)n * k * 2);
     assert_int_equal(cudaMemsetAsync(ddv, 0xff, (size_t)n * k * 2, stream), cudaSuccess);
@@ -373,8 +441,10 @@ static void run_case(const Case *c, rlDtype dt, double *worst) {
                 fail_msg("%s %s dequant [%d][%d]: 0x%04x, the CPU's value rounds to 0x%04x",
                          c->name, rl_dtype_name(dt), r, j, got, want);
         }
-    printf("  %-34s %-5s %8zu bytes  max err %.2e of |x||w| (m 1..128; gemv m 1..8%s), dequant exact\n",
+    printf("  %-34s %-5s %8zu bytes  max err %.2e of |x||w| (m 1..128; gemv m 1..8%s), dequant exact",
            c->name, rl_dtype_name(dt), bytes, *worst, tile ? "; tile m 1..128" : "");
+    if (a8) printf("; a8 m 1..%d", a8);
+    printf("\n");
     cudaFree(wsv);
     cudaFree(xdv);
     cudaFree(ydv);
@@ -447,15 +517,17 @@ static rlWq *wq_clone(const rlWq *w) {
 }
 
 /* Microseconds per launch: a CUDA graph of launches cycling through the
- * copies; m = 0 times rl_wq_dequant into y. */
-static double bench_time(rlWq **copies, int nc, const void *x, void *y, void *ws, size_t ws_bytes, int m) {
+ * copies; m = 0 times rl_wq_dequant into y, a8 rl_wq_gemm_a8. */
+static double bench_time(rlWq **copies, int nc, const void *x, void *y, void *ws, size_t ws_bytes, int m,
+                         int a8) {
     int per = nc * ((40 + nc - 1) / nc);
     cudaGraph_t g;
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
     for (int i = 0; i < per; i++) {
-        if (m) rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, NULL, m, ws, ws_bytes,
-                          pdl, stream);
+        if (a8) rl_wq_gemm_a8(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, NULL, m, NULL, pdl, stream);
+        else if (m) rl_wq_gemm(copies[i % nc], RL_BF16, x, copies[0]->k, y, copies[0]->n, NULL, m, ws, ws_bytes,
+                               pdl, stream);
         else rl_wq_dequant(copies[i % nc], RL_BF16, y, stream);
     }
     cudaStreamEndCapture(stream, &g);
@@ -545,7 +617,8 @@ static int bench(int argc, char **argv) {
     for (int t = 0; t < nt; t++) {
         const char *tn = argc > 2 ? argv[2 + t] : all[t];
         rlWqType type = !strcmp(tn, "int8") ? RL_WQ_INT8 : !strcmp(tn, "fp8") ? RL_WQ_FP8 : RL_WQ_INT4;
-        double layer_us[NBM] = {0}, layer_ab[3][NBM] = {{0}}, layer_bytes = 0, layer_std = 0, layer_deq = 0;
+        double layer_us[NBM] = {0}, layer_ab[4][NBM] = {{0}}, layer_bytes = 0, layer_std = 0, layer_deq = 0;
+        int a8_miss[NBM] = {0};   /* shapes past rl_wq_gemm_a8's rows (layer_ab[3] has the default) */
         int kdef = WQ_KERNEL_MMA;
         for (int s = 0; s < 4; s++) {
             int n = shapes[s].n, k = shapes[s].k;
@@ -574,7 +647,7 @@ static int bench(int argc, char **argv) {
                                : (double)n * k * (type == RL_WQ_INT4 ? 0.5 : 1) + (double)n * (k / 128) * (2 + (type == RL_WQ_INT4 ? 0.5 : 1));
             layer_bytes += bytes;
             layer_std += std_bytes;
-            double deq = bench_time(copies, nc, x, y, NULL, 0, 0);
+            double deq = bench_time(copies, nc, x, y, NULL, 0, 0, 0);
             layer_deq += deq;
             printf("%-4s %-7s n %5d k %5d dequant to bf16: %8.2f us  %6.0f GB/s read + written\n", tn,
                    shapes[s].name, n, k, deq, (bytes + 2.0 * n * k) / deq * 1e-3);
@@ -582,14 +655,17 @@ static int bench(int argc, char **argv) {
             for (int mi = 0; mi < NBM; mi++) {
                 /* Every kernel that can take the rows (the GEMV up to 8),
                  * the one rl_wq_gemm picks in the table. */
-                const int dec = bm[mi] <= 8;
-                double ab[3] = {0, 0, 0};
+                const int dec = bm[mi] <= 8, a8 = bm[mi] <= rl_wq_a8_rows(w);
+                double ab[4] = {0, 0, 0, 0};
                 for (int kern = WQ_KERNEL_MMA; kern <= WQ_KERNEL_TILE; kern++) {
                     if (kern == WQ_KERNEL_GEMV && !dec) continue;
                     wq_decode_kernel_force(kern);
-                    ab[kern] = bench_time(copies, nc, x, y, ws, ws_bytes, bm[mi]);
+                    ab[kern] = bench_time(copies, nc, x, y, ws, ws_bytes, bm[mi], 0);
                     layer_ab[kern][mi] += ab[kern];
                 }
+                if (a8) ab[3] = bench_time(copies, nc, x, y, NULL, 0, bm[mi], 1);
+                else ab[3] = ab[wq_kernel(w, bm[mi])], a8_miss[mi]++;
+                layer_ab[3][mi] += ab[3];
                 wq_decode_kernel_force(-1);
                 double us = ab[wq_kernel(w, bm[mi])];
                 layer_us[mi] += us;
@@ -600,6 +676,7 @@ static int bench(int argc, char **argv) {
                     if (dm[j] == bm[mi])
                         printf("  bf16 %8.2f us  bf16/%s %.2fx", bf16_us[s][j], tn, bf16_us[s][j] / us);
                 if (dec) printf("  [mma %.2f  gemv %.2f  tile %.2f us]", ab[0], ab[1], ab[2]);
+                if (a8) printf("  a8 %.2f us (%5.1f %% of copy bw)", ab[3], 100 * bytes / ab[3] * 1e-3 * 1e9 / copy_bw);
                 else printf("  [mma %.2f  tile %.2f us]", ab[0], ab[2]);
                 printf("\n");
             }
@@ -619,8 +696,12 @@ static int bench(int argc, char **argv) {
                    100 * floor_us / layer_ab[0][mi]);
             if (bm[mi] <= 8)
                 printf(", gemv %8.2f us (%.1f %%)", layer_ab[1][mi], 100 * floor_us / layer_ab[1][mi]);
-            printf(", tile %8.2f us (%.1f %%)%s%s\n", layer_ab[2][mi], 100 * floor_us / layer_ab[2][mi],
+            printf(", tile %8.2f us (%.1f %%)%s%s", layer_ab[2][mi], 100 * floor_us / layer_ab[2][mi],
                    bm[mi] == 1 ? "; default at 1 row: " : "", bm[mi] == 1 ? kernel_name[kdef] : "");
+            if (type == RL_WQ_FP8 && bm[mi] <= 8)
+                printf("; a8 where it runs, else the default, %8.2f us (%.1f %%)%s", layer_ab[3][mi],
+                       100 * floor_us / layer_ab[3][mi], a8_miss[mi] ? " (a shape past a8's rows)" : "");
+            printf("\n");
         }
         for (int j = 0; j < NDM; j++)
             for (int mi = 0; mi < NBM; mi++)

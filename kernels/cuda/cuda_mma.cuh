@@ -27,6 +27,21 @@ static __device__ __forceinline__ void mma16816(float *c, const uint32_t *a, uin
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+/* mma.sync m16n8k32 over e4m3 (sm_89 and up; elsewhere it compiles to
+ * nothing and must not be called): A regs hold four values each (row g | g
+ * + 8, cols 4q .. 4q + 3 | + 16), B regs four (k rows 4q .. 4q + 3 | + 16,
+ * col g), C as above. */
+static __device__ __forceinline__ void mma_e4m3_16832(float *c, const uint32_t *a, uint32_t b0,
+                                                      uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)c, (void)a, (void)b0, (void)b1;
+#endif
+}
 static __device__ __forceinline__ uint32_t pack2(float x, float y, bf16) {
     __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
     return *(uint32_t *)&h;

@@ -8,7 +8,11 @@
  *     where reading the weights bounds the step), the bias added before
  *     each output's one rounding, as the dense GEMV does (no kernel of its
  *     own: it would cost Qwen2's decode a launch a layer); the workspace
- *     holds its split sums.
+ *     holds its split sums.  FP8 layers on sm_89 / sm_90 (not
+ *     RL_CUDA_GENERIC, not RL_CUDA_FP8_W8A8=0) take rl_wq_gemm_a8 instead
+ *     up to rl_wq_a8_rows (1-8): x rounded to e4m3 inside the GEMV as the
+ *     W8A8 prefill rounds it, the weights' bytes multiplied as they are,
+ *     no dequantizing (kernels/PERF.md v48).
  *   - FP8 weights on sm_89 / sm_90 (not RL_CUDA_GENERIC), from
  *     RL_QUANT_W8A8_MIN_ROWS rows: W8A8.  The activations are quantized to
  *     e4m3 here, per token or per 1x128 group (block FP8, as DeepSeek-V3 and
@@ -34,12 +38,12 @@
  * With --batch-invariant every product takes the last road (matmul_quant).
  * Everything a captured decode step calls is asynchronous and allocation
  * free once its shape has run eagerly (graph.cu's rule). */
-#include <cuda_fp8.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/cuda_fp8.cuh"
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_math.cuh"
 #include "kernels/cuda/cuda_reduce.cuh"
@@ -48,7 +52,6 @@
 
 #define QL_THREADS 128
 #define QL_PLANS 64
-#define QL_E4M3_MAX 448.0f
 /* W8A8 pays for writing the weights' e4m3 bytes row-major (one pass over
  * them) and quantizing the activations only where the GEMM's time
  * dominates: from RL_QUANT_W8A8_MIN_ROWS rows (kernels/quant.h says why). */
@@ -88,6 +91,7 @@ typedef struct rlQLinear {
     int n, k, max_rows;
     rlWqType type;
     int w8a8;                   /* FP8 activations for rows > max_rows (2: multiples of 16 only) */
+    int a8_rows;                /* FP8 activations in rl_wq_gemm_a8 up to this many rows */
     int a_mode, b_mode, a_var, b_var;
     int group_n, group_k;       /* the weight scales' blocks, as the host form gives them */
     int act_group;              /* activation scale group along k (128 or k) */
@@ -151,25 +155,6 @@ static const char *ql_mode_name(int mode) {
 
 /* ---- kernels ----------------------------------------------------------- */
 
-/* Eight values times inv (448 over their group's absolute maximum, or one
- * over a static scale) rounded to e4m3, saturating, two a conversion.  A
- * multiply, not a division by the scale: the quantizers are bound by the
- * instructions they issue as much as by the bytes they move (PERF.md v46). */
-static __device__ __forceinline__ uint2 ql_e4m3x8(const float *v, float inv) {
-    union { __nv_fp8x2_storage_t b[4]; uint2 u; } o;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        o.b[i] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * i] * inv, v[2 * i + 1] * inv),
-                                          __NV_SATFINITE, __NV_E4M3);
-    return o.u;
-}
-
-/* A group's scale (stored, the GEMM's multiplier) and its inverse (ql_e4m3x8's). */
-static __device__ __forceinline__ float ql_scale_of(float amax, float *inv) {
-    *inv = amax > 0 ? QL_E4M3_MAX / amax : 1.0f;
-    return amax > 0 ? amax / QL_E4M3_MAX : 1.0f;
-}
-
 /* Per token (a group of all k columns, no static scale): one block per
  * row, 8 values a thread per 16-byte load (k % 16 == 0 on this path); the
  * row's absolute maximum makes its scale (max / 448), and the values are
@@ -192,7 +177,7 @@ ql_quant_act(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k, int mode,
     if (lane == 0) red[threadIdx.x >> 5] = amax;
     __syncthreads();
     amax = warp_max(lane < (int)(blockDim.x >> 5) ? red[lane] : 0.0f);  /* every warp */
-    float inv, s = ql_scale_of(amax, &inv);
+    float inv, s = fp8_scale_of(amax, &inv);
     if (threadIdx.x == 0) scale[ql_scale_at(mode, var, m, k, row, 0)] = s;
     uint2 *qr = (uint2 *)(q + (size_t)row * k);
     for (int i = threadIdx.x; i < k8; i += blockDim.x) {
@@ -201,7 +186,7 @@ ql_quant_act(__nv_fp8_e4m3 *q, float *scale, const T *x, int m, int k, int mode,
         float v[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) v[j] = ld(e + j);
-        qr[i] = ql_e4m3x8(v, inv);
+        qr[i] = fp8_e4m3x8(v, inv);
     }
 }
 
@@ -276,10 +261,10 @@ ql_quant_act128(__nv_fp8_e4m3 *q, float *scale, Src src, int m, int k,
 #pragma unroll
             for (int o = 8; o; o >>= 1)
                 amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            const float s = ql_scale_of(amax, &inv);
+            const float s = fp8_scale_of(amax, &inv);
             if (live && lane == 0) scale[row * row_stride + (k0 / 128) * block_stride] = s;
         }
-        if (live && col < k) *(uint2 *)(q + (size_t)row * k + col) = ql_e4m3x8(v[u], inv);
+        if (live && col < k) *(uint2 *)(q + (size_t)row * k + col) = fp8_e4m3x8(v[u], inv);
     }
 }
 
@@ -598,6 +583,9 @@ void *cuda_upload_quant(rlBackend *be, const rlWqHost *h, float input_scale, siz
             w->w8a8 = 1 + p->rows16, w->a_mode = a_mode, w->b_mode = b_mode, w->a_var = p->a_var,
             w->b_var = p->b_var;
     }
+    /* Decode: W8A8 in the GEMV itself, on the same terms. */
+    if (a_mode >= 0 && c->arch.cc >= 89 && !c->arch.generic && !(off && !strcmp(off, "0")))
+        w->a8_rows = rl_wq_a8_rows(w->wq);
     size_t ns = (size_t)ql_ceil(h->n, h->group_n) * ql_ceil(h->k, h->group_k);
     size_t nl = w->w8a8 ? ql_scale_count(w->a_mode, w->a_var, h->n, h->k) : 0;
     int same = w->w8a8 && nl == ns;   /* cuBLASLt reads the host layout itself? */
@@ -697,9 +685,11 @@ static void ql_matmul(rlBackend *be, void *out, const void *in, void *mid, const
     if (gemv) {
         /* The workspace, reserved at upload for the largest dequantized
          * layer, holds the split sums; nothing grows on this road. */
-        PROF(c, "wq gemm %dx%d", n, k);
-        if (rl_wq_gemm(w->wq, dt, in, k, out, n, bias, rows, c->ql->ws, c->ql->ws_cap, c->arch.pdl,
-                       c->stream)) {
+        const int a8 = rows <= w->a8_rows;
+        PROF(c, a8 ? "wq gemm a8 %dx%d" : "wq gemm %dx%d", n, k);
+        if (a8 ? rl_wq_gemm_a8(w->wq, dt, in, k, out, n, bias, rows, w->in_scale, c->arch.pdl, c->stream)
+               : rl_wq_gemm(w->wq, dt, in, k, out, n, bias, rows, c->ql->ws, c->ql->ws_cap,
+                            c->arch.pdl, c->stream)) {
             cuda_fail(c, RL_EDEVICE, "matmul_quant: the quantized kernel refused %d rows of a "
                       "%d x %d layer", rows, n, k);
             return;

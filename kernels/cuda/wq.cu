@@ -34,6 +34,13 @@
  * K over blocks, grids of 14-112 blocks on narrow layers) lost to it; the
  * tile kernel's one-wave grids are what changed.
  *
+ * rl_wq_gemm_a8 runs the decode GEMV on FP8 layers as W8A8 (A8): each block
+ * first rounds x to e4m3 in shared memory per row and 128 columns, as the
+ * prefill's quantizer does (cuda_fp8.cuh), and the lane's weight bytes go
+ * into mma.sync m16n8k32 e4m3 as they are: a unit's columns 8q .. 8q + 7
+ * are k rows 4q .. 4q + 3 and 16 + 4q .. of the mma in both operands, so
+ * neither is shuffled, and nothing is dequantized (kernels/PERF.md v49).
+ *
  * rl_wq_gemm's kernels launch with PDL where the caller says so (the
  * backend's arch.pdl): each starts its first weight loads before it waits for
  * x, the kernel before's output (cuda_launch.cuh).
@@ -50,6 +57,7 @@
 #include <atomic>
 #include <type_traits>
 
+#include "kernels/cuda/cuda_fp8.cuh"
 #include "kernels/cuda/cuda_launch.cuh"
 #include "kernels/cuda/cuda_mma.cuh"
 #include "kernels/cuda/cuda_types.cuh"
@@ -69,6 +77,7 @@ template <typename T> struct WqArgs {
     const T *x;
     T *y;
     const T *bias;   /* added to y in fp32 before its one rounding, or NULL */
+    const float *in_scale;   /* the decode GEMV's A8: x's static scale (device), or NULL */
     int ldx, ldy, m, n, k;
     int ntiles, nchunks, ngroups, group_units, scale_rows, gshift;
     int cshift;   /* a chunk's group is c >> cshift (groups of 2^i whole chunks or all of K), else -1 */
@@ -447,14 +456,23 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
 #define WQG_MAX_ROWS 8
 #define WQG_MAX_WARPS 16
 
-template <typename T, int TY, int NT, bool PLAIN, bool COUNTER>
+template <typename T, int TY, int NT, bool PLAIN, bool COUNTER, bool A8>
 __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a) {
     typedef WqDeq<T, TY> D;
     constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2, NP = NT / 2;
     constexpr bool ZERO = TY != RL_WQ_FP8, FOLD = D::zfold;
+    static_assert(!A8 || (TY == RL_WQ_FP8 && PLAIN && !COUNTER), "A8: FP8 layers, whole-chunk groups");
+    /* What the B values are short of, folded into the scales: e4m3 as it is
+     * under A8. */
+    constexpr float SFOLD = A8 ? 1.0f : D::fold;
     /* bf16 / fp16 1.0 in both halves: the A operand that sums x. */
     constexpr uint32_t ONE2 = std::is_same<T, f16>::value ? 0x3c003c00u : 0x3f803f80u;
-    __shared__ float red[WQG_MAX_WARPS][NP * 4][32];
+    /* The warps' sums [warp][NP * 4][32]; under A8 in dynamic shared memory
+     * (sized by the block's warps), then x in e4m3 and its scales
+     * (wq_a8_smem). */
+    extern __shared__ __align__(16) float wq_dyn[];
+    __shared__ float red_fixed[A8 ? 1 : WQG_MAX_WARPS][NP * 4][32];
+    float (*red)[NP * 4][32] = A8 ? (float (*)[NP * 4][32])wq_dyn : red_fixed;
     const int nwarps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2;
     const unsigned npad = (unsigned)a.ntiles * WQ_TILE_N, nstrips = (unsigned)a.ntiles / NT;
@@ -486,7 +504,7 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
         }
         const float *sr = a.scale + G * (unsigned)a.scale_rows;
 #pragma unroll
-        for (int i = 0; i < NT; i++) sc[i] = __ldg(sr + ((row0 + WQ_TILE_N * i) >> a.gshift)) * D::fold;
+        for (int i = 0; i < NT; i++) sc[i] = __ldg(sr + ((row0 + WQ_TILE_N * i) >> a.gshift)) * SFOLD;
     };
     auto fetch = [&](Buf &b, unsigned s, unsigned c) {
         const uint4 *p = qw + (s * NT * (unsigned)a.nchunks + c) * 32u;
@@ -496,9 +514,25 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
     };
     /* Row g of x at the lane's 8 columns of each unit of chunk c (zeros
      * past k; gathered through perm for act-order). */
+    /* A8: row g's e4m3 copy in shared memory, its rows xs bytes apart
+     * (k padded to whole chunks, then 32 bytes, so a half-warp's rows fall
+     * in different banks), and the rows' scales per 128 columns. */
+    const int xs = a.nchunks * 64 + 32, gk = (a.k + 127) >> 7;
+    const uint8_t *xq = (const uint8_t *)(wq_dyn + nwarps * NP * 4 * 32);
+    const float *xsc = (const float *)(xq + (size_t)a.m * xs);
     auto load_x = [&](int c, uint4 *x) {
         const int col0 = wq_lane_col(UPC, c, lane, 0);
-        if (!PLAIN) {
+        if constexpr (A8) {
+            /* A unit's 8 columns 8q .. 8q + 7 of row g as B's two registers:
+             * the mma's k rows 4q .. 4q + 3 and 16 + 4q .. are the unit's
+             * columns 8q .. and 8q + 4 .., as A's are (unit below). */
+            const uint8_t *xr8 = xq + min(g, a.m - 1) * xs + col0;
+#pragma unroll
+            for (int u = 0; u < UPC; u++) {
+                const uint2 v = *(const uint2 *)(xr8 + WQ_UNIT_K * u);
+                x[u] = make_uint4(v.x, v.y, 0, 0);
+            }
+        } else if (!PLAIN) {
 #pragma unroll
             for (int u = 0; u < UPC; u++) x[u] = wq_load_x(a, g, col0 + WQ_UNIT_K * u);
         } else if ((c + 1) * UPC * WQ_UNIT_K <= a.k) {
@@ -522,6 +556,15 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
     auto unit = [&](const Buf &b, const uint4 &x, int u, const uint32_t *z, Sums &S) {
 #pragma unroll
         for (int p = 0; p < NP; p++) {
+            if constexpr (A8) {
+                /* The lane's e4m3 bytes as they are: words 2u and 2u + 1 hold
+                 * unit u's columns 8q .. 8q + 3 and 8q + 4 .. 8q + 7 of row g
+                 * (tile 2p: A's row g, tile 2p + 1: row g + 8). */
+                const uint32_t *w0 = (const uint32_t *)&b.w[2 * p], *w1 = (const uint32_t *)&b.w[2 * p + 1];
+                const uint32_t a8[4] = {w0[2 * u], w1[2 * u], w0[2 * u + 1], w1[2 * u + 1]};
+                mma_e4m3_16832(S.tmp[p], a8, x.x, x.y);
+                continue;
+            }
             uint32_t w0[4], w1[4];
             if constexpr (FOLD) {
                 D::raw((const uint32_t *)&b.w[2 * p], u, w0);
@@ -542,7 +585,7 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
     };
     /* The group's sums times the tiles' scales into acc (with FOLD less
      * (offset + z) times the group's sum of x), and zeroed. */
-    auto flush = [&](Sums &S, const uint32_t *z, const float *sc, float (*acc)[4]) {
+    auto flush = [&](Sums &S, const uint32_t *z, const float *sc, float (*acc)[4], const float *sx) {
 #pragma unroll
         for (int p = 0; p < NP; p++)
 #pragma unroll
@@ -550,6 +593,7 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
                 const int i = 2 * p + (j >> 1);
                 float v = S.tmp[p][j];
                 if constexpr (FOLD) v -= ((float)z[i] + D::offset) * S.xs[j & 1];
+                if constexpr (A8) v *= sx[j & 1];
                 acc[p][j] += sc[i] * v;
                 S.tmp[p][j] = 0.0f;
             }
@@ -561,9 +605,15 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
         uint4 x[UPC];
         load_x(c, x);
         if constexpr (PLAIN) {
+            /* A8: the scales of x rows 2q and 2q + 1 (C's columns) over the
+             * chunk's 128 columns. */
+            float sx[2] = {1.0f, 1.0f};
+            if constexpr (A8)
+#pragma unroll
+                for (int t = 0; t < 2; t++) sx[t] = xsc[min(2 * (lane & 3) + t, a.m - 1) * gk + (c >> 1)];
 #pragma unroll
             for (int u = 0; u < UPC; u++) unit(b, x[u], u, b.z, S);
-            flush(S, b.z, b.sc, acc);
+            flush(S, b.z, b.sc, acc, sx);
         } else {
             /* Act-order, or groups of 32 or 64 columns or straddling chunks:
              * each unit's group's metadata. */
@@ -574,7 +624,7 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
                 float sc[NT];
                 meta(s, (unsigned)G, z, sc);
                 unit(b, x[u], u, z, S);
-                if ((U + 1) % a.group_units == 0 || u == UPC - 1) flush(S, z, sc, acc);
+                if ((U + 1) % a.group_units == 0 || u == UPC - 1) flush(S, z, sc, acc, nullptr);
             }
         }
     };
@@ -603,6 +653,41 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
         if (s1 < nstrips) fetch(bb, s1, c1);
     }
     pdl_wait();   /* x is the kernel before's output; the weights were not */
+    if constexpr (A8) {
+        /* x rounded to e4m3 once a block, as the prefill's quantizer
+         * (qlinear.cu) rounds it: a half-warp a (row, 128 columns), the
+         * scale from the group's absolute maximum or the static in_scale;
+         * zeros past k. */
+        uint8_t *xw = (uint8_t *)xq;
+        float *sw = (float *)xsc;
+        const int hl = threadIdx.x & 15, nh = blockDim.x >> 4, total = a.m * gk;
+        for (int base = 0; base < total; base += nh) {
+            const int gi = base + (threadIdx.x >> 4), row = gi / gk, col = (gi - row * gk) * 128 + 8 * hl;
+            const bool live = gi < total;   /* alike over each half-warp; the shuffles take all */
+            float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            if (live && col < a.k) {
+                const uint4 raw = __ldg((const uint4 *)(a.x + (size_t)row * a.ldx + col));
+                const T *e = (const T *)&raw;
+#pragma unroll
+                for (int i = 0; i < 8; i++) v[i] = ld(e + i);
+            }
+            float inv, s;
+            if (a.in_scale) {
+                s = *a.in_scale;
+                inv = 1.0f / s;
+            } else {
+                float amax = 0;
+#pragma unroll
+                for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+                for (int o = 8; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                s = fp8_scale_of(amax, &inv);
+            }
+            if (live && hl == 0) sw[gi] = s;
+            if (live && col < xs - 32) *(uint2 *)(xw + (size_t)row * xs + col) = fp8_e4m3x8(v, inv);
+        }
+        __syncthreads();
+    }
     bool in_b = false;   /* the warp's current item is in bb */
     while (s < nstrips) {
         /* The strip after nxt, asked for now and read at the strip's end. */
@@ -927,6 +1012,7 @@ template <typename T> static WqArgs<T> wq_args(const rlWq *w, const void *x, int
     a.csplit = w->nchunks;
     a.part = NULL;
     a.strips = w->strips;
+    a.in_scale = NULL;
     return a;
 }
 
@@ -989,11 +1075,39 @@ static int wq_occupancy(std::atomic<int> &slot, K kernel, int threads, size_t sm
     }
     return nb;
 }
-/* The GEMV's, for blocks of W warps. */
-template <typename T, int TY, int NT, bool PLAIN, bool COUNTER = false>
+/* The GEMV's, for blocks of W warps (A8: as its registers allow; its
+ * shared memory, which depends on the rows, is counted by wq_a8_per_sm). */
+template <typename T, int TY, int NT, bool PLAIN, bool COUNTER = false, bool A8 = false>
 static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
     static std::atomic<int> occ[WQG_MAX_WARPS + 1];
-    return wq_occupancy(occ[w], wq_gemv_kernel<T, TY, NT, PLAIN, COUNTER>, 32 * w, 0, err);
+    return wq_occupancy(occ[w], wq_gemv_kernel<T, TY, NT, PLAIN, COUNTER, A8>, 32 * w, 0, err);
+}
+
+/* The A8 GEMV's dynamic shared memory for blocks of W warps: the warps'
+ * sums, then x's m rows in e4m3 and their scales per 128 columns
+ * (wq_gemv_kernel). */
+#define WQ_A8_X_BYTES (32 << 10)   /* x's part: with 16 warps' sums, the 48 KiB a launch gets unasked */
+/* Rows rl_wq_gemm_a8 takes (PERF.md v49, an H100): at one row it beats the
+ * W8A16 GEMV (a 7B layer 89.9 against 94.8 us); at eight, rounding x in
+ * every block (a half-warp's groups one after another) costs more than
+ * the dequantizing it saves (117 against 95). */
+#define WQ_A8_MAX_ROWS 1
+static size_t wq_a8_x_bytes(int nchunks, int k, int m) {
+    return (size_t)m * ((size_t)nchunks * 64 + 32 + (size_t)(k + 127) / 128 * 4);
+}
+template <int NT> static size_t wq_a8_smem(int w, int nchunks, int k, int m) {
+    return (size_t)w * (NT / 2) * 4 * 32 * sizeof(float) + wq_a8_x_bytes(nchunks, k, m);
+}
+/* Shared memory an SM holds, asked once. */
+static size_t wq_smem_sm(void) {
+    static const size_t v = [] {
+        int dev = 0, b = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&b, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
+            cudaGetLastError();
+        return (size_t)b;
+    }();
+    return v;
 }
 
 /* The GEMV's grid: the most warps that one wave of blocks holds, each warp
@@ -1011,21 +1125,30 @@ static bool wq_counter_on(void) {
     }();
     return on;
 }
-template <typename T, int TY, int NT, bool PLAIN>
+template <typename T, int TY, int NT, bool PLAIN, bool A8>
 static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
     const int nstrips = a.ntiles / NT;
+    auto smem = [&](int w) { return A8 ? wq_a8_smem<NT>(w, a.nchunks, a.k, a.m) : 0; };
+    /* Blocks of W warps an SM holds (A8: its shared memory too, with the
+     * runtime's 1 KiB a block). */
+    auto per_sm = [&](int w) {
+        int nb = wq_gemv_occupancy<T, TY, NT, PLAIN, false, A8>(w);
+        if (A8) nb = min(nb, (int)(wq_smem_sm() / (smem(w) + 1024)));
+        return max(nb, 1);
+    };
     int best_w = 0;
     long best = 0;
     for (int w = 4; w <= WQG_MAX_WARPS && (w == 4 || w <= a.nchunks); w += 2) {
         const long warps = (long)nstrips * min(w, a.nchunks);
-        if (nstrips <= (long)sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(w) && warps > best)
-            best = warps, best_w = w;
+        if (nstrips <= (long)sms * per_sm(w) && warps > best) best = warps, best_w = w;
     }
-    const int wave = sms * wq_gemv_occupancy<T, TY, NT, PLAIN, true>(4);
-    if (best_w) L(wq_gemv_kernel<T, TY, NT, PLAIN, false>, nstrips, 32 * best_w, 0, a);
-    else if (wq_counter_on() && a.nchunks >= 2 * 4 && nstrips > 2 * wave)
-        L(wq_gemv_kernel<T, TY, NT, PLAIN, true>, wave, 128, 0, a);
-    else L(wq_gemv_kernel<T, TY, NT, PLAIN, false>, sms * wq_gemv_occupancy<T, TY, NT, PLAIN>(4), 128, 0, a);
+    if (best_w) return L(wq_gemv_kernel<T, TY, NT, PLAIN, false, A8>, nstrips, 32 * best_w, smem(best_w), a);
+    if constexpr (!A8) {
+        const int wave = sms * wq_gemv_occupancy<T, TY, NT, PLAIN, true>(4);
+        if (wq_counter_on() && a.nchunks >= 2 * 4 && nstrips > 2 * wave)
+            return L(wq_gemv_kernel<T, TY, NT, PLAIN, true, false>, wave, 128, 0, a);
+    }
+    L(wq_gemv_kernel<T, TY, NT, PLAIN, false, A8>, sms * per_sm(4), 128, smem(4), a);
 }
 
 /* Tiles per strip: 4 where strips of 4 still give every SM several (gate_up:
@@ -1035,7 +1158,7 @@ static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
  * PLAIN: no act-order and groups of 2^i whole chunks (g128 and up, fp8
  * blocks) or all of K, whose metadata comes once a chunk with the weights;
  * the rest (act-order, g32, g64, g96, g384) takes the general kernel. */
-template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqLaunch &L) {
+template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqLaunch &L, bool a8) {
     static const int forced = [] {
         const char *e = getenv("RL_WQ_NT");
         return e ? atoi(e) : 0;
@@ -1043,12 +1166,15 @@ template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqL
     const bool plain = !a.perm && a.cshift >= 0;
     const int sms = L.sms;
     const int nt = forced == 2 || forced == 4 ? forced : a.ntiles / 4 >= 4 * sms ? 4 : 2;
+    if constexpr (TY == RL_WQ_FP8)
+        if (a8) return nt == 2 ? wq_gemv_grid<T, TY, 2, true, true>(a, sms, L)
+                               : wq_gemv_grid<T, TY, 4, true, true>(a, sms, L);
     if (nt == 2) {
-        if (plain) wq_gemv_grid<T, TY, 2, true>(a, sms, L);
-        else wq_gemv_grid<T, TY, 2, false>(a, sms, L);
+        if (plain) wq_gemv_grid<T, TY, 2, true, false>(a, sms, L);
+        else wq_gemv_grid<T, TY, 2, false, false>(a, sms, L);
     } else {
-        if (plain) wq_gemv_grid<T, TY, 4, true>(a, sms, L);
-        else wq_gemv_grid<T, TY, 4, false>(a, sms, L);
+        if (plain) wq_gemv_grid<T, TY, 4, true, false>(a, sms, L);
+        else wq_gemv_grid<T, TY, 4, false, false>(a, sms, L);
     }
 }
 
@@ -1130,6 +1256,11 @@ template <typename T, int TY> static void wq_prepare_t(cudaError_t *e) {
     wq_gemv_occupancy<T, TY, 2, false, true>(4, e);
     wq_gemv_occupancy<T, TY, 4, true, true>(4, e);
     wq_gemv_occupancy<T, TY, 4, false, true>(4, e);
+    if constexpr (TY == RL_WQ_FP8)
+        for (int w = 4; w <= WQG_MAX_WARPS; w += 2) {
+            wq_gemv_occupancy<T, TY, 2, true, false, true>(w, e);
+            wq_gemv_occupancy<T, TY, 4, true, false, true>(w, e);
+        }
     for (cudaError_t r : {wq_tile_allow_smem<T, TY, 2>(), wq_tile_allow_smem<T, TY, 4>(),
                           wq_tile_allow_smem<T, TY, 8>()})
         if (r != cudaSuccess && *e == cudaSuccess) *e = r;
@@ -1149,7 +1280,7 @@ template <int TY> static cudaError_t wq_prepare(void) {
 
 template <typename T, int TY>
 static void wq_launch(const WqArgs<T> &a, int kernel, void *ws, size_t ws_bytes, WqLaunch &L) {
-    if (kernel == WQ_KERNEL_GEMV) return wq_gemv_launch<T, TY>(a, L);
+    if (kernel == WQ_KERNEL_GEMV) return wq_gemv_launch<T, TY>(a, L, false);
     if (kernel == WQ_KERNEL_TILE) return wq_tile_launch<T, TY>(a, ws, ws_bytes, L);
     const int mt = (a.m + 15) / 16, *nw = wq_nw[TY == RL_WQ_INT4 ? 0 : 1];
     if (mt <= 1) wq_launch_mt<T, TY, 1>(a, nw[0], L);
@@ -1168,22 +1299,75 @@ static void wq_launch_type(const rlWq *w, const WqArgs<T> &a, void *ws, size_t w
     }
 }
 
-extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
-                          const void *bias, int m, void *ws, size_t ws_bytes, int pdl,
-                          cudaStream_t s) {
-    if (!w || !x || !y || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > WQ_MAX_ROWS ||
-        ldx < w->k || ldy < w->n || ldx % 8 || ((uintptr_t)x & 15))
-        return RL_EINPUT;
-    static const bool nw_read = wq_nw_parse();   /* once, thread-safe */
-    (void)nw_read;
+static bool wq_bad_call(const rlWq *w, rlDtype dt, const void *x, int ldx, const void *y, int ldy,
+                        int m) {
+    return !w || !x || !y || (dt != RL_BF16 && dt != RL_F16) || m < 1 || m > WQ_MAX_ROWS ||
+           ldx < w->k || ldy < w->n || ldx % 8 || ((uintptr_t)x & 15);
+}
+static WqLaunch wq_launcher(int pdl, cudaStream_t s) {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    WqLaunch L = {s, pdl, sms > 0 ? sms : 1, cudaSuccess};
-    if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, bias, m), ws, ws_bytes, L);
-    else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, bias, m), ws, ws_bytes, L);
+    return WqLaunch{s, pdl, sms > 0 ? sms : 1, cudaSuccess};
+}
+static int wq_launched(const WqLaunch &L) {
     const cudaError_t last = cudaGetLastError();   /* taken off the runtime either way */
     return L.err == cudaSuccess && last == cudaSuccess ? RL_OK : RL_EDEVICE;
+}
+
+extern "C" int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
+                          const void *bias, int m, void *ws, size_t ws_bytes, int pdl,
+                          cudaStream_t s) {
+    if (wq_bad_call(w, dt, x, ldx, y, ldy, m)) return RL_EINPUT;
+    static const bool nw_read = wq_nw_parse();   /* once, thread-safe */
+    (void)nw_read;
+    WqLaunch L = wq_launcher(pdl, s);
+    if (dt == RL_F16) wq_launch_type(w, wq_args<f16>(w, x, ldx, y, ldy, bias, m), ws, ws_bytes, L);
+    else wq_launch_type(w, wq_args<bf16>(w, x, ldx, y, ldy, bias, m), ws, ws_bytes, L);
+    return wq_launched(L);
+}
+
+/* Whether the FP8 tensor cores' mma is in the code that runs: a GPU of
+ * compute capability 8.9 or more, and the GEMV compiled from PTX of 8.9 or
+ * more (a build whose newest code is compute_80 PTX, JIT-compiled on an
+ * H100, has no e4m3 mma in it).  Asked once. */
+static bool wq_a8_code(void) {
+    static const bool ok = [] {
+        int dev = 0, major = 0, minor = 0;
+        cudaFuncAttributes fa;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+            cudaFuncGetAttributes(&fa, wq_gemv_kernel<bf16, RL_WQ_FP8, 4, true, false, true>) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        return 10 * major + minor >= 89 && fa.ptxVersion >= 89;
+    }();
+    return ok;
+}
+
+extern "C" int rl_wq_a8_rows(const rlWq *w) {
+    if (!w || w->type != RL_WQ_FP8 || !wq_plain(w) || !wq_a8_code()) return 0;
+    int m = WQ_A8_MAX_ROWS;
+    while (m > 0 && wq_a8_x_bytes(w->nchunks, w->k, m) > WQ_A8_X_BYTES) m--;
+    return m;
+}
+
+extern "C" int rl_wq_gemm_a8(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
+                             const void *bias, int m, const float *in_scale, int pdl, cudaStream_t s) {
+    if (wq_bad_call(w, dt, x, ldx, y, ldy, m) || m > rl_wq_a8_rows(w)) return RL_EINPUT;
+    WqLaunch L = wq_launcher(pdl, s);
+    if (dt == RL_F16) {
+        WqArgs<f16> a = wq_args<f16>(w, x, ldx, y, ldy, bias, m);
+        a.in_scale = in_scale;
+        wq_gemv_launch<f16, RL_WQ_FP8>(a, L, true);
+    } else {
+        WqArgs<bf16> a = wq_args<bf16>(w, x, ldx, y, ldy, bias, m);
+        a.in_scale = in_scale;
+        wq_gemv_launch<bf16, RL_WQ_FP8>(a, L, true);
+    }
+    return wq_launched(L);
 }
 
 extern "C" int rl_wq_max_rows(const rlWq *w) { return wq_plain(w) ? WQ_MAX_ROWS : WQ_FAST_ROWS; }

@@ -50,6 +50,20 @@ int rl_wq_upload(const rlWqHost *h, cudaStream_t s, rlWq **out, size_t *bytes, c
  * for a failed launch (the caller records it like any failed operation). */
 int rl_wq_gemm(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
                const void *bias, int m, void *ws, size_t ws_bytes, int pdl, cudaStream_t s);
+/* FP8 layers on GPUs with FP8 tensor cores (code for sm_89 and up
+ * running): y as rl_wq_gemm gives it (the same arguments and rules), with
+ * x rounded to e4m3 first, per row and 128 columns (the scale: their
+ * largest magnitude over 448) or by the static in_scale (one device float,
+ * or NULL), as the W8A8 prefill rounds it (qlinear.cu), and the e4m3 values
+ * multiplied as they are on the FP8 tensor cores (W8A8): no dequantizing
+ * in the loop.  For 1 <= m <= rl_wq_a8_rows(w); returns like rl_wq_gemm. */
+int rl_wq_gemm_a8(const rlWq *w, rlDtype dt, const void *x, int ldx, void *y, int ldy,
+                  const void *bias, int m, const float *in_scale, int pdl, cudaStream_t s);
+/* The most rows rl_wq_gemm_a8 takes for w on the current GPU: 0 where it
+ * cannot run (not FP8, no FP8 tensor cores in the code that runs, or x's
+ * e4m3 row past 32 KiB of shared memory), else 1: where it is faster than
+ * rl_wq_gemm (kernels/PERF.md v49); the kernel itself takes up to 8. */
+int rl_wq_a8_rows(const rlWq *w);
 /* The most rows for which rl_wq_gemm beats rl_wq_dequant + the dense GEMM
  * for this layer (measured, kernels/PERF.md): 128, all rl_wq_gemm takes,
  * where groups are whole chunks of K without act-order, else 32. */
