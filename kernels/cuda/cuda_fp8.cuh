@@ -30,4 +30,22 @@ static __device__ __forceinline__ float fp8_scale_of(float amax, float *inv) {
     return amax > 0 ? amax / FP8_E4M3_MAX : 1.0f;
 }
 
+/* A 128-column group's scale and inv, the group held by a half-warp eight
+ * values a lane: the static scale where there is one, else from the
+ * group's largest magnitude.  Every lane of the warp calls it (the
+ * shuffles take both halves). */
+static __device__ __forceinline__ float fp8_group128_scale(const float *v, const float *static_scale,
+                                                           float *inv) {
+    if (static_scale) {
+        *inv = 1.0f / *static_scale;
+        return *static_scale;
+    }
+    float amax = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 8; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    return fp8_scale_of(amax, inv);
+}
+
 #endif

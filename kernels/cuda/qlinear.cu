@@ -252,18 +252,8 @@ ql_quant_act128(__nv_fp8_e4m3 *q, float *scale, Src src, int m, int k,
         const bool live = gi < n;    /* the whole half-warp alike; the shuffles take both */
         const int row = (int)(gi / groups), k0 = (int)(gi % groups) * 128, col = k0 + 8 * lane;
         float inv;
-        if (static_scale) {
-            inv = 1.0f / *static_scale;
-        } else {
-            float amax = 0;
-#pragma unroll
-            for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[u][i]));
-#pragma unroll
-            for (int o = 8; o; o >>= 1)
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            const float s = fp8_scale_of(amax, &inv);
-            if (live && lane == 0) scale[row * row_stride + (k0 / 128) * block_stride] = s;
-        }
+        const float s = fp8_group128_scale(v[u], static_scale, &inv);
+        if (!static_scale && live && lane == 0) scale[row * row_stride + (k0 / 128) * block_stride] = s;
         if (live && col < k) *(uint2 *)(q + (size_t)row * k + col) = fp8_e4m3x8(v[u], inv);
     }
 }

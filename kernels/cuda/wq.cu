@@ -671,18 +671,8 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
 #pragma unroll
                 for (int i = 0; i < 8; i++) v[i] = ld(e + i);
             }
-            float inv, s;
-            if (a.in_scale) {
-                s = *a.in_scale;
-                inv = 1.0f / s;
-            } else {
-                float amax = 0;
-#pragma unroll
-                for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-                for (int o = 8; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-                s = fp8_scale_of(amax, &inv);
-            }
+            float inv;
+            const float s = fp8_group128_scale(v, a.in_scale, &inv);
             if (live && hl == 0) sw[gi] = s;
             if (live && col < xs - 32) *(uint2 *)(xw + (size_t)row * xs + col) = fp8_e4m3x8(v, inv);
         }
