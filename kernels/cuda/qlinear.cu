@@ -392,13 +392,12 @@ static void ql_quant_act_launch(rlCuda *c, void *q, float *scale, const void *x,
             (unsigned)(((size_t)m * ql_ceil(k, 128) + 16 * QL_GROUPS - 1) / (16 * QL_GROUPS));
         const size_t rs = ql_scale_at(mode, var, m, k, 1, 0) - ql_scale_at(mode, var, m, k, 0, 0),
                      bs = ql_scale_at(mode, var, m, k, 0, 128) - ql_scale_at(mode, var, m, k, 0, 0);
-        if (gate_up)
-            ql_quant_act128<T><<<blocks, 256, 0, c->stream>>>(
-                (__nv_fp8_e4m3 *)q, scale, QlFromSwiglu<T>{(const T *)gate_up}, m, k, static_scale,
-                rs, bs);
-        else
-            ql_quant_act128<T><<<blocks, 256, 0, c->stream>>>(
-                (__nv_fp8_e4m3 *)q, scale, QlFromX<T>{(const T *)x}, m, k, static_scale, rs, bs);
+        auto launch = [&](auto src) {
+            ql_quant_act128<T><<<blocks, 256, 0, c->stream>>>((__nv_fp8_e4m3 *)q, scale, src, m, k,
+                                                             static_scale, rs, bs);
+        };
+        if (gate_up) launch(QlFromSwiglu<T>{(const T *)gate_up});
+        else launch(QlFromX<T>{(const T *)x});
         return;
     }
     ql_quant_act<T><<<(unsigned)m, QL_THREADS, 0, c->stream>>>((__nv_fp8_e4m3 *)q, scale,
