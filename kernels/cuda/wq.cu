@@ -512,14 +512,14 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
         for (int i = 0; i < NT; i++) b.w[i] = wq_ld_stream((const uint8_t *)(p + i * tstride));
         if constexpr (PLAIN) meta(s, c >> a.cshift, b.z, b.sc);
     };
-    /* Row g of x at the lane's 8 columns of each unit of chunk c (zeros
-     * past k; gathered through perm for act-order). */
-    /* A8: row g's e4m3 copy in shared memory, its rows xs bytes apart
-     * (k padded to whole chunks, then 32 bytes, so a half-warp's rows fall
-     * in different banks), and the rows' scales per 128 columns. */
+    /* A8: x's e4m3 copy in shared memory, its rows xs bytes apart (k
+     * padded to whole chunks, then 32 bytes, so a half-warp's rows fall in
+     * different banks), and the rows' scales per 128 columns. */
     const int xs = a.nchunks * 64 + 32, gk = (a.k + 127) >> 7;
     const uint8_t *xq = (const uint8_t *)(wq_dyn + nwarps * NP * 4 * 32);
     const float *xsc = (const float *)(xq + (size_t)a.m * xs);
+    /* Row g of x at the lane's 8 columns of each unit of chunk c (zeros
+     * past k; gathered through perm for act-order). */
     auto load_x = [&](int c, uint4 *x) {
         const int col0 = wq_lane_col(UPC, c, lane, 0);
         if constexpr (A8) {
@@ -1066,7 +1066,7 @@ static int wq_occupancy(std::atomic<int> &slot, K kernel, int threads, size_t sm
     return nb;
 }
 /* The GEMV's, for blocks of W warps (A8: as its registers allow; its
- * shared memory, which depends on the rows, is counted by wq_a8_per_sm). */
+ * shared memory, which depends on the rows, is counted in wq_gemv_grid). */
 template <typename T, int TY, int NT, bool PLAIN, bool COUNTER = false, bool A8 = false>
 static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
     static std::atomic<int> occ[WQG_MAX_WARPS + 1];
@@ -1080,7 +1080,7 @@ static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
 /* Rows rl_wq_gemm_a8 takes (PERF.md v49, an H100): at one row it beats the
  * W8A16 GEMV (a 7B layer 89.9 against 94.8 us); at eight, rounding x in
  * every block (a half-warp's groups one after another) costs more than
- * the dequantizing it saves (117 against 95). */
+ * the dequantizing it saves (7B qkv, o and gate_up 87.5 against 69.1 us). */
 #define WQ_A8_MAX_ROWS 1
 static size_t wq_a8_x_bytes(int nchunks, int k, int m) {
     return (size_t)m * ((size_t)nchunks * 64 + 32 + (size_t)(k + 127) / 128 * 4);
