@@ -16,6 +16,10 @@
  * |x| |w| (fp32 sums and one rounding of y: bf16 about 2e-3, bound 1e-2),
  * printed.  y is poisoned first and its padding must stay so.
  * rl_wq_dequant must equal the CPU's values rounded to bf16 / fp16 exactly.
+ * On FP8 layers where the GPU's code has the e4m3 mma, rl_wq_gemm_a8 (W8A8
+ * in the decode GEMV) at 1 .. rl_wq_a8_rows rows, with dynamic scales and
+ * a static one, against a reference over x rounded to e4m3 on the host the
+ * way the GPU rounds it (run_a8), under the same bound.
  * Without a GPU too: the packed layout read back value by value, and shapes
  * it cannot hold refused with a message.
  *
