@@ -456,11 +456,14 @@ __global__ void __launch_bounds__(WQ_WARPS * 32) wq_gemm_kernel(WqArgs<T> a) {
 #define WQG_MAX_ROWS 8
 #define WQG_MAX_WARPS 16
 
-template <typename T, int TY, int NT, bool PLAIN, bool COUNTER, bool A8>
+/* A8G: 0, W8A16; else W8A8 (rl_wq_gemm_a8), x's 128-column groups a
+ * half-warp loads at once when it rounds x (1, or 4 behind
+ * RL_WQ_A8_GROUPS=4 until measured: PERF.md v50). */
+template <typename T, int TY, int NT, bool PLAIN, bool COUNTER, int A8G>
 __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a) {
     typedef WqDeq<T, TY> D;
     constexpr int UPC = TY == RL_WQ_INT4 ? 4 : 2, NP = NT / 2;
-    constexpr bool ZERO = TY != RL_WQ_FP8, FOLD = D::zfold;
+    constexpr bool ZERO = TY != RL_WQ_FP8, FOLD = D::zfold, A8 = A8G > 0;
     static_assert(!A8 || (TY == RL_WQ_FP8 && PLAIN && !COUNTER), "A8: FP8 layers, whole-chunk groups");
     /* What the B values are short of, folded into the scales: e4m3 as it is
      * under A8. */
@@ -661,20 +664,31 @@ __global__ void __launch_bounds__(WQG_MAX_WARPS * 32) wq_gemv_kernel(WqArgs<T> a
         uint8_t *xw = (uint8_t *)xq;
         float *sw = (float *)xsc;
         const int hl = threadIdx.x & 15, nh = blockDim.x >> 4, total = a.m * gk;
-        for (int base = 0; base < total; base += nh) {
-            const int gi = base + (threadIdx.x >> 4), row = gi / gk, col = (gi - row * gk) * 128 + 8 * hl;
-            const bool live = gi < total;   /* alike over each half-warp; the shuffles take all */
-            float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            if (live && col < a.k) {
-                const uint4 raw = __ldg((const uint4 *)(a.x + (size_t)row * a.ldx + col));
-                const T *e = (const T *)&raw;
+        /* A8G groups a half-warp a round, every load issued before any
+         * value is used. */
+        for (int base = 0; base < total; base += A8G * nh) {
+            float v[A8G][8];
 #pragma unroll
-                for (int i = 0; i < 8; i++) v[i] = ld(e + i);
+            for (int j = 0; j < A8G; j++) {
+                const int gi = base + j * nh + (threadIdx.x >> 4), row = gi / gk, col = (gi - row * gk) * 128 + 8 * hl;
+#pragma unroll
+                for (int i = 0; i < 8; i++) v[j][i] = 0;
+                if (gi < total && col < a.k) {
+                    const uint4 raw = __ldg((const uint4 *)(a.x + (size_t)row * a.ldx + col));
+                    const T *e = (const T *)&raw;
+#pragma unroll
+                    for (int i = 0; i < 8; i++) v[j][i] = ld(e + i);
+                }
             }
-            float inv;
-            const float s = fp8_group128_scale(v, a.in_scale, &inv);
-            if (live && hl == 0) sw[gi] = s;
-            if (live && col < xs - 32) *(uint2 *)(xw + (size_t)row * xs + col) = fp8_e4m3x8(v, inv);
+#pragma unroll
+            for (int j = 0; j < A8G; j++) {
+                const int gi = base + j * nh + (threadIdx.x >> 4), row = gi / gk, col = (gi - row * gk) * 128 + 8 * hl;
+                const bool live = gi < total;   /* alike over each half-warp; the shuffles take all */
+                float inv;
+                const float s = fp8_group128_scale(v[j], a.in_scale, &inv);
+                if (live && hl == 0) sw[gi] = s;
+                if (live && col < xs - 32) *(uint2 *)(xw + (size_t)row * xs + col) = fp8_e4m3x8(v[j], inv);
+            }
         }
         __syncthreads();
     }
@@ -1067,10 +1081,10 @@ static int wq_occupancy(std::atomic<int> &slot, K kernel, int threads, size_t sm
 }
 /* The GEMV's, for blocks of W warps (A8: as its registers allow; its
  * shared memory, which depends on the rows, is counted in wq_gemv_grid). */
-template <typename T, int TY, int NT, bool PLAIN, bool COUNTER = false, bool A8 = false>
+template <typename T, int TY, int NT, bool PLAIN, bool COUNTER = false, int A8G = 0>
 static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
     static std::atomic<int> occ[WQG_MAX_WARPS + 1];
-    return wq_occupancy(occ[w], wq_gemv_kernel<T, TY, NT, PLAIN, COUNTER, A8>, 32 * w, 0, err);
+    return wq_occupancy(occ[w], wq_gemv_kernel<T, TY, NT, PLAIN, COUNTER, A8G>, 32 * w, 0, err);
 }
 
 /* The A8 GEMV's dynamic shared memory for blocks of W warps: the warps'
@@ -1080,8 +1094,19 @@ static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
 /* Rows rl_wq_gemm_a8 takes (PERF.md v49, an H100): at one row it beats the
  * W8A16 GEMV (a 7B layer 89.9 against 94.8 us); at eight, rounding x in
  * every block (a half-warp's groups one after another) costs more than
- * the dequantizing it saves (7B qkv, o and gate_up 87.5 against 69.1 us). */
+ * the dequantizing it saves (7B qkv, o and gate_up 87.5 against 69.1 us).
+ * Until v50's groups loaded four at a time are measured, RL_WQ_A8_GROUPS=4
+ * takes them and RL_WQ_A8_ROWS=2..8 more rows (benchmarks, gpu_wq.sh). */
 #define WQ_A8_MAX_ROWS 1
+static int wq_env_int(const char *name, int lo, int hi, int dflt) {
+    const char *e = getenv(name);
+    const int v = e ? atoi(e) : dflt;
+    return v >= lo && v <= hi ? v : dflt;
+}
+static int wq_a8_groups(void) {
+    static const int g = wq_env_int("RL_WQ_A8_GROUPS", 1, 4, 1) == 4 ? 4 : 1;
+    return g;
+}
 static size_t wq_a8_x_bytes(int nchunks, int k, int m) {
     return (size_t)m * ((size_t)nchunks * 64 + 32 + (size_t)(k + 127) / 128 * 4);
 }
@@ -1115,15 +1140,15 @@ static bool wq_counter_on(void) {
     }();
     return on;
 }
-template <typename T, int TY, int NT, bool PLAIN, bool A8>
+template <typename T, int TY, int NT, bool PLAIN, int A8G>
 static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
     const int nstrips = a.ntiles / NT;
-    auto smem = [&](int w) { return A8 ? wq_a8_smem<NT>(w, a.nchunks, a.k, a.m) : 0; };
-    /* Blocks of W warps an SM holds (A8: its shared memory too, with the
+    auto smem = [&](int w) { return A8G ? wq_a8_smem<NT>(w, a.nchunks, a.k, a.m) : 0; };
+    /* Blocks of W warps an SM holds (A8G: its shared memory too, with the
      * runtime's 1 KiB a block). */
     auto per_sm = [&](int w) {
-        int nb = wq_gemv_occupancy<T, TY, NT, PLAIN, false, A8>(w);
-        if (A8) nb = min(nb, (int)(wq_smem_sm() / (smem(w) + 1024)));
+        int nb = wq_gemv_occupancy<T, TY, NT, PLAIN, false, A8G>(w);
+        if (A8G) nb = min(nb, (int)(wq_smem_sm() / (smem(w) + 1024)));
         return max(nb, 1);
     };
     int best_w = 0;
@@ -1132,13 +1157,13 @@ static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
         const long warps = (long)nstrips * min(w, a.nchunks);
         if (nstrips <= (long)sms * per_sm(w) && warps > best) best = warps, best_w = w;
     }
-    if (best_w) return L(wq_gemv_kernel<T, TY, NT, PLAIN, false, A8>, nstrips, 32 * best_w, smem(best_w), a);
-    if constexpr (!A8) {
+    if (best_w) return L(wq_gemv_kernel<T, TY, NT, PLAIN, false, A8G>, nstrips, 32 * best_w, smem(best_w), a);
+    if constexpr (A8G == 0) {
         const int wave = sms * wq_gemv_occupancy<T, TY, NT, PLAIN, true>(4);
         if (wq_counter_on() && a.nchunks >= 2 * 4 && nstrips > 2 * wave)
-            return L(wq_gemv_kernel<T, TY, NT, PLAIN, true, false>, wave, 128, 0, a);
+            return L(wq_gemv_kernel<T, TY, NT, PLAIN, true, 0>, wave, 128, 0, a);
     }
-    L(wq_gemv_kernel<T, TY, NT, PLAIN, false, A8>, sms * per_sm(4), 128, smem(4), a);
+    L(wq_gemv_kernel<T, TY, NT, PLAIN, false, A8G>, sms * per_sm(4), 128, smem(4), a);
 }
 
 /* Tiles per strip: 4 where strips of 4 still give every SM several (gate_up:
@@ -1157,14 +1182,17 @@ template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqL
     const int sms = L.sms;
     const int nt = forced == 2 || forced == 4 ? forced : a.ntiles / 4 >= 4 * sms ? 4 : 2;
     if constexpr (TY == RL_WQ_FP8)
-        if (a8) return nt == 2 ? wq_gemv_grid<T, TY, 2, true, true>(a, sms, L)
-                               : wq_gemv_grid<T, TY, 4, true, true>(a, sms, L);
+        if (a8) {
+            if (wq_a8_groups() == 4)
+                return nt == 2 ? wq_gemv_grid<T, TY, 2, true, 4>(a, sms, L) : wq_gemv_grid<T, TY, 4, true, 4>(a, sms, L);
+            return nt == 2 ? wq_gemv_grid<T, TY, 2, true, 1>(a, sms, L) : wq_gemv_grid<T, TY, 4, true, 1>(a, sms, L);
+        }
     if (nt == 2) {
-        if (plain) wq_gemv_grid<T, TY, 2, true, false>(a, sms, L);
-        else wq_gemv_grid<T, TY, 2, false, false>(a, sms, L);
+        if (plain) wq_gemv_grid<T, TY, 2, true, 0>(a, sms, L);
+        else wq_gemv_grid<T, TY, 2, false, 0>(a, sms, L);
     } else {
-        if (plain) wq_gemv_grid<T, TY, 4, true, false>(a, sms, L);
-        else wq_gemv_grid<T, TY, 4, false, false>(a, sms, L);
+        if (plain) wq_gemv_grid<T, TY, 4, true, 0>(a, sms, L);
+        else wq_gemv_grid<T, TY, 4, false, 0>(a, sms, L);
     }
 }
 
@@ -1248,8 +1276,10 @@ template <typename T, int TY> static void wq_prepare_t(cudaError_t *e) {
     wq_gemv_occupancy<T, TY, 4, false, true>(4, e);
     if constexpr (TY == RL_WQ_FP8)
         for (int w = 4; w <= WQG_MAX_WARPS; w += 2) {
-            wq_gemv_occupancy<T, TY, 2, true, false, true>(w, e);
-            wq_gemv_occupancy<T, TY, 4, true, false, true>(w, e);
+            wq_gemv_occupancy<T, TY, 2, true, false, 1>(w, e);
+            wq_gemv_occupancy<T, TY, 4, true, false, 1>(w, e);
+            wq_gemv_occupancy<T, TY, 2, true, false, 4>(w, e);
+            wq_gemv_occupancy<T, TY, 4, true, false, 4>(w, e);
         }
     for (cudaError_t r : {wq_tile_allow_smem<T, TY, 2>(), wq_tile_allow_smem<T, TY, 4>(),
                           wq_tile_allow_smem<T, TY, 8>()})
@@ -1328,7 +1358,7 @@ static bool wq_a8_code(void) {
         if (cudaGetDevice(&dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
-            cudaFuncGetAttributes(&fa, wq_gemv_kernel<bf16, RL_WQ_FP8, 4, true, false, true>) != cudaSuccess) {
+            cudaFuncGetAttributes(&fa, wq_gemv_kernel<bf16, RL_WQ_FP8, 4, true, false, 1>) != cudaSuccess) {
             cudaGetLastError();
             return false;
         }
@@ -1339,7 +1369,8 @@ static bool wq_a8_code(void) {
 
 extern "C" int rl_wq_a8_rows(const rlWq *w) {
     if (!w || w->type != RL_WQ_FP8 || !wq_plain(w) || !wq_a8_code()) return 0;
-    int m = WQ_A8_MAX_ROWS;
+    static const int most = wq_env_int("RL_WQ_A8_ROWS", 1, WQG_MAX_ROWS, WQ_A8_MAX_ROWS);
+    int m = most;
     while (m > 0 && wq_a8_x_bytes(w->nchunks, w->k, m) > WQ_A8_X_BYTES) m--;
     return m;
 }
