@@ -1098,6 +1098,8 @@ static int wq_gemv_occupancy(int w, cudaError_t *err = NULL) {
  * Until v50's groups loaded four at a time are measured, RL_WQ_A8_GROUPS=4
  * takes them and RL_WQ_A8_ROWS=2..8 more rows (benchmarks, gpu_wq.sh). */
 #define WQ_A8_MAX_ROWS 1
+/* A benchmark switch's value: the integer in `name` where it lies in lo ..
+ * hi, else dflt. */
 static int wq_env_int(const char *name, int lo, int hi, int dflt) {
     const char *e = getenv(name);
     const int v = e ? atoi(e) : dflt;
@@ -1134,10 +1136,7 @@ static size_t wq_smem_sm(void) {
  * 2 W).  The counter waits behind RL_WQ_COUNTER=1 until it is measured
  * against the fixed shares (PERF.md v47, scripts/bench-ab). */
 static bool wq_counter_on(void) {
-    static const bool on = [] {
-        const char *e = getenv("RL_WQ_COUNTER");
-        return e && !strcmp(e, "1");
-    }();
+    static const bool on = wq_env_int("RL_WQ_COUNTER", 0, 1, 0) == 1;
     return on;
 }
 template <typename T, int TY, int NT, bool PLAIN, int A8G>
@@ -1174,10 +1173,7 @@ static void wq_gemv_grid(const WqArgs<T> &a, int sms, WqLaunch &L) {
  * blocks) or all of K, whose metadata comes once a chunk with the weights;
  * the rest (act-order, g32, g64, g96, g384) takes the general kernel. */
 template <typename T, int TY> static void wq_gemv_launch(const WqArgs<T> &a, WqLaunch &L, bool a8) {
-    static const int forced = [] {
-        const char *e = getenv("RL_WQ_NT");
-        return e ? atoi(e) : 0;
-    }();
+    static const int forced = wq_env_int("RL_WQ_NT", 2, 4, 0);
     const bool plain = !a.perm && a.cshift >= 0;
     const int sms = L.sms;
     const int nt = forced == 2 || forced == 4 ? forced : a.ntiles / 4 >= 4 * sms ? 4 : 2;
